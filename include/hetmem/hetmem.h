@@ -1,0 +1,280 @@
+/*
+ * hetmem.h - the stable C API of hetmem.
+ *
+ * hetmem places a simulation's data on heterogeneous memory: a small fast tier (DRAM, HBM) and a
+ * large capacity tier (far NUMA nodes, CXL expanders, persistent memory, or an emulated slow tier).
+ * Code asks for memory by *role* (fast, capacity, persistent) or by named *tier*; configuration maps
+ * roles to tiers (environment variable HM_TIERS, command `hetmem tiers`).
+ *
+ * Conventions
+ *  - Functions that return `int` return 0 (HM_OK) on success or a negative HM_E* code;
+ *    hm_strerror() explains a code and hm_last_error() gives the detailed message of the calling
+ *    thread's last failure (which tier, how many bytes, what text was malformed, ...).
+ *  - Allocation functions return NULL on failure and set the thread's last error; they never abort.
+ *  - Every function initialises the library implicitly on first use (hm_init() is optional);
+ *    if initialisation fails (for example a malformed HM_TIERS), every call fails with HM_EINIT and
+ *    hm_last_error() names the offending variable and text.
+ *  - All functions are thread-safe unless documented otherwise.
+ */
+#ifndef HETMEM_HETMEM_H
+#define HETMEM_HETMEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#pragma GCC visibility push(default)
+
+#define HETMEM_VERSION_MAJOR 0
+#define HETMEM_VERSION_MINOR 1
+#define HETMEM_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------------
+ * Error codes
+ * ------------------------------------------------------------------------------------------- */
+enum {
+  HM_OK = 0,
+  HM_ENOMEM = -1,     /* the operating system refused memory */
+  HM_EBUDGET = -2,    /* a strict request exceeds the tier's budget */
+  HM_EINVAL = -3,     /* an argument is invalid (details in hm_last_error()) */
+  HM_ENOTIER = -4,    /* unknown tier or role, or no tier has the requested role */
+  HM_EFORMAT = -5,    /* malformed configuration text or file */
+  HM_EIO = -6,        /* a file could not be created, sized, mapped or synced */
+  HM_ENOTSUP = -7,    /* the operation is not supported for this tier or allocation */
+  HM_ENOTOWNED = -8,  /* the pointer was not allocated by hetmem */
+  HM_EINIT = -9,      /* the library failed to initialise (see hm_last_error()) */
+  HM_ECAPACITY = -10  /* the tier's backing (file pool, hugetlb pool) is full */
+};
+
+/* Explains an error code in a few words. Never returns NULL. */
+const char *hm_strerror(int code);
+/* The detailed message of the calling thread's most recent failure ("" if none). */
+const char *hm_last_error(void);
+/* The code of the calling thread's most recent failure (HM_OK if none). */
+int hm_last_error_code(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Initialisation and options
+ * ------------------------------------------------------------------------------------------- */
+
+/* Reads the options (HM_* environment variables), discovers the tiers and maps roles to them.
+ * Idempotent and thread-safe. Returns HM_OK or HM_EINIT/HM_EFORMAT/HM_EIO with a message naming
+ * the variable and the offending text. */
+int hm_init(void);
+
+/* Releases every tier and the memory they hold. Pointers from hetmem become invalid. Intended for
+ * tests and for programs that want a clean exit; not needed otherwise. */
+void hm_finalize(void);
+
+/* Looks up an option by name ("HM_FAST_BUDGET"); writes its effective value and where it came
+ * from ("default", "environment", "api") into the caller's buffers (either may be NULL).
+ * Returns HM_EINVAL for an unknown name. */
+int hm_option_get(const char *name, char *value, size_t value_len, char *source, size_t source_len);
+/* Number of options, and the name and one-line documentation of option i (0 <= i < count). */
+int hm_option_count(void);
+int hm_option_info(int i, const char **name, const char **default_value, const char **doc);
+
+/* ---------------------------------------------------------------------------------------------
+ * Roles and tiers
+ * ------------------------------------------------------------------------------------------- */
+
+/* A role is what code asks for; configuration maps each role to a tier. */
+typedef enum hm_role {
+  HM_FAST = 0,        /* small fast tier: DRAM, HBM */
+  HM_CAPACITY = 1,    /* large slow tier: far NUMA node, CXL, KMEM-DAX PM, emulated */
+  HM_PERSISTENT = 2,  /* a file-backed pool: App Direct persistent memory or a file */
+  HM_ROLE_COUNT = 3
+} hm_role_t;
+
+/* Tier handle: a small integer, 0 <= tier < hm_tier_count(). */
+typedef int hm_tier_t;
+
+/* What backs a tier. */
+typedef enum hm_tier_kind {
+  HM_KIND_DRAM = 0,  /* the local NUMA node */
+  HM_KIND_NUMA = 1,  /* a NUMA node given by number: CXL, KMEM-DAX persistent memory, HBM */
+  HM_KIND_FILE = 2,  /* a pool mapped from a file (MAP_SYNC on a DAX file system when possible) */
+  HM_KIND_EMUL = 3,  /* the emulated slow tier: ordinary memory plus a charged delay */
+  HM_KIND_COUNT = 4
+} hm_tier_kind_t;
+
+/* Where a tier's bandwidth/latency figures came from. */
+typedef enum hm_perf_source {
+  HM_PERF_NONE = 0,      /* nothing known */
+  HM_PERF_HWLOC = 1,     /* hwloc memory attributes (ACPI HMAT) */
+  HM_PERF_SYSFS = 2,     /* kernel sysfs access0 initiators (ACPI HMAT) */
+  HM_PERF_MEASURED = 3,  /* measured on this machine (calibration cache) */
+  HM_PERF_EMULATED = 4   /* a fixed profile ratio applied to the measured DRAM figures */
+} hm_perf_source_t;
+
+typedef struct hm_tier_info {
+  char name[256];            /* "dram", "numa:1", "emul:optane", "file:/var/tmp/hm.pool" */
+  hm_tier_kind_t kind;
+  int numa_node;             /* node the memory lives on, -1 for file tiers */
+  unsigned roles;            /* bit (1u << role) for each role mapped to this tier */
+  uint64_t capacity;         /* bytes the backing can hold (node size, pool size) */
+  double read_bw_mbps;       /* MB/s (1e6 bytes/s), 0 if unknown */
+  double write_bw_mbps;
+  double latency_ns;         /* dependent-load latency, 0 if unknown */
+  hm_perf_source_t perf_source;
+  int is_persistent_memory;  /* hwloc says NVM / DAX, or a file pool on a DAX file system */
+  int map_sync;              /* file tiers: mapped with MAP_SYNC (stores durable after flush) */
+  char detail[256];          /* how it was discovered, profile name, backing file, ... */
+} hm_tier_info_t;
+
+/* Number of tiers known to this process. */
+int hm_tier_count(void);
+/* Describes a tier. HM_ENOTIER for an invalid handle. */
+int hm_tier_info(hm_tier_t tier, hm_tier_info_t *info);
+/* Finds a tier by name ("dram", "emul:optane", "numa:1", "file:/path") or by role name
+ * ("fast", "capacity", "persistent"). HM_ENOTIER lists the known names in hm_last_error(). */
+int hm_tier_find(const char *name, hm_tier_t *tier);
+/* The tier a role maps to; HM_ENOTIER if no tier has the role. */
+int hm_role_tier(hm_role_t role, hm_tier_t *tier);
+/* Names of roles: "fast", "capacity", "persistent". */
+const char *hm_role_name(hm_role_t role);
+
+/* ---------------------------------------------------------------------------------------------
+ * Budgets and statistics
+ * ------------------------------------------------------------------------------------------- */
+
+/* Sets how many bytes of a tier this process may hold (0 = unlimited). Lowering a budget below
+ * what is in use is allowed; it only refuses new allocations. */
+int hm_tier_set_budget(hm_tier_t tier, uint64_t bytes);
+
+typedef struct hm_tier_stats {
+  uint64_t budget;          /* 0 = unlimited */
+  uint64_t in_use;          /* usable bytes of live allocations (exact) */
+  uint64_t high_water;      /* largest in_use since start or hm_stats_reset() */
+  uint64_t reserved;        /* bytes mapped from the backing (in_use plus caches and metadata) */
+  uint64_t allocs;          /* successful allocations placed on this tier */
+  uint64_t frees;
+  uint64_t fallbacks_in;    /* allocations placed here because a preferred tier was full */
+  uint64_t fallbacks_out;   /* preferred allocations for this tier that went elsewhere */
+  uint64_t failures;        /* allocations refused (strict over budget, backing full) */
+  uint64_t moves_in;        /* hm_move() calls that moved data onto this tier */
+  uint64_t bytes_copied_in; /* bytes written to this tier by hm_copy()/hm_move() */
+  uint64_t emul_charged_ns; /* delay charged by the emulated tier (0 on real tiers) */
+  uint64_t huge_bytes;      /* bytes of live allocations served from the hugetlb pool */
+} hm_tier_stats_t;
+
+int hm_tier_stats(hm_tier_t tier, hm_tier_stats_t *stats);
+/* Resets high-water marks to the current in_use and zeroes the event counters. */
+void hm_stats_reset(void);
+/* Prints a table of every tier's accounting to stderr (or the stream named by fd 1/2). */
+void hm_stats_print(int fd);
+
+/* ---------------------------------------------------------------------------------------------
+ * Allocation
+ * ------------------------------------------------------------------------------------------- */
+
+/* Flags for hm_alloc()/hm_tier_alloc(). */
+#define HM_PREFERRED 0u       /* default: if the tier is over budget, fall back along the chain */
+#define HM_STRICT 1u          /* never fall back: NULL + HM_EBUDGET if the tier cannot hold it */
+#define HM_ZERO 2u            /* zero the memory */
+#define HM_MOVABLE 4u         /* give the allocation its own mapping so hm_move() can move it */
+#define HM_HUGE 8u            /* prefer the hugetlb pool (else transparent huge pages) */
+#define HM_NO_HUGE 16u        /* never use huge pages for this allocation */
+
+/* Allocates `size` bytes aligned to `align` (a power of two, 0 = 16) on the tier that `role` maps
+ * to. With HM_PREFERRED, a tier over budget falls back along the chain fast -> capacity (the
+ * fallback is counted); with HM_STRICT it fails with HM_EBUDGET and a message naming the tier, the
+ * request and the remaining budget. Returns NULL (never aborts) on failure. */
+void *hm_alloc(hm_role_t role, size_t size, size_t align, unsigned flags);
+/* The same on a tier given by handle. */
+void *hm_tier_alloc(hm_tier_t tier, size_t size, size_t align, unsigned flags);
+/* malloc-like: allocates on the calling thread's current mode (see hm_mode_push), HM_PREFERRED. */
+void *hm_malloc(size_t size);
+void *hm_calloc(size_t count, size_t size);
+/* Frees without naming the tier (constant time). NULL is ignored. A pointer hetmem does not own
+ * is reported (HM_ENOTOWNED in hm_last_error()) and left alone; state is never corrupted. */
+void hm_free(void *ptr);
+/* Resizes keeping the tier. NULL ptr = hm_malloc; size 0 = free and return NULL. */
+void *hm_realloc(void *ptr, size_t size);
+/* Usable size of an allocation (>= requested), 0 for NULL or a pointer not owned by hetmem. */
+size_t hm_usable_size(const void *ptr);
+/* Which tier holds ptr (any address inside an allocation). HM_ENOTOWNED if not hetmem's. */
+int hm_ptr_tier(const void *ptr, hm_tier_t *tier);
+
+/* Moves an allocation to another tier keeping its address (mbind + MPOL_MF_MOVE between NUMA
+ * tiers; copy and remap for file and emulated tiers). The allocation must have its own mapping:
+ * allocations of 1 MiB or more, or any made with HM_MOVABLE. Budgets are honoured. */
+int hm_move(void *ptr, hm_tier_t dst);
+
+/* Copies n bytes between any two addresses through the tier copy table (key: source kind,
+ * destination kind): a non-temporal copy for large buffers, plus the emulation charge when either
+ * side is on an emulated tier. Addresses not owned by hetmem count as DRAM. */
+int hm_copy(void *dst, const void *src, size_t n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Scoped allocation mode (the model of hpp_set_mode): per thread, steers hm_malloc and the
+ * preload library.
+ * ------------------------------------------------------------------------------------------- */
+int hm_mode_push(hm_role_t role);
+int hm_mode_push_tier(hm_tier_t tier);
+/* Pops the innermost mode. HM_EINVAL if the stack is empty. */
+int hm_mode_pop(void);
+/* The tier hm_malloc would use now. */
+hm_tier_t hm_mode_current(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Iteration arenas: bump allocation for temporaries that die within an iteration.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct hm_arena hm_arena_t;
+
+#define HM_ARENA_CONCURRENT 1u /* several threads may allocate at once (atomic bump) */
+
+/* Creates an arena whose chunks live on `tier`; initial chunk of `initial_bytes` (0 = 1 MiB). */
+int hm_arena_create(hm_tier_t tier, size_t initial_bytes, unsigned flags, hm_arena_t **arena);
+/* Bump-allocates; grows by a new chunk when exhausted. align 0 = 16. NULL only if the tier
+ * refuses the new chunk. */
+void *hm_arena_alloc(hm_arena_t *arena, size_t size, size_t align);
+/* Ends an iteration: every pointer from the arena becomes invalid. If the arena grew, its chunks
+ * are merged into one chunk large enough for the peak, so later iterations do not grow. */
+void hm_arena_reset(hm_arena_t *arena);
+void hm_arena_destroy(hm_arena_t *arena);
+
+typedef struct hm_arena_stats {
+  uint64_t used;       /* bytes handed out since the last reset */
+  uint64_t peak;       /* largest `used` seen at a reset or now */
+  uint64_t capacity;   /* bytes of all chunks */
+  uint64_t chunks;     /* number of chunks now */
+  uint64_t grows;      /* times a chunk was added */
+  uint64_t resets;
+} hm_arena_stats_t;
+int hm_arena_stats(const hm_arena_t *arena, hm_arena_stats_t *stats);
+
+/* ---------------------------------------------------------------------------------------------
+ * The emulated slow tier
+ * ------------------------------------------------------------------------------------------- */
+
+/* Charges, as real time on the calling thread, the difference between the emulated device of
+ * `tier` and DRAM for `read_bytes` read, `write_bytes` written and `dependent_accesses`
+ * pointer-chasing accesses (DESIGN.md formula; bandwidth shared by the threads charging the same
+ * tier at the same time). No-op (returns 0) on a non-emulated tier. Writes the charged delay in
+ * nanoseconds to *charged_ns when not NULL. */
+int hm_emul_charge(hm_tier_t tier, uint64_t read_bytes, uint64_t write_bytes,
+                   uint64_t dependent_accesses, uint64_t *charged_ns);
+
+/* The DRAM figures the emulation uses, from the calibration cache (measured on first use if
+ * absent). */
+typedef struct hm_calibration {
+  double read_bw_mbps[64];   /* index t-1: aggregate read bandwidth with t threads */
+  double write_bw_mbps[64];
+  double copy_bw_mbps[64];   /* bytes copied (counted once) per second */
+  int threads;               /* entries filled */
+  double latency_ns;         /* dependent-load latency */
+  int from_cache;            /* 1 if read from the cache file, 0 if just measured */
+  char path[512];            /* the cache file */
+} hm_calibration_t;
+int hm_calibration_get(hm_calibration_t *cal);
+/* Replaces the calibration with new figures and writes the cache file. */
+int hm_calibration_store(const hm_calibration_t *cal);
+
+#pragma GCC visibility pop
+#ifdef __cplusplus
+}
+#endif
+#endif /* HETMEM_HETMEM_H */

@@ -1,0 +1,471 @@
+// The C API over the tier registry and the per-tier heaps.
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "alloc/runtime.h"
+#include "base/error.h"
+#include "base/options.h"
+#include "prim/prim.h"
+#include "tier/copy_ops.h"
+
+namespace hm {
+namespace {
+
+std::mutex g_init_mutex;
+std::atomic<int> g_state{0};  // 0: not initialised, 1: ready, 2: failed
+int g_init_code = HM_OK;
+char g_init_message[512];
+std::atomic<uint64_t> g_epoch{1};
+TierHeap *g_heaps[kMaxTiers] = {};
+HugePool *g_huge_2m = nullptr, *g_huge_1g = nullptr;
+bool g_thp = true;
+uint64_t g_retain = 256ull << 20;
+int g_default_tier = 0;
+
+constexpr int kModeDepth = 32;
+thread_local int t_modes[kModeDepth];
+thread_local int t_mode_depth = 0;
+
+int init_locked() {
+  options_load();
+  long verbose = 0, emul = 1, thp = 1;
+  int rc;
+  if ((rc = option_int("HM_VERBOSE", &verbose)) != HM_OK) return rc;
+  set_log_level(static_cast<int>(verbose));
+  if ((rc = option_int("HM_EMUL", &emul)) != HM_OK) return rc;
+  emul_set_enabled(emul != 0);
+  if ((rc = option_int("HM_THP", &thp)) != HM_OK) return rc;
+  g_thp = thp != 0;
+  uint64_t nt = 0, pool_2m = 0, pool_1g = 0, dummy = 0;
+  if ((rc = option_size("HM_NT_THRESHOLD", &nt)) != HM_OK) return rc;
+  set_nt_threshold(nt);
+  if ((rc = option_size("HM_RETAIN", &g_retain)) != HM_OK) return rc;
+  if ((rc = option_size("HM_HUGETLB_POOL", &pool_2m)) != HM_OK) return rc;
+  if ((rc = option_size("HM_HUGETLB_1G", &pool_1g)) != HM_OK) return rc;
+  if ((rc = option_size("HM_POOL_SIZE", &dummy)) != HM_OK) return rc;
+  const char *budget_names[HM_ROLE_COUNT] = {"HM_FAST_BUDGET", "HM_CAPACITY_BUDGET", "HM_PERSISTENT_BUDGET"};
+  uint64_t budgets[HM_ROLE_COUNT] = {};
+  for (int r = 0; r < HM_ROLE_COUNT; ++r)
+    if ((rc = option_size(budget_names[r], &budgets[r])) != HM_OK) return rc;
+
+  if ((rc = tiers_init()) != HM_OK) return rc;
+  for (int i = 0; i < tier_count(); ++i) g_heaps[i] = new TierHeap(tier_get(i));
+  for (int r = 0; r < HM_ROLE_COUNT; ++r) {
+    int t = role_tier(static_cast<hm_role_t>(r));
+    if (t >= 0 && budgets[r]) g_heaps[t]->counters().budget.store(budgets[r]);
+  }
+  if (pool_2m) {
+    g_huge_2m = HugePool::create(pool_2m, prim::kHugePage2M);
+    if (!g_huge_2m)
+      log(1, "HM_HUGETLB_POOL=%s: the kernel has %llu free 2 MiB pages; using transparent huge pages instead",
+          format_size(pool_2m).c_str(), static_cast<unsigned long long>(prim::hugetlb_free_pages(prim::kHugePage2M)));
+  }
+  if (pool_1g) {
+    g_huge_1g = HugePool::create(pool_1g, prim::kHugePage1G);
+    if (!g_huge_1g)
+      log(1, "HM_HUGETLB_1G=%s: no 1 GiB pages are free; using 2 MiB pages instead", format_size(pool_1g).c_str());
+  }
+  int fast = role_tier(HM_FAST);
+  if (fast >= 0) g_heaps[fast]->set_huge_pools(g_huge_2m, g_huge_1g);
+
+  const std::string *def = option_text("HM_DEFAULT_ROLE");
+  g_default_tier = fast;
+  if (def && !def->empty()) {
+    int id = -1;
+    if (tier_find(*def, &id) != HM_OK)
+      return fail(HM_EFORMAT, "HM_DEFAULT_ROLE='%s': %s", def->c_str(), hm_last_error());
+    g_default_tier = id;
+  }
+  return HM_OK;
+}
+
+int tier_of_role(hm_role_t role, int *tier) {
+  if (role < 0 || role >= HM_ROLE_COUNT)
+    return fail(HM_ENOTIER, "unknown role %d (roles: HM_FAST, HM_CAPACITY, HM_PERSISTENT)", static_cast<int>(role));
+  int t = role_tier(role);
+  if (t < 0)
+    return fail(HM_ENOTIER, "no tier has the role '%s' (set it with HM_TIERS=%s=...; known tiers: %s)",
+                role_name(role), role_name(role), known_tier_names().c_str());
+  *tier = t;
+  return HM_OK;
+}
+
+// Preferred allocations fall back fast -> capacity and capacity -> fast; persistent never does.
+void *alloc_chain(int tier, size_t size, size_t align, unsigned flags) {
+  TierHeap *first = heap_of(tier);
+  if (!first) return fail_null(HM_ENOTIER, "unknown tier %d (known: %s)", tier, known_tier_names().c_str());
+  if (align & (align - 1)) return fail_null(HM_EINVAL, "alignment %zu is not a power of two", align);
+  if (size > (size_t{1} << 47)) return fail_null(HM_EINVAL, "size %zu is larger than the address space", size);
+  void *p = first->allocate(size, align, flags);
+  if (p || (flags & HM_STRICT) || first->tier()->backing->is_file()) return p;
+  int chain[2] = {role_tier(HM_CAPACITY), role_tier(HM_FAST)};
+  if (first->tier()->roles & (1u << HM_CAPACITY)) std::swap(chain[0], chain[1]);
+  for (int t : chain) {
+    TierHeap *h = heap_of(t);
+    if (!h || h == first || h->tier()->backing->is_file()) continue;
+    p = h->allocate(size, align, flags);
+    if (p) {
+      first->counters().fallbacks_out.fetch_add(1, std::memory_order_relaxed);
+      h->counters().fallbacks_in.fetch_add(1, std::memory_order_relaxed);
+      log(2, "fallback: %zu bytes for '%s' placed on '%s'", size, first->tier()->name.c_str(), h->tier()->name.c_str());
+      return p;
+    }
+  }
+  return nullptr;
+}
+
+int current_tier() { return t_mode_depth > 0 ? t_modes[t_mode_depth - 1] : g_default_tier; }
+
+}  // namespace
+
+int runtime_ensure() {
+  int s = g_state.load(std::memory_order_acquire);
+  if (__builtin_expect(s == 1, 1)) return HM_OK;
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  s = g_state.load(std::memory_order_acquire);
+  if (s == 0) {
+    int rc;
+    try {
+      rc = init_locked();
+    } catch (...) {
+      rc = fail(HM_EINIT, "initialisation failed: out of memory");
+    }
+    if (rc != HM_OK) {
+      g_init_code = rc;
+      std::snprintf(g_init_message, sizeof g_init_message, "%s", hm_last_error());
+      log(0, "%s", g_init_message);
+      g_state.store(2, std::memory_order_release);
+      return rc;
+    }
+    g_state.store(1, std::memory_order_release);
+    return HM_OK;
+  }
+  if (s == 2) return fail(HM_EINIT, "hetmem is not initialised: %s", g_init_message);
+  return HM_OK;
+}
+
+void runtime_finalize() {
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  if (g_state.load() == 1) {
+    for (auto &h : g_heaps) {
+      delete h;
+      h = nullptr;
+    }
+    delete g_huge_2m;
+    delete g_huge_1g;
+    g_huge_2m = g_huge_1g = nullptr;
+    tiers_finalize();
+    slot_map().reset();
+  }
+  g_epoch.fetch_add(1);
+  g_state.store(0, std::memory_order_release);
+  t_mode_depth = 0;
+}
+
+TierHeap *heap_of(int tier) { return tier >= 0 && tier < kMaxTiers ? g_heaps[tier] : nullptr; }
+uint64_t runtime_epoch() { return g_epoch.load(std::memory_order_relaxed); }
+bool thp_enabled() { return g_thp; }
+uint64_t retain_limit() { return g_retain; }
+
+TierHeap *heap_for(const void *ptr, SlotOwner **owner) {
+  SlotOwner *o = slot_map().get(ptr);
+  if (!o) return nullptr;
+  *owner = o;
+  return heap_of(o->tier);
+}
+
+}  // namespace hm
+
+using namespace hm;
+
+#define HM_GUARD_INT(body)                                           \
+  try {                                                              \
+    body                                                             \
+  } catch (...) {                                                    \
+    return fail(HM_ENOMEM, "internal allocation failed in %s", __func__); \
+  }
+
+extern "C" {
+
+int hm_init(void) { return runtime_ensure(); }
+void hm_finalize(void) { runtime_finalize(); }
+
+int hm_option_count(void) { return option_count(); }
+
+int hm_option_info(int i, const char **name, const char **default_value, const char **doc) {
+  if (i < 0 || i >= option_count()) return fail(HM_EINVAL, "option index %d out of range", i);
+  const OptionSpec &s = option_spec(i);
+  if (name) *name = s.name;
+  if (default_value) *default_value = s.default_value;
+  if (doc) *doc = s.doc;
+  return HM_OK;
+}
+
+int hm_option_get(const char *name, char *value, size_t value_len, char *source, size_t source_len) {
+  HM_GUARD_INT({
+    runtime_ensure();
+    if (!name) return fail(HM_EINVAL, "hm_option_get: name is NULL");
+    OptionSource src;
+    const std::string *text = option_text(name, &src);
+    if (!text) return fail(HM_EINVAL, "unknown option '%s' (see `hetmem options`)", name);
+    if (value && value_len) std::snprintf(value, value_len, "%s", text->c_str());
+    if (source && source_len) std::snprintf(source, source_len, "%s", option_source_name(src));
+    return HM_OK;
+  })
+}
+
+int hm_tier_count(void) { return runtime_ensure() == HM_OK ? tier_count() : 0; }
+
+int hm_tier_info(hm_tier_t tier, hm_tier_info_t *info) {
+  HM_GUARD_INT({
+    int rc = runtime_ensure();
+    if (rc != HM_OK) return rc;
+    Tier *t = tier_get(tier);
+    if (!t) return fail(HM_ENOTIER, "unknown tier %d (known: %s)", tier, known_tier_names().c_str());
+    if (!info) return fail(HM_EINVAL, "hm_tier_info: info is NULL");
+    tier_describe(*t, info);
+    return HM_OK;
+  })
+}
+
+int hm_tier_find(const char *name, hm_tier_t *tier) {
+  HM_GUARD_INT({
+    int rc = runtime_ensure();
+    if (rc != HM_OK) return rc;
+    if (!name || !tier) return fail(HM_EINVAL, "hm_tier_find: name and tier must not be NULL");
+    return tier_find(name, tier);
+  })
+}
+
+int hm_role_tier(hm_role_t role, hm_tier_t *tier) {
+  HM_GUARD_INT({
+    int rc = runtime_ensure();
+    if (rc != HM_OK) return rc;
+    if (!tier) return fail(HM_EINVAL, "hm_role_tier: tier is NULL");
+    return tier_of_role(role, tier);
+  })
+}
+
+const char *hm_role_name(hm_role_t role) { return role_name(role); }
+
+int hm_tier_set_budget(hm_tier_t tier, uint64_t bytes) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  TierHeap *h = heap_of(tier);
+  if (!h) return fail(HM_ENOTIER, "unknown tier %d", tier);
+  h->counters().budget.store(bytes);
+  return HM_OK;
+}
+
+int hm_tier_stats(hm_tier_t tier, hm_tier_stats_t *s) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  TierHeap *h = heap_of(tier);
+  if (!h) return fail(HM_ENOTIER, "unknown tier %d", tier);
+  if (!s) return fail(HM_EINVAL, "hm_tier_stats: stats is NULL");
+  TierCounters &c = h->counters();
+  s->budget = c.budget.load();
+  s->in_use = c.in_use.load();
+  s->high_water = c.high_water.load();
+  s->reserved = c.reserved.load();
+  s->allocs = c.allocs.load();
+  s->frees = c.frees.load();
+  s->fallbacks_in = c.fallbacks_in.load();
+  s->fallbacks_out = c.fallbacks_out.load();
+  s->failures = c.failures.load();
+  s->moves_in = c.moves_in.load();
+  s->bytes_copied_in = c.bytes_copied_in.load();
+  s->emul_charged_ns = h->tier()->emul.charged_ns.load();
+  s->huge_bytes = c.huge_bytes.load();
+  return HM_OK;
+}
+
+void hm_stats_reset(void) {
+  if (runtime_ensure() != HM_OK) return;
+  for (int i = 0; i < tier_count(); ++i) {
+    TierCounters &c = g_heaps[i]->counters();
+    c.high_water.store(c.in_use.load());
+    c.allocs = 0;
+    c.frees = 0;
+    c.fallbacks_in = 0;
+    c.fallbacks_out = 0;
+    c.failures = 0;
+    c.moves_in = 0;
+    c.bytes_copied_in = 0;
+    g_heaps[i]->tier()->emul.charged_ns = 0;
+  }
+}
+
+void hm_stats_print(int fd) {
+  if (runtime_ensure() != HM_OK) return;
+  if (fd != 1) fd = 2;
+  dprintf(fd, "%-22s %-10s %12s %12s %12s %12s %9s %9s %9s\n", "tier", "roles", "budget", "in use",
+          "high water", "reserved", "allocs", "frees", "fallbk-in");
+  for (int i = 0; i < tier_count(); ++i) {
+    hm_tier_stats_t s;
+    hm_tier_stats(i, &s);
+    Tier *t = tier_get(i);
+    std::string roles;
+    for (int r = 0; r < HM_ROLE_COUNT; ++r)
+      if (t->roles & (1u << r)) roles += std::string(roles.empty() ? "" : ",") + role_name(static_cast<hm_role_t>(r));
+    dprintf(fd, "%-22s %-10s %12s %12s %12s %12s %9llu %9llu %9llu\n", t->name.c_str(),
+            roles.empty() ? "-" : roles.c_str(), s.budget ? format_size(s.budget).c_str() : "unlimited",
+            format_size(s.in_use).c_str(), format_size(s.high_water).c_str(), format_size(s.reserved).c_str(),
+            static_cast<unsigned long long>(s.allocs), static_cast<unsigned long long>(s.frees),
+            static_cast<unsigned long long>(s.fallbacks_in));
+  }
+}
+
+void *hm_tier_alloc(hm_tier_t tier, size_t size, size_t align, unsigned flags) {
+  if (runtime_ensure() != HM_OK) return nullptr;
+  return alloc_chain(tier, size, align, flags);
+}
+
+void *hm_alloc(hm_role_t role, size_t size, size_t align, unsigned flags) {
+  if (runtime_ensure() != HM_OK) return nullptr;
+  int tier = -1;
+  if (tier_of_role(role, &tier) != HM_OK) return nullptr;
+  return alloc_chain(tier, size, align, flags);
+}
+
+void *hm_malloc(size_t size) {
+  if (runtime_ensure() != HM_OK) return nullptr;
+  return alloc_chain(current_tier(), size, 16, HM_PREFERRED);
+}
+
+void *hm_calloc(size_t count, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(count, size, &total))
+    return fail_null(HM_EINVAL, "hm_calloc(%zu, %zu): size overflows", count, size);
+  if (runtime_ensure() != HM_OK) return nullptr;
+  return alloc_chain(current_tier(), total, 16, HM_PREFERRED | HM_ZERO);
+}
+
+void hm_free(void *ptr) {
+  if (!ptr) return;
+  SlotOwner *owner = nullptr;
+  TierHeap *h = heap_for(ptr, &owner);
+  if (!h) {
+    fail(HM_ENOTOWNED, "hm_free(%p): not allocated by hetmem; left alone", ptr);
+    return;
+  }
+  h->release(ptr, owner);
+}
+
+size_t hm_usable_size(const void *ptr) {
+  SlotOwner *owner = nullptr;
+  if (!ptr || !heap_for(ptr, &owner)) return 0;
+  return TierHeap::usable_size(ptr, owner);
+}
+
+int hm_ptr_tier(const void *ptr, hm_tier_t *tier) {
+  SlotOwner *owner = nullptr;
+  TierHeap *h = ptr ? heap_for(ptr, &owner) : nullptr;
+  if (!h) return fail(HM_ENOTOWNED, "%p is not memory allocated by hetmem", ptr);
+  if (tier) *tier = h->tier()->id;
+  return HM_OK;
+}
+
+void *hm_realloc(void *ptr, size_t size) {
+  if (!ptr) return hm_malloc(size);
+  if (size == 0) {
+    hm_free(ptr);
+    return nullptr;
+  }
+  SlotOwner *owner = nullptr;
+  TierHeap *h = heap_for(ptr, &owner);
+  if (!h) return fail_null(HM_ENOTOWNED, "hm_realloc(%p): not allocated by hetmem; left alone", ptr);
+  size_t old = TierHeap::usable_size(ptr, owner);
+  if (size <= old && size >= old / 2) return ptr;
+  void *np = alloc_chain(h->tier()->id, size, 16, HM_PREFERRED);
+  if (!np) return nullptr;  // the old block stays valid, as realloc promises
+  SlotOwner *nowner = nullptr;
+  TierHeap *nh = heap_for(np, &nowner);
+  tier_copy(np, ptr, old < size ? old : size, nh->tier(), h->tier());
+  h->release(ptr, owner);
+  return np;
+}
+
+int hm_move(void *ptr, hm_tier_t dst) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  TierHeap *to = heap_of(dst);
+  if (!to) return fail(HM_ENOTIER, "hm_move: unknown tier %d (known: %s)", dst, known_tier_names().c_str());
+  SlotOwner *owner = nullptr;
+  TierHeap *from = ptr ? heap_for(ptr, &owner) : nullptr;
+  if (!from) return fail(HM_ENOTOWNED, "hm_move(%p): not allocated by hetmem", ptr);
+  return from->move_to(ptr, owner, *to);
+}
+
+int hm_copy(void *dst, const void *src, size_t n) {
+  if (n == 0) return HM_OK;
+  if (!dst || !src) return fail(HM_EINVAL, "hm_copy: NULL address");
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  SlotOwner *so = nullptr, *dO = nullptr;
+  TierHeap *sh = heap_for(src, &so), *dh = heap_for(dst, &dO);
+  tier_copy(dst, src, n, dh ? dh->tier() : nullptr, sh ? sh->tier() : nullptr);
+  if (dh) dh->counters().bytes_copied_in.fetch_add(n, std::memory_order_relaxed);
+  return HM_OK;
+}
+
+int hm_mode_push(hm_role_t role) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  int tier = -1;
+  if ((rc = tier_of_role(role, &tier)) != HM_OK) return rc;
+  return hm_mode_push_tier(tier);
+}
+
+int hm_mode_push_tier(hm_tier_t tier) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  if (!heap_of(tier)) return fail(HM_ENOTIER, "hm_mode_push_tier: unknown tier %d (known: %s)", tier,
+                                  known_tier_names().c_str());
+  if (t_mode_depth >= kModeDepth) return fail(HM_EINVAL, "hm_mode_push: more than %d nested modes", kModeDepth);
+  t_modes[t_mode_depth++] = tier;
+  return HM_OK;
+}
+
+int hm_mode_pop(void) {
+  if (t_mode_depth == 0) return fail(HM_EINVAL, "hm_mode_pop: no mode to pop (unbalanced push/pop)");
+  --t_mode_depth;
+  return HM_OK;
+}
+
+hm_tier_t hm_mode_current(void) {
+  if (runtime_ensure() != HM_OK) return -1;
+  return current_tier();
+}
+
+int hm_emul_charge(hm_tier_t tier, uint64_t r, uint64_t w, uint64_t n, uint64_t *charged_ns) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  Tier *t = tier_get(tier);
+  if (!t) return fail(HM_ENOTIER, "hm_emul_charge: unknown tier %d", tier);
+  uint64_t ns = t->emulated() ? emul_charge(*t->profile, t->emul, r, w, n) : 0;
+  if (charged_ns) *charged_ns = ns;
+  return HM_OK;
+}
+
+int hm_calibration_get(hm_calibration_t *cal) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  if (!cal) return fail(HM_EINVAL, "hm_calibration_get: cal is NULL");
+  *cal = calibration();
+  return HM_OK;
+}
+
+int hm_calibration_store(const hm_calibration_t *cal) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  if (!cal) return fail(HM_EINVAL, "hm_calibration_store: cal is NULL");
+  return calibration_replace(*cal);
+}
+
+}  // extern "C"

@@ -1,0 +1,166 @@
+// Iteration arenas (seed 000 §4.1, temporary space): bump allocation over chunks taken from a
+// tier, reset at the end of an iteration, merged into one chunk after growing.
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "alloc/runtime.h"
+#include "base/error.h"
+#include "hetmem/hetmem.h"
+
+struct hm_arena {
+  int tier;
+  unsigned flags;
+  struct Chunk {
+    char *base;
+    size_t size;
+    Chunk *prev;
+  };
+  Chunk *chunk = nullptr;                // the chunk being filled; older ones via prev
+  std::atomic<size_t> offset{0};         // bump pointer inside `chunk`
+  size_t used_before = 0;                // bytes handed out from older chunks
+  size_t capacity = 0;
+  uint64_t chunks = 0, grows = 0, resets = 0, peak = 0;
+  std::mutex grow_mutex;
+};
+
+namespace {
+
+size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
+
+bool add_chunk(hm_arena *a, size_t size) {
+  auto *c = static_cast<hm_arena::Chunk *>(hm_tier_alloc(a->tier, sizeof(hm_arena::Chunk), 16, HM_STRICT));
+  if (!c) return false;
+  c->base = static_cast<char *>(hm_tier_alloc(a->tier, size, 64, HM_STRICT));
+  if (!c->base) {
+    hm_free(c);
+    return false;
+  }
+  c->size = size;
+  c->prev = a->chunk;
+  if (a->chunk) a->used_before += a->offset.load(std::memory_order_relaxed);
+  a->chunk = c;
+  a->offset.store(0, std::memory_order_release);
+  a->capacity += size;
+  ++a->chunks;
+  return true;
+}
+
+void free_chunks(hm_arena *a) {
+  for (hm_arena::Chunk *c = a->chunk; c;) {
+    hm_arena::Chunk *prev = c->prev;
+    hm_free(c->base);
+    hm_free(c);
+    c = prev;
+  }
+  a->chunk = nullptr;
+  a->capacity = 0;
+  a->chunks = 0;
+  a->used_before = 0;
+  a->offset.store(0);
+}
+
+size_t used_now(const hm_arena *a) { return a->used_before + a->offset.load(std::memory_order_relaxed); }
+
+void *grow_and_alloc(hm_arena *a, size_t size, size_t align) {
+  std::lock_guard<std::mutex> lock(a->grow_mutex);
+  if (!a->chunk) {  // an earlier reset could not re-map its chunk
+    if (!add_chunk(a, align_up(size + align > (size_t{1} << 20) ? size + align : size_t{1} << 20, 4096))) return nullptr;
+    ++a->grows;
+  }
+  // Another thread may have grown the arena meanwhile: try the current chunk again.
+  size_t off = align_up(a->offset.load(std::memory_order_acquire), align);
+  if (off + size <= a->chunk->size) {
+    a->offset.store(off + size, std::memory_order_release);
+    return a->chunk->base + off;
+  }
+  size_t next = a->chunk->size * 2;
+  if (next < size + align) next = align_up(size + align, 4096);
+  if (!add_chunk(a, next)) return nullptr;
+  ++a->grows;
+  a->offset.store(size, std::memory_order_release);
+  return a->chunk->base;
+}
+
+}  // namespace
+
+using namespace hm;
+
+extern "C" {
+
+int hm_arena_create(hm_tier_t tier, size_t initial_bytes, unsigned flags, hm_arena_t **out) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  if (!out) return fail(HM_EINVAL, "hm_arena_create: arena is NULL");
+  if (!heap_of(tier)) return fail(HM_ENOTIER, "hm_arena_create: unknown tier %d", tier);
+  void *mem = hm_tier_alloc(tier, sizeof(hm_arena), alignof(hm_arena), HM_STRICT);
+  if (!mem) return hm_last_error_code();
+  auto *a = new (mem) hm_arena();
+  a->tier = tier;
+  a->flags = flags;
+  if (!add_chunk(a, initial_bytes ? align_up(initial_bytes, 4096) : size_t{1} << 20)) {
+    int code = hm_last_error_code();
+    a->~hm_arena();
+    hm_free(mem);
+    return code;
+  }
+  *out = a;
+  return HM_OK;
+}
+
+void *hm_arena_alloc(hm_arena_t *a, size_t size, size_t align) {
+  if (!a) return fail_null(HM_EINVAL, "hm_arena_alloc: arena is NULL");
+  if (align < 16) align = 16;
+  if (align & (align - 1)) return fail_null(HM_EINVAL, "hm_arena_alloc: alignment %zu is not a power of two", align);
+  if (!(a->flags & HM_ARENA_CONCURRENT)) {
+    size_t off = align_up(a->offset.load(std::memory_order_relaxed), align);
+    if (__builtin_expect(a->chunk && off + size <= a->chunk->size, 1)) {
+      a->offset.store(off + size, std::memory_order_relaxed);
+      return a->chunk->base + off;
+    }
+    return grow_and_alloc(a, size, align);
+  }
+  size_t cur = a->offset.load(std::memory_order_relaxed);
+  for (;;) {
+    hm_arena::Chunk *c = a->chunk;
+    size_t off = align_up(cur, align);
+    if (!c || off + size > c->size) return grow_and_alloc(a, size, align);
+    if (a->offset.compare_exchange_weak(cur, off + size, std::memory_order_acq_rel)) return c->base + off;
+  }
+}
+
+void hm_arena_reset(hm_arena_t *a) {
+  if (!a) return;
+  size_t used = used_now(a);
+  if (used > a->peak) a->peak = used;
+  ++a->resets;
+  if (a->chunks > 1) {
+    size_t total = align_up(a->capacity > a->peak ? a->capacity : a->peak, 4096);
+    free_chunks(a);
+    if (!add_chunk(a, total)) add_chunk(a, size_t{1} << 20);  // keep the arena usable
+    return;
+  }
+  a->used_before = 0;
+  a->offset.store(0, std::memory_order_release);
+}
+
+void hm_arena_destroy(hm_arena_t *a) {
+  if (!a) return;
+  free_chunks(a);
+  a->~hm_arena();
+  hm_free(a);
+}
+
+int hm_arena_stats(const hm_arena_t *a, hm_arena_stats_t *s) {
+  if (!a || !s) return fail(HM_EINVAL, "hm_arena_stats: NULL argument");
+  s->used = used_now(a);
+  s->peak = s->used > a->peak ? s->used : a->peak;
+  s->capacity = a->capacity;
+  s->chunks = a->chunks;
+  s->grows = a->grows;
+  s->resets = a->resets;
+  return HM_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,651 @@
+#include "alloc/heap.h"
+
+#include <pthread.h>
+
+#include <cstring>
+#include <new>
+
+#include "alloc/runtime.h"
+#include "base/error.h"
+#include "base/options.h"
+#include "prim/prim.h"
+#include "tier/copy_ops.h"
+
+namespace hm {
+
+// ------------------------------------------------------------------------------------------
+// Size classes: 16-byte steps to 128, then four classes per doubling up to 32 KiB.
+int size_class(size_t s) {
+  if (s <= 128) return s == 0 ? 0 : static_cast<int>((s + 15) >> 4) - 1;
+  int lg = 63 - __builtin_clzll(s - 1);
+  int sub = static_cast<int>((s - 1 - (size_t{1} << lg)) >> (lg - 2));
+  return 8 + (lg - 7) * 4 + sub;
+}
+
+size_t class_size(int c) {
+  if (c < 8) return static_cast<size_t>(c + 1) * 16;
+  int lg = 7 + (c - 8) / 4, sub = (c - 8) % 4;
+  return (size_t{1} << lg) + static_cast<size_t>(sub + 1) * (size_t{1} << (lg - 2));
+}
+
+namespace {
+
+constexpr uint16_t kMediumClass = 0xffff;
+constexpr uint32_t kAllPagesFree = ~uint32_t{1};  // page 0 holds the segment header
+
+uint32_t batch_for(int cls) {
+  size_t n = 16384 / class_size(cls);
+  return static_cast<uint32_t>(n < 4 ? 4 : (n > 64 ? 64 : n));
+}
+
+size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * unit; }
+
+}  // namespace
+
+struct PageDesc {
+  uint32_t block_size;  // small pages: the class size; 0: free
+  uint16_t cls;         // size class, or kMediumClass
+  uint16_t first;       // index of the first page of the run this page belongs to
+  uint32_t span;        // medium runs: pages in the run (first page only)
+  uint64_t usable;      // medium runs: usable bytes (first page only)
+};
+
+struct Segment {
+  SlotOwner owner;
+  Extent extent;
+  uint32_t free_mask;
+  Segment *next;
+  PageDesc pages[kPagesPerSegment];
+};
+static_assert(sizeof(Segment) <= kPageBytes, "segment header must fit in page 0");
+
+struct LargeBlock {
+  SlotOwner owner;
+  Extent extent;
+  size_t usable;
+  HugePool *pool;
+  LargeBlock *next_free;
+};
+
+// ------------------------------------------------------------------------------------------
+// Records for large blocks come from mmap'd chunks, never from malloc, so that the preload
+// library can route malloc here without recursion.
+namespace {
+std::mutex g_meta_mutex;
+LargeBlock *g_meta_free = nullptr;
+
+LargeBlock *meta_alloc() {
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  if (!g_meta_free) {
+    void *mem = nullptr;
+    if (prim::map_anon(kPageBytes, prim::kPageSize, 0, &mem) != HM_OK) return nullptr;
+    auto *arr = static_cast<LargeBlock *>(mem);
+    size_t n = kPageBytes / sizeof(LargeBlock);
+    for (size_t i = 0; i < n; ++i) {
+      arr[i].next_free = g_meta_free;
+      g_meta_free = &arr[i];
+    }
+  }
+  LargeBlock *lb = g_meta_free;
+  g_meta_free = lb->next_free;
+  return lb;
+}
+
+void meta_free(LargeBlock *lb) {
+  std::lock_guard<std::mutex> lock(g_meta_mutex);
+  lb->owner.kind = OwnerKind{0};
+  lb->next_free = g_meta_free;
+  g_meta_free = lb;
+}
+
+// ------------------------------------------------------------------------------------------
+// Thread caches: per thread, per tier, per class, a short list of free blocks.
+struct Bin {
+  void *head;
+  uint32_t count;
+};
+struct ThreadCache {
+  uint64_t epoch;
+  Bin bins[kMaxTiers][kClasses];
+};
+
+__thread ThreadCache *t_cache __attribute__((tls_model("initial-exec"))) = nullptr;
+pthread_key_t g_cache_key;
+pthread_once_t g_cache_key_once = PTHREAD_ONCE_INIT;
+
+void flush_cache(ThreadCache *tc) {
+  if (tc->epoch == runtime_epoch()) {
+    for (int t = 0; t < kMaxTiers; ++t) {
+      TierHeap *h = heap_of(t);
+      for (int c = 0; c < kClasses && h; ++c) {
+        Bin &b = tc->bins[t][c];
+        if (!b.head) continue;
+        void *tail = b.head;
+        while (*static_cast<void **>(tail)) tail = *static_cast<void **>(tail);
+        h->give_back(c, b.head, tail, b.count);
+        b = Bin{nullptr, 0};
+      }
+    }
+  }
+  prim::unmap(tc, round_up(sizeof(ThreadCache), prim::kPageSize));
+}
+
+void cache_destructor(void *p) {
+  t_cache = nullptr;
+  flush_cache(static_cast<ThreadCache *>(p));
+}
+
+void make_cache_key() { pthread_key_create(&g_cache_key, cache_destructor); }
+
+ThreadCache *thread_cache() {
+  ThreadCache *tc = t_cache;
+  if (__builtin_expect(tc != nullptr && tc->epoch == runtime_epoch(), 1)) return tc;
+  if (tc) {  // the runtime was finalized and re-initialised: the cached blocks are gone
+    std::memset(tc->bins, 0, sizeof tc->bins);
+    tc->epoch = runtime_epoch();
+    return tc;
+  }
+  void *mem = nullptr;
+  if (prim::map_anon(round_up(sizeof(ThreadCache), prim::kPageSize), prim::kPageSize, 0, &mem) != HM_OK)
+    return nullptr;
+  tc = static_cast<ThreadCache *>(mem);
+  tc->epoch = runtime_epoch();
+  pthread_once(&g_cache_key_once, make_cache_key);
+  pthread_setspecific(g_cache_key, tc);
+  t_cache = tc;
+  return tc;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------
+TierHeap::~TierHeap() {
+  for (int i = 0; i < kRetainSlots; ++i)
+    if (retained_[i].addr) tier_->backing->unmap(retained_[i]);
+  Segment *s = segments_;
+  while (s) {
+    Segment *next = s->next;
+    Extent e = s->extent;
+    slot_map().clear(e.addr, e.size);
+    tier_->backing->unmap(e);
+    s = next;
+  }
+}
+
+bool TierHeap::charge(uint64_t n) {
+  uint64_t budget = counters_.budget.load(std::memory_order_relaxed), now;
+  if (budget == 0) {
+    now = counters_.in_use.fetch_add(n, std::memory_order_relaxed) + n;
+  } else {
+    uint64_t cur = counters_.in_use.load(std::memory_order_relaxed);
+    do {
+      if (cur + n > budget) return false;
+    } while (!counters_.in_use.compare_exchange_weak(cur, cur + n, std::memory_order_relaxed));
+    now = cur + n;
+  }
+  uint64_t hw = counters_.high_water.load(std::memory_order_relaxed);
+  while (now > hw && !counters_.high_water.compare_exchange_weak(hw, now, std::memory_order_relaxed)) {
+  }
+  counters_.allocs.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void TierHeap::unwind(uint64_t n) {
+  counters_.in_use.fetch_sub(n, std::memory_order_relaxed);
+  counters_.allocs.fetch_sub(1, std::memory_order_relaxed);
+  counters_.failures.fetch_add(1, std::memory_order_relaxed);
+}
+
+void TierHeap::uncharge(uint64_t n) {
+  counters_.in_use.fetch_sub(n, std::memory_order_relaxed);
+  counters_.frees.fetch_add(1, std::memory_order_relaxed);
+}
+
+void *TierHeap::allocate(size_t size, size_t align, unsigned flags) {
+  if (align < 16) align = 16;
+  bool own_mapping = (flags & (HM_MOVABLE | HM_HUGE)) || size > kMediumMax || align > kPageBytes;
+  void *p = nullptr;
+  size_t charged = 0;
+  if (!own_mapping && size <= kSmallMax && align <= 4096) {
+    size_t want = align > 16 ? round_up(size ? size : 1, align) : size;
+    int cls = size_class(want);
+    if (class_size(cls) % align != 0) {  // powers of two are class sizes and multiples of align
+      size_t pow2 = size_t{1} << (64 - __builtin_clzll(want - 1));
+      cls = size_class(pow2);
+    }
+    if (cls < kClasses) {
+      charged = class_size(cls);
+      if (!charge(charged)) goto over_budget;
+      p = allocate_small(cls);
+      if (!p) {
+        unwind(charged);
+        return nullptr;
+      }
+      if (flags & HM_ZERO) std::memset(p, 0, charged);
+      return p;
+    }
+  }
+  if (!own_mapping) {
+    charged = round_up(size ? size : 1, kPageBytes);
+    if (!charge(charged)) goto over_budget;
+    p = allocate_medium(charged);
+    if (!p) {
+      unwind(charged);
+      return nullptr;
+    }
+    if (flags & HM_ZERO) std::memset(p, 0, charged);
+    return p;
+  }
+  charged = round_up(size ? size : 1, prim::kPageSize);
+  if (!charge(charged)) goto over_budget;
+  p = allocate_large(charged, align, flags);
+  if (!p) unwind(charged);
+  return p;
+
+over_budget : {
+  uint64_t budget = counters_.budget.load(), used = counters_.in_use.load();
+  counters_.failures.fetch_add(1, std::memory_order_relaxed);
+  return fail_null(HM_EBUDGET, "tier '%s': request of %s does not fit its budget (%s budget, %s in use, %s remaining)",
+                   tier_->name.c_str(), format_size(size).c_str(), format_size(budget).c_str(),
+                   format_size(used).c_str(), format_size(budget > used ? budget - used : 0).c_str());
+}
+}
+
+void *TierHeap::allocate_small(int cls) {
+  ThreadCache *tc = thread_cache();
+  if (!tc) return fail_null(HM_ENOMEM, "cannot map a thread cache");
+  Bin &b = tc->bins[tier_->id][cls];
+  if (!b.head) {
+    void *head = nullptr;
+    int got = refill(cls, &head, batch_for(cls));
+    if (got <= 0) return nullptr;
+    b.head = head;
+    b.count = static_cast<uint32_t>(got);
+  }
+  void *p = b.head;
+  b.head = *static_cast<void **>(p);
+  --b.count;
+  return p;
+}
+
+int TierHeap::refill(int cls, void **head, uint32_t want) {
+  Central &c = central_[cls];
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    if (c.head) {
+      void *first = c.head, *last = c.head;
+      uint32_t n = 1;
+      while (n < want && *static_cast<void **>(last)) {
+        last = *static_cast<void **>(last);
+        ++n;
+      }
+      c.head = *static_cast<void **>(last);
+      *static_cast<void **>(last) = nullptr;
+      c.count -= n;
+      *head = first;
+      return static_cast<int>(n);
+    }
+  }
+  // Carve a fresh page into blocks: `want` go to the caller, the rest to the central list.
+  Segment *seg = nullptr;
+  size_t page = 0;
+  {
+    std::lock_guard<std::mutex> lock(segment_mutex_);
+    if (!take_pages(1, &seg, &page)) return -1;
+    size_t bs = class_size(cls);
+    seg->pages[page] = PageDesc{static_cast<uint32_t>(bs), static_cast<uint16_t>(cls),
+                                static_cast<uint16_t>(page), 1, 0};
+  }
+  size_t bs = class_size(cls), n = kPageBytes / bs;
+  char *base = static_cast<char *>(seg->extent.addr) + page * kPageBytes;
+  for (size_t i = 0; i + 1 < n; ++i) *reinterpret_cast<void **>(base + i * bs) = base + (i + 1) * bs;
+  *reinterpret_cast<void **>(base + (n - 1) * bs) = nullptr;
+  uint32_t mine = static_cast<uint32_t>(n < want ? n : want);
+  char *last_mine = base + (mine - 1) * bs;
+  if (mine < n) {
+    void *rest = base + mine * bs;
+    *reinterpret_cast<void **>(last_mine) = nullptr;
+    give_back(cls, rest, base + (n - 1) * bs, static_cast<uint32_t>(n - mine));
+  }
+  *head = base;
+  return static_cast<int>(mine);
+}
+
+void TierHeap::give_back(int cls, void *head, void *tail, uint32_t count) {
+  Central &c = central_[cls];
+  std::lock_guard<std::mutex> lock(c.mutex);
+  *static_cast<void **>(tail) = c.head;
+  c.head = head;
+  c.count += count;
+}
+
+Segment *TierHeap::new_segment() {
+  Extent e;
+  if (tier_->backing->map(kSlotSize, kSlotSize, &e) != HM_OK) return nullptr;
+  auto *seg = new (e.addr) Segment{};
+  seg->owner = SlotOwner{OwnerKind::kSegment, tier_->id};
+  seg->extent = e;
+  seg->free_mask = kAllPagesFree;
+  if (!slot_map().set(e.addr, e.size, &seg->owner)) {
+    tier_->backing->unmap(e);
+    return nullptr;
+  }
+  seg->next = segments_;
+  segments_ = seg;
+  counters_.reserved.fetch_add(kSlotSize, std::memory_order_relaxed);
+  return seg;
+}
+
+bool TierHeap::take_pages(size_t count, Segment **out, size_t *first) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (Segment *s = segments_; s; s = s->next) {
+      uint32_t runs = s->free_mask;
+      for (size_t i = 1; i < count && runs; ++i) runs &= s->free_mask >> i;
+      if (!runs) continue;
+      size_t start = static_cast<size_t>(__builtin_ctz(runs));
+      uint32_t bits = (count >= 32 ? ~0u : ((1u << count) - 1)) << start;
+      s->free_mask &= ~bits;
+      *out = s;
+      *first = start;
+      return true;
+    }
+    if (!new_segment()) {
+      fail(tier_->backing->is_file() ? HM_ECAPACITY : HM_ENOMEM, "tier '%s': cannot map a new 2 MiB segment (%s)",
+           tier_->name.c_str(), tier_->backing->describe().c_str());
+      return false;
+    }
+  }
+  return false;
+}
+
+void *TierHeap::allocate_medium(size_t bytes) {
+  size_t pages = bytes / kPageBytes;
+  std::lock_guard<std::mutex> lock(segment_mutex_);
+  Segment *seg = nullptr;
+  size_t first = 0;
+  if (!take_pages(pages, &seg, &first)) return nullptr;
+  for (size_t i = 0; i < pages; ++i)
+    seg->pages[first + i] = PageDesc{0, kMediumClass, static_cast<uint16_t>(first), 0, 0};
+  seg->pages[first].span = static_cast<uint32_t>(pages);
+  seg->pages[first].usable = bytes;
+  return static_cast<char *>(seg->extent.addr) + first * kPageBytes;
+}
+
+void TierHeap::release_medium(Segment *seg, size_t page) {
+  std::lock_guard<std::mutex> lock(segment_mutex_);
+  size_t span = seg->pages[page].span;
+  for (size_t i = 0; i < span; ++i) seg->pages[page + i] = PageDesc{};
+  seg->free_mask |= (span >= 32 ? ~0u : ((1u << span) - 1)) << page;
+}
+
+void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
+  bool want_huge = !(flags & HM_NO_HUGE) && len >= prim::kHugePage2M && !tier_->backing->is_file();
+  Extent e;
+  HugePool *pool = nullptr;
+  bool fresh = false;
+  if (want_huge && tier_->kind == HM_KIND_DRAM && align <= prim::kHugePage2M) {
+    HugePool *order[2] = {len >= prim::kHugePage1G ? huge_1g_ : nullptr, huge_2m_};
+    for (HugePool *hp : order) {
+      if (!hp) continue;
+      void *p = hp->take(len);
+      if (p) {
+        e = Extent{p, round_up(len, hp->page_size()), kNoFileOffset};
+        pool = hp;
+        break;
+      }
+    }
+  }
+  if (!pool) {
+    std::lock_guard<std::mutex> lock(large_mutex_);
+    int best = -1;
+    for (int i = 0; i < kRetainSlots; ++i) {
+      const Extent &r = retained_[i];
+      if (r.addr && r.size >= len && r.size <= 2 * len && (best < 0 || r.size < retained_[best].size) &&
+          (reinterpret_cast<uintptr_t>(r.addr) & (align - 1)) == 0)
+        best = i;
+    }
+    if (best >= 0) {
+      e = retained_[best];
+      retained_[best] = Extent{};
+      retained_bytes_ -= e.size;
+    }
+  }
+  if (!pool && !e.addr) {
+    size_t a = align > kSlotSize ? align : kSlotSize;
+    if (tier_->backing->map(len, a, &e) != HM_OK) {
+      return fail_null(tier_->backing->is_file() ? HM_ECAPACITY : HM_ENOMEM, "tier '%s': cannot map %s (%s)",
+                       tier_->name.c_str(), format_size(len).c_str(), tier_->backing->describe().c_str());
+    }
+    counters_.reserved.fetch_add(e.size, std::memory_order_relaxed);
+    fresh = true;
+    if (want_huge) prim::advise_huge(e.addr, e.size, thp_enabled());
+  }
+  LargeBlock *lb = meta_alloc();
+  if (!lb || !slot_map().set(e.addr, e.size, &lb->owner)) {
+    if (lb) meta_free(lb);
+    if (pool) pool->give(e.addr, e.size);
+    else {
+      tier_->backing->unmap(e);
+      counters_.reserved.fetch_sub(e.size, std::memory_order_relaxed);
+    }
+    return fail_null(HM_ENOMEM, "cannot record a large block");
+  }
+  lb->owner = SlotOwner{OwnerKind::kLarge, tier_->id};
+  lb->extent = e;
+  lb->usable = len;
+  lb->pool = pool;
+  if (pool) counters_.huge_bytes.fetch_add(len, std::memory_order_relaxed);
+  if ((flags & HM_ZERO) && !(fresh && !tier_->backing->is_file())) std::memset(e.addr, 0, len);
+  return e.addr;
+}
+
+void TierHeap::release_large(LargeBlock *lb) {
+  Extent e = lb->extent;
+  slot_map().clear(e.addr, e.size);
+  uncharge(lb->usable);
+  if (lb->pool) {
+    counters_.huge_bytes.fetch_sub(lb->usable, std::memory_order_relaxed);
+    lb->pool->give(e.addr, e.size);
+    meta_free(lb);
+    return;
+  }
+  meta_free(lb);
+  {
+    std::lock_guard<std::mutex> lock(large_mutex_);
+    if (retained_bytes_ + e.size <= retain_limit()) {
+      for (int i = 0; i < kRetainSlots; ++i)
+        if (!retained_[i].addr) {
+          retained_[i] = e;
+          retained_bytes_ += e.size;
+          return;
+        }
+    }
+  }
+  tier_->backing->unmap(e);
+  counters_.reserved.fetch_sub(e.size, std::memory_order_relaxed);
+}
+
+void TierHeap::release(void *ptr, SlotOwner *owner) {
+  if (owner->kind == OwnerKind::kLarge) {
+    auto *lb = reinterpret_cast<LargeBlock *>(owner);
+    if (ptr != lb->extent.addr) {
+      fail(HM_ENOTOWNED, "hm_free(%p): points inside a block of tier '%s' but not at its start", ptr,
+           tier_->name.c_str());
+      return;
+    }
+    release_large(lb);
+    return;
+  }
+  auto *seg = reinterpret_cast<Segment *>(owner);
+  size_t off = static_cast<size_t>(static_cast<char *>(ptr) - static_cast<char *>(seg->extent.addr));
+  size_t page = off >> kPageShift;
+  PageDesc &pd = seg->pages[page];
+  if (pd.cls == kMediumClass) {
+    if (pd.first != page || (off & (kPageBytes - 1)) != 0) {
+      fail(HM_ENOTOWNED, "hm_free(%p): not the start of a block of tier '%s'", ptr, tier_->name.c_str());
+      return;
+    }
+    uncharge(pd.usable);
+    release_medium(seg, page);
+    return;
+  }
+  if (pd.block_size == 0 || page == 0 || (kHetmemDebug && (off & (kPageBytes - 1)) % pd.block_size != 0)) {
+    fail(HM_ENOTOWNED, "hm_free(%p): not the start of a block of tier '%s'", ptr, tier_->name.c_str());
+    return;
+  }
+  int cls = pd.cls;
+  uncharge(pd.block_size);
+  ThreadCache *tc = thread_cache();
+  if (!tc) {
+    *static_cast<void **>(ptr) = nullptr;
+    give_back(cls, ptr, ptr, 1);
+    return;
+  }
+  Bin &b = tc->bins[tier_->id][cls];
+  *static_cast<void **>(ptr) = b.head;
+  b.head = ptr;
+  uint32_t batch = batch_for(cls);
+  if (++b.count > 2 * batch) {
+    void *head = b.head, *tail = head;
+    for (uint32_t i = 1; i < batch; ++i) tail = *static_cast<void **>(tail);
+    b.head = *static_cast<void **>(tail);
+    b.count -= batch;
+    give_back(cls, head, tail, batch);
+  }
+}
+
+size_t TierHeap::usable_size(const void *ptr, SlotOwner *owner) {
+  if (owner->kind == OwnerKind::kLarge) return reinterpret_cast<LargeBlock *>(owner)->usable;
+  auto *seg = reinterpret_cast<Segment *>(owner);
+  size_t page = static_cast<size_t>(static_cast<const char *>(ptr) - static_cast<char *>(seg->extent.addr)) >> kPageShift;
+  const PageDesc &pd = seg->pages[page];
+  if (pd.cls == kMediumClass) return seg->pages[pd.first].usable;
+  return pd.block_size;
+}
+
+int TierHeap::move_to(void *ptr, SlotOwner *owner, TierHeap &dst) {
+  if (owner->kind != OwnerKind::kLarge)
+    return fail(HM_ENOTSUP, "hm_move(%p): the allocation shares its pages with others; allocate it with "
+                "HM_MOVABLE or make it at least 1 MiB", ptr);
+  auto *lb = reinterpret_cast<LargeBlock *>(owner);
+  if (ptr != lb->extent.addr) return fail(HM_EINVAL, "hm_move(%p): not the start of an allocation", ptr);
+  if (lb->pool) return fail(HM_ENOTSUP, "hm_move(%p): the allocation lives in the hugetlb pool", ptr);
+  if (&dst == this) return HM_OK;
+  Tier *st = tier_, *dt = dst.tier_;
+  size_t len = lb->usable;
+  if (!dst.charge(len)) {
+    uint64_t b = dst.counters_.budget.load(), u = dst.counters_.in_use.load();
+    dst.counters_.failures.fetch_add(1, std::memory_order_relaxed);
+    return fail(HM_EBUDGET, "hm_move: tier '%s' cannot take %s (%s budget, %s in use)", dt->name.c_str(),
+                format_size(len).c_str(), format_size(b).c_str(), format_size(u).c_str());
+  }
+  int rc = HM_OK;
+  if (!st->backing->is_file() && !dt->backing->is_file()) {
+    // Anonymous memory on both sides: the pages move to the destination node in place.
+    if (dt->node >= 0 && dt->node != st->node && prim::numa_node_count() > 1)
+      rc = prim::bind_node(lb->extent.addr, lb->extent.size, dt->node, true);
+    if (rc == HM_OK) {
+      if (st->emulated()) emul_charge(*st->profile, st->emul, len, 0, 0);
+      if (dt->emulated()) emul_charge(*dt->profile, dt->emul, 0, len, 0);
+    }
+  } else {
+    // A file on either side: copy into fresh storage of the destination, then map it at the
+    // old address (mremap for anonymous memory, MAP_FIXED for a file).
+    Extent tmp;
+    rc = dt->backing->map(lb->extent.size, kSlotSize, &tmp);
+    if (rc == HM_OK) {
+      tier_copy(tmp.addr, lb->extent.addr, len, dt, st);
+      Extent at = lb->extent;
+      rc = dt->backing->install_at(tmp, &at);
+      if (rc == HM_OK) {
+        st->backing->release_storage(lb->extent);
+        lb->extent = at;
+      } else {
+        dt->backing->unmap(tmp);
+      }
+    }
+  }
+  if (rc != HM_OK) {
+    dst.unwind(len);
+    return fail(rc, "hm_move(%p): moving %s from '%s' to '%s' failed: %s", ptr, format_size(len).c_str(),
+                st->name.c_str(), dt->name.c_str(), hm_strerror(rc));
+  }
+  uncharge(len);
+  counters_.reserved.fetch_sub(lb->extent.size, std::memory_order_relaxed);
+  dst.counters_.reserved.fetch_add(lb->extent.size, std::memory_order_relaxed);
+  dst.counters_.moves_in.fetch_add(1, std::memory_order_relaxed);
+  dst.counters_.bytes_copied_in.fetch_add(len, std::memory_order_relaxed);
+  lb->owner.tier = dt->id;
+  return HM_OK;
+}
+
+// ------------------------------------------------------------------------------------------
+HugePool *HugePool::create(size_t bytes, size_t page_size) {
+  size_t size = round_up(bytes, page_size);
+  void *p = nullptr;
+  if (size == 0 || prim::map_anon(size, page_size, page_size, &p) != HM_OK) return nullptr;
+  auto *pool = new HugePool(static_cast<char *>(p), size, page_size);
+  pool->run_off_[0] = 0;
+  pool->run_len_[0] = size;
+  pool->runs_ = 1;
+  return pool;
+}
+
+HugePool::~HugePool() { prim::unmap(base_, size_); }
+
+bool HugePool::owns(const void *p) const {
+  auto *c = static_cast<const char *>(p);
+  return c >= base_ && c < base_ + size_;
+}
+
+void *HugePool::take(size_t bytes) {
+  size_t len = round_up(bytes, page_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (int i = 0; i < runs_; ++i) {  // runs are kept sorted by offset: first fit
+    if (run_len_[i] < len) continue;
+    size_t off = run_off_[i];
+    run_off_[i] += len;
+    run_len_[i] -= len;
+    if (run_len_[i] == 0) {
+      for (int j = i; j + 1 < runs_; ++j) {
+        run_off_[j] = run_off_[j + 1];
+        run_len_[j] = run_len_[j + 1];
+      }
+      --runs_;
+    }
+    return base_ + off;
+  }
+  return nullptr;
+}
+
+void HugePool::give(void *ptr, size_t bytes) {
+  size_t off = static_cast<size_t>(static_cast<char *>(ptr) - base_), len = round_up(bytes, page_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  int i = 0;
+  while (i < runs_ && run_off_[i] < off) ++i;
+  bool merge_prev = i > 0 && run_off_[i - 1] + run_len_[i - 1] == off;
+  bool merge_next = i < runs_ && off + len == run_off_[i];
+  if (merge_prev && merge_next) {
+    run_len_[i - 1] += len + run_len_[i];
+    for (int j = i; j + 1 < runs_; ++j) {
+      run_off_[j] = run_off_[j + 1];
+      run_len_[j] = run_len_[j + 1];
+    }
+    --runs_;
+  } else if (merge_prev) {
+    run_len_[i - 1] += len;
+  } else if (merge_next) {
+    run_off_[i] = off;
+    run_len_[i] += len;
+  } else if (runs_ < kMaxRuns) {
+    for (int j = runs_; j > i; --j) {
+      run_off_[j] = run_off_[j - 1];
+      run_len_[j] = run_len_[j - 1];
+    }
+    run_off_[i] = off;
+    run_len_[i] = len;
+    ++runs_;
+  }  // else: the run table is full and these pages stay unused until finalize
+}
+
+}  // namespace hm

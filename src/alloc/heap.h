@@ -1,0 +1,113 @@
+// The per-tier heap: small blocks in size classes (thread caches over central lists), medium
+// blocks as runs of 64 KiB pages inside 2 MiB segments, large blocks as their own mappings
+// (movable, huge-page capable), all accounted exactly against the tier's budget.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "alloc/slot_map.h"
+#include "hetmem/hetmem.h"
+#include "tier/tier.h"
+
+namespace hm {
+
+constexpr size_t kPageShift = 16;
+constexpr size_t kPageBytes = size_t{1} << kPageShift;           // 64 KiB
+constexpr size_t kPagesPerSegment = kSlotSize / kPageBytes;      // 32, page 0 holds the header
+constexpr size_t kSmallMax = 32 * 1024;                          // largest size class
+constexpr size_t kMediumMax = size_t{1} << 20;                   // larger: own mapping
+constexpr int kClasses = 40;
+
+int size_class(size_t size);
+size_t class_size(int cls);
+
+struct TierCounters {
+  std::atomic<uint64_t> budget{0}, in_use{0}, high_water{0}, reserved{0};
+  std::atomic<uint64_t> allocs{0}, frees{0}, fallbacks_in{0}, fallbacks_out{0}, failures{0};
+  std::atomic<uint64_t> moves_in{0}, bytes_copied_in{0}, huge_bytes{0};
+};
+
+class HugePool;
+struct Segment;
+struct LargeBlock;
+
+class TierHeap {
+ public:
+  explicit TierHeap(Tier *tier) : tier_(tier) {}
+  ~TierHeap();
+  TierHeap(const TierHeap &) = delete;
+  TierHeap &operator=(const TierHeap &) = delete;
+
+  // Allocates on this tier only. Returns nullptr with HM_EBUDGET when the budget cannot hold
+  // the request, HM_ENOMEM/HM_ECAPACITY when the backing refuses; the error is recorded.
+  void *allocate(size_t size, size_t align, unsigned flags);
+  // Frees a block this heap owns (`owner` from the slot map).
+  void release(void *ptr, SlotOwner *owner);
+  static size_t usable_size(const void *ptr, SlotOwner *owner);
+  int move_to(void *ptr, SlotOwner *owner, TierHeap &dst);
+
+  Tier *tier() const { return tier_; }
+  TierCounters &counters() { return counters_; }
+  void set_huge_pools(HugePool *pool_2m, HugePool *pool_1g) {
+    huge_2m_ = pool_2m;
+    huge_1g_ = pool_1g;
+  }
+  // Refills a thread cache bin (internal: used by the thread cache).
+  int refill(int cls, void **head, uint32_t want);
+  void give_back(int cls, void *head, void *tail, uint32_t count);
+
+ private:
+  bool charge(uint64_t bytes);
+  void uncharge(uint64_t bytes);
+  void unwind(uint64_t bytes);  // takes back a charge whose allocation failed
+  void *allocate_small(int cls);
+  void *allocate_medium(size_t size);
+  void *allocate_large(size_t size, size_t align, unsigned flags);
+  void release_medium(Segment *seg, size_t page);
+  void release_large(LargeBlock *lb);
+  Segment *new_segment();
+  bool take_pages(size_t count, Segment **seg, size_t *first);
+
+  Tier *tier_;
+  TierCounters counters_;
+  HugePool *huge_2m_ = nullptr, *huge_1g_ = nullptr;
+
+  struct Central {
+    std::mutex mutex;
+    void *head = nullptr;
+    uint64_t count = 0;
+  } central_[kClasses];
+
+  std::mutex segment_mutex_;
+  Segment *segments_ = nullptr;
+
+  static constexpr int kRetainSlots = 32;
+  std::mutex large_mutex_;
+  Extent retained_[kRetainSlots] = {};
+  uint64_t retained_bytes_ = 0;
+};
+
+// Pre-reserved hugetlb pages handed out first fit (seed 004, hppmalloc).
+class HugePool {
+ public:
+  static HugePool *create(size_t bytes, size_t page_size);  // nullptr if the kernel has no pages
+  ~HugePool();
+  void *take(size_t bytes);  // rounded up to the page size; nullptr when no run is free
+  void give(void *ptr, size_t bytes);
+  bool owns(const void *ptr) const;
+  size_t page_size() const { return page_; }
+  size_t total() const { return size_; }
+
+ private:
+  HugePool(char *base, size_t size, size_t page) : base_(base), size_(size), page_(page) {}
+  char *base_;
+  size_t size_, page_;
+  std::mutex mutex_;
+  static constexpr int kMaxRuns = 256;
+  size_t run_off_[kMaxRuns] = {}, run_len_[kMaxRuns] = {};
+  int runs_ = 0;
+};
+
+}  // namespace hm

@@ -1,0 +1,26 @@
+// The allocation runtime: one heap per tier, huge-page pools, and process-wide settings.
+#pragma once
+#include <cstdint>
+
+#include "alloc/heap.h"
+
+namespace hm {
+
+#ifdef NDEBUG
+constexpr bool kHetmemDebug = false;
+#else
+constexpr bool kHetmemDebug = true;
+#endif
+
+// Initialises options, tiers and heaps once; returns HM_OK or the failure recorded at the first
+// attempt (every later call returns the same code and message).
+int runtime_ensure();
+void runtime_finalize();
+TierHeap *heap_of(int tier);   // nullptr if no such tier
+uint64_t runtime_epoch();      // changes at every finalize, so thread caches drop stale blocks
+bool thp_enabled();
+uint64_t retain_limit();
+// The heap that owns ptr, or nullptr; *owner receives the slot record.
+TierHeap *heap_for(const void *ptr, SlotOwner **owner);
+
+}  // namespace hm

@@ -1,0 +1,48 @@
+// Maps every 2 MiB slot of the address space to the record that owns it (a segment of small
+// blocks or a large block), so that free() finds an allocation's tier without a search and a
+// pointer hetmem does not own is recognised. Two-level radix table, leaves mapped on demand.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace hm {
+
+constexpr size_t kSlotShift = 21;
+constexpr size_t kSlotSize = size_t{1} << kSlotShift;  // 2 MiB
+
+enum class OwnerKind : uint32_t { kSegment = 0x5e65e601, kLarge = 0x1a46e001 };
+
+// First member of every record stored in the map.
+struct SlotOwner {
+  OwnerKind kind;
+  int tier;
+};
+
+class SlotMap {
+ public:
+  // Records `owner` for every slot that [addr, addr+size) touches. False if a leaf cannot be mapped.
+  bool set(const void *addr, size_t size, SlotOwner *owner);
+  void clear(const void *addr, size_t size);
+  SlotOwner *get(const void *addr) const {
+    uintptr_t slot = reinterpret_cast<uintptr_t>(addr) >> kSlotShift;
+    if (slot >= kSlots) return nullptr;
+    Leaf *leaf = top_[slot >> kLeafBits].load(std::memory_order_acquire);
+    return leaf ? leaf->entry[slot & (kLeafSize - 1)].load(std::memory_order_acquire) : nullptr;
+  }
+  void reset();  // drops every entry (hm_finalize)
+
+ private:
+  static constexpr size_t kSlots = size_t{1} << (48 - kSlotShift);
+  static constexpr size_t kLeafBits = 14;
+  static constexpr size_t kLeafSize = size_t{1} << kLeafBits;
+  struct Leaf {
+    std::atomic<SlotOwner *> entry[kLeafSize];
+  };
+  Leaf *leaf_for(uintptr_t slot);
+  std::atomic<Leaf *> top_[kSlots >> kLeafBits] = {};
+};
+
+SlotMap &slot_map();
+
+}  // namespace hm

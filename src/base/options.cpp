@@ -1,0 +1,153 @@
+#include "base/options.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "base/error.h"
+#include "hetmem/hetmem.h"
+#include "prim/prim.h"
+
+namespace hm {
+namespace {
+
+const OptionSpec kOptions[] = {
+    {"HM_TIERS", "",
+     "role=tier list, e.g. fast=dram,capacity=emul:optane,persistent=file:/var/tmp/hm.pool; "
+     "overrides discovery for the roles it names"},
+    {"HM_FAST_BUDGET", "0", "bytes of the fast tier this process may hold (0 = unlimited), e.g. 2G"},
+    {"HM_CAPACITY_BUDGET", "0", "bytes of the capacity tier this process may hold (0 = unlimited)"},
+    {"HM_PERSISTENT_BUDGET", "0", "bytes of the persistent tier this process may hold (0 = unlimited)"},
+    {"HM_POOL_SIZE", "1G", "size of a file: pool created without an explicit size (file:PATH:SIZE)"},
+    {"HM_HUGETLB_POOL", "0",
+     "bytes of 2 MiB hugetlb pages reserved at start for allocations of 2 MiB or more (first fit)"},
+    {"HM_HUGETLB_1G", "0", "bytes of 1 GiB hugetlb pages reserved at start for allocations of 1 GiB or more"},
+    {"HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free"},
+    {"HM_EMUL", "1", "1: charge the emulated tier's delay; 0: emulated tiers behave as DRAM"},
+    {"HM_CALIBRATION", "", "calibration cache file (default $XDG_CACHE_HOME/hetmem/calibration or ~/.cache/...)"},
+    {"HM_NT_THRESHOLD", "8M", "copies at least this large use non-temporal stores"},
+    {"HM_RETAIN", "256M", "freed large mappings kept per tier for reuse before being returned to the OS"},
+    {"HM_DEFAULT_ROLE", "fast", "role used by hm_malloc outside any hm_mode_push scope"},
+    {"HM_VERBOSE", "0", "0: quiet; 1: log failures; 2: log discovery and decisions"},
+};
+constexpr int kCount = sizeof(kOptions) / sizeof(kOptions[0]);
+
+struct Value {
+  std::string text;
+  OptionSource source = OptionSource::kDefault;
+};
+Value g_values[kCount];
+std::mutex g_mutex;
+
+int index_of(const char *name) {
+  for (int i = 0; i < kCount; ++i)
+    if (std::strcmp(kOptions[i].name, name) == 0) return i;
+  return -1;
+}
+
+}  // namespace
+
+void options_load() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (int i = 0; i < kCount; ++i) {
+    const char *v = prim::env(kOptions[i].name);
+    if (g_values[i].source == OptionSource::kApi) continue;
+    if (v) {
+      g_values[i] = {v, OptionSource::kEnvironment};
+    } else {
+      g_values[i] = {kOptions[i].default_value, OptionSource::kDefault};
+    }
+  }
+}
+
+int option_count() { return kCount; }
+const OptionSpec &option_spec(int i) { return kOptions[i]; }
+
+const std::string *option_text(const char *name, OptionSource *source) {
+  int i = index_of(name);
+  if (i < 0) return nullptr;
+  if (source) *source = g_values[i].source;
+  return &g_values[i].text;
+}
+
+void option_set(const char *name, const std::string &value) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  int i = index_of(name);
+  if (i >= 0) g_values[i] = {value, OptionSource::kApi};
+}
+
+const char *option_source_name(OptionSource s) {
+  switch (s) {
+    case OptionSource::kDefault: return "default";
+    case OptionSource::kEnvironment: return "environment";
+    case OptionSource::kApi: return "api";
+  }
+  return "?";
+}
+
+bool parse_size(const std::string &text, uint64_t *bytes, std::string *error) {
+  const char *s = text.c_str();
+  while (std::isspace(static_cast<unsigned char>(*s))) ++s;
+  if (!std::isdigit(static_cast<unsigned char>(*s)) && *s != '.') {
+    *error = "expected a number with an optional unit K, M, G or T";
+    return false;
+  }
+  char *end = nullptr;
+  double v = std::strtod(s, &end);
+  std::string unit(end);
+  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.back()))) unit.pop_back();
+  for (auto &c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mult = 1;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
+  else {
+    *error = "unknown unit '" + unit + "' (use K, M, G or T)";
+    return false;
+  }
+  double b = v * mult;
+  if (!(b >= 0) || b > 1.8e19) {
+    *error = "value out of range";
+    return false;
+  }
+  *bytes = static_cast<uint64_t>(std::llround(b));
+  return true;
+}
+
+int option_size(const char *name, uint64_t *bytes) {
+  const std::string *t = option_text(name);
+  if (!t) return fail(HM_EINVAL, "unknown option %s", name);
+  std::string err;
+  if (!parse_size(*t, bytes, &err))
+    return fail(HM_EFORMAT, "%s='%s': %s", name, t->c_str(), err.c_str());
+  return HM_OK;
+}
+
+int option_int(const char *name, long *value) {
+  const std::string *t = option_text(name);
+  if (!t) return fail(HM_EINVAL, "unknown option %s", name);
+  char *end = nullptr;
+  long v = std::strtol(t->c_str(), &end, 10);
+  if (t->empty() || *end != '\0') return fail(HM_EFORMAT, "%s='%s': expected an integer", name, t->c_str());
+  *value = v;
+  return HM_OK;
+}
+
+std::string format_size(uint64_t b) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace hm

@@ -1,0 +1,256 @@
+// Linux implementation of the OS primitives.
+#include "prim/prim.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <numa.h>
+#include <numaif.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "hetmem/hetmem.h"
+
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+
+namespace hm::prim {
+
+static int errno_code(int e) { return e == ENOMEM ? HM_ENOMEM : (e == EINVAL ? HM_EINVAL : HM_EIO); }
+
+int map_anon(size_t size, size_t align, size_t huge_page, void **out) {
+  if (size == 0) return HM_EINVAL;
+  if (huge_page) {
+    int shift = huge_page == kHugePage1G ? 30 : 21;
+    void *p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | (shift << MAP_HUGE_SHIFT), -1, 0);
+    if (p == MAP_FAILED) return HM_ENOMEM;
+    *out = p;  // hugetlb mappings are aligned to their page size by the kernel
+    return HM_OK;
+  }
+  if (align < kPageSize) align = kPageSize;
+  size_t span = size + (align > kPageSize ? align : 0);
+  void *p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) return errno_code(errno);
+  uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  uintptr_t aligned = (start + align - 1) & ~(uintptr_t)(align - 1);
+  if (aligned > start) munmap(p, aligned - start);
+  uintptr_t end = aligned + size, span_end = start + span;
+  if (span_end > end) munmap(reinterpret_cast<void *>(end), span_end - end);
+  *out = reinterpret_cast<void *>(aligned);
+  return HM_OK;
+}
+
+int reserve(size_t size, size_t align, void **out) {
+  int rc = map_anon(size, align, 0, out);
+  if (rc == HM_OK) mprotect(*out, size, PROT_NONE);
+  return rc;
+}
+
+int unmap(void *addr, size_t size) { return munmap(addr, size) == 0 ? HM_OK : errno_code(errno); }
+
+int map_file_fixed(void *addr, size_t len, int fd, uint64_t offset, bool try_sync, bool *synced) {
+  *synced = false;
+  if (try_sync) {
+    void *p = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED, fd,
+                   static_cast<off_t>(offset));
+    if (p != MAP_FAILED) {
+      *synced = true;
+      return HM_OK;
+    }
+  }
+  void *p = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, static_cast<off_t>(offset));
+  return p == MAP_FAILED ? errno_code(errno) : HM_OK;
+}
+
+int remap_fixed(void *from, size_t len, void *to) {
+  void *p = mremap(from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+  return p == MAP_FAILED ? errno_code(errno) : HM_OK;
+}
+
+int advise_huge(void *addr, size_t len, bool on) {
+  return madvise(addr, len, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? HM_OK : HM_ENOTSUP;
+}
+
+int advise_dontneed(void *addr, size_t len) {
+  return madvise(addr, len, MADV_DONTNEED) == 0 ? HM_OK : errno_code(errno);
+}
+
+int sync_range(void *addr, size_t len) { return msync(addr, len, MS_SYNC) == 0 ? HM_OK : HM_EIO; }
+
+bool numa_available() {
+  static const bool ok = ::numa_available() >= 0;
+  return ok;
+}
+
+int numa_node_count() { return numa_available() ? numa_num_configured_nodes() : 1; }
+
+int bind_node(void *addr, size_t len, int node, bool move_existing) {
+  if (node < 0 || !numa_available()) return HM_OK;
+  unsigned long mask[16] = {};
+  if (node >= static_cast<int>(sizeof(mask) * 8)) return HM_EINVAL;
+  mask[node / (8 * sizeof(unsigned long))] |= 1ul << (node % (8 * sizeof(unsigned long)));
+  unsigned flags = move_existing ? MPOL_MF_MOVE | MPOL_MF_STRICT : 0;
+  if (mbind(addr, len, MPOL_BIND, mask, sizeof(mask) * 8, flags) != 0) return errno_code(errno);
+  return HM_OK;
+}
+
+int page_node(const void *addr, int *node) {
+  void *page = reinterpret_cast<void *>(reinterpret_cast<uintptr_t>(addr) & ~(uintptr_t)(kPageSize - 1));
+  int status = -1;
+  if (move_pages(0, 1, &page, nullptr, &status, 0) != 0) return errno_code(errno);
+  if (status < 0) return HM_EINVAL;  // -ENOENT: page not yet touched
+  *node = status;
+  return HM_OK;
+}
+
+int node_size(int node, uint64_t *total, uint64_t *free_bytes) {
+  if (!numa_available()) {
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+    *total = static_cast<uint64_t>(pages) * kPageSize;
+    *free_bytes = static_cast<uint64_t>(avail) * kPageSize;
+    return HM_OK;
+  }
+  long long fr = 0;
+  long long t = numa_node_size64(node, &fr);
+  if (t < 0) return HM_EINVAL;
+  *total = static_cast<uint64_t>(t);
+  *free_bytes = static_cast<uint64_t>(fr);
+  return HM_OK;
+}
+
+bool node_has_cpus(int node) {
+  std::string s;
+  if (!read_text("/sys/devices/system/node/node" + std::to_string(node) + "/cpulist", &s)) return node == 0;
+  return s.find_first_of("0123456789") != std::string::npos;
+}
+
+int node_distance(int a, int b) { return numa_available() ? numa_distance(a, b) : (a == b ? 10 : 20); }
+
+int current_node() {
+  unsigned cpu = 0, node = 0;
+  if (getcpu(&cpu, &node) != 0) return 0;
+  return static_cast<int>(node);
+}
+
+int open_pool_file(const std::string &path, uint64_t size, int *fd, uint64_t *actual) {
+  int f = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (f < 0) return HM_EIO;
+  struct stat st;
+  if (fstat(f, &st) != 0) {
+    close(f);
+    return HM_EIO;
+  }
+  uint64_t have = static_cast<uint64_t>(st.st_size);
+  if (size > have) {
+    if (ftruncate(f, static_cast<off_t>(size)) != 0) {
+      close(f);
+      return HM_EIO;
+    }
+    have = size;
+  }
+  if (have == 0) {
+    close(f);
+    return HM_EINVAL;
+  }
+  *fd = f;
+  *actual = have;
+  return HM_OK;
+}
+
+int close_fd(int fd) { return close(fd) == 0 ? HM_OK : HM_EIO; }
+
+bool read_text(const std::string &path, std::string *out) {
+  int f = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f < 0) return false;
+  out->clear();
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(f, buf, sizeof buf)) > 0) out->append(buf, static_cast<size_t>(n));
+  close(f);
+  return n == 0;
+}
+
+bool write_text_atomic(const std::string &path, const std::string &text) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int f = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f < 0) return false;
+  bool ok = write(f, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = (close(f) == 0) && ok;
+  if (ok) ok = rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) unlink(tmp.c_str());
+  return ok;
+}
+
+bool list_dir(const std::string &path, std::string *names) {
+  DIR *d = opendir(path.c_str());
+  if (!d) return false;
+  names->clear();
+  while (struct dirent *e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    names->append(e->d_name);
+    names->push_back('\n');
+  }
+  closedir(d);
+  return true;
+}
+
+bool make_dirs(const std::string &path) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      std::string part = path.substr(0, i);
+      if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return false;
+    }
+  }
+  return true;
+}
+
+const char *env(const char *name) { return getenv(name); }
+
+uint64_t hugetlb_free_pages(size_t page_size) {
+  std::string s;
+  std::string dir = "/sys/kernel/mm/hugepages/hugepages-" + std::to_string(page_size / 1024) + "kB/free_hugepages";
+  if (!read_text(dir, &s)) return 0;
+  return std::strtoull(s.c_str(), nullptr, 10);
+}
+
+bool thp_available() {
+  std::string s;
+  return read_text("/sys/kernel/mm/transparent_hugepage/enabled", &s) && s.find("[never]") == std::string::npos;
+}
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void spin_until_ns(uint64_t deadline) {
+  while (now_ns() < deadline) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+int cpu_count() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+}  // namespace hm::prim

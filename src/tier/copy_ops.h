@@ -1,0 +1,20 @@
+// Copies between tiers, looked up in one table keyed by (source kind, destination kind)
+// (Umpire's MemoryOperationRegistry): adding a tier kind adds rows, not branches at call sites.
+#pragma once
+#include <cstddef>
+
+#include "tier/tier.h"
+
+namespace hm {
+
+// `src_tier`/`dst_tier` may be nullptr for memory hetmem does not own (treated as DRAM).
+using CopyOp = void (*)(void *dst, const void *src, size_t n, Tier *dst_tier, Tier *src_tier);
+
+CopyOp copy_op(hm_tier_kind_t src, hm_tier_kind_t dst);
+void tier_copy(void *dst, const void *src, size_t n, Tier *dst_tier, Tier *src_tier);
+
+// memcpy for small sizes; non-temporal stores at or above the threshold (HM_NT_THRESHOLD).
+void fast_copy(void *dst, const void *src, size_t n);
+void set_nt_threshold(size_t bytes);
+
+}  // namespace hm

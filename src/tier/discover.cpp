@@ -1,0 +1,156 @@
+// Tier discovery: hwloc memory attributes first, then the kernel's sysfs (HMAT access0 initiators,
+// memory tiers), then NUMA distances and CPU-less nodes.
+#include <hwloc.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "base/error.h"
+#include "prim/prim.h"
+#include "tier/tier.h"
+
+namespace hm {
+namespace {
+
+constexpr double kMiBps = 1.048576;  // hwloc reports MiB/s; hetmem uses MB/s
+
+void from_hwloc(std::vector<NodeInfo> &nodes) {
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) != 0) return;
+  if (hwloc_topology_load(topo) != 0) {
+    hwloc_topology_destroy(topo);
+    return;
+  }
+  hwloc_cpuset_t here = hwloc_bitmap_alloc();
+  if (hwloc_get_cpubind(topo, here, HWLOC_CPUBIND_PROCESS) != 0)
+    hwloc_bitmap_copy(here, hwloc_topology_get_topology_cpuset(topo));
+  hwloc_location loc;
+  loc.type = HWLOC_LOCATION_TYPE_CPUSET;
+  loc.location.cpuset = here;
+  int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  for (int i = 0; i < n; ++i) {
+    hwloc_obj_t obj = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
+    for (auto &node : nodes) {
+      if (node.os_index != static_cast<int>(obj->os_index)) continue;
+      if (obj->subtype) node.subtype = obj->subtype;
+      const char *dax = hwloc_obj_get_info_by_name(obj, "DAXType");
+      if ((dax && std::string(dax) == "NVM") || node.subtype == "NVM" || node.subtype == "CXL-NVM")
+        node.is_pmem = true;
+      hwloc_uint64_t v = 0;
+      bool any = false;
+      if (hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_READ_BANDWIDTH, obj, &loc, 0, &v) == 0 && v) {
+        node.read_bw_mbps = static_cast<double>(v) * kMiBps;
+        any = true;
+      }
+      if (hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_WRITE_BANDWIDTH, obj, &loc, 0, &v) == 0 && v) {
+        node.write_bw_mbps = static_cast<double>(v) * kMiBps;
+        any = true;
+      }
+      if (!node.read_bw_mbps &&
+          hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_BANDWIDTH, obj, &loc, 0, &v) == 0 && v) {
+        node.read_bw_mbps = node.write_bw_mbps = static_cast<double>(v) * kMiBps;
+        any = true;
+      }
+      if (hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_READ_LATENCY, obj, &loc, 0, &v) == 0 && v) {
+        node.latency_ns = static_cast<double>(v);
+        any = true;
+      } else if (hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_LATENCY, obj, &loc, 0, &v) == 0 && v) {
+        node.latency_ns = static_cast<double>(v);
+        any = true;
+      }
+      if (any) {
+        node.perf_source = HM_PERF_HWLOC;
+        node.how += "hwloc memattrs; ";
+      }
+      if (!node.subtype.empty()) node.how += "hwloc subtype " + node.subtype + "; ";
+    }
+  }
+  hwloc_bitmap_free(here);
+  hwloc_topology_destroy(topo);
+}
+
+double read_number(const std::string &path) {
+  std::string s;
+  if (!prim::read_text(path, &s)) return 0;
+  return std::strtod(s.c_str(), nullptr);
+}
+
+// Parses a kernel node list such as "0-1,3".
+std::vector<int> parse_nodelist(const std::string &text) {
+  std::vector<int> out;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    if (part.empty() || part[0] == '\n') continue;
+    int a = std::atoi(part.c_str()), b = a;
+    auto dash = part.find('-');
+    if (dash != std::string::npos) b = std::atoi(part.c_str() + dash + 1);
+    for (int i = a; i <= b; ++i) out.push_back(i);
+  }
+  return out;
+}
+
+void from_sysfs(std::vector<NodeInfo> &nodes) {
+  for (auto &node : nodes) {
+    std::string base = "/sys/devices/system/node/node" + std::to_string(node.os_index) + "/access0/initiators/";
+    if (node.perf_source == HM_PERF_NONE) {
+      double rb = read_number(base + "read_bandwidth"), wb = read_number(base + "write_bandwidth");
+      double rl = read_number(base + "read_latency");
+      if (rb > 0 || rl > 0) {
+        node.read_bw_mbps = rb;
+        node.write_bw_mbps = wb > 0 ? wb : rb;
+        node.latency_ns = rl;
+        node.perf_source = HM_PERF_SYSFS;
+        node.how += "sysfs access0 initiators; ";
+      }
+    }
+  }
+  std::string tiers;
+  if (!prim::list_dir("/sys/devices/virtual/memory_tiering", &tiers)) return;
+  std::stringstream in(tiers);
+  std::string name;
+  while (std::getline(in, name)) {
+    if (name.rfind("memory_tier", 0) != 0) continue;
+    int rank = std::atoi(name.c_str() + 11);
+    std::string list;
+    if (!prim::read_text("/sys/devices/virtual/memory_tiering/" + name + "/nodelist", &list) &&
+        !prim::read_text("/sys/devices/virtual/memory_tiering/" + name + "/nodes", &list))
+      continue;
+    for (int id : parse_nodelist(list))
+      for (auto &node : nodes)
+        if (node.os_index == id) {
+          node.memory_tier = rank;
+          node.how += "kernel " + name + "; ";
+        }
+  }
+}
+
+}  // namespace
+
+std::vector<NodeInfo> discover_nodes(int *local_node) {
+  std::vector<NodeInfo> nodes;
+  int count = prim::numa_node_count();
+  *local_node = prim::current_node();
+  std::string online;
+  std::vector<int> ids;
+  if (prim::read_text("/sys/devices/system/node/online", &online)) ids = parse_nodelist(online);
+  if (ids.empty())
+    for (int i = 0; i < count; ++i) ids.push_back(i);
+  for (int id : ids) {
+    NodeInfo n;
+    n.os_index = id;
+    n.has_cpus = prim::node_has_cpus(id);
+    uint64_t fr = 0;
+    prim::node_size(id, &n.capacity, &fr);
+    n.distance = prim::node_distance(*local_node, id);
+    nodes.push_back(n);
+  }
+  from_hwloc(nodes);
+  from_sysfs(nodes);
+  for (auto &n : nodes) {
+    n.how += "distance " + std::to_string(n.distance) + (n.has_cpus ? "" : ", no CPUs");
+  }
+  return nodes;
+}
+
+}  // namespace hm

@@ -1,0 +1,237 @@
+#include "tier/emul.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <string>
+
+#include "base/error.h"
+#include "base/options.h"
+#include "prim/prim.h"
+#include "tier/calibrate.h"
+
+namespace hm {
+namespace {
+
+// Fixed ratios to DRAM from published measurements (DESIGN.md); never tuned afterwards.
+const EmulProfile kProfiles[] = {
+    {"optane", 2.2, 3.5, 0.37, 0.14,
+     "Optane DCPMM App Direct vs DRAM (seed 004, from Peng et al. 2019)"},
+    {"cxl", 2.0, 2.0, 0.50, 0.50, "CXL Type-3 expander: +70-90 ns over local DRAM (Pond), 140-410 ns (Melody)"},
+    {"nvbm", 100.0 / 60.0, 100.0 / 60.0, 1.0, 1.0, "NVBM of seed 003 Table 2: per-access latency only"},
+};
+
+std::atomic<bool> g_enabled{true};
+std::once_flag g_cal_once;
+std::mutex g_cal_mutex;
+hm_calibration_t g_cal;
+
+std::string machine_key() {
+  std::string cpuinfo, model = "unknown";
+  if (prim::read_text("/proc/cpuinfo", &cpuinfo)) {
+    auto pos = cpuinfo.find("model name");
+    if (pos != std::string::npos) {
+      auto colon = cpuinfo.find(':', pos), eol = cpuinfo.find('\n', pos);
+      if (colon != std::string::npos && eol != std::string::npos) model = cpuinfo.substr(colon + 2, eol - colon - 2);
+    }
+  }
+  uint64_t total = 0, fr = 0;
+  prim::node_size(0, &total, &fr);
+  return model + "|cpus=" + std::to_string(prim::cpu_count()) + "|node0=" + std::to_string(total >> 30) + "G";
+}
+
+std::string cache_path() {
+  const std::string *opt = option_text("HM_CALIBRATION");
+  if (opt && !opt->empty()) return *opt;
+  const char *xdg = prim::env("XDG_CACHE_HOME");
+  const char *home = prim::env("HOME");
+  std::string dir = xdg && *xdg ? std::string(xdg) : std::string(home && *home ? home : "/tmp") + "/.cache";
+  return dir + "/hetmem/calibration";
+}
+
+void write_row(std::ostringstream &out, const char *key, const double *v, int n) {
+  out << key << " =";
+  for (int i = 0; i < n; ++i) out << ' ' << v[i];
+  out << '\n';
+}
+
+bool parse_row(const std::string &line, const char *key, double *v, int *n) {
+  size_t klen = std::strlen(key);
+  if (line.compare(0, klen, key) != 0 || line.size() <= klen + 2 || line[klen] != ' ') return false;
+  std::istringstream in(line.substr(line.find('=') + 1));
+  int i = 0;
+  double x;
+  while (i < 64 && in >> x) v[i++] = x;
+  *n = i;
+  return i > 0;
+}
+
+bool load_cache(const std::string &path, hm_calibration_t *cal) {
+  std::string text;
+  if (!prim::read_text(path, &text)) return false;
+  std::istringstream in(text);
+  std::string line, machine;
+  int nr = 0, nw = 0, nc = 0, nl = 0;
+  double lat[64];
+  bool header = false;
+  while (std::getline(in, line)) {
+    if (line == "# hetmem calibration v1") header = true;
+    if (line.rfind("machine = ", 0) == 0) machine = line.substr(10);
+    parse_row(line, "read_bw_mbps", cal->read_bw_mbps, &nr);
+    parse_row(line, "write_bw_mbps", cal->write_bw_mbps, &nw);
+    parse_row(line, "copy_bw_mbps", cal->copy_bw_mbps, &nc);
+    parse_row(line, "latency_ns", lat, &nl);
+  }
+  if (!header || machine != machine_key() || nr == 0 || nr != nw || nr != nc || nl != 1) return false;
+  for (int i = 0; i < nr; ++i)
+    if (!(cal->read_bw_mbps[i] > 0 && cal->write_bw_mbps[i] > 0 && cal->copy_bw_mbps[i] > 0)) return false;
+  if (!(lat[0] > 0)) return false;
+  cal->threads = nr;
+  cal->latency_ns = lat[0];
+  return true;
+}
+
+bool save_cache(const hm_calibration_t &cal) {
+  std::string path = cal.path;
+  auto slash = path.rfind('/');
+  if (slash != std::string::npos) prim::make_dirs(path.substr(0, slash));
+  std::ostringstream out;
+  out << "# hetmem calibration v1\n";
+  out << "# DRAM figures for the emulated tier; written by `hetmem tiers --bench` or on first use\n";
+  out << "machine = " << machine_key() << '\n';
+  write_row(out, "read_bw_mbps", cal.read_bw_mbps, cal.threads);
+  write_row(out, "write_bw_mbps", cal.write_bw_mbps, cal.threads);
+  write_row(out, "copy_bw_mbps", cal.copy_bw_mbps, cal.threads);
+  out << "latency_ns = " << cal.latency_ns << '\n';
+  return prim::write_text_atomic(path, out.str());
+}
+
+// A quick single-thread measurement (about half a second) used when no cache exists.
+void measure_quick(hm_calibration_t *cal) {
+  const size_t bytes = size_t{128} << 20;  // 4x a 32 MiB last-level cache
+  const size_t n = bytes / sizeof(double);
+  void *a = nullptr, *b = nullptr;
+  if (prim::map_anon(bytes, prim::kPageSize, 0, &a) != HM_OK || prim::map_anon(bytes, prim::kPageSize, 0, &b) != HM_OK) {
+    cal->threads = 1;
+    cal->read_bw_mbps[0] = cal->write_bw_mbps[0] = cal->copy_bw_mbps[0] = 10000;
+    cal->latency_ns = 100;
+    return;
+  }
+  auto *da = static_cast<double *>(a), *db = static_cast<double *>(b);
+  kernels::write_fill(da, n, 1.0);
+  kernels::write_fill(db, n, 2.0);
+  double best_r = 0, best_w = 0, best_c = 0;
+  volatile double sink = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    uint64_t t0 = prim::now_ns();
+    sink = sink + kernels::read_sum(da, n);
+    uint64_t t1 = prim::now_ns();
+    kernels::write_fill(db, n, static_cast<double>(rep));
+    uint64_t t2 = prim::now_ns();
+    std::memcpy(db, da, bytes);
+    uint64_t t3 = prim::now_ns();
+    best_r = std::fmax(best_r, bytes * 1e3 / static_cast<double>(t1 - t0));
+    best_w = std::fmax(best_w, bytes * 1e3 / static_cast<double>(t2 - t1));
+    best_c = std::fmax(best_c, bytes * 1e3 / static_cast<double>(t3 - t2));
+  }
+  const size_t stride = 64, slots = (size_t{64} << 20) / stride, steps = size_t{1} << 21;
+  kernels::chase_build(a, slots, stride, 42);
+  uint64_t t0 = prim::now_ns();
+  void *end = kernels::chase_run(a, steps);
+  uint64_t t1 = prim::now_ns();
+  sink = sink + (end ? 1 : 0);
+  prim::unmap(a, bytes);
+  prim::unmap(b, bytes);
+  cal->threads = 1;
+  cal->read_bw_mbps[0] = best_r;
+  cal->write_bw_mbps[0] = best_w;
+  cal->copy_bw_mbps[0] = best_c;
+  cal->latency_ns = static_cast<double>(t1 - t0) / static_cast<double>(steps);
+}
+
+void calibration_init() {
+  hm_calibration_t cal{};
+  std::string path = cache_path();
+  std::snprintf(cal.path, sizeof cal.path, "%s", path.c_str());
+  if (load_cache(path, &cal)) {
+    cal.from_cache = 1;
+  } else {
+    log(2, "no valid calibration in %s: measuring DRAM (one thread)", path.c_str());
+    measure_quick(&cal);
+    cal.from_cache = 0;
+    if (!save_cache(cal)) log(1, "could not write the calibration cache %s", path.c_str());
+  }
+  std::lock_guard<std::mutex> lock(g_cal_mutex);
+  g_cal = cal;
+}
+
+}  // namespace
+
+const EmulProfile *emul_profile(const char *name) {
+  for (const auto &p : kProfiles)
+    if (std::strcmp(p.name, name) == 0) return &p;
+  return nullptr;
+}
+
+const char *emul_profile_names() { return "optane, cxl, nvbm"; }
+
+void emul_set_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+
+const hm_calibration_t &calibration() {
+  std::call_once(g_cal_once, calibration_init);
+  return g_cal;
+}
+
+int calibration_replace(const hm_calibration_t &in) {
+  calibration();
+  hm_calibration_t cal = in;
+  if (cal.threads < 1 || cal.threads > 64 || !(cal.latency_ns > 0))
+    return fail(HM_EINVAL, "calibration: need 1..64 thread entries and a positive latency");
+  for (int i = 0; i < cal.threads; ++i)
+    if (!(cal.read_bw_mbps[i] > 0 && cal.write_bw_mbps[i] > 0 && cal.copy_bw_mbps[i] > 0))
+      return fail(HM_EINVAL, "calibration: bandwidth for %d threads is not positive", i + 1);
+  std::snprintf(cal.path, sizeof cal.path, "%s", g_cal.path);
+  cal.from_cache = 0;
+  if (!save_cache(cal)) return fail(HM_EIO, "cannot write the calibration cache %s", cal.path);
+  std::lock_guard<std::mutex> lock(g_cal_mutex);
+  g_cal = cal;
+  return HM_OK;
+}
+
+double calibration_bw(const double *table, int filled, int threads) {
+  if (filled <= 0) return 1;
+  int i = threads < 1 ? 0 : (threads > filled ? filled - 1 : threads - 1);
+  return table[i];
+}
+
+double emul_extra_ns(const EmulProfile &p, const hm_calibration_t &cal, int threads, uint64_t read_bytes,
+                     uint64_t write_bytes, uint64_t dependent) {
+  // Each of `threads` threads gets 1/threads of the aggregate device bandwidth, so a thread's
+  // bytes take threads/aggregate seconds each on either device.
+  double k = threads < 1 ? 1 : threads;
+  double r_dram = calibration_bw(cal.read_bw_mbps, cal.threads, threads) * 1e6;
+  double w_dram = calibration_bw(cal.write_bw_mbps, cal.threads, threads) * 1e6;
+  double extra_s = static_cast<double>(read_bytes) * k * (1.0 / (p.read_bw * r_dram) - 1.0 / r_dram) +
+                   static_cast<double>(write_bytes) * k * (1.0 / (p.write_bw * w_dram) - 1.0 / w_dram);
+  double extra_ns = extra_s * 1e9 + static_cast<double>(dependent) * (p.random_latency - 1.0) * cal.latency_ns;
+  return extra_ns > 0 ? extra_ns : 0;
+}
+
+uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes, uint64_t write_bytes,
+                     uint64_t dependent) {
+  if (!g_enabled.load(std::memory_order_relaxed)) return 0;
+  if (read_bytes == 0 && write_bytes == 0 && dependent == 0) return 0;
+  uint64_t start = prim::now_ns();
+  int k = state.charging.fetch_add(1, std::memory_order_acq_rel) + 1;
+  double extra = emul_extra_ns(p, calibration(), k, read_bytes, write_bytes, dependent);
+  uint64_t ns = static_cast<uint64_t>(extra);
+  prim::spin_until_ns(start + ns);
+  state.charging.fetch_sub(1, std::memory_order_acq_rel);
+  state.charged_ns.fetch_add(ns, std::memory_order_relaxed);
+  return ns;
+}
+
+}  // namespace hm
