@@ -111,8 +111,9 @@ int hm_arena_create(hm_tier_t tier, size_t initial_bytes, unsigned flags, hm_are
 
 void *hm_arena_alloc(hm_arena_t *a, size_t size, size_t align) {
   if (!a) return fail_null(HM_EINVAL, "hm_arena_alloc: arena is NULL");
-  if (align < 16) align = 16;
   if (align & (align - 1)) return fail_null(HM_EINVAL, "hm_arena_alloc: alignment %zu is not a power of two", align);
+  if (align < 16) align = 16;
+  size = align_up(size ? size : 1, 16);  // keeps the bump pointer 16-byte aligned
   if (!(a->flags & HM_ARENA_CONCURRENT)) {
     size_t off = align_up(a->offset.load(std::memory_order_relaxed), align);
     if (__builtin_expect(a->chunk && off + size <= a->chunk->size, 1)) {

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <new>
+#include <string>
 
 #include "alloc/runtime.h"
 #include "base/error.h"
@@ -350,8 +351,9 @@ bool TierHeap::take_pages(size_t count, Segment **out, size_t *first) {
       return true;
     }
     if (!new_segment()) {
-      fail(tier_->backing->is_file() ? HM_ECAPACITY : HM_ENOMEM, "tier '%s': cannot map a new 2 MiB segment (%s)",
-           tier_->name.c_str(), tier_->backing->describe().c_str());
+      std::string why = hm_last_error();
+      fail(hm_last_error_code() ? hm_last_error_code() : HM_ENOMEM, "tier '%s': cannot map a new 2 MiB segment: %s",
+           tier_->name.c_str(), why.c_str());
       return false;
     }
   }
@@ -412,9 +414,11 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
   }
   if (!pool && !e.addr) {
     size_t a = align > kSlotSize ? align : kSlotSize;
-    if (tier_->backing->map(len, a, &e) != HM_OK) {
-      return fail_null(tier_->backing->is_file() ? HM_ECAPACITY : HM_ENOMEM, "tier '%s': cannot map %s (%s)",
-                       tier_->name.c_str(), format_size(len).c_str(), tier_->backing->describe().c_str());
+    int rc = tier_->backing->map(len, a, &e);
+    if (rc != HM_OK) {
+      std::string why = hm_last_error();  // the backing said what went wrong
+      return fail_null(rc, "tier '%s': cannot allocate %s: %s", tier_->name.c_str(), format_size(len).c_str(),
+                       why.c_str());
     }
     counters_.reserved.fetch_add(e.size, std::memory_order_relaxed);
     fresh = true;

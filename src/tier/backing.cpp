@@ -19,12 +19,12 @@ std::string AnonBacking::describe() const {
 int AnonBacking::do_map(size_t size, size_t align, Extent *out) {
   void *p = nullptr;
   int rc = prim::map_anon(size, align, 0, &p);
-  if (rc != HM_OK) return rc;
+  if (rc != HM_OK) return fail(rc, "mmap of %s refused (%s)", format_size(size).c_str(), hm_strerror(rc));
   if (node_ >= 0 && prim::numa_node_count() > 1) {
     rc = prim::bind_node(p, size, node_, false);
     if (rc != HM_OK) {
       prim::unmap(p, size);
-      return rc;
+      return fail(rc, "mbind to NUMA node %d refused (%s)", node_, hm_strerror(rc));
     }
   }
   *out = Extent{p, size, kNoFileOffset};
@@ -131,7 +131,8 @@ int FileBacking::do_map(size_t size, size_t align, Extent *out) {
   }
   if (rc != HM_OK) {
     give_range(off, len);
-    return rc;
+    return fail(rc, "mapping %s of file pool '%s' failed (%s)", format_size(size).c_str(), path_.c_str(),
+                hm_strerror(rc));
   }
   *out = Extent{addr, size, off};
   return HM_OK;

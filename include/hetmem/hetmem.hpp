@@ -1,0 +1,304 @@
+// hetmem.hpp - the C++ API of hetmem (namespace hm), a thin layer over hetmem.h.
+//
+// - hm::Tier            a tier handle: find by name or role, budget, stats
+// - hm::TierAllocator   an allocator for standard containers (std::vector<T, hm::TierAllocator<T>>)
+// - hm::resource()      a std::pmr::memory_resource per tier or role
+// - hm::Allocator       named allocators looked up by string, as Umpire's "HOST"/"DEVICE"
+// - hm::Buffer<T>       an owning array on a tier (RAII); hm::unique_ptr<T> for single objects
+// - hm::ModeScope       RAII for hm_mode_push/hm_mode_pop;  hm::Arena  RAII iteration arena
+//
+// Errors throw hm::Error (code + hetmem's message); allocation failures throw std::bad_alloc
+// from allocator interfaces, as the standard requires.
+#pragma once
+
+#include <hetmem/hetmem.h>
+
+#include <cctype>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <memory_resource>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+namespace hm {
+
+class Error : public std::runtime_error {
+ public:
+  explicit Error(int code) : std::runtime_error(message(code)), code_(code) {}
+  int code() const noexcept { return code_; }
+
+ private:
+  static std::string message(int code) {
+    std::string detail = hm_last_error();
+    return std::string(hm_strerror(code)) + (detail.empty() ? "" : ": " + detail);
+  }
+  int code_;
+};
+
+inline void check(int rc) {
+  if (rc != HM_OK) throw Error(rc);
+}
+
+enum class Role { fast = HM_FAST, capacity = HM_CAPACITY, persistent = HM_PERSISTENT };
+
+class Tier {
+ public:
+  constexpr explicit Tier(hm_tier_t id = 0) : id_(id) {}
+  // "dram", "emul:optane", "numa:1", "file:/path", or a role name ("fast", "capacity", ...).
+  static Tier find(const std::string &name) {
+    hm_tier_t t;
+    check(hm_tier_find(name.c_str(), &t));
+    return Tier(t);
+  }
+  static Tier of(Role role) {
+    hm_tier_t t;
+    check(hm_role_tier(static_cast<hm_role_t>(role), &t));
+    return Tier(t);
+  }
+  hm_tier_t id() const { return id_; }
+  hm_tier_info_t info() const {
+    hm_tier_info_t i;
+    check(hm_tier_info(id_, &i));
+    return i;
+  }
+  std::string name() const { return info().name; }
+  hm_tier_stats_t stats() const {
+    hm_tier_stats_t s;
+    check(hm_tier_stats(id_, &s));
+    return s;
+  }
+  void set_budget(uint64_t bytes) const { check(hm_tier_set_budget(id_, bytes)); }
+  friend bool operator==(Tier a, Tier b) { return a.id_ == b.id_; }
+
+ private:
+  hm_tier_t id_;
+};
+
+// Allocator for standard containers. Preferred placement by default (falls back when over
+// budget); pass HM_STRICT to fail with std::bad_alloc instead.
+template <class T>
+class TierAllocator {
+ public:
+  using value_type = T;
+  explicit TierAllocator(Tier tier = Tier::of(Role::fast), unsigned flags = HM_PREFERRED) noexcept
+      : tier_(tier), flags_(flags) {}
+  template <class U>
+  TierAllocator(const TierAllocator<U> &o) noexcept : tier_(o.tier()), flags_(o.flags()) {}
+  T *allocate(std::size_t n) {
+    if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
+    void *p = hm_tier_alloc(tier_.id(), n * sizeof(T), alignof(T) > 16 ? alignof(T) : 16, flags_);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T *>(p);
+  }
+  void deallocate(T *p, std::size_t) noexcept { hm_free(p); }
+  Tier tier() const noexcept { return tier_; }
+  unsigned flags() const noexcept { return flags_; }
+  template <class U>
+  bool operator==(const TierAllocator<U> &o) const noexcept {
+    return tier_ == o.tier();  // any instance frees any hetmem pointer
+  }
+
+ private:
+  Tier tier_;
+  unsigned flags_;
+};
+
+// std::pmr resource on one tier.
+class MemoryResource final : public std::pmr::memory_resource {
+ public:
+  explicit MemoryResource(Tier tier, unsigned flags = HM_PREFERRED) : tier_(tier), flags_(flags) {}
+  Tier tier() const { return tier_; }
+
+ private:
+  void *do_allocate(std::size_t bytes, std::size_t align) override {
+    void *p = hm_tier_alloc(tier_.id(), bytes, align > 16 ? align : 16, flags_);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void do_deallocate(void *p, std::size_t, std::size_t) override { hm_free(p); }
+  bool do_is_equal(const std::pmr::memory_resource &o) const noexcept override {
+    auto *m = dynamic_cast<const MemoryResource *>(&o);
+    return m && m->tier_ == tier_;
+  }
+  Tier tier_;
+  unsigned flags_;
+};
+
+// One long-lived resource per tier (valid until hm_finalize).
+inline MemoryResource *resource(Tier tier) {
+  static std::mutex mutex;
+  static std::map<hm_tier_t, std::unique_ptr<MemoryResource>> table;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto &slot = table[tier.id()];
+  if (!slot) slot = std::make_unique<MemoryResource>(tier);
+  return slot.get();
+}
+inline MemoryResource *resource(Role role) { return resource(Tier::of(role)); }
+
+// Named allocators, looked up by string. Every tier is registered under its name and every role
+// under its name in capitals ("FAST", "CAPACITY", "PERSISTENT"); applications add their own
+// ("samrai::temporary_data_allocator") with Allocator::define.
+class Allocator {
+ public:
+  Allocator(std::string name, Tier tier, unsigned flags) : name_(std::move(name)), tier_(tier), flags_(flags) {}
+  void *allocate(std::size_t bytes, std::size_t align = 16) const {
+    void *p = hm_tier_alloc(tier_.id(), bytes, align, flags_);
+    if (!p) throw Error(hm_last_error_code());
+    return p;
+  }
+  void deallocate(void *p) const noexcept { hm_free(p); }
+  const std::string &name() const { return name_; }
+  Tier tier() const { return tier_; }
+  unsigned flags() const { return flags_; }
+
+  static Allocator get(const std::string &name) {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto &reg = registry();
+    auto it = reg.find(name);
+    if (it != reg.end()) return it->second;
+    std::string upper = name;
+    for (auto &c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const char *roles[] = {"FAST", "CAPACITY", "PERSISTENT"};
+    for (int r = 0; r < HM_ROLE_COUNT; ++r)
+      if (upper == roles[r]) return reg.emplace(name, Allocator(name, Tier::of(Role(r)), HM_PREFERRED)).first->second;
+    hm_tier_t t;
+    int rc = hm_tier_find(name.c_str(), &t);
+    if (rc != HM_OK) throw Error(rc);  // the message lists the known tiers
+    return reg.emplace(name, Allocator(name, Tier(t), HM_PREFERRED)).first->second;
+  }
+  // Defines (or redefines) a named allocator.
+  static Allocator define(const std::string &name, Tier tier, unsigned flags = HM_PREFERRED) {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    registry().insert_or_assign(name, Allocator(name, tier, flags));
+    return registry().at(name);
+  }
+
+ private:
+  static std::map<std::string, Allocator> &registry() {
+    static std::map<std::string, Allocator> r;
+    return r;
+  }
+  static std::mutex &registry_mutex() {
+    static std::mutex m;
+    return m;
+  }
+  std::string name_;
+  Tier tier_;
+  unsigned flags_;
+};
+
+struct Deleter {
+  template <class T>
+  void operator()(T *p) const noexcept {
+    if (p) {
+      p->~T();
+      hm_free(p);
+    }
+  }
+};
+template <class T>
+using unique_ptr = std::unique_ptr<T, Deleter>;
+
+template <class T, class... Args>
+unique_ptr<T> make_unique_on(Tier tier, Args &&...args) {
+  void *p = hm_tier_alloc(tier.id(), sizeof(T), alignof(T) > 16 ? alignof(T) : 16, HM_PREFERRED);
+  if (!p) throw Error(hm_last_error_code());
+  try {
+    return unique_ptr<T>(new (p) T(std::forward<Args>(args)...));
+  } catch (...) {
+    hm_free(p);
+    throw;
+  }
+}
+
+// An owning array of trivially copyable T on one tier (fields, particle arrays).
+template <class T>
+class Buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "hm::Buffer holds trivially copyable elements");
+
+ public:
+  Buffer() = default;
+  Buffer(Tier tier, std::size_t n, unsigned flags = HM_PREFERRED | HM_ZERO) : n_(n) {
+    data_ = static_cast<T *>(hm_tier_alloc(tier.id(), n * sizeof(T), alignof(T) > 64 ? alignof(T) : 64, flags));
+    if (!data_ && n) throw Error(hm_last_error_code());
+  }
+  Buffer(Buffer &&o) noexcept : data_(std::exchange(o.data_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  Buffer &operator=(Buffer &&o) noexcept {
+    if (this != &o) {
+      hm_free(data_);
+      data_ = std::exchange(o.data_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+  ~Buffer() { hm_free(data_); }
+
+  T *data() noexcept { return data_; }
+  const T *data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return n_; }
+  T &operator[](std::size_t i) noexcept { return data_[i]; }
+  const T &operator[](std::size_t i) const noexcept { return data_[i]; }
+  T *begin() noexcept { return data_; }
+  T *end() noexcept { return data_ + n_; }
+  Tier tier() const {
+    hm_tier_t t;
+    check(hm_ptr_tier(data_, &t));
+    return Tier(t);
+  }
+  // Moves the buffer to another tier keeping its address (allocate with HM_MOVABLE or >= 1 MiB).
+  void move_to(Tier tier) { check(hm_move(data_, tier.id())); }
+
+ private:
+  T *data_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// Steers hm_malloc (and the preload library) to a role or tier for the scope's lifetime.
+class ModeScope {
+ public:
+  explicit ModeScope(Role role) { check(hm_mode_push(static_cast<hm_role_t>(role))); }
+  explicit ModeScope(Tier tier) { check(hm_mode_push_tier(tier.id())); }
+  ~ModeScope() { hm_mode_pop(); }
+  ModeScope(const ModeScope &) = delete;
+  ModeScope &operator=(const ModeScope &) = delete;
+};
+
+// RAII iteration arena.
+class Arena {
+ public:
+  explicit Arena(Tier tier, std::size_t initial_bytes = 0, unsigned flags = 0) {
+    check(hm_arena_create(tier.id(), initial_bytes, flags, &arena_));
+  }
+  ~Arena() { hm_arena_destroy(arena_); }
+  Arena(const Arena &) = delete;
+  Arena &operator=(const Arena &) = delete;
+  void *allocate(std::size_t bytes, std::size_t align = 16) {
+    void *p = hm_arena_alloc(arena_, bytes, align);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  template <class T>
+  T *allocate_array(std::size_t n) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    return static_cast<T *>(allocate(n * sizeof(T), alignof(T)));
+  }
+  void reset() noexcept { hm_arena_reset(arena_); }
+  hm_arena_stats_t stats() const {
+    hm_arena_stats_t s;
+    check(hm_arena_stats(arena_, &s));
+    return s;
+  }
+  hm_arena_t *get() const noexcept { return arena_; }
+
+ private:
+  hm_arena_t *arena_ = nullptr;
+};
+
+}  // namespace hm

@@ -1,0 +1,135 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "hetmem/hetmem.h"
+#include "../support.h"
+
+class AllocApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(hm_test::configure("fast=dram,capacity=emul:cxl"), HM_OK) << hm_last_error();
+    fast_ = hm_test::tier("fast");
+    cap_ = hm_test::tier("capacity");
+  }
+  void TearDown() override { hm_finalize(); }
+  hm_tier_t fast_ = -1, cap_ = -1;
+};
+
+TEST_F(AllocApi, ImplicitInitialisation) {
+  hm_finalize();
+  void *p = hm_malloc(10);  // no hm_init: the first call initialises
+  ASSERT_NE(p, nullptr);
+  hm_free(p);
+}
+
+TEST_F(AllocApi, ModeScopesSteerHmMalloc) {
+  EXPECT_EQ(hm_mode_current(), fast_);
+  void *a = hm_malloc(1000);
+  ASSERT_EQ(hm_mode_push(HM_CAPACITY), HM_OK);
+  void *b = hm_malloc(1000);
+  ASSERT_EQ(hm_mode_push_tier(fast_), HM_OK);
+  void *c = hm_malloc(1000);
+  ASSERT_EQ(hm_mode_pop(), HM_OK);
+  void *d = hm_calloc(10, 100);
+  ASSERT_EQ(hm_mode_pop(), HM_OK);
+  EXPECT_EQ(hm_mode_pop(), HM_EINVAL) << "unbalanced pop is an error, not a crash";
+  hm_tier_t t;
+  hm_ptr_tier(a, &t);
+  EXPECT_EQ(t, fast_);
+  hm_ptr_tier(b, &t);
+  EXPECT_EQ(t, cap_);
+  hm_ptr_tier(c, &t);
+  EXPECT_EQ(t, fast_);
+  hm_ptr_tier(d, &t);
+  EXPECT_EQ(t, cap_);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(static_cast<char *>(d)[i], 0);
+  // Modes are per thread.
+  ASSERT_EQ(hm_mode_push(HM_CAPACITY), HM_OK);
+  hm_tier_t other_thread = -1;
+  std::thread([&] { other_thread = hm_mode_current(); }).join();
+  EXPECT_EQ(other_thread, fast_);
+  hm_mode_pop();
+  for (void *p : {a, b, c, d}) hm_free(p);
+}
+
+TEST_F(AllocApi, PreferredFallsBackAndCounts) {
+  hm_tier_set_budget(fast_, 1 << 20);
+  void *p = hm_alloc(HM_FAST, 2 << 20, 0, HM_PREFERRED);
+  ASSERT_NE(p, nullptr);
+  hm_tier_t t;
+  hm_ptr_tier(p, &t);
+  EXPECT_EQ(t, cap_);
+  EXPECT_EQ(hm_test::stats(fast_).fallbacks_out, 1u);
+  EXPECT_EQ(hm_test::stats(cap_).fallbacks_in, 1u);
+  EXPECT_EQ(hm_alloc(HM_FAST, 2 << 20, 0, HM_STRICT), nullptr);
+  EXPECT_EQ(hm_last_error_code(), HM_EBUDGET);
+  hm_free(p);
+}
+
+TEST_F(AllocApi, PersistentNeverFallsBack) {
+  std::string pool = hm_test::temp_path("api-pool");
+  ASSERT_EQ(hm_test::configure("capacity=emul:cxl,persistent=file:" + pool + ":8M"), HM_OK);
+  hm_tier_t pers = hm_test::tier("persistent");
+  void *p = hm_alloc(HM_PERSISTENT, 4 << 20, 0, HM_PREFERRED);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(hm_alloc(HM_PERSISTENT, 6 << 20, 0, HM_PREFERRED), nullptr) << "pool is 8 MiB";
+  EXPECT_EQ(hm_last_error_code(), HM_ECAPACITY);
+  EXPECT_NE(std::string(hm_last_error()).find("full"), std::string::npos) << hm_last_error();
+  hm_tier_t t;
+  hm_ptr_tier(p, &t);
+  EXPECT_EQ(t, pers);
+  hm_free(p);
+  hm_finalize();
+  unlink(pool.c_str());
+}
+
+TEST_F(AllocApi, UnknownRoleAndTier) {
+  EXPECT_EQ(hm_alloc(static_cast<hm_role_t>(9), 10, 0, 0), nullptr);
+  EXPECT_EQ(hm_last_error_code(), HM_ENOTIER);
+  EXPECT_EQ(hm_alloc(HM_PERSISTENT, 10, 0, 0), nullptr);
+  EXPECT_NE(std::string(hm_last_error()).find("persistent"), std::string::npos);
+  EXPECT_EQ(hm_tier_alloc(42, 10, 0, 0), nullptr);
+  EXPECT_NE(std::string(hm_last_error()).find("known: dram"), std::string::npos) << hm_last_error();
+  hm_tier_t t;
+  EXPECT_EQ(hm_tier_find("hbm", &t), HM_ENOTIER);
+  EXPECT_NE(std::string(hm_last_error()).find("emul:cxl"), std::string::npos);
+}
+
+TEST_F(AllocApi, ForeignPointersAreReportedAndLeftAlone) {
+  int on_stack = 0;
+  void *mine = hm_malloc(64);
+  hm_tier_stats_t before = hm_test::stats(fast_);
+  hm_free(&on_stack);
+  EXPECT_EQ(hm_last_error_code(), HM_ENOTOWNED);
+  void *libc = std::malloc(100);
+  hm_free(libc);
+  EXPECT_EQ(hm_last_error_code(), HM_ENOTOWNED);
+  std::free(libc);
+  EXPECT_EQ(hm_realloc(&on_stack, 100), nullptr);
+  EXPECT_EQ(hm_usable_size(&on_stack), 0u);
+  void *big = hm_tier_alloc(fast_, 4 << 20, 0, 0);
+  hm_free(static_cast<char *>(big) + 4096);  // inside a block, not its start
+  EXPECT_EQ(hm_last_error_code(), HM_ENOTOWNED);
+  hm_tier_stats_t after = hm_test::stats(fast_);
+  EXPECT_EQ(after.in_use, before.in_use + (4 << 20)) << "state untouched by the bad frees";
+  hm_free(big);
+  hm_free(mine);
+  hm_free(nullptr);
+}
+
+TEST_F(AllocApi, CallocOverflowIsAnError) {
+  EXPECT_EQ(hm_calloc(SIZE_MAX / 2, 4), nullptr);
+  EXPECT_EQ(hm_last_error_code(), HM_EINVAL);
+}
+
+TEST_F(AllocApi, StatsResetKeepsInUse) {
+  void *p = hm_malloc(5000);
+  hm_stats_reset();
+  hm_tier_stats_t s = hm_test::stats(fast_);
+  EXPECT_EQ(s.allocs, 0u);
+  EXPECT_EQ(s.high_water, s.in_use);
+  EXPECT_GT(s.in_use, 0u);
+  hm_free(p);
+}

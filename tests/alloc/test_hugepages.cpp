@@ -1,0 +1,89 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "hetmem/hetmem.h"
+#include "prim/prim.h"
+#include "../support.h"
+
+namespace {
+
+// The smaps block of the mapping that contains addr.
+std::string smaps_of(const void *addr) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line, block;
+  bool inside = false;
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  while (std::getline(in, line)) {
+    unsigned long lo, hi;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's header line
+      if (inside) break;
+      inside = a >= lo && a < hi;
+    }
+    if (inside) block += line + "\n";
+  }
+  return block;
+}
+
+// Makes sure the kernel has `pages` free 2 MiB pages (root may reserve them); false if not.
+bool ensure_hugepages(unsigned pages) {
+  if (hm::prim::hugetlb_free_pages(hm::prim::kHugePage2M) >= pages) return true;
+  std::ofstream("/proc/sys/vm/nr_hugepages") << pages + 8;
+  return hm::prim::hugetlb_free_pages(hm::prim::kHugePage2M) >= pages;
+}
+
+}  // namespace
+
+TEST(HugePages, PoolServesLargeAllocationsFirstFit) {
+  if (!ensure_hugepages(8))
+    GTEST_SKIP() << "no free 2 MiB hugetlb pages and /proc/sys/vm/nr_hugepages is not writable";
+  ASSERT_EQ(hm_test::configure("", "HM_HUGETLB_POOL", "16M"), HM_OK);
+  hm_tier_t fast = hm_test::tier("fast");
+  void *a = hm_alloc(HM_FAST, 4 << 20, 0, 0);
+  void *b = hm_alloc(HM_FAST, 3 << 20, 0, 0);  // rounds to 4 MiB of pages
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % (2 << 20), 0u);
+  EXPECT_EQ(static_cast<char *>(b) - static_cast<char *>(a), 4 << 20) << "first fit: b follows a";
+  std::memset(a, 1, 4 << 20);
+  EXPECT_EQ(hm_test::stats(fast).huge_bytes, (4u << 20) + (3u << 20));
+  EXPECT_NE(smaps_of(a).find("KernelPageSize:     2048 kB"), std::string::npos) << smaps_of(a);
+  hm_free(a);
+  void *c = hm_alloc(HM_FAST, 2 << 20, 0, 0);
+  EXPECT_EQ(c, a) << "the freed run is reused first";
+  void *big = hm_alloc(HM_FAST, 12 << 20, 0, 0);  // does not fit the rest of the pool: THP fallback
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(hm_test::stats(fast).huge_bytes, (2u << 20) + (3u << 20));
+  void *small = hm_alloc(HM_FAST, 1 << 20, 0, 0);
+  EXPECT_FALSE(small >= a && small < static_cast<char *>(a) + (16 << 20)) << "below 2 MiB: not from the pool";
+  for (void *p : {b, c, big, small}) hm_free(p);
+  EXPECT_EQ(hm_test::stats(fast).huge_bytes, 0u);
+  hm_finalize();
+}
+
+TEST(HugePages, TransparentHugePagesWhenNoPool) {
+  if (!hm::prim::thp_available()) GTEST_SKIP() << "transparent huge pages are disabled on this kernel";
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+  void *p = hm_alloc(HM_FAST, 8 << 20, 0, 0);
+  ASSERT_NE(p, nullptr);
+  EXPECT_NE(smaps_of(p).find(" hg"), std::string::npos) << "madvise(MADV_HUGEPAGE) set:\n" << smaps_of(p);
+  void *q = hm_alloc(HM_FAST, 8 << 20, 0, HM_NO_HUGE);
+  EXPECT_EQ(smaps_of(q).find(" hg"), std::string::npos) << "HM_NO_HUGE respected";
+  hm_free(p);
+  hm_free(q);
+  hm_finalize();
+}
+
+TEST(HugePages, MissingPoolFallsBackQuietly) {
+  // Ask for far more hugetlb memory than any machine here reserves: hetmem falls back to THP.
+  ASSERT_EQ(hm_test::configure("", "HM_HUGETLB_POOL", "64T"), HM_OK);
+  void *p = hm_alloc(HM_FAST, 4 << 20, 0, 0);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(hm_test::stats(hm_test::tier("fast")).huge_bytes, 0u);
+  hm_free(p);
+  hm_finalize();
+}

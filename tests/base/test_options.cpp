@@ -1,0 +1,67 @@
+#include <gtest/gtest.h>
+
+#include "base/options.h"
+#include "hetmem/hetmem.h"
+#include "../support.h"
+
+using namespace hm;
+
+TEST(Options, ParseSizes) {
+  struct Case {
+    const char *text;
+    uint64_t bytes;
+  } cases[] = {{"0", 0}, {"4096", 4096}, {"4K", 4096}, {"2M", 2u << 20}, {"2G", 2ull << 30},
+               {"1.5G", 3ull << 29}, {"512MiB", 512ull << 20}, {"1gb", 1ull << 30}, {"3T", 3ull << 40},
+               {" 8M ", 8u << 20}};
+  for (const auto &c : cases) {
+    uint64_t b = 1;
+    std::string err;
+    EXPECT_TRUE(parse_size(c.text, &b, &err)) << c.text << ": " << err;
+    EXPECT_EQ(b, c.bytes) << c.text;
+  }
+}
+
+TEST(Options, RejectMalformedSizes) {
+  for (const char *text : {"", "G", "two", "2X", "-1G", "1..2", "2 GG"}) {
+    uint64_t b = 0;
+    std::string err;
+    EXPECT_FALSE(parse_size(text, &b, &err)) << text;
+    EXPECT_FALSE(err.empty());
+  }
+}
+
+TEST(Options, MalformedBudgetFailsInitNamingTheVariable) {
+  EXPECT_EQ(hm_test::configure("", "HM_FAST_BUDGET", "2 apples"), HM_EFORMAT);
+  std::string msg = hm_last_error();
+  EXPECT_NE(msg.find("HM_FAST_BUDGET"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("2 apples"), std::string::npos) << msg;
+  // Every later call fails the same way instead of returning a silent NULL.
+  EXPECT_EQ(hm_malloc(16), nullptr);
+  EXPECT_EQ(hm_last_error_code(), HM_EINIT);
+  EXPECT_NE(std::string(hm_last_error()).find("HM_FAST_BUDGET"), std::string::npos);
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+}
+
+TEST(Options, EffectiveValuesAndSources) {
+  ASSERT_EQ(hm_test::configure("", "HM_FAST_BUDGET", "3G"), HM_OK);
+  char value[64], source[32];
+  ASSERT_EQ(hm_option_get("HM_FAST_BUDGET", value, sizeof value, source, sizeof source), HM_OK);
+  EXPECT_STREQ(value, "3G");
+  EXPECT_STREQ(source, "environment");
+  ASSERT_EQ(hm_option_get("HM_RETAIN", value, sizeof value, source, sizeof source), HM_OK);
+  EXPECT_STREQ(source, "default");
+  EXPECT_EQ(hm_option_get("HM_NOPE", value, sizeof value, source, sizeof source), HM_EINVAL);
+  EXPECT_GT(hm_option_count(), 10);
+  const char *name, *def, *doc;
+  ASSERT_EQ(hm_option_info(0, &name, &def, &doc), HM_OK);
+  EXPECT_STREQ(name, "HM_TIERS");
+  hm_tier_stats_t s{};
+  ASSERT_EQ(hm_tier_stats(hm_test::tier("fast"), &s), HM_OK);
+  EXPECT_EQ(s.budget, 3ull << 30);
+}
+
+TEST(Options, UnknownDefaultRoleIsAnError) {
+  EXPECT_EQ(hm_test::configure("", "HM_DEFAULT_ROLE", "fastest"), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("HM_DEFAULT_ROLE"), std::string::npos);
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+}

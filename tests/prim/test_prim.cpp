@@ -1,0 +1,85 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "hetmem/hetmem.h"
+#include "prim/prim.h"
+#include "../support.h"
+
+using namespace hm;
+
+TEST(Prim, MapAnonIsAlignedAndZeroed) {
+  for (size_t align : {size_t{4096}, size_t{2} << 20, size_t{64} << 20}) {
+    void *p = nullptr;
+    ASSERT_EQ(prim::map_anon(3 << 20, align, 0, &p), HM_OK);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % align, 0u) << "align " << align;
+    EXPECT_EQ(static_cast<char *>(p)[12345], 0);
+    std::memset(p, 7, 3 << 20);
+    EXPECT_EQ(prim::unmap(p, 3 << 20), HM_OK);
+  }
+}
+
+TEST(Prim, MapAnonRejectsZeroSize) {
+  void *p = nullptr;
+  EXPECT_EQ(prim::map_anon(0, 4096, 0, &p), HM_EINVAL);
+}
+
+TEST(Prim, PageNodeOfTouchedPage) {
+  void *p = nullptr;
+  ASSERT_EQ(prim::map_anon(4096, 4096, 0, &p), HM_OK);
+  static_cast<char *>(p)[0] = 1;
+  int node = -1;
+  ASSERT_EQ(prim::page_node(p, &node), HM_OK);
+  EXPECT_GE(node, 0);
+  EXPECT_LT(node, prim::numa_node_count());
+  prim::unmap(p, 4096);
+}
+
+TEST(Prim, BindToLocalNodeAndMove) {
+  void *p = nullptr;
+  ASSERT_EQ(prim::map_anon(1 << 20, 4096, 0, &p), HM_OK);
+  std::memset(p, 1, 1 << 20);
+  int node = prim::current_node();
+  if (prim::numa_node_count() > 1 || prim::numa_available()) {
+    EXPECT_EQ(prim::bind_node(p, 1 << 20, node, true), HM_OK);
+    int where = -1;
+    ASSERT_EQ(prim::page_node(p, &where), HM_OK);
+    EXPECT_EQ(where, node);
+  }
+  prim::unmap(p, 1 << 20);
+}
+
+TEST(Prim, PoolFileCreateGrowAndErrors) {
+  std::string path = hm_test::temp_path("prim-pool");
+  int fd = -1;
+  uint64_t size = 0;
+  ASSERT_EQ(prim::open_pool_file(path, 4 << 20, &fd, &size), HM_OK);
+  EXPECT_EQ(size, 4u << 20);
+  prim::close_fd(fd);
+  ASSERT_EQ(prim::open_pool_file(path, 0, &fd, &size), HM_OK) << "an existing file keeps its size";
+  EXPECT_EQ(size, 4u << 20);
+  prim::close_fd(fd);
+  unlink(path.c_str());
+  EXPECT_EQ(prim::open_pool_file("/nonexistent-dir/x/pool", 1 << 20, &fd, &size), HM_EIO);
+  std::string empty = hm_test::temp_path("prim-empty");
+  EXPECT_EQ(prim::open_pool_file(empty, 0, &fd, &size), HM_EINVAL) << "a new empty file needs a size";
+  unlink(empty.c_str());
+}
+
+TEST(Prim, RemapFixedMovesContents) {
+  void *a = nullptr, *b = nullptr;
+  ASSERT_EQ(prim::map_anon(1 << 20, 4096, 0, &a), HM_OK);
+  ASSERT_EQ(prim::map_anon(1 << 20, 4096, 0, &b), HM_OK);
+  std::memset(a, 0x5a, 1 << 20);
+  ASSERT_EQ(prim::remap_fixed(a, 1 << 20, b), HM_OK);
+  EXPECT_EQ(static_cast<unsigned char *>(b)[777], 0x5a);
+  prim::unmap(b, 1 << 20);
+}
+
+TEST(Prim, SpinWaitsAtLeastTheDeadline) {
+  uint64_t t0 = prim::now_ns();
+  prim::spin_until_ns(t0 + 2'000'000);
+  EXPECT_GE(prim::now_ns() - t0, 2'000'000u);
+}

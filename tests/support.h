@@ -1,0 +1,41 @@
+// Helpers shared by the test suites: reconfigure hetmem with a given HM_TIERS and temporary pool
+// files, and read accounting.
+#pragma once
+#include <gtest/gtest.h>
+#include <hetmem/hetmem.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace hm_test {
+
+inline std::string temp_path(const std::string &stem) {
+  const char *dir = std::getenv("TMPDIR");
+  return std::string(dir && *dir ? dir : "/tmp") + "/hetmem-test-" + stem + "-" + std::to_string(getpid());
+}
+
+// Re-initialises hetmem with HM_TIERS=`tiers` (and nothing else from a previous test).
+inline int configure(const std::string &tiers, const char *extra_name = nullptr, const char *extra_value = nullptr) {
+  hm_finalize();
+  for (const char *v : {"HM_TIERS", "HM_FAST_BUDGET", "HM_CAPACITY_BUDGET", "HM_PERSISTENT_BUDGET",
+                        "HM_HUGETLB_POOL", "HM_HUGETLB_1G", "HM_DEFAULT_ROLE", "HM_POOL_SIZE"})
+    unsetenv(v);
+  if (!tiers.empty()) setenv("HM_TIERS", tiers.c_str(), 1);
+  if (extra_name) setenv(extra_name, extra_value, 1);
+  return hm_init();
+}
+
+inline hm_tier_stats_t stats(hm_tier_t t) {
+  hm_tier_stats_t s{};
+  EXPECT_EQ(hm_tier_stats(t, &s), HM_OK);
+  return s;
+}
+
+inline hm_tier_t tier(const char *name) {
+  hm_tier_t t = -1;
+  EXPECT_EQ(hm_tier_find(name, &t), HM_OK) << hm_last_error();
+  return t;
+}
+
+}  // namespace hm_test
