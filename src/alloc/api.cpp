@@ -14,13 +14,15 @@
 #include "tier/copy_ops.h"
 
 namespace hm {
+
+std::atomic<uint64_t> g_runtime_epoch{1};
+
 namespace {
 
 std::mutex g_init_mutex;
 std::atomic<int> g_state{0};  // 0: not initialised, 1: ready, 2: failed
 int g_init_code = HM_OK;
 char g_init_message[512];
-std::atomic<uint64_t> g_epoch{1};
 TierHeap *g_heaps[kMaxTiers] = {};
 HugePool *g_huge_2m = nullptr, *g_huge_1g = nullptr;
 bool g_thp = true;
@@ -162,13 +164,12 @@ void runtime_finalize() {
     tiers_finalize();
     slot_map().reset();
   }
-  g_epoch.fetch_add(1);
+  g_runtime_epoch.fetch_add(1);
   g_state.store(0, std::memory_order_release);
   t_mode_depth = 0;
 }
 
 TierHeap *heap_of(int tier) { return tier >= 0 && tier < kMaxTiers ? g_heaps[tier] : nullptr; }
-uint64_t runtime_epoch() { return g_epoch.load(std::memory_order_relaxed); }
 bool thp_enabled() { return g_thp; }
 uint64_t retain_limit() { return g_retain; }
 
@@ -273,8 +274,7 @@ int hm_tier_stats(hm_tier_t tier, hm_tier_stats_t *s) {
   s->in_use = c.in_use.load();
   s->high_water = c.high_water.load();
   s->reserved = c.reserved.load();
-  s->allocs = c.allocs.load();
-  s->frees = c.frees.load();
+  h->event_counts(&s->allocs, &s->frees);
   s->fallbacks_in = c.fallbacks_in.load();
   s->fallbacks_out = c.fallbacks_out.load();
   s->failures = c.failures.load();
@@ -290,8 +290,7 @@ void hm_stats_reset(void) {
   for (int i = 0; i < tier_count(); ++i) {
     TierCounters &c = g_heaps[i]->counters();
     c.high_water.store(c.in_use.load());
-    c.allocs = 0;
-    c.frees = 0;
+    g_heaps[i]->reset_event_counts();
     c.fallbacks_in = 0;
     c.fallbacks_out = 0;
     c.failures = 0;

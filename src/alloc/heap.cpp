@@ -34,10 +34,18 @@ namespace {
 constexpr uint16_t kMediumClass = 0xffff;
 constexpr uint32_t kAllPagesFree = ~uint32_t{1};  // page 0 holds the segment header
 
-uint32_t batch_for(int cls) {
-  size_t n = 16384 / class_size(cls);
-  return static_cast<uint32_t>(n < 4 ? 4 : (n > 64 ? 64 : n));
-}
+// Blocks moved between a thread cache and the central list at a time, per class.
+struct BatchTable {
+  uint32_t batch[kClasses];
+  BatchTable() {
+    for (int c = 0; c < kClasses; ++c) {
+      size_t n = 16384 / class_size(c);
+      batch[c] = static_cast<uint32_t>(n < 4 ? 4 : (n > 64 ? 64 : n));
+    }
+  }
+};
+const BatchTable kBatches;
+inline uint32_t batch_for(int cls) { return kBatches.batch[cls]; }
 
 size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * unit; }
 
@@ -105,27 +113,48 @@ struct Bin {
   void *head;
   uint32_t count;
 };
+// Event counts of small-block traffic are kept per thread (written only by their thread, read by
+// hm_tier_stats), so the fast path has a single atomic: the tier's bytes in use.
 struct ThreadCache {
   uint64_t epoch;
+  ThreadCache *next, *prev;  // registry of live caches
+  std::atomic<uint64_t> allocs[kMaxTiers], frees[kMaxTiers];
   Bin bins[kMaxTiers][kClasses];
 };
+std::mutex g_registry_mutex;
+ThreadCache *g_registry = nullptr;
+
+inline void bump(std::atomic<uint64_t> &c) { c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
 
 __thread ThreadCache *t_cache __attribute__((tls_model("initial-exec"))) = nullptr;
 pthread_key_t g_cache_key;
 pthread_once_t g_cache_key_once = PTHREAD_ONCE_INIT;
 
 void flush_cache(ThreadCache *tc) {
-  if (tc->epoch == runtime_epoch()) {
-    for (int t = 0; t < kMaxTiers; ++t) {
+  bool live = tc->epoch == runtime_epoch();
+  {
+    // Counts move to the tiers and the cache leaves the registry in one step, so that
+    // hm_tier_stats never sees them twice or not at all.
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    for (int t = 0; t < kMaxTiers && live; ++t) {
       TierHeap *h = heap_of(t);
-      for (int c = 0; c < kClasses && h; ++c) {
-        Bin &b = tc->bins[t][c];
-        if (!b.head) continue;
-        void *tail = b.head;
-        while (*static_cast<void **>(tail)) tail = *static_cast<void **>(tail);
-        h->give_back(c, b.head, tail, b.count);
-        b = Bin{nullptr, 0};
-      }
+      if (!h) continue;
+      h->counters().allocs.fetch_add(tc->allocs[t].load(std::memory_order_relaxed), std::memory_order_relaxed);
+      h->counters().frees.fetch_add(tc->frees[t].load(std::memory_order_relaxed), std::memory_order_relaxed);
+    }
+    if (tc->prev) tc->prev->next = tc->next;
+    else g_registry = tc->next;
+    if (tc->next) tc->next->prev = tc->prev;
+  }
+  for (int t = 0; t < kMaxTiers && live; ++t) {
+    TierHeap *h = heap_of(t);
+    for (int c = 0; c < kClasses && h; ++c) {
+      Bin &b = tc->bins[t][c];
+      if (!b.head) continue;
+      void *tail = b.head;
+      while (*static_cast<void **>(tail)) tail = *static_cast<void **>(tail);
+      h->give_back(c, b.head, tail, b.count);
+      b = Bin{nullptr, 0};
     }
   }
   prim::unmap(tc, round_up(sizeof(ThreadCache), prim::kPageSize));
@@ -143,14 +172,24 @@ ThreadCache *thread_cache() {
   if (__builtin_expect(tc != nullptr && tc->epoch == runtime_epoch(), 1)) return tc;
   if (tc) {  // the runtime was finalized and re-initialised: the cached blocks are gone
     std::memset(tc->bins, 0, sizeof tc->bins);
+    for (int t = 0; t < kMaxTiers; ++t) {
+      tc->allocs[t].store(0, std::memory_order_relaxed);
+      tc->frees[t].store(0, std::memory_order_relaxed);
+    }
     tc->epoch = runtime_epoch();
     return tc;
   }
   void *mem = nullptr;
   if (prim::map_anon(round_up(sizeof(ThreadCache), prim::kPageSize), prim::kPageSize, 0, &mem) != HM_OK)
     return nullptr;
-  tc = static_cast<ThreadCache *>(mem);
+  tc = new (mem) ThreadCache{};
   tc->epoch = runtime_epoch();
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    tc->next = g_registry;
+    if (g_registry) g_registry->prev = tc;
+    g_registry = tc;
+  }
   pthread_once(&g_cache_key_once, make_cache_key);
   pthread_setspecific(g_cache_key, tc);
   t_cache = tc;
@@ -187,19 +226,35 @@ bool TierHeap::charge(uint64_t n) {
   uint64_t hw = counters_.high_water.load(std::memory_order_relaxed);
   while (now > hw && !counters_.high_water.compare_exchange_weak(hw, now, std::memory_order_relaxed)) {
   }
-  counters_.allocs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 void TierHeap::unwind(uint64_t n) {
   counters_.in_use.fetch_sub(n, std::memory_order_relaxed);
-  counters_.allocs.fetch_sub(1, std::memory_order_relaxed);
   counters_.failures.fetch_add(1, std::memory_order_relaxed);
 }
 
-void TierHeap::uncharge(uint64_t n) {
-  counters_.in_use.fetch_sub(n, std::memory_order_relaxed);
-  counters_.frees.fetch_add(1, std::memory_order_relaxed);
+void TierHeap::uncharge(uint64_t n) { counters_.in_use.fetch_sub(n, std::memory_order_relaxed); }
+
+void TierHeap::event_counts(uint64_t *allocs, uint64_t *frees) {
+  uint64_t a = counters_.allocs.load(), f = counters_.frees.load();
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  for (ThreadCache *tc = g_registry; tc; tc = tc->next) {
+    if (tc->epoch != runtime_epoch()) continue;
+    a += tc->allocs[tier_->id].load(std::memory_order_relaxed);
+    f += tc->frees[tier_->id].load(std::memory_order_relaxed);
+  }
+  *allocs = a - counters_.allocs_base.load();
+  *frees = f - counters_.frees_base.load();
+}
+
+void TierHeap::reset_event_counts() {
+  uint64_t a, f;
+  counters_.allocs_base.store(0);
+  counters_.frees_base.store(0);
+  event_counts(&a, &f);
+  counters_.allocs_base.store(a);
+  counters_.frees_base.store(f);
 }
 
 void *TierHeap::allocate(size_t size, size_t align, unsigned flags) {
@@ -210,7 +265,7 @@ void *TierHeap::allocate(size_t size, size_t align, unsigned flags) {
   if (!own_mapping && size <= kSmallMax && align <= 4096) {
     size_t want = align > 16 ? round_up(size ? size : 1, align) : size;
     int cls = size_class(want);
-    if (class_size(cls) % align != 0) {  // powers of two are class sizes and multiples of align
+    if (class_size(cls) & (align - 1)) {  // powers of two are class sizes and multiples of align
       size_t pow2 = size_t{1} << (64 - __builtin_clzll(want - 1));
       cls = size_class(pow2);
     }
@@ -266,6 +321,7 @@ void *TierHeap::allocate_small(int cls) {
   void *p = b.head;
   b.head = *static_cast<void **>(p);
   --b.count;
+  bump(tc->allocs[tier_->id]);
   return p;
 }
 
@@ -370,6 +426,7 @@ void *TierHeap::allocate_medium(size_t bytes) {
     seg->pages[first + i] = PageDesc{0, kMediumClass, static_cast<uint16_t>(first), 0, 0};
   seg->pages[first].span = static_cast<uint32_t>(pages);
   seg->pages[first].usable = bytes;
+  counters_.allocs.fetch_add(1, std::memory_order_relaxed);
   return static_cast<char *>(seg->extent.addr) + first * kPageBytes;
 }
 
@@ -439,6 +496,7 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
   lb->usable = len;
   lb->pool = pool;
   if (pool) counters_.huge_bytes.fetch_add(len, std::memory_order_relaxed);
+  counters_.allocs.fetch_add(1, std::memory_order_relaxed);
   if ((flags & HM_ZERO) && !(fresh && !tier_->backing->is_file())) std::memset(e.addr, 0, len);
   return e.addr;
 }
@@ -447,6 +505,7 @@ void TierHeap::release_large(LargeBlock *lb) {
   Extent e = lb->extent;
   slot_map().clear(e.addr, e.size);
   uncharge(lb->usable);
+  counters_.frees.fetch_add(1, std::memory_order_relaxed);
   if (lb->pool) {
     counters_.huge_bytes.fetch_sub(lb->usable, std::memory_order_relaxed);
     lb->pool->give(e.addr, e.size);
@@ -454,17 +513,35 @@ void TierHeap::release_large(LargeBlock *lb) {
     return;
   }
   meta_free(lb);
-  {
+  // Keep the mapping for reuse (no munmap, no page faults next time); to make room, the largest
+  // retained mappings are returned to the OS first.
+  Extent evicted[kRetainSlots];
+  int n_evicted = 0;
+  bool kept = false;
+  if (e.size <= retain_limit()) {
     std::lock_guard<std::mutex> lock(large_mutex_);
-    if (retained_bytes_ + e.size <= retain_limit()) {
+    while (retained_bytes_ + e.size > retain_limit()) {
+      int largest = -1;
       for (int i = 0; i < kRetainSlots; ++i)
-        if (!retained_[i].addr) {
-          retained_[i] = e;
-          retained_bytes_ += e.size;
-          return;
-        }
+        if (retained_[i].addr && (largest < 0 || retained_[i].size > retained_[largest].size)) largest = i;
+      evicted[n_evicted++] = retained_[largest];
+      retained_bytes_ -= retained_[largest].size;
+      retained_[largest] = Extent{};
+    }
+    int free_slot = -1;
+    for (int i = 0; i < kRetainSlots && free_slot < 0; ++i)
+      if (!retained_[i].addr) free_slot = i;
+    if (free_slot >= 0) {
+      retained_[free_slot] = e;
+      retained_bytes_ += e.size;
+      kept = true;
     }
   }
+  for (int i = 0; i < n_evicted; ++i) {
+    tier_->backing->unmap(evicted[i]);
+    counters_.reserved.fetch_sub(evicted[i].size, std::memory_order_relaxed);
+  }
+  if (kept) return;
   tier_->backing->unmap(e);
   counters_.reserved.fetch_sub(e.size, std::memory_order_relaxed);
 }
@@ -490,6 +567,7 @@ void TierHeap::release(void *ptr, SlotOwner *owner) {
       return;
     }
     uncharge(pd.usable);
+    counters_.frees.fetch_add(1, std::memory_order_relaxed);
     release_medium(seg, page);
     return;
   }
@@ -501,10 +579,12 @@ void TierHeap::release(void *ptr, SlotOwner *owner) {
   uncharge(pd.block_size);
   ThreadCache *tc = thread_cache();
   if (!tc) {
+    counters_.frees.fetch_add(1, std::memory_order_relaxed);
     *static_cast<void **>(ptr) = nullptr;
     give_back(cls, ptr, ptr, 1);
     return;
   }
+  bump(tc->frees[tier_->id]);
   Bin &b = tc->bins[tier_->id][cls];
   *static_cast<void **>(ptr) = b.head;
   b.head = ptr;

@@ -27,6 +27,7 @@ struct TierCounters {
   std::atomic<uint64_t> budget{0}, in_use{0}, high_water{0}, reserved{0};
   std::atomic<uint64_t> allocs{0}, frees{0}, fallbacks_in{0}, fallbacks_out{0}, failures{0};
   std::atomic<uint64_t> moves_in{0}, bytes_copied_in{0}, huge_bytes{0};
+  std::atomic<uint64_t> allocs_base{0}, frees_base{0};  // event counts at the last reset
 };
 
 class HugePool;
@@ -49,6 +50,9 @@ class TierHeap {
   int move_to(void *ptr, SlotOwner *owner, TierHeap &dst);
 
   Tier *tier() const { return tier_; }
+  // Allocations and frees since start or the last reset (thread caches included).
+  void event_counts(uint64_t *allocs, uint64_t *frees);
+  void reset_event_counts();
   TierCounters &counters() { return counters_; }
   void set_huge_pools(HugePool *pool_2m, HugePool *pool_1g) {
     huge_2m_ = pool_2m;

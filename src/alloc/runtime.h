@@ -1,5 +1,6 @@
 // The allocation runtime: one heap per tier, huge-page pools, and process-wide settings.
 #pragma once
+#include <atomic>
 #include <cstdint>
 
 #include "alloc/heap.h"
@@ -17,7 +18,9 @@ constexpr bool kHetmemDebug = true;
 int runtime_ensure();
 void runtime_finalize();
 TierHeap *heap_of(int tier);   // nullptr if no such tier
-uint64_t runtime_epoch();      // changes at every finalize, so thread caches drop stale blocks
+// Changes at every finalize, so thread caches drop stale blocks.
+extern std::atomic<uint64_t> g_runtime_epoch;
+inline uint64_t runtime_epoch() { return g_runtime_epoch.load(std::memory_order_relaxed); }
 bool thp_enabled();
 uint64_t retain_limit();
 // The heap that owns ptr, or nullptr; *owner receives the slot record.

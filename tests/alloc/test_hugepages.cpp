@@ -30,17 +30,32 @@ std::string smaps_of(const void *addr) {
   return block;
 }
 
-// Makes sure the kernel has `pages` free 2 MiB pages (root may reserve them); false if not.
-bool ensure_hugepages(unsigned pages) {
-  if (hm::prim::hugetlb_free_pages(hm::prim::kHugePage2M) >= pages) return true;
-  std::ofstream("/proc/sys/vm/nr_hugepages") << pages + 8;
-  return hm::prim::hugetlb_free_pages(hm::prim::kHugePage2M) >= pages;
-}
+// Reserves `pages` free 2 MiB pages for the test when the kernel has too few (root only), and
+// gives the machine its old setting back afterwards.
+class HugePageReservation {
+ public:
+  explicit HugePageReservation(unsigned pages) {
+    if (hm::prim::hugetlb_free_pages(hm::prim::kHugePage2M) >= pages) return;
+    std::ifstream("/proc/sys/vm/nr_hugepages") >> old_;
+    if (old_ < 0) return;
+    std::ofstream("/proc/sys/vm/nr_hugepages") << old_ + pages + 8;
+    changed_ = true;
+  }
+  ~HugePageReservation() {
+    if (changed_) std::ofstream("/proc/sys/vm/nr_hugepages") << old_;
+  }
+  bool ok(unsigned pages) const { return hm::prim::hugetlb_free_pages(hm::prim::kHugePage2M) >= pages; }
+
+ private:
+  long old_ = -1;
+  bool changed_ = false;
+};
 
 }  // namespace
 
 TEST(HugePages, PoolServesLargeAllocationsFirstFit) {
-  if (!ensure_hugepages(8))
+  HugePageReservation reservation(8);
+  if (!reservation.ok(8))
     GTEST_SKIP() << "no free 2 MiB hugetlb pages and /proc/sys/vm/nr_hugepages is not writable";
   ASSERT_EQ(hm_test::configure("", "HM_HUGETLB_POOL", "16M"), HM_OK);
   hm_tier_t fast = hm_test::tier("fast");

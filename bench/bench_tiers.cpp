@@ -1,0 +1,239 @@
+// hetmem-bench-tiers: STREAM copy/scale/add/triad plus read-only and write-only loops on every
+// tier for 1..N threads (arrays at least 4x the last-level cache, best of several repetitions as
+// STREAM's rules say), and the dependent-load latency of a pointer chase over a random cycle.
+// Emulated tiers are charged per thread as DESIGN.md says (a kernel run in place on the tier), so
+// their figures are the model's. Prints a table, writes JSON, and stores the DRAM figures as the
+// calibration the emulated tier uses. A plain OpenMP triad loop on malloc'd memory runs in the
+// same process as a check of the DRAM tier's figure.
+//
+//   hetmem-bench-tiers [--size-mib N] [--reps N] [--threads N] [--json PATH] [--no-store]
+#include <hetmem/hetmem.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+#include "tier/calibrate.h"
+
+namespace {
+
+enum Kernel { kCopy, kScale, kAdd, kTriad, kRead, kWrite, kKernels };
+const char *kNames[kKernels] = {"copy", "scale", "add", "triad", "read", "write"};
+// Bytes read and written per element (STREAM counting).
+const double kReadB[kKernels] = {8, 8, 16, 16, 8, 0};
+const double kWriteB[kKernels] = {8, 8, 8, 8, 0, 8};
+
+struct TierResult {
+  hm_tier_info_t info;
+  std::vector<std::vector<double>> mbps;  // [threads-1][kernel]
+  double latency_ns = 0;
+};
+
+volatile double g_sink;
+
+// Runs one kernel on `threads` threads over static chunks; charges emulated tiers per thread.
+double run_kernel(Kernel k, double *a, double *b, double *c, size_t n, int threads, hm_tier_t tier, bool emulated) {
+  double t0 = bench::now();
+#pragma omp parallel num_threads(threads)
+  {
+    int id = omp_get_thread_num(), nt = omp_get_num_threads();
+    size_t lo = n * id / nt, hi = n * (id + 1) / nt, m = hi - lo;
+    switch (k) {
+      case kCopy: hm::kernels::stream_copy(c + lo, a + lo, m); break;
+      case kScale: hm::kernels::stream_scale(b + lo, c + lo, 3.0, m); break;
+      case kAdd: hm::kernels::stream_add(c + lo, a + lo, b + lo, m); break;
+      case kTriad: hm::kernels::stream_triad(a + lo, b + lo, c + lo, 3.0, m); break;
+      case kRead: g_sink = g_sink + hm::kernels::read_sum(a + lo, m); break;
+      case kWrite: hm::kernels::write_fill(c + lo, m, 1.5); break;
+      default: break;
+    }
+    if (emulated)
+      hm_emul_charge(tier, static_cast<uint64_t>(kReadB[k] * m), static_cast<uint64_t>(kWriteB[k] * m), 0, nullptr);
+  }
+  return bench::now() - t0;
+}
+
+double plain_triad(size_t n, int threads, int reps) {
+  auto *a = static_cast<double *>(std::aligned_alloc(64, n * 8));
+  auto *b = static_cast<double *>(std::aligned_alloc(64, n * 8));
+  auto *c = static_cast<double *>(std::aligned_alloc(64, n * 8));
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = 1.0;
+    b[i] = 2.0;
+    c[i] = 0.0;
+  }
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = bench::now();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (size_t i = 0; i < n; ++i) a[i] = b[i] + 3.0 * c[i];
+    times.push_back(bench::now() - t0);
+  }
+  std::free(a);
+  std::free(b);
+  std::free(c);
+  return 24.0 * static_cast<double>(n) / bench::best(times) / 1e6;
+}
+
+double chase_latency(hm_tier_t tier, bool emulated, size_t bytes, size_t steps) {
+  void *buf = hm_tier_alloc(tier, bytes, 4096, HM_STRICT);
+  if (!buf) return 0;
+  const size_t stride = 64;
+  hm::kernels::chase_build(buf, bytes / stride, stride, 7);
+  hm::kernels::chase_run(buf, steps / 8);  // warm up the TLB and caches that can help
+  double t0 = bench::now();
+  void *end = hm::kernels::chase_run(buf, steps);
+  if (emulated) hm_emul_charge(tier, 0, 0, steps, nullptr);
+  double t = bench::now() - t0;
+  g_sink = g_sink + (end ? 1 : 0);
+  hm_free(buf);
+  return t * 1e9 / static_cast<double>(steps);
+}
+
+// The last-level cache from sysfs (sysconf reports nonsense on some virtual machines).
+long last_level_cache() {
+  long best = 0;
+  for (int idx = 0; idx < 8; ++idx) {
+    std::string path = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(idx) + "/size";
+    FILE *f = std::fopen(path.c_str(), "r");
+    if (!f) break;
+    long v = 0;
+    char unit = 0;
+    if (std::fscanf(f, "%ld%c", &v, &unit) >= 1) {
+      if (unit == 'K') v <<= 10;
+      else if (unit == 'M') v <<= 20;
+      if (v > best) best = v;
+    }
+    std::fclose(f);
+  }
+  return best > 0 ? best : 32l << 20;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  bench::Args args(argc, argv);
+  if (hm_init() != HM_OK) {
+    std::fprintf(stderr, "hetmem-bench-tiers: %s\n", hm_last_error());
+    return 1;
+  }
+  long llc = last_level_cache();
+  size_t mib = std::strtoul(args.get("--size-mib", "0").c_str(), nullptr, 10);
+  if (mib == 0) mib = std::max<size_t>(4 * static_cast<size_t>(llc) >> 20, 64);
+  int reps = std::atoi(args.get("--reps", "5").c_str());
+  int max_threads = std::atoi(args.get("--threads", std::to_string(omp_get_max_threads()).c_str()).c_str());
+  if (reps < 2 || max_threads < 1 || max_threads > 64) {
+    std::fprintf(stderr, "hetmem-bench-tiers: --reps must be >= 2 and --threads 1..64\n");
+    return 2;
+  }
+  size_t n = (mib << 20) / sizeof(double);
+  std::string json_path = args.get("--json", "hetmem-bench-tiers.json");
+  std::printf("hetmem tier benchmark: 3 arrays of %zu MiB per tier (last-level cache %ld MiB), best of %d, "
+              "1..%d threads\n", mib, llc >> 20, reps, max_threads);
+
+  std::vector<TierResult> results;
+  for (hm_tier_t t = 0; t < hm_tier_count(); ++t) {
+    TierResult r;
+    hm_tier_info(t, &r.info);
+    bool emulated = r.info.kind == HM_KIND_EMUL;
+    auto *a = static_cast<double *>(hm_tier_alloc(t, n * 8, 64, HM_STRICT));
+    auto *b = static_cast<double *>(hm_tier_alloc(t, n * 8, 64, HM_STRICT));
+    auto *c = static_cast<double *>(hm_tier_alloc(t, n * 8, 64, HM_STRICT));
+    if (!a || !b || !c) {
+      std::printf("  %-24s skipped: %s\n", r.info.name, hm_last_error());
+      hm_free(a);
+      hm_free(b);
+      hm_free(c);
+      continue;
+    }
+    std::printf("  measuring %s ...\n", r.info.name);
+#pragma omp parallel for num_threads(max_threads) schedule(static)
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = 1.0;
+      b[i] = 2.0;
+      c[i] = 0.0;
+    }
+    for (int threads = 1; threads <= max_threads; ++threads) {
+      std::vector<double> row(kKernels);
+      for (int k = 0; k < kKernels; ++k) {
+        std::vector<double> times;
+        for (int rep = 0; rep < reps; ++rep)
+          times.push_back(run_kernel(static_cast<Kernel>(k), a, b, c, n, threads, t, emulated));
+        row[k] = (kReadB[k] + kWriteB[k]) * static_cast<double>(n) / bench::best(times) / 1e6;
+      }
+      r.mbps.push_back(row);
+    }
+    hm_free(a);
+    hm_free(b);
+    hm_free(c);
+    r.latency_ns = chase_latency(t, emulated, size_t{64} << 20, size_t{1} << 21);
+    results.push_back(r);
+  }
+  double plain = plain_triad(n, max_threads, reps);
+
+  std::printf("\n%-26s %-9s %7s", "tier", "figures", "threads");
+  for (const char *k : kNames) std::printf(" %9s", k);
+  std::printf(" %11s\n", "latency ns");
+  double dram_triad = 0;
+  for (const TierResult &r : results) {
+    const char *src = r.info.kind == HM_KIND_EMUL ? "emulated" : "measured";
+    for (size_t t = 0; t < r.mbps.size(); ++t) {
+      std::printf("%-26s %-9s %7zu", t == 0 ? r.info.name : "", t == 0 ? src : "", t + 1);
+      for (double v : r.mbps[t]) std::printf(" %9.0f", v);
+      if (t == 0) std::printf(" %11.1f", r.latency_ns);
+      std::printf("\n");
+    }
+    if (r.info.kind == HM_KIND_DRAM) dram_triad = r.mbps.back()[kTriad];
+  }
+  double ratio = plain > 0 ? dram_triad / plain : 0;
+  std::printf("\n(MB/s, STREAM byte counting)\nplain OpenMP triad on malloc'd memory, %d threads: %.0f MB/s; "
+              "dram tier / plain = %.3f (%s 5%%)\n", max_threads, plain, ratio,
+              std::fabs(ratio - 1) <= 0.05 ? "within" : "NOT within");
+
+  bench::Json j;
+  j.open().str("benchmark", "hetmem-bench-tiers").num("array_mib", static_cast<double>(mib)).num("reps", reps);
+  j.open_array("tiers");
+  for (const TierResult &r : results) {
+    j.open().str("name", r.info.name).boolean("emulated", r.info.kind == HM_KIND_EMUL).num("latency_ns", r.latency_ns);
+    j.open_array("threads");
+    for (size_t t = 0; t < r.mbps.size(); ++t) {
+      j.open().num("threads", static_cast<double>(t + 1));
+      for (int k = 0; k < kKernels; ++k) j.num(std::string(kNames[k]) + "_mbps", r.mbps[t][k]);
+      j.close();
+    }
+    j.close().close();
+  }
+  j.close();
+  j.num("plain_triad_mbps", plain).num("dram_over_plain_triad", ratio).close();
+  if (!j.write(json_path)) std::fprintf(stderr, "hetmem-bench-tiers: cannot write %s\n", json_path.c_str());
+  else if (json_path != "-") std::printf("results: %s\n", json_path.c_str());
+
+  // The DRAM figures become the calibration that the emulated tier scales.
+  for (const TierResult &r : results) {
+    if (r.info.kind != HM_KIND_DRAM || args.has("--no-store")) continue;
+    hm_calibration_t cal{};
+    cal.threads = static_cast<int>(r.mbps.size());
+    for (int t = 0; t < cal.threads; ++t) {
+      cal.read_bw_mbps[t] = r.mbps[t][kRead];
+      cal.write_bw_mbps[t] = r.mbps[t][kWrite];
+      cal.copy_bw_mbps[t] = r.mbps[t][kCopy] / 2;  // bytes copied, counted once
+    }
+    cal.latency_ns = r.latency_ns;
+    if (hm_calibration_store(&cal) == HM_OK) {
+      hm_calibration_t stored;
+      hm_calibration_get(&stored);
+      std::printf("calibration updated: %s\n", stored.path);
+    } else {
+      std::fprintf(stderr, "hetmem-bench-tiers: %s\n", hm_last_error());
+    }
+  }
+  return 0;
+}
