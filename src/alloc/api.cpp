@@ -271,10 +271,14 @@ int hm_tier_stats(hm_tier_t tier, hm_tier_stats_t *s) {
   if (!s) return fail(HM_EINVAL, "hm_tier_stats: stats is NULL");
   TierCounters &c = h->counters();
   s->budget = c.budget.load();
-  s->in_use = c.in_use.load();
-  s->high_water = c.high_water.load();
+  h->event_counts(&s->allocs, &s->frees, &s->in_use);
+  // The exact in_use seen here raises the high-water mark (small-block bytes reach the shared
+  // counter in steps; see TierHeap::charge_small).
+  uint64_t hw = c.high_water.load();
+  while (s->in_use > hw && !c.high_water.compare_exchange_weak(hw, s->in_use)) {
+  }
+  s->high_water = hw > s->in_use ? hw : s->in_use;
   s->reserved = c.reserved.load();
-  h->event_counts(&s->allocs, &s->frees);
   s->fallbacks_in = c.fallbacks_in.load();
   s->fallbacks_out = c.fallbacks_out.load();
   s->failures = c.failures.load();
@@ -289,7 +293,6 @@ void hm_stats_reset(void) {
   if (runtime_ensure() != HM_OK) return;
   for (int i = 0; i < tier_count(); ++i) {
     TierCounters &c = g_heaps[i]->counters();
-    c.high_water.store(c.in_use.load());
     g_heaps[i]->reset_event_counts();
     c.fallbacks_in = 0;
     c.fallbacks_out = 0;

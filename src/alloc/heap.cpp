@@ -107,20 +107,28 @@ void meta_free(LargeBlock *lb) {
   g_meta_free = lb;
 }
 
+}  // namespace
+
 // ------------------------------------------------------------------------------------------
 // Thread caches: per thread, per tier, per class, a short list of free blocks.
 struct Bin {
   void *head;
   uint32_t count;
 };
-// Event counts of small-block traffic are kept per thread (written only by their thread, read by
+// Small-block event counts traffic are kept per thread (written only by their thread, read by
 // hm_tier_stats), so the fast path has a single atomic: the tier's bytes in use.
 struct ThreadCache {
   uint64_t epoch;
   ThreadCache *next, *prev;  // registry of live caches
   std::atomic<uint64_t> allocs[kMaxTiers], frees[kMaxTiers];
+  // Small-block bytes allocated minus freed by this thread on tiers without a budget, not yet
+  // added to the tier's in_use (published once past +-kPublishBytes).
+  std::atomic<int64_t> pending[kMaxTiers];
   Bin bins[kMaxTiers][kClasses];
 };
+constexpr int64_t kPublishBytes = 64 << 10;
+
+namespace {
 std::mutex g_registry_mutex;
 ThreadCache *g_registry = nullptr;
 
@@ -141,6 +149,8 @@ void flush_cache(ThreadCache *tc) {
       if (!h) continue;
       h->counters().allocs.fetch_add(tc->allocs[t].load(std::memory_order_relaxed), std::memory_order_relaxed);
       h->counters().frees.fetch_add(tc->frees[t].load(std::memory_order_relaxed), std::memory_order_relaxed);
+      h->counters().in_use.fetch_add(static_cast<uint64_t>(tc->pending[t].load(std::memory_order_relaxed)),
+                                     std::memory_order_relaxed);
     }
     if (tc->prev) tc->prev->next = tc->next;
     else g_registry = tc->next;
@@ -175,6 +185,7 @@ ThreadCache *thread_cache() {
     for (int t = 0; t < kMaxTiers; ++t) {
       tc->allocs[t].store(0, std::memory_order_relaxed);
       tc->frees[t].store(0, std::memory_order_relaxed);
+      tc->pending[t].store(0, std::memory_order_relaxed);
     }
     tc->epoch = runtime_epoch();
     return tc;
@@ -236,23 +247,57 @@ void TierHeap::unwind(uint64_t n) {
 
 void TierHeap::uncharge(uint64_t n) { counters_.in_use.fetch_sub(n, std::memory_order_relaxed); }
 
-void TierHeap::event_counts(uint64_t *allocs, uint64_t *frees) {
+// Small blocks on a tier without a budget are accounted in the thread's pending bytes, published
+// to in_use in steps of kPublishBytes: no atomic on the fast path. hm_tier_stats adds the pending
+// bytes, so in_use stays exact; the high-water mark moves at publication, so for small blocks it
+// may lag the true peak by at most kPublishBytes per thread. With a budget every byte is checked.
+inline bool TierHeap::charge_small(uint64_t n, ThreadCache *tc) {
+  if (counters_.budget.load(std::memory_order_relaxed) != 0) return charge(n);
+  std::atomic<int64_t> &p = tc->pending[tier_->id];
+  int64_t v = p.load(std::memory_order_relaxed) + static_cast<int64_t>(n);
+  if (v > kPublishBytes) {
+    charge(static_cast<uint64_t>(v));
+    v = 0;
+  }
+  p.store(v, std::memory_order_relaxed);
+  return true;
+}
+
+inline void TierHeap::uncharge_small(uint64_t n, ThreadCache *tc) {
+  if (counters_.budget.load(std::memory_order_relaxed) != 0) {
+    uncharge(n);
+    return;
+  }
+  std::atomic<int64_t> &p = tc->pending[tier_->id];
+  int64_t v = p.load(std::memory_order_relaxed) - static_cast<int64_t>(n);
+  if (v < -kPublishBytes) {
+    counters_.in_use.fetch_sub(static_cast<uint64_t>(-v), std::memory_order_relaxed);
+    v = 0;
+  }
+  p.store(v, std::memory_order_relaxed);
+}
+
+void TierHeap::event_counts(uint64_t *allocs, uint64_t *frees, uint64_t *in_use) {
   uint64_t a = counters_.allocs.load(), f = counters_.frees.load();
   std::lock_guard<std::mutex> lock(g_registry_mutex);
+  uint64_t used = counters_.in_use.load();
   for (ThreadCache *tc = g_registry; tc; tc = tc->next) {
     if (tc->epoch != runtime_epoch()) continue;
     a += tc->allocs[tier_->id].load(std::memory_order_relaxed);
     f += tc->frees[tier_->id].load(std::memory_order_relaxed);
+    used += static_cast<uint64_t>(tc->pending[tier_->id].load(std::memory_order_relaxed));
   }
   *allocs = a - counters_.allocs_base.load();
   *frees = f - counters_.frees_base.load();
+  if (in_use) *in_use = used;
 }
 
 void TierHeap::reset_event_counts() {
-  uint64_t a, f;
+  uint64_t a, f, used;
   counters_.allocs_base.store(0);
   counters_.frees_base.store(0);
-  event_counts(&a, &f);
+  event_counts(&a, &f, &used);
+  counters_.high_water.store(used);
   counters_.allocs_base.store(a);
   counters_.frees_base.store(f);
 }
@@ -271,10 +316,13 @@ void *TierHeap::allocate(size_t size, size_t align, unsigned flags) {
     }
     if (cls < kClasses) {
       charged = class_size(cls);
-      if (!charge(charged)) goto over_budget;
-      p = allocate_small(cls);
+      ThreadCache *tc = thread_cache();
+      if (!tc) return fail_null(HM_ENOMEM, "cannot map a thread cache");
+      if (!charge_small(charged, tc)) goto over_budget;
+      p = allocate_small(cls, tc);
       if (!p) {
-        unwind(charged);
+        uncharge_small(charged, tc);
+        counters_.failures.fetch_add(1, std::memory_order_relaxed);
         return nullptr;
       }
       if (flags & HM_ZERO) std::memset(p, 0, charged);
@@ -307,9 +355,7 @@ over_budget : {
 }
 }
 
-void *TierHeap::allocate_small(int cls) {
-  ThreadCache *tc = thread_cache();
-  if (!tc) return fail_null(HM_ENOMEM, "cannot map a thread cache");
+void *TierHeap::allocate_small(int cls, ThreadCache *tc) {
   Bin &b = tc->bins[tier_->id][cls];
   if (!b.head) {
     void *head = nullptr;
@@ -576,14 +622,15 @@ void TierHeap::release(void *ptr, SlotOwner *owner) {
     return;
   }
   int cls = pd.cls;
-  uncharge(pd.block_size);
   ThreadCache *tc = thread_cache();
   if (!tc) {
+    uncharge(pd.block_size);
     counters_.frees.fetch_add(1, std::memory_order_relaxed);
     *static_cast<void **>(ptr) = nullptr;
     give_back(cls, ptr, ptr, 1);
     return;
   }
+  uncharge_small(pd.block_size, tc);
   bump(tc->frees[tier_->id]);
   Bin &b = tc->bins[tier_->id][cls];
   *static_cast<void **>(ptr) = b.head;

@@ -31,6 +31,7 @@ struct TierCounters {
 };
 
 class HugePool;
+struct ThreadCache;
 struct Segment;
 struct LargeBlock;
 
@@ -51,7 +52,7 @@ class TierHeap {
 
   Tier *tier() const { return tier_; }
   // Allocations and frees since start or the last reset (thread caches included).
-  void event_counts(uint64_t *allocs, uint64_t *frees);
+  void event_counts(uint64_t *allocs, uint64_t *frees, uint64_t *in_use = nullptr);
   void reset_event_counts();
   TierCounters &counters() { return counters_; }
   void set_huge_pools(HugePool *pool_2m, HugePool *pool_1g) {
@@ -66,7 +67,9 @@ class TierHeap {
   bool charge(uint64_t bytes);
   void uncharge(uint64_t bytes);
   void unwind(uint64_t bytes);  // takes back a charge whose allocation failed
-  void *allocate_small(int cls);
+  void *allocate_small(int cls, ThreadCache *tc);
+  bool charge_small(uint64_t bytes, ThreadCache *tc);
+  void uncharge_small(uint64_t bytes, ThreadCache *tc);
   void *allocate_medium(size_t size);
   void *allocate_large(size_t size, size_t align, unsigned flags);
   void release_medium(Segment *seg, size_t page);
