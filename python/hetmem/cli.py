@@ -1,0 +1,158 @@
+"""The ``hetmem`` command.
+
+    hetmem tiers [--json] [--bench [--quick] [--threads N] [--size-mib N] [--out PATH]]
+    hetmem options [--json]
+    hetmem bench alloc [--quick] [--out PATH]
+    hetmem demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from rich.console import Console
+from rich.table import Table
+
+from .lib import HetmemError, Library, find_program
+
+ROLE_HELP = "fast, capacity, persistent"
+
+
+def _console() -> Console:
+    # Wide output when not on a terminal, so that logs and tests see whole rows.
+    return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+
+
+def _size(n: int) -> str:
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    v = float(n)
+    for u in units:
+        if v < 1024 or u == units[-1]:
+            return f"{v:.0f} {u}" if u == "B" else f"{v:.1f} {u}"
+        v /= 1024
+    return str(n)
+
+
+def _run(cmd: list[str]) -> int:
+    """Runs a project binary, streaming its output; returns its exit status."""
+    try:
+        return subprocess.call(cmd)
+    except OSError as exc:
+        raise HetmemError(f"cannot run {cmd[0]}: {exc}") from None
+
+
+def cmd_tiers(args: argparse.Namespace) -> int:
+    if args.bench:
+        bench = [find_program("hetmem-bench-tiers"), "--json", args.out]
+        if args.quick:
+            bench += ["--reps", "3"]
+        if args.threads:
+            bench += ["--threads", str(args.threads)]
+        if args.size_mib:
+            bench += ["--size-mib", str(args.size_mib)]
+        rc = _run(bench)
+        if rc != 0:
+            return rc
+        print()
+    lib = Library()
+    tiers = lib.tiers()
+    if args.json:
+        print(json.dumps([t.as_dict() for t in tiers], indent=2))
+        return 0
+    table = Table(title="hetmem tiers", title_justify="left")
+    for col in ("tier", "role", "kind", "node", "capacity", "read MB/s", "write MB/s", "latency ns", "figures"):
+        table.add_column(col, justify="right" if col in ("node", "capacity", "read MB/s", "write MB/s",
+                                                          "latency ns") else "left")
+    for t in tiers:
+        table.add_row(t.name, ",".join(t.roles) or "-", t.kind + (" (PM)" if t.persistent_memory else ""),
+                      "-" if t.numa_node < 0 else str(t.numa_node), _size(t.capacity),
+                      f"{t.read_bw_mbps:.0f}" if t.read_bw_mbps else "-",
+                      f"{t.write_bw_mbps:.0f}" if t.write_bw_mbps else "-",
+                      f"{t.latency_ns:.0f}" if t.latency_ns else "-", t.figures)
+    console = _console()
+    console.print(table)
+    for t in tiers:
+        console.print(f"  {t.name}: {t.detail}")
+    console.print("figures: 'measured' = DRAM calibration on this machine, 'emulated' = a fixed profile ratio "
+                  "applied to it, 'hwloc'/'sysfs' = the firmware's HMAT table")
+    return 0
+
+
+def cmd_options(args: argparse.Namespace) -> int:
+    options = Library().options()
+    if args.json:
+        print(json.dumps(options, indent=2))
+        return 0
+    table = Table(title="hetmem options (environment variables)", title_justify="left")
+    for col in ("name", "value", "source", "meaning"):
+        table.add_column(col)
+    for o in options:
+        table.add_row(o["name"], o["value"] or "''", o["source"], o["doc"])
+    _console().print(table)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    cmd = [find_program("hetmem-bench-alloc"), "--json", args.out]
+    if args.quick:
+        cmd.append("--quick")
+    return _run(cmd)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    pool = os.path.join(tempfile.gettempdir(), f"hetmem-demo-{os.getpid()}.pool")
+    env.setdefault("HM_TIERS", f"capacity=emul:optane,persistent=file:{pool}:256M")
+    print(f"HM_TIERS={env['HM_TIERS']}")
+    try:
+        return subprocess.call([find_program("hetmem_demo")], env=env)
+    finally:
+        if os.path.exists(pool):
+            os.unlink(pool)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hetmem", description="Heterogeneous-memory placement for simulations.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    t = sub.add_parser("tiers", help="list the tiers of this machine and the role each plays",
+                       description="Lists the tiers (HM_TIERS and discovery) with the role each plays ("
+                       + ROLE_HELP + "), capacity and bandwidth/latency, saying where each figure came from.")
+    t.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    t.add_argument("--bench", action="store_true",
+                   help="first run the STREAM + pointer-chase benchmark on every tier and update the calibration")
+    t.add_argument("--quick", action="store_true", help="with --bench: fewer repetitions")
+    t.add_argument("--threads", type=int, help="with --bench: largest thread count (default: all cores)")
+    t.add_argument("--size-mib", type=int, help="with --bench: array size (default: 4x the last-level cache)")
+    t.add_argument("--out", default="hetmem-bench-tiers.json", help="with --bench: JSON results file")
+    t.set_defaults(func=cmd_tiers)
+
+    o = sub.add_parser("options", help="print every HM_* option, its effective value and where it came from")
+    o.add_argument("--json", action="store_true")
+    o.set_defaults(func=cmd_options)
+
+    b = sub.add_parser("bench", help="run a benchmark of the library")
+    b.add_argument("what", choices=["alloc"], help="alloc: allocation, free, arena, copy and emulation figures")
+    b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
+    b.add_argument("--out", default="hetmem-bench-alloc.json", help="JSON results file")
+    b.set_defaults(func=cmd_bench)
+
+    d = sub.add_parser("demo", help="allocate on every tier, move an array, print the per-tier accounting")
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except HetmemError as exc:
+        print(f"hetmem: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

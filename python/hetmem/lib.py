@@ -1,0 +1,171 @@
+"""ctypes bindings to libhetmem and the search for the project's binaries."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = {0: "dram", 1: "numa", 2: "file", 3: "emul"}
+PERF_SOURCES = {0: "unknown", 1: "hwloc", 2: "sysfs", 3: "measured", 4: "emulated"}
+ROLES = ("fast", "capacity", "persistent")
+
+
+class HetmemError(RuntimeError):
+    """An error reported by libhetmem or by the search for it; the message says what to do."""
+
+
+class _TierInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * 256),
+        ("kind", ctypes.c_int),
+        ("numa_node", ctypes.c_int),
+        ("roles", ctypes.c_uint),
+        ("capacity", ctypes.c_uint64),
+        ("read_bw_mbps", ctypes.c_double),
+        ("write_bw_mbps", ctypes.c_double),
+        ("latency_ns", ctypes.c_double),
+        ("perf_source", ctypes.c_int),
+        ("is_persistent_memory", ctypes.c_int),
+        ("map_sync", ctypes.c_int),
+        ("detail", ctypes.c_char * 256),
+    ]
+
+
+class _TierStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "budget", "in_use", "high_water", "reserved", "allocs", "frees", "fallbacks_in", "fallbacks_out",
+        "failures", "moves_in", "bytes_copied_in", "emul_charged_ns", "huge_bytes")]
+
+
+@dataclass
+class Tier:
+    """One tier as libhetmem describes it."""
+
+    index: int
+    name: str
+    kind: str
+    numa_node: int
+    roles: list[str]
+    capacity: int
+    read_bw_mbps: float
+    write_bw_mbps: float
+    latency_ns: float
+    figures: str
+    persistent_memory: bool
+    map_sync: bool
+    detail: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def build_dirs() -> list[Path]:
+    """Where to look for the build tree: $HETMEM_BUILD_DIR, then <repo>/build."""
+    dirs = []
+    if os.environ.get("HETMEM_BUILD_DIR"):
+        dirs.append(Path(os.environ["HETMEM_BUILD_DIR"]))
+    dirs.append(repo_root() / "build")
+    return dirs
+
+
+def find_library() -> str:
+    explicit = os.environ.get("HETMEM_LIB")
+    if explicit:
+        if not Path(explicit).is_file():
+            raise HetmemError(f"HETMEM_LIB={explicit}: no such file")
+        return explicit
+    for d in build_dirs():
+        candidate = d / "libhetmem.so"
+        if candidate.is_file():
+            return str(candidate)
+    system = ctypes.util.find_library("hetmem")
+    if system:
+        return system
+    raise HetmemError("libhetmem.so not found: build the project (scripts/run does it) or set HETMEM_LIB "
+                      "or HETMEM_BUILD_DIR")
+
+
+def find_program(name: str) -> str:
+    """A binary of the project: from the build tree (bench/, examples/) or from PATH."""
+    for d in build_dirs():
+        for sub in ("bench", "examples", "."):
+            candidate = d / sub / name
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    found = shutil.which(name)
+    if found:
+        return found
+    raise HetmemError(f"{name} not found: build the project (scripts/run does it) or put it on PATH")
+
+
+class Library:
+    """The loaded libhetmem, initialised (reads HM_* variables, discovers tiers)."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path or find_library()
+        try:
+            self._c = ctypes.CDLL(self.path)
+        except OSError as exc:
+            raise HetmemError(f"cannot load {self.path}: {exc}") from None
+        c = self._c
+        c.hm_init.restype = ctypes.c_int
+        c.hm_last_error.restype = ctypes.c_char_p
+        c.hm_strerror.restype = ctypes.c_char_p
+        c.hm_strerror.argtypes = [ctypes.c_int]
+        c.hm_tier_count.restype = ctypes.c_int
+        c.hm_tier_info.argtypes = [ctypes.c_int, ctypes.POINTER(_TierInfo)]
+        c.hm_tier_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_TierStats)]
+        c.hm_option_count.restype = ctypes.c_int
+        c.hm_option_info.argtypes = [ctypes.c_int] + [ctypes.POINTER(ctypes.c_char_p)] * 3
+        c.hm_option_get.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                    ctypes.c_size_t]
+        rc = c.hm_init()
+        if rc != 0:
+            raise HetmemError(self.last_error() or c.hm_strerror(rc).decode())
+
+    def last_error(self) -> str:
+        return (self._c.hm_last_error() or b"").decode(errors="replace")
+
+    def tiers(self) -> list[Tier]:
+        out = []
+        for i in range(self._c.hm_tier_count()):
+            info = _TierInfo()
+            if self._c.hm_tier_info(i, ctypes.byref(info)) != 0:
+                raise HetmemError(self.last_error())
+            out.append(Tier(
+                index=i, name=info.name.decode(), kind=KINDS.get(info.kind, "?"), numa_node=info.numa_node,
+                roles=[r for bit, r in enumerate(ROLES) if info.roles & (1 << bit)], capacity=info.capacity,
+                read_bw_mbps=info.read_bw_mbps, write_bw_mbps=info.write_bw_mbps, latency_ns=info.latency_ns,
+                figures=PERF_SOURCES.get(info.perf_source, "?"),
+                persistent_memory=bool(info.is_persistent_memory), map_sync=bool(info.map_sync),
+                detail=info.detail.decode(errors="replace")))
+        return out
+
+    def stats(self, tier: int) -> dict:
+        s = _TierStats()
+        if self._c.hm_tier_stats(tier, ctypes.byref(s)) != 0:
+            raise HetmemError(self.last_error())
+        return {name: getattr(s, name) for name, _ in _TierStats._fields_}
+
+    def options(self) -> list[dict]:
+        out = []
+        for i in range(self._c.hm_option_count()):
+            name, default, doc = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_char_p()
+            self._c.hm_option_info(i, ctypes.byref(name), ctypes.byref(default), ctypes.byref(doc))
+            value, source = ctypes.create_string_buffer(4096), ctypes.create_string_buffer(32)
+            self._c.hm_option_get(name.value, value, 4096, source, 32)
+            out.append({"name": name.value.decode(), "value": value.value.decode(), "source": source.value.decode(),
+                        "default": default.value.decode(), "doc": doc.value.decode()})
+        return out
+
+
+def load(path: str | None = None) -> Library:
+    return Library(path)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what hetmem needs on Debian 12 (apt and pip), configures and builds it.
+# Idempotent: packages already present are not reinstalled, an existing build is reused.
+#   scripts/setup.sh            # then: source nothing, the other scripts call this one
+# Environment: BUILD_DIR (default build), HM_BUILD_TYPE (default RelWithDebInfo).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
+VENV="$ROOT/.venv"
+
+APT_PACKAGES=(build-essential cmake ninja-build pkg-config gfortran libnuma-dev numactl libhwloc-dev hwloc
+              libgtest-dev libmemkind-dev valgrind python3 python3-venv python3-pip)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python: a virtual environment inside the checkout, with the hetmem package installed editable.
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import rich, pytest, hetmem" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT/python[test]"
+fi
+
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${HM_BUILD_TYPE:-RelWithDebInfo}" \
+      -DPython3_EXECUTABLE="$VENV/bin/python" >/dev/null
+cmake --build "$BUILD_DIR" -j "$(nproc)"

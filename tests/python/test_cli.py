@@ -1,0 +1,106 @@
+"""The `hetmem` command, run as a user runs it (a subprocess), against the freshly built library."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args, env_extra=None, unset=("HM_TIERS", "HM_FAST_BUDGET")):
+    env = dict(os.environ)
+    for name in unset:
+        env.pop(name, None)
+    env["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "hetmem", *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def test_tiers_json_lists_roles(tmp_path):
+    pool = tmp_path / "p.pool"
+    r = run("tiers", "--json", env_extra={"HM_TIERS": f"capacity=emul:cxl,persistent=file:{pool}:16M"})
+    assert r.returncode == 0, r.stderr
+    tiers = {t["name"]: t for t in json.loads(r.stdout)}
+    assert tiers["dram"]["roles"] == ["fast"]
+    assert tiers["dram"]["figures"] in ("measured", "hwloc", "sysfs")
+    assert tiers["emul:cxl"]["roles"] == ["capacity"]
+    assert tiers["emul:cxl"]["figures"] == "emulated"
+    assert tiers["emul:cxl"]["read_bw_mbps"] == pytest.approx(0.5 * tiers["dram"]["read_bw_mbps"], rel=1e-9)
+    persistent = tiers[f"file:{pool}"]
+    assert persistent["roles"] == ["persistent"] and persistent["kind"] == "file"
+    assert persistent["capacity"] == 16 << 20
+
+
+def test_tiers_table_defaults_to_emulated_capacity():
+    r = run("tiers")
+    assert r.returncode == 0, r.stderr
+    assert "dram" in r.stdout and "fast" in r.stdout
+    assert "emul:optane" in r.stdout and "capacity" in r.stdout
+    assert "emulated" in r.stdout
+
+
+def test_malformed_hm_tiers_is_a_clear_error_not_a_traceback():
+    r = run("tiers", env_extra={"HM_TIERS": "capacity=emul:3dxp"})
+    assert r.returncode == 2
+    assert "HM_TIERS" in r.stderr and "3dxp" in r.stderr and "optane, cxl, nvbm" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_malformed_budget_names_variable():
+    r = run("options", env_extra={"HM_FAST_BUDGET": "lots"})
+    assert r.returncode == 2
+    assert "HM_FAST_BUDGET='lots'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_options_show_value_and_source():
+    r = run("options", "--json", env_extra={"HM_FAST_BUDGET": "2G"})
+    assert r.returncode == 0, r.stderr
+    options = {o["name"]: o for o in json.loads(r.stdout)}
+    assert options["HM_FAST_BUDGET"]["value"] == "2G"
+    assert options["HM_FAST_BUDGET"]["source"] == "environment"
+    assert options["HM_RETAIN"]["source"] == "default"
+    assert all(o["doc"] for o in options.values())
+
+
+def test_unknown_command_is_a_usage_error():
+    r = run("frobnicate")
+    assert r.returncode == 2
+    assert "invalid choice" in r.stderr
+
+
+def test_bench_writes_table_json_and_calibration(tmp_path):
+    out = tmp_path / "bench.json"
+    cal = tmp_path / "calibration"
+    r = run("tiers", "--bench", "--quick", "--size-mib", "16", "--out", str(out),
+            env_extra={"HM_CALIBRATION": str(cal)})
+    assert r.returncode == 0, r.stderr
+    assert "triad" in r.stdout and "latency ns" in r.stdout
+    data = json.loads(out.read_text())
+    names = [t["name"] for t in data["tiers"]]
+    assert "dram" in names and "emul:optane" in names
+    dram = next(t for t in data["tiers"] if t["name"] == "dram")
+    assert all(row["triad_mbps"] > 0 for row in dram["threads"])
+    text = cal.read_text()
+    assert text.startswith("# hetmem calibration v1")
+    read_row = [line for line in text.splitlines() if line.startswith("read_bw_mbps")][0]
+    assert len(read_row.split("=")[1].split()) == len(dram["threads"])
+
+
+def test_demo_runs_and_frees_everything():
+    r = run("demo")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "per-tier accounting" in r.stdout
+    assert "file:" in r.stdout and "emul:optane" in r.stdout
+    assert "same address" in r.stdout
+
+
+def test_missing_library_is_explained(tmp_path):
+    r = run("tiers", env_extra={"HETMEM_LIB": str(tmp_path / "nope.so")})
+    assert r.returncode == 2
+    assert "HETMEM_LIB" in r.stderr and "Traceback" not in r.stderr
