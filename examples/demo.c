@@ -82,11 +82,13 @@ int main(void) {
          (t2 - t1) * 1e3, (void *)field);
 
   printf("\nper-tier accounting while everything is allocated:\n");
+  fflush(stdout); /* hm_stats_print writes to the file descriptor directly */
   hm_stats_print(1);
   for (int i = 0; i < nblocks; ++i) hm_free(blocks[i]);
   hm_free(field);
   hm_arena_destroy(arena);
   printf("\nafter freeing everything:\n");
+  fflush(stdout);
   hm_stats_print(1);
   for (hm_tier_t t = 0; t < hm_tier_count(); ++t) {
     hm_tier_stats_t s;

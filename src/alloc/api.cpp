@@ -1,6 +1,7 @@
 // The C API over the tier registry and the per-tier heaps.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -306,7 +307,9 @@ void hm_stats_reset(void) {
 void hm_stats_print(int fd) {
   if (runtime_ensure() != HM_OK) return;
   if (fd != 1) fd = 2;
-  dprintf(fd, "%-22s %-10s %12s %12s %12s %12s %9s %9s %9s\n", "tier", "roles", "budget", "in use",
+  int width = 4;
+  for (int i = 0; i < tier_count(); ++i) width = std::max(width, static_cast<int>(tier_get(i)->name.size()));
+  dprintf(fd, "%-*s %-10s %12s %12s %12s %12s %9s %9s %9s\n", width, "tier", "roles", "budget", "in use",
           "high water", "reserved", "allocs", "frees", "fallbk-in");
   for (int i = 0; i < tier_count(); ++i) {
     hm_tier_stats_t s;
@@ -315,7 +318,7 @@ void hm_stats_print(int fd) {
     std::string roles;
     for (int r = 0; r < HM_ROLE_COUNT; ++r)
       if (t->roles & (1u << r)) roles += std::string(roles.empty() ? "" : ",") + role_name(static_cast<hm_role_t>(r));
-    dprintf(fd, "%-22s %-10s %12s %12s %12s %12s %9llu %9llu %9llu\n", t->name.c_str(),
+    dprintf(fd, "%-*s %-10s %12s %12s %12s %12s %9llu %9llu %9llu\n", width, t->name.c_str(),
             roles.empty() ? "-" : roles.c_str(), s.budget ? format_size(s.budget).c_str() : "unlimited",
             format_size(s.in_use).c_str(), format_size(s.high_water).c_str(), format_size(s.reserved).c_str(),
             static_cast<unsigned long long>(s.allocs), static_cast<unsigned long long>(s.frees),
