@@ -10,10 +10,7 @@ namespace {
 std::mutex g_leaf_mutex;
 }
 
-SlotMap &slot_map() {
-  static SlotMap map;
-  return map;
-}
+SlotMap g_slot_map;
 
 SlotMap::Leaf *SlotMap::leaf_for(uintptr_t slot) {
   auto &ref = top_[slot >> kLeafBits];

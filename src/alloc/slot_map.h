@@ -43,6 +43,7 @@ class SlotMap {
   std::atomic<Leaf *> top_[kSlots >> kLeafBits] = {};
 };
 
-SlotMap &slot_map();
+extern SlotMap g_slot_map;  // zero-initialised: usable before any constructor runs
+inline SlotMap &slot_map() { return g_slot_map; }
 
 }  // namespace hm
