@@ -30,23 +30,28 @@ std::string smaps_of(const void *addr) {
   return block;
 }
 
-// Reserves `pages` free 2 MiB pages for the test when the kernel has too few (root only), and
-// gives the machine its old setting back afterwards.
+// Reserves `pages` free huge pages of `page_size` for the test when the kernel has too few (root
+// only), and gives the machine its old setting back afterwards.
 class HugePageReservation {
  public:
-  explicit HugePageReservation(unsigned pages) {
-    if (hm::prim::hugetlb_free_pages(hm::prim::kHugePage2M) >= pages) return;
-    std::ifstream("/proc/sys/vm/nr_hugepages") >> old_;
+  HugePageReservation(unsigned pages, size_t page_size = hm::prim::kHugePage2M)
+      : page_size_(page_size),
+        path_("/sys/kernel/mm/hugepages/hugepages-" + std::to_string(page_size >> 10) + "kB/nr_hugepages") {
+    if (hm::prim::hugetlb_free_pages(page_size_) >= pages) return;
+    std::ifstream(path_) >> old_;
     if (old_ < 0) return;
-    std::ofstream("/proc/sys/vm/nr_hugepages") << old_ + pages + 8;
+    std::ofstream(path_) << old_ + pages;
     changed_ = true;
   }
   ~HugePageReservation() {
-    if (changed_) std::ofstream("/proc/sys/vm/nr_hugepages") << old_;
+    if (changed_) std::ofstream(path_) << old_;
   }
-  bool ok(unsigned pages) const { return hm::prim::hugetlb_free_pages(hm::prim::kHugePage2M) >= pages; }
+  bool ok(unsigned pages) const { return hm::prim::hugetlb_free_pages(page_size_) >= pages; }
+  bool page_size_exists() const { return std::ifstream(path_).good(); }
 
  private:
+  size_t page_size_;
+  std::string path_;
   long old_ = -1;
   bool changed_ = false;
 };
@@ -99,6 +104,22 @@ TEST(HugePages, MissingPoolFallsBackQuietly) {
   void *p = hm_alloc(HM_FAST, 4 << 20, 0, 0);
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(hm_test::stats(hm_test::tier("fast")).huge_bytes, 0u);
+  hm_free(p);
+  hm_finalize();
+}
+
+TEST(HugePages, OneGigabytePagesWhenTheMachineHasThem) {
+  HugePageReservation reservation(1, hm::prim::kHugePage1G);
+  if (!reservation.page_size_exists()) GTEST_SKIP() << "this CPU or kernel has no 1 GiB pages";
+  if (!reservation.ok(1))
+    GTEST_SKIP() << "the kernel could not reserve a 1 GiB page (memory too fragmented, or not root)";
+  ASSERT_EQ(hm_test::configure("", "HM_HUGETLB_1G", "1G"), HM_OK);
+  void *p = hm_alloc(HM_FAST, size_t{1} << 30, 0, 0);
+  ASSERT_NE(p, nullptr) << hm_last_error();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t{1} << 30), 0u);
+  static_cast<char *>(p)[0] = 1;
+  EXPECT_EQ(hm_test::stats(hm_test::tier("fast")).huge_bytes, size_t{1} << 30);
+  EXPECT_NE(smaps_of(p).find("KernelPageSize:  1048576 kB"), std::string::npos) << smaps_of(p);
   hm_free(p);
   hm_finalize();
 }
