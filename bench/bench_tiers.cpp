@@ -95,6 +95,26 @@ std::pair<double, double> triad_check(double *a, double *b, double *c, size_t n,
   return {moved / bench::median(tier_t) / 1e6, moved / bench::median(plain_t) / 1e6};
 }
 
+// The DRAM figures become the calibration the emulated tiers scale; stored before the emulated
+// tiers are measured so that their figures follow this run's DRAM.
+void store_calibration(const TierResult &r) {
+  hm_calibration_t cal{};
+  cal.threads = static_cast<int>(r.mbps.size());
+  for (int t = 0; t < cal.threads; ++t) {
+    cal.read_bw_mbps[t] = r.mbps[t][kRead];
+    cal.write_bw_mbps[t] = r.mbps[t][kWrite];
+    cal.copy_bw_mbps[t] = r.mbps[t][kCopy] / 2;  // bytes copied, counted once
+  }
+  cal.latency_ns = r.latency_ns;
+  if (hm_calibration_store(&cal) == HM_OK) {
+    hm_calibration_t stored;
+    hm_calibration_get(&stored);
+    std::printf("  calibration updated: %s\n", stored.path);
+  } else {
+    std::fprintf(stderr, "hetmem-bench-tiers: %s\n", hm_last_error());
+  }
+}
+
 double chase_latency(hm_tier_t tier, bool emulated, size_t bytes, size_t steps) {
   void *buf = hm_tier_alloc(tier, bytes, 4096, HM_STRICT);
   if (!buf) return 0;
@@ -154,7 +174,15 @@ int main(int argc, char **argv) {
 
   std::vector<TierResult> results;
   std::pair<double, double> check{0, 0};  // DRAM tier triad vs plain OpenMP triad
-  for (hm_tier_t t = 0; t < hm_tier_count(); ++t) {
+  // DRAM first: its figures calibrate the emulated tiers measured after it.
+  std::vector<hm_tier_t> order;
+  for (int pass = 0; pass < 2; ++pass)
+    for (hm_tier_t t = 0; t < hm_tier_count(); ++t) {
+      hm_tier_info_t info;
+      hm_tier_info(t, &info);
+      if ((info.kind == HM_KIND_DRAM) == (pass == 0)) order.push_back(t);
+    }
+  for (hm_tier_t t : order) {
     TierResult r;
     hm_tier_info(t, &r.info);
     bool emulated = r.info.kind == HM_KIND_EMUL;
@@ -190,6 +218,7 @@ int main(int argc, char **argv) {
     hm_free(b);
     hm_free(c);
     r.latency_ns = chase_latency(t, emulated, size_t{64} << 20, size_t{1} << 21);
+    if (r.info.kind == HM_KIND_DRAM && !args.has("--no-store")) store_calibration(r);
     results.push_back(r);
   }
 
@@ -229,24 +258,5 @@ int main(int argc, char **argv) {
   if (!j.write(json_path)) std::fprintf(stderr, "hetmem-bench-tiers: cannot write %s\n", json_path.c_str());
   else if (json_path != "-") std::printf("results: %s\n", json_path.c_str());
 
-  // The DRAM figures become the calibration that the emulated tier scales.
-  for (const TierResult &r : results) {
-    if (r.info.kind != HM_KIND_DRAM || args.has("--no-store")) continue;
-    hm_calibration_t cal{};
-    cal.threads = static_cast<int>(r.mbps.size());
-    for (int t = 0; t < cal.threads; ++t) {
-      cal.read_bw_mbps[t] = r.mbps[t][kRead];
-      cal.write_bw_mbps[t] = r.mbps[t][kWrite];
-      cal.copy_bw_mbps[t] = r.mbps[t][kCopy] / 2;  // bytes copied, counted once
-    }
-    cal.latency_ns = r.latency_ns;
-    if (hm_calibration_store(&cal) == HM_OK) {
-      hm_calibration_t stored;
-      hm_calibration_get(&stored);
-      std::printf("calibration updated: %s\n", stored.path);
-    } else {
-      std::fprintf(stderr, "hetmem-bench-tiers: %s\n", hm_last_error());
-    }
-  }
   return 0;
 }
