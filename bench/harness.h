@@ -43,7 +43,11 @@ class Json {
     std::snprintf(buf, sizeof buf, "%.6g", v);
     return raw(key, buf);
   }
-  Json &str(const std::string &key, const std::string &v) { return raw(key, "\"" + escape(v) + "\""); }
+  Json &str(const std::string &key, const std::string &v) {
+    std::string quoted(1, '"');
+    quoted.append(escape(v)).push_back('"');
+    return raw(key, quoted);
+  }
   Json &boolean(const std::string &key, bool v) { return raw(key, v ? "true" : "false"); }
   const std::string &text() const { return out_; }
   bool write(const std::string &path) const {
@@ -66,13 +70,17 @@ class Json {
     }
     return o;
   }
+  void append_key(const std::string &key) {
+    out_.push_back('"');
+    out_.append(escape(key)).append("\": ");
+  }
   void comma() {
     if (!first_) out_ += ", ";
     first_ = false;
   }
   Json &begin(const std::string &key, char c) {
     comma();
-    if (!key.empty()) out_ += "\"" + escape(key) + "\": ";
+    if (!key.empty()) append_key(key);
     out_ += c;
     stack_.push_back(c);
     first_ = true;
@@ -80,7 +88,8 @@ class Json {
   }
   Json &raw(const std::string &key, const std::string &v) {
     comma();
-    out_ += "\"" + escape(key) + "\": " + v;
+    append_key(key);
+    out_.append(v);
     return *this;
   }
   std::string out_;

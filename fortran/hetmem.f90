@@ -137,6 +137,24 @@ contains
     end do
   end function hm_last_error_f
 
+  !> Allocates `bytes` on a role's tier, 64-byte aligned; reports failure through stat or stops.
+  type(c_ptr) function raw_allocate(bytes, role, flags, stat) result(p)
+    integer(c_size_t), intent(in) :: bytes
+    integer(c_int), intent(in) :: role
+    integer(c_int), intent(in), optional :: flags
+    integer, intent(out), optional :: stat
+    integer(c_int) :: f
+    f = HM_PREFERRED
+    if (present(flags)) f = flags
+    p = hm_alloc(role, max(bytes, 1_c_size_t), 64_c_size_t, f)
+    if (present(stat)) then
+       stat = 0
+       if (.not. c_associated(p)) stat = 1
+    else if (.not. c_associated(p)) then
+       error stop "hetmem: allocation failed (pass stat= to handle it)"
+    end if
+  end function raw_allocate
+
   subroutine hm_allocate_r8_1d(a, n, role, flags, stat)
     real(c_double), pointer, intent(out) :: a(:)
     integer, intent(in) :: n
@@ -144,16 +162,9 @@ contains
     integer(c_int), intent(in), optional :: flags
     integer, intent(out), optional :: stat
     type(c_ptr) :: p
-    integer(c_int) :: f
-    f = HM_PREFERRED
-    if (present(flags)) f = flags
-    p = hm_alloc(role, int(max(n, 1), c_size_t) * 8_c_size_t, 64_c_size_t, f)
-    call finish(p, stat)
-    if (c_associated(p)) then
-       call c_f_pointer(p, a, [n])
-    else
-       nullify(a)
-    end if
+    p = raw_allocate(int(n, c_size_t) * 8_c_size_t, role, flags, stat)
+    nullify(a)
+    if (c_associated(p)) call c_f_pointer(p, a, [n])
   end subroutine hm_allocate_r8_1d
 
   subroutine hm_allocate_r8_3d(a, shape3, role, flags, stat)
@@ -163,16 +174,9 @@ contains
     integer(c_int), intent(in), optional :: flags
     integer, intent(out), optional :: stat
     type(c_ptr) :: p
-    integer(c_int) :: f
-    f = HM_PREFERRED
-    if (present(flags)) f = flags
-    p = hm_alloc(role, int(max(product(shape3), 1), c_size_t) * 8_c_size_t, 64_c_size_t, f)
-    call finish(p, stat)
-    if (c_associated(p)) then
-       call c_f_pointer(p, a, shape3)
-    else
-       nullify(a)
-    end if
+    p = raw_allocate(int(product(shape3), c_size_t) * 8_c_size_t, role, flags, stat)
+    nullify(a)
+    if (c_associated(p)) call c_f_pointer(p, a, shape3)
   end subroutine hm_allocate_r8_3d
 
   subroutine hm_allocate_i4_1d(a, n, role, flags, stat)
@@ -182,28 +186,10 @@ contains
     integer(c_int), intent(in), optional :: flags
     integer, intent(out), optional :: stat
     type(c_ptr) :: p
-    integer(c_int) :: f
-    f = HM_PREFERRED
-    if (present(flags)) f = flags
-    p = hm_alloc(role, int(max(n, 1), c_size_t) * 4_c_size_t, 64_c_size_t, f)
-    call finish(p, stat)
-    if (c_associated(p)) then
-       call c_f_pointer(p, a, [n])
-    else
-       nullify(a)
-    end if
+    p = raw_allocate(int(n, c_size_t) * 4_c_size_t, role, flags, stat)
+    nullify(a)
+    if (c_associated(p)) call c_f_pointer(p, a, [n])
   end subroutine hm_allocate_i4_1d
-
-  subroutine finish(p, stat)
-    type(c_ptr), intent(in) :: p
-    integer, intent(out), optional :: stat
-    if (present(stat)) then
-       stat = 0
-       if (.not. c_associated(p)) stat = 1
-    else if (.not. c_associated(p)) then
-       error stop "hetmem: allocation failed (pass stat= to handle it)"
-    end if
-  end subroutine finish
 
   subroutine hm_deallocate_r8_1d(a)
     real(c_double), pointer, intent(inout) :: a(:)

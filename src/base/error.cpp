@@ -14,8 +14,11 @@ thread_local char t_message[512];
 int g_log_level = 0;
 
 void record(int code, const char *fmt, va_list ap) {
+  char text[sizeof t_message];  // the arguments may include the previous message
+  vsnprintf(text, sizeof text, fmt, ap);
+  std::memcpy(t_message, text, sizeof text);
   t_code = code;
-  vsnprintf(t_message, sizeof t_message, fmt, ap);
+  log(1, "%s", t_message);
 }
 }  // namespace
 
@@ -24,7 +27,6 @@ int fail(int code, const char *fmt, ...) {
   va_start(ap, fmt);
   record(code, fmt, ap);
   va_end(ap);
-  log(1, "%s", t_message);
   return code;
 }
 
@@ -33,7 +35,6 @@ void *fail_null(int code, const char *fmt, ...) {
   va_start(ap, fmt);
   record(code, fmt, ap);
   va_end(ap);
-  log(1, "%s", t_message);
   return nullptr;
 }
 
