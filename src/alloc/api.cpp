@@ -164,6 +164,7 @@ void runtime_finalize() {
     g_huge_2m = g_huge_1g = nullptr;
     tiers_finalize();
     slot_map().reset();
+    calibration_forget();
   }
   g_runtime_epoch.fetch_add(1);
   g_state.store(0, std::memory_order_release);

@@ -25,7 +25,7 @@ const EmulProfile kProfiles[] = {
 };
 
 std::atomic<bool> g_enabled{true};
-std::once_flag g_cal_once;
+std::atomic<bool> g_cal_ready{false};
 std::mutex g_cal_mutex;
 hm_calibration_t g_cal;
 
@@ -181,9 +181,18 @@ const char *emul_profile_names() { return "optane, cxl, nvbm"; }
 void emul_set_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
 
 const hm_calibration_t &calibration() {
-  std::call_once(g_cal_once, calibration_init);
+  if (!g_cal_ready.load(std::memory_order_acquire)) {
+    static std::mutex init_mutex;
+    std::lock_guard<std::mutex> lock(init_mutex);
+    if (!g_cal_ready.load(std::memory_order_acquire)) {
+      calibration_init();
+      g_cal_ready.store(true, std::memory_order_release);
+    }
+  }
   return g_cal;
 }
+
+void calibration_forget() { g_cal_ready.store(false, std::memory_order_release); }
 
 int calibration_replace(const hm_calibration_t &in) {
   calibration();
@@ -224,12 +233,34 @@ uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes
                      uint64_t dependent) {
   if (!g_enabled.load(std::memory_order_relaxed)) return 0;
   if (read_bytes == 0 && write_bytes == 0 && dependent == 0) return 0;
+  const hm_calibration_t &cal = calibration();
   uint64_t start = prim::now_ns();
-  int k = state.charging.fetch_add(1, std::memory_order_acq_rel) + 1;
-  double extra = emul_extra_ns(p, calibration(), k, read_bytes, write_bytes, dependent);
-  uint64_t ns = static_cast<uint64_t>(extra);
-  prim::spin_until_ns(start + ns);
+  state.charging.fetch_add(1, std::memory_order_acq_rel);
+  // Latency is not shared; bandwidth is shared by whoever charges the tier at each moment.
+  // The bandwidth part is a fixed amount of device work (its cost with one thread); the wait
+  // advances through it at the rate the current number of charging threads allows, so threads
+  // that start or finish meanwhile change the others' share, as on a real device.
+  double latency_ns = emul_extra_ns(p, cal, 1, 0, 0, dependent);
+  double work = emul_extra_ns(p, cal, 1, read_bytes, write_bytes, 0);
+  double done = 0;
+  uint64_t now = start, deadline = start + static_cast<uint64_t>(latency_ns);
+  if (work > 0) {
+    constexpr uint64_t kSliceNs = 2000;
+    while (done < work) {
+      int k = state.charging.load(std::memory_order_relaxed);
+      double slowdown = k > 1 ? emul_extra_ns(p, cal, k, read_bytes, write_bytes, 0) / work : 1.0;
+      uint64_t left = static_cast<uint64_t>((work - done) * slowdown) + 1;
+      uint64_t next = now + (left < kSliceNs ? left : kSliceNs);
+      prim::spin_until_ns(next);
+      uint64_t t = prim::now_ns();
+      done += static_cast<double>(t - now) / slowdown;
+      now = t;
+    }
+    deadline = now + static_cast<uint64_t>(latency_ns);
+  }
+  prim::spin_until_ns(deadline);
   state.charging.fetch_sub(1, std::memory_order_acq_rel);
+  uint64_t ns = prim::now_ns() - start;
   state.charged_ns.fetch_add(ns, std::memory_order_relaxed);
   return ns;
 }

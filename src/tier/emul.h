@@ -31,7 +31,8 @@ struct EmulState {
 // sharing the device.
 double emul_extra_ns(const EmulProfile &p, const hm_calibration_t &cal, int threads, uint64_t read_bytes,
                      uint64_t write_bytes, uint64_t dependent);
-// Charges on the calling thread: waits the extra time. Returns the nanoseconds charged.
+// Charges on the calling thread: waits the extra time, sharing the device's bandwidth with the
+// threads charging the same tier meanwhile. Returns the nanoseconds waited.
 uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes, uint64_t write_bytes,
                      uint64_t dependent);
 // Whether charges are made (HM_EMUL); set at initialisation.
@@ -40,6 +41,8 @@ void emul_set_enabled(bool on);
 // DRAM calibration: loaded from the cache file, measured quickly if absent or stale.
 const hm_calibration_t &calibration();
 int calibration_replace(const hm_calibration_t &cal);
+// Makes the next use read the cache again (after hm_finalize; HM_CALIBRATION may have changed).
+void calibration_forget();
 // Bandwidth with `threads` threads from a per-thread-count table (clamped to what was measured).
 double calibration_bw(const double *table, int filled, int threads);
 
