@@ -129,6 +129,8 @@ TEST(Emul, DisabledByOption) {
 
 TEST(Emul, CalibrationIsStoredAndReloaded) {
   std::string path = hm_test::temp_path("calibration");
+  const char *was = std::getenv("HM_CALIBRATION");
+  std::string previous = was ? was : "";
   setenv("HM_CALIBRATION", path.c_str(), 1);
   ASSERT_EQ(hm_test::configure(""), HM_OK);
   hm_calibration_t measured;
@@ -146,4 +148,8 @@ TEST(Emul, CalibrationIsStoredAndReloaded) {
   EXPECT_NE(text.find("read_bw_mbps = 10000 16000"), std::string::npos) << text;
   EXPECT_NE(text.find("latency_ns = 100"), std::string::npos) << text;
   unlink(path.c_str());
+  // Leave the process as it was: later tests must not see the made-up figures.
+  if (was) setenv("HM_CALIBRATION", previous.c_str(), 1);
+  else unsetenv("HM_CALIBRATION");
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
 }
