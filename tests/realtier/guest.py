@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Real-tier tests: boots a small QEMU guest (TCG) whose memory has real tiers and runs hetmem's
+tests inside it, returning their result as this program's exit status.
+
+    guest.py [--build-dir DIR] [--timeout S] [--keep] RECIPE
+
+Recipes (see docs/realtier.md):
+  numa  node 0 with the CPUs, node 1 with memory only; ACPI HMAT gives node 1 higher latency and
+        lower bandwidth. hetmem must find node 1 as the capacity tier by itself.
+  pmem  an NVDIMM turned into a devdax device and onlined as system RAM (KMEM-DAX, as Optane App
+        Direct memory is used as a NUMA node), and a second NVDIMM as an fsdax namespace under an
+        ext4 file system mounted with -o dax, for file: pools with MAP_SYNC.
+
+The guest is built from Debian packages: the stock kernel (downloaded, not installed), busybox,
+ndctl/daxctl/mke2fs and their libraries, the kernel modules the recipe needs, and hetmem's test
+binaries with their libraries. The guest reports through isa-debug-exit, so that a crash, a panic
+or a hang (stopped by the timeout) can never pass.
+
+Exit status: 0 pass, 1 fail (the tail of the guest's serial log is printed), 77 skipped (what is
+missing is printed: no QEMU and no way to install it, for example).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SKIP = 77
+PACKAGES = {  # command -> Debian package
+    "qemu-system-x86_64": "qemu-system-x86",
+    "busybox": "busybox-static",
+    "cpio": "cpio",
+    "ndctl": "ndctl",
+    "daxctl": "daxctl",
+    "depmod": "kmod",
+    "mke2fs": "e2fsprogs",
+}
+HETMEM_BINARIES = {  # path in the build tree -> name in the guest
+    "hetmem-tiers": "hetmem-tiers",
+    "tests/test_realtier": "test_realtier",
+    "tests/test_alloc": "test_alloc",
+    "tests/test_prim": "test_prim",
+    "bench/hetmem-bench-tiers": "hetmem-bench-tiers",
+}
+HMAT_NODE0 = [
+    "-numa", "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=80",
+    "-numa", "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-bandwidth,bandwidth=100G",
+]
+
+
+def hmat_node1(latency: int, bandwidth: str) -> list[str]:
+    return ["-numa", f"hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-latency,latency={latency}",
+            "-numa", f"hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-bandwidth,bandwidth={bandwidth}"]
+
+
+RECIPES = {
+    "numa": {
+        "qemu": ["-M", "q35,hmat=on", "-m", "2G",
+                 "-object", "memory-backend-ram,id=m0,size=1G", "-object", "memory-backend-ram,id=m1,size=1G",
+                 "-numa", "node,nodeid=0,cpus=0-1,memdev=m0,initiator=0",
+                 "-numa", "node,nodeid=1,memdev=m1,initiator=0",
+                 "-numa", "dist,src=0,dst=1,val=20", *HMAT_NODE0, *hmat_node1(250, "30G")],
+        "modules": [],
+        "tools": [],
+        "steps": r"""
+export HM_GUEST_SLOW_NODE=1 HM_GUEST_EXPECT_HMAT=1
+run hetmem-tiers
+run test_realtier
+run test_alloc --gtest_filter='Kinds/*:AllocApi.*:Arena.*'
+run test_prim
+run hetmem-bench-tiers --size-mib 16 --reps 2 --json /tmp/bench-tiers.json --no-store
+""",
+    },
+    "pmem": {
+        "qemu": ["-M", "q35,nvdimm=on,hmat=on", "-m", "2G,slots=4,maxmem=8G",
+                 "-object", "memory-backend-ram,id=m0,size=2G",
+                 "-numa", "node,nodeid=0,cpus=0-1,memdev=m0,initiator=0",
+                 "-numa", "node,nodeid=1,initiator=0", *HMAT_NODE0, *hmat_node1(300, "10G"),
+                 "-object", "memory-backend-ram,id=nv1,size=1G", "-device", "nvdimm,id=nvdimm1,memdev=nv1,node=1",
+                 "-object", "memory-backend-ram,id=nv2,size=512M",
+                 "-device", "nvdimm,id=nvdimm2,memdev=nv2,node=1"],
+        "modules": ["libnvdimm", "nfit", "nd_btt", "nd_pmem", "dax_pmem", "device_dax", "kmem",
+                    "crc16", "crc32c_generic", "mbcache", "jbd2", "ext4"],
+        "tools": ["ndctl", "daxctl", "mke2fs"],
+        "steps": r"""
+# The 1 GiB NVDIMM becomes KMEM-DAX memory on node 1, the 512 MiB one an fsdax namespace.
+ns_of_size() { for d in /sys/bus/nd/devices/namespace*; do
+  [ "$(cat $d/size)" = "$1" ] && basename $d && return; done; }
+KMEM_NS=$(ns_of_size 1073741824); FS_NS=$(ns_of_size 536870912)
+echo "namespaces: kmem=$KMEM_NS fsdax=$FS_NS"
+ndctl create-namespace -f -e "$KMEM_NS" -m devdax -a 2M > /tmp/kmem.json || status=$((status + 1))
+cat /tmp/kmem.json
+DAX_DEV=$(sed -n 's/.*"chardev":"\([^"]*\)".*/\1/p' /tmp/kmem.json)
+run daxctl reconfigure-device -m system-ram -f "$DAX_DEV"
+ndctl create-namespace -f -e "$FS_NS" -m fsdax --map=mem > /tmp/fsdax.json || status=$((status + 1))
+cat /tmp/fsdax.json
+PMEM_DEV=$(sed -n 's/.*"blockdev":"\([^"]*\)".*/\1/p' /tmp/fsdax.json)
+mkdir -p /mnt/pmem
+run /opt/bin/mke2fs -q -F -t ext4 -b 4096 "/dev/$PMEM_DEV"  # not busybox's applet
+run mount -t ext4 -o dax "/dev/$PMEM_DEV" /mnt/pmem
+grep /mnt/pmem /proc/mounts
+cat /sys/devices/system/node/online
+export HM_GUEST_SLOW_NODE=1 HM_GUEST_EXPECT_HMAT=1 HM_GUEST_EXPECT_PMEM=1 HM_GUEST_DAX_DIR=/mnt/pmem
+run hetmem-tiers
+run test_realtier
+run test_alloc --gtest_filter='Kinds/*numa1*'
+""",
+    },
+}
+
+INIT = """#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/opt/bin:/bin:/sbin HOME=/root TMPDIR=/tmp HM_CALIBRATION=/tmp/calibration GTEST_COLOR=no
+mkdir -p /proc /sys /dev /tmp /root /mnt
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+status=0
+run() {
+  echo "== guest: $*"
+  "$@"
+  rc=$?
+  if [ $rc -ne 0 ]; then echo "== guest: FAILED (exit $rc): $*"; status=$((status + 1)); fi
+}
+echo "== guest: kernel $(uname -r), nodes online $(cat /sys/devices/system/node/online)"
+for f in /sys/devices/system/node/node*/access0/initiators/read_latency; do echo "$f: $(cat $f)"; done
+for m in $(cat /modules.order 2>/dev/null); do insmod /modules/$m || echo "insmod $m failed"; done
+@STEPS@
+echo "== guest: $status step(s) failed"
+/bin/guest-exit $status
+echo "== guest: isa-debug-exit did not stop the guest"
+poweroff -f
+"""
+
+
+class Skip(Exception):
+    pass
+
+
+def log(msg: str) -> None:
+    print(f"realtier: {msg}", flush=True)
+
+
+def ensure_packages() -> None:
+    missing = sorted({pkg for cmd, pkg in PACKAGES.items() if not shutil.which(cmd) and
+                      not Path(f"/sbin/{cmd}").exists() and not Path(f"/usr/sbin/{cmd}").exists()})
+    if not Path("/bin/busybox").exists():
+        missing.append("busybox-static")
+    if not missing:
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        raise Skip(f"missing {', '.join(missing)} and cannot install them (needs root and apt-get)")
+    log(f"installing {' '.join(missing)}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing]):
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise Skip(f"cannot install {', '.join(missing)}: {r.stderr.strip()[-300:]}")
+
+
+def which(cmd: str) -> str:
+    for candidate in (shutil.which(cmd), f"/sbin/{cmd}", f"/usr/sbin/{cmd}"):
+        if candidate and Path(candidate).exists():
+            return candidate
+    raise Skip(f"{cmd} not found")
+
+
+def fetch_kernel(cache: Path) -> tuple[Path, Path, str]:
+    """The stock Debian kernel, downloaded and unpacked (not installed): vmlinuz, modules, version."""
+    r = subprocess.run(["apt-cache", "depends", "linux-image-amd64"], capture_output=True, text=True)
+    m = re.search(r"Depends: (linux-image-(\S+)-amd64)", r.stdout)
+    if not m:
+        raise Skip("apt-cache cannot resolve linux-image-amd64 (run apt-get update?)")
+    package, version = m.group(1), m.group(2) + "-amd64"
+    root = cache / package
+    vmlinuz = root / "boot" / f"vmlinuz-{version}"
+    moddir = root / "lib" / "modules" / version
+    if not vmlinuz.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        for old in cache.glob("*.deb"):
+            old.unlink()
+        log(f"downloading {package}")
+        r = subprocess.run(["apt-get", "download", package], cwd=cache, capture_output=True, text=True)
+        debs = list(cache.glob(f"{package}_*.deb"))
+        if r.returncode != 0 or not debs:
+            raise Skip(f"cannot download {package}: {r.stderr.strip()[-300:]}")
+        subprocess.run(["dpkg-deb", "-x", str(debs[0]), str(root)], check=True)
+        debs[0].unlink()
+    if not (moddir / "modules.dep").exists():
+        subprocess.run([which("depmod"), "-b", str(root), version], check=True)
+    return vmlinuz, moddir, version
+
+
+def module_order(moddir: Path, names: list[str]) -> list[str]:
+    """Module files (relative to moddir) for `names` and their dependencies, dependencies first."""
+    deps: dict[str, list[str]] = {}
+    by_name: dict[str, str] = {}
+    for line in (moddir / "modules.dep").read_text().splitlines():
+        path, _, rest = line.partition(":")
+        deps[path] = rest.split()
+        by_name[Path(path).name.split(".ko")[0].replace("-", "_")] = path
+    order: list[str] = []
+
+    def visit(path: str) -> None:
+        for d in deps.get(path, []):
+            visit(d)
+        if path not in order:
+            order.append(path)
+
+    for name in names:
+        if name not in by_name:
+            raise Skip(f"kernel module {name} not found in {moddir}")
+        visit(by_name[name])
+    return order
+
+
+def library_deps(binary: str) -> list[str]:
+    r = subprocess.run(["ldd", binary], capture_output=True, text=True)
+    if "not a dynamic executable" in r.stdout + r.stderr:
+        return []
+    libs = []
+    for line in r.stdout.splitlines():
+        m = re.search(r"(/\S+) \(0x", line)
+        if m:
+            libs.append(m.group(1))
+    return libs
+
+
+def build_initramfs(recipe: dict, build_dir: Path, moddir: Path, out: Path) -> None:
+    stage = Path(tempfile.mkdtemp(prefix="hetmem-guest-"))
+    try:
+        files: dict[str, str] = {"bin/busybox": "/bin/busybox", "bin/guest-exit": str(build_dir / "tests/guest-exit")}
+        for src, name in HETMEM_BINARIES.items():
+            path = build_dir / src
+            if not path.exists():
+                raise Skip(f"{path} is not built")
+            files[f"bin/{name}"] = str(path)
+        for tool in recipe["tools"]:  # before busybox's applets of the same name (mke2fs)
+            files[f"opt/bin/{tool}"] = str(Path(which(tool)).resolve())
+        for dest, src in list(files.items()):
+            for lib in library_deps(src):
+                files[lib.lstrip("/")] = str(Path(lib).resolve())
+        for dest, src in files.items():
+            target = stage / dest
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+            if dest.startswith(("bin/", "opt/bin/")) and dest not in ("bin/busybox", "bin/guest-exit"):
+                subprocess.run(["strip", "--strip-debug", str(target)], capture_output=True)
+        order = module_order(moddir, recipe["modules"])
+        (stage / "modules").mkdir()
+        for rel in order:
+            src = moddir / rel
+            name = Path(rel).name
+            if name.endswith(".xz"):
+                subprocess.run(f"xz -dc '{src}' > '{stage / 'modules' / name[:-3]}'", shell=True, check=True)
+                name = name[:-3]
+            else:
+                shutil.copy2(src, stage / "modules" / name)
+        (stage / "modules.order").write_text("\n".join(Path(r).name.removesuffix(".xz") for r in order) + "\n")
+        init = stage / "init"
+        init.write_text(INIT.replace("@STEPS@", recipe["steps"]))
+        init.chmod(0o755)
+        names = subprocess.run("find . -print0", shell=True, cwd=stage, capture_output=True).stdout
+        archive = subprocess.run(["cpio", "--null", "-o", "-H", "newc", "--quiet"], cwd=stage, input=names,
+                                 capture_output=True, check=True).stdout
+        out.write_bytes(gzip.compress(archive, compresslevel=1))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def boot(recipe: dict, vmlinuz: Path, initrd: Path, timeout: int, serial_log: Path) -> int:
+    cmd = ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-smp", "2", *recipe["qemu"],
+           "-device", "isa-debug-exit,iobase=0xf4,iosize=0x04", "-net", "none", "-nographic", "-no-reboot",
+           "-kernel", str(vmlinuz), "-initrd", str(initrd), "-append", "console=ttyS0 panic=-1 quiet"]
+    with serial_log.open("w") as out:
+        try:
+            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
+            return proc.returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"\n== host: the guest did not finish within {timeout} s and was stopped\n")
+            return -1
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("recipe", choices=sorted(RECIPES))
+    p.add_argument("--build-dir", type=Path, default=Path(__file__).resolve().parents[2] / "build")
+    p.add_argument("--timeout", type=int, default=300, help="seconds before a hung guest is stopped")
+    p.add_argument("--keep", action="store_true", help="keep the initramfs and serial log")
+    args = p.parse_args()
+    recipe = RECIPES[args.recipe]
+    work = args.build_dir / "realtier"
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        ensure_packages()
+        vmlinuz, moddir, version = fetch_kernel(work / "kernel")
+        initrd = work / f"{args.recipe}.initrd.gz"
+        build_initramfs(recipe, args.build_dir, moddir, initrd)
+    except Skip as why:
+        print(f"realtier {args.recipe}: SKIPPED: {why}")
+        return SKIP
+    serial = work / f"{args.recipe}.serial.log"
+    log(f"booting the '{args.recipe}' guest (kernel {version}, initramfs {initrd.stat().st_size >> 10} KiB, TCG)")
+    t0 = time.time()
+    rc = boot(recipe, vmlinuz, initrd, args.timeout, serial)
+    elapsed = time.time() - t0
+    text = serial.read_text(errors="replace")
+    print(text)
+    # isa-debug-exit: QEMU exits with (status << 1) | 1; 0 means the guest stopped without reporting.
+    if rc == 1:
+        log(f"'{args.recipe}' guest passed in {elapsed:.1f} s")
+        return 0
+    if rc > 0 and rc & 1:
+        log(f"'{args.recipe}' guest: {rc >> 1} step(s) failed ({elapsed:.1f} s); serial log: {serial}")
+    else:
+        log(f"'{args.recipe}' guest stopped without reporting a result (QEMU exit {rc}, {elapsed:.1f} s); "
+            f"last lines of the serial log:\n" + "\n".join(text.splitlines()[-40:]))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+// Runs inside the QEMU guests of tests/realtier (real NUMA nodes, KMEM-DAX persistent memory, a DAX
+// file system), never on the host: discovery without HM_TIERS, placement checked page by page,
+// budgets and fallback, moves keeping addresses, and no emulation charge on real tiers.
+// What the guest offers is passed in the environment:
+//   HM_GUEST_SLOW_NODE=1      the node that must be found as the capacity tier
+//   HM_GUEST_EXPECT_HMAT=1    its bandwidth/latency must come from hwloc (ACPI HMAT)
+//   HM_GUEST_EXPECT_PMEM=1    it must be reported as persistent memory (KMEM-DAX)
+//   HM_GUEST_DAX_DIR=/mnt/pmem  a DAX-mounted file system for file: pools with MAP_SYNC
+#include <gtest/gtest.h>
+#include <numaif.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "hetmem/hetmem.h"
+#include "prim/prim.h"
+#include "../support.h"
+
+namespace {
+
+int env_int(const char *name, int def) {
+  const char *v = std::getenv(name);
+  return v && *v ? std::atoi(v) : def;
+}
+
+// Node of every 64th page of [p, p+n): returns the node if all agree, -1 otherwise.
+int node_of_range(const void *p, size_t n) {
+  int node = -2;
+  for (size_t off = 0; off < n; off += 64 * 4096) {
+    int here = -1;
+    if (hm::prim::page_node(static_cast<const char *>(p) + off, &here) != HM_OK) return -1;
+    if (node == -2) node = here;
+    else if (node != here) return -1;
+  }
+  return node;
+}
+
+int mempolicy_node(const void *p) {
+  int node = -1;
+  if (get_mempolicy(&node, nullptr, 0, const_cast<void *>(p), MPOL_F_NODE | MPOL_F_ADDR) != 0) return -1;
+  return node;
+}
+
+class RealTier : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    slow_node_ = env_int("HM_GUEST_SLOW_NODE", -1);
+    if (slow_node_ < 0) GTEST_SKIP() << "runs inside the real-tier QEMU guests only (HM_GUEST_SLOW_NODE unset)";
+    ASSERT_EQ(hm_test::configure(""), HM_OK) << hm_last_error();
+    ASSERT_EQ(hm_role_tier(HM_FAST, &fast_), HM_OK);
+    ASSERT_EQ(hm_role_tier(HM_CAPACITY, &cap_), HM_OK) << hm_last_error();
+  }
+  void TearDown() override { hm_finalize(); }
+  int slow_node_ = -1;
+  hm_tier_t fast_ = -1, cap_ = -1;
+};
+
+TEST_F(RealTier, DiscoversTheSlowNodeAsCapacityWithoutConfiguration) {
+  hm_tier_info_t f, c;
+  ASSERT_EQ(hm_tier_info(fast_, &f), HM_OK);
+  ASSERT_EQ(hm_tier_info(cap_, &c), HM_OK);
+  EXPECT_STREQ(f.name, "dram");
+  EXPECT_EQ(c.kind, HM_KIND_NUMA);
+  EXPECT_EQ(c.numa_node, slow_node_);
+  EXPECT_EQ(std::string(c.name), "numa:" + std::to_string(slow_node_));
+  if (env_int("HM_GUEST_EXPECT_HMAT", 0)) {
+    EXPECT_EQ(c.perf_source, HM_PERF_HWLOC) << c.detail;
+    EXPECT_GT(c.latency_ns, f.latency_ns);
+    EXPECT_LT(c.read_bw_mbps, f.read_bw_mbps);
+  }
+  EXPECT_EQ(c.is_persistent_memory != 0, env_int("HM_GUEST_EXPECT_PMEM", 0) != 0) << c.detail;
+}
+
+TEST_F(RealTier, AllocationsByRoleLandOnTheRightNode) {
+  size_t n = 16 << 20;
+  auto *a = static_cast<char *>(hm_alloc(HM_FAST, n, 0, HM_STRICT));
+  auto *b = static_cast<char *>(hm_alloc(HM_CAPACITY, n, 0, HM_STRICT));
+  auto *small = static_cast<char *>(hm_alloc(HM_CAPACITY, 3000, 0, HM_STRICT));
+  ASSERT_TRUE(a && b && small) << hm_last_error();
+  std::memset(a, 1, n);
+  std::memset(b, 2, n);
+  std::memset(small, 3, 3000);
+  EXPECT_EQ(node_of_range(a, n), 0);
+  EXPECT_EQ(node_of_range(b, n), slow_node_);
+  EXPECT_EQ(mempolicy_node(b + n / 2), slow_node_);
+  EXPECT_EQ(mempolicy_node(small), slow_node_) << "small blocks too: their segment is bound to the node";
+  hm_free(a);
+  hm_free(b);
+  hm_free(small);
+}
+
+TEST_F(RealTier, BudgetsAndFallbackOnRealNodes) {
+  ASSERT_EQ(hm_tier_set_budget(fast_, 4 << 20), HM_OK);
+  EXPECT_EQ(hm_alloc(HM_FAST, 8 << 20, 0, HM_STRICT), nullptr);
+  EXPECT_EQ(hm_last_error_code(), HM_EBUDGET);
+  auto *p = static_cast<char *>(hm_alloc(HM_FAST, 8 << 20, 0, HM_PREFERRED));
+  ASSERT_NE(p, nullptr);
+  std::memset(p, 5, 8 << 20);
+  EXPECT_EQ(node_of_range(p, 8 << 20), slow_node_) << "the fallback lands on the capacity node";
+  EXPECT_EQ(hm_test::stats(cap_).fallbacks_in, 1u);
+  hm_free(p);
+}
+
+TEST_F(RealTier, MoveKeepsAddressAndMovesPages) {
+  size_t n = 8 << 20;
+  auto *p = static_cast<uint32_t *>(hm_alloc(HM_FAST, n, 0, HM_MOVABLE));
+  ASSERT_NE(p, nullptr);
+  for (size_t i = 0; i < n / 4; ++i) p[i] = static_cast<uint32_t>(i * 7);
+  EXPECT_EQ(node_of_range(p, n), 0);
+  ASSERT_EQ(hm_move(p, cap_), HM_OK) << hm_last_error();
+  EXPECT_EQ(node_of_range(p, n), slow_node_);
+  for (size_t i = 0; i < n / 4; i += 1001) ASSERT_EQ(p[i], static_cast<uint32_t>(i * 7));
+  ASSERT_EQ(hm_move(p, fast_), HM_OK) << hm_last_error();
+  EXPECT_EQ(node_of_range(p, n), 0);
+  for (size_t i = 0; i < n / 4; i += 1001) ASSERT_EQ(p[i], static_cast<uint32_t>(i * 7));
+  hm_free(p);
+}
+
+TEST_F(RealTier, RealTiersAreNeverCharged) {
+  size_t n = 8 << 20;
+  void *a = hm_alloc(HM_FAST, n, 0, 0), *b = hm_alloc(HM_CAPACITY, n, 0, 0);
+  std::memset(a, 1, n);
+  ASSERT_EQ(hm_copy(b, a, n), HM_OK);
+  uint64_t charged = 1;
+  ASSERT_EQ(hm_emul_charge(cap_, n, n, 1000, &charged), HM_OK);
+  EXPECT_EQ(charged, 0u);
+  EXPECT_EQ(hm_test::stats(fast_).emul_charged_ns, 0u);
+  EXPECT_EQ(hm_test::stats(cap_).emul_charged_ns, 0u);
+  hm_free(a);
+  hm_free(b);
+}
+
+TEST_F(RealTier, FilePoolOnADaxFileSystemUsesMapSync) {
+  const char *dir = std::getenv("HM_GUEST_DAX_DIR");
+  if (!dir || !*dir) GTEST_SKIP() << "this guest has no DAX file system (HM_GUEST_DAX_DIR unset)";
+  std::string pool = std::string(dir) + "/hm.pool";
+  ASSERT_EQ(hm_test::configure("persistent=file:" + pool + ":64M"), HM_OK) << hm_last_error();
+  hm_tier_t pers;
+  ASSERT_EQ(hm_role_tier(HM_PERSISTENT, &pers), HM_OK);
+  hm_tier_info_t info;
+  ASSERT_EQ(hm_tier_info(pers, &info), HM_OK);
+  EXPECT_EQ(info.map_sync, 1) << info.detail;
+  EXPECT_EQ(info.is_persistent_memory, 1);
+  auto *p = static_cast<char *>(hm_alloc(HM_PERSISTENT, 4 << 20, 0, HM_STRICT));
+  ASSERT_NE(p, nullptr) << hm_last_error();
+  std::memset(p, 0x42, 4 << 20);
+  ASSERT_EQ(hm_move(p, hm_test::tier("fast")), HM_OK) << hm_last_error();
+  EXPECT_EQ(p[12345], 0x42);
+  ASSERT_EQ(hm_move(p, pers), HM_OK) << hm_last_error();
+  EXPECT_EQ(p[(4 << 20) - 1], 0x42);
+  hm_free(p);
+  hm_finalize();
+  unlink(pool.c_str());
+}
+
+}  // namespace
