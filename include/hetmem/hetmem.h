@@ -177,6 +177,8 @@ void hm_stats_print(int fd);
 #define HM_MOVABLE 4u         /* give the allocation its own mapping so hm_move() can move it */
 #define HM_HUGE 8u            /* prefer the hugetlb pool (else transparent huge pages) */
 #define HM_NO_HUGE 16u        /* never use huge pages for this allocation */
+#define HM_GUARDED 32u        /* own mapping between two inaccessible pages (anonymous tiers): the
+                                 kernel then reports its Referenced bytes on their own (profiler) */
 
 /* Allocates `size` bytes aligned to `align` (a power of two, 0 = 16) on the tier that `role` maps
  * to. With HM_PREFERRED, a tier over budget falls back along the chain fast -> capacity (the

@@ -304,7 +304,7 @@ void TierHeap::reset_event_counts() {
 
 void *TierHeap::allocate(size_t size, size_t align, unsigned flags) {
   if (align < 16) align = 16;
-  bool own_mapping = (flags & (HM_MOVABLE | HM_HUGE)) || size > kMediumMax || align > kPageBytes;
+  bool own_mapping = (flags & (HM_MOVABLE | HM_HUGE | HM_GUARDED)) || size > kMediumMax || align > kPageBytes;
   void *p = nullptr;
   size_t charged = 0;
   if (!own_mapping && size <= kSmallMax && align <= 4096) {
@@ -484,7 +484,8 @@ void TierHeap::release_medium(Segment *seg, size_t page) {
 }
 
 void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
-  bool want_huge = !(flags & HM_NO_HUGE) && len >= prim::kHugePage2M && !tier_->backing->is_file();
+  bool guarded = (flags & HM_GUARDED) && align <= prim::kPageSize;
+  bool want_huge = !(flags & HM_NO_HUGE) && !guarded && len >= prim::kHugePage2M && !tier_->backing->is_file();
   Extent e;
   HugePool *pool = nullptr;
   bool fresh = false;
@@ -500,7 +501,7 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
       }
     }
   }
-  if (!pool) {
+  if (!pool && !guarded) {
     std::lock_guard<std::mutex> lock(large_mutex_);
     int best = -1;
     for (int i = 0; i < kRetainSlots; ++i) {
@@ -517,7 +518,7 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
   }
   if (!pool && !e.addr) {
     size_t a = align > kSlotSize ? align : kSlotSize;
-    int rc = tier_->backing->map(len, a, &e);
+    int rc = guarded ? tier_->backing->map_guarded(len, a, &e) : tier_->backing->map(len, a, &e);
     if (rc != HM_OK) {
       std::string why = hm_last_error();  // the backing said what went wrong
       return fail_null(rc, "tier '%s': cannot allocate %s: %s", tier_->name.c_str(), format_size(len).c_str(),
@@ -564,7 +565,7 @@ void TierHeap::release_large(LargeBlock *lb) {
   Extent evicted[kRetainSlots];
   int n_evicted = 0;
   bool kept = false;
-  if (e.size <= retain_limit()) {
+  if (e.size <= retain_limit() && !e.guarded) {
     std::lock_guard<std::mutex> lock(large_mutex_);
     while (retained_bytes_ + e.size > retain_limit()) {
       int largest = -1;
@@ -661,6 +662,8 @@ int TierHeap::move_to(void *ptr, SlotOwner *owner, TierHeap &dst) {
   auto *lb = reinterpret_cast<LargeBlock *>(owner);
   if (ptr != lb->extent.addr) return fail(HM_EINVAL, "hm_move(%p): not the start of an allocation", ptr);
   if (lb->pool) return fail(HM_ENOTSUP, "hm_move(%p): the allocation lives in the hugetlb pool", ptr);
+  if (lb->extent.guarded && (tier_->backing->is_file() || dst.tier_->backing->is_file()))
+    return fail(HM_ENOTSUP, "hm_move(%p): a guarded allocation moves between anonymous tiers only", ptr);
   if (&dst == this) return HM_OK;
   Tier *st = tier_, *dt = dst.tier_;
   size_t len = lb->usable;

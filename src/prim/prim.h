@@ -3,6 +3,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace hm::prim {
@@ -17,6 +20,10 @@ int map_anon(size_t size, size_t align, size_t huge_page, void **out);
 // Reserves address space only (PROT_NONE), aligned.
 int reserve(size_t size, size_t align, void **out);
 int unmap(void *addr, size_t size);
+// As map_anon, with an inaccessible page right before and right after the mapping, so the kernel
+// keeps it a VMA of its own (per-object Referenced counts in smaps). Free with unmap_guarded.
+int map_anon_guarded(size_t size, size_t align, void **out);
+int unmap_guarded(void *addr, size_t size);
 // Maps `len` bytes of file `fd` at `offset` exactly at `addr` (MAP_FIXED, shared). Tries MAP_SYNC
 // first when `try_sync`; *synced says whether it took.
 int map_file_fixed(void *addr, size_t len, int fd, uint64_t offset, bool try_sync, bool *synced);
@@ -53,9 +60,50 @@ const char *env(const char *name);
 uint64_t hugetlb_free_pages(size_t page_size);  // from sysfs, 0 if absent
 bool thp_available();
 
+// Process introspection: /proc/self/clear_refs (1 = clear referenced bits) and smaps.
+int clear_referenced();
+struct MappingUse {
+  uintptr_t start, end;
+  uint64_t referenced_bytes;
+};
+// Calls fn(use) for every mapping of the process, from /proc/self/smaps.
+template <class Fn>
+int for_each_mapping(Fn fn);
+int read_smaps(std::string *text);
+// Call stack of the caller: up to `depth` return addresses (libunwind). Returns the count.
+int stack_trace(void **frames, int depth);
+int thread_id();
+
 // Time.
 uint64_t now_ns();
 void spin_until_ns(uint64_t deadline);
 int cpu_count();
+
+template <class Fn>
+int for_each_mapping(Fn fn) {
+  std::string text;
+  int rc = read_smaps(&text);
+  if (rc != 0) return rc;
+  MappingUse cur{0, 0, 0};
+  bool have = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    const char *line = text.c_str() + pos;
+    unsigned long lo = 0, hi = 0;
+    char dash = 0;
+    if (std::sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-') {
+      if (have) fn(cur);
+      cur = MappingUse{lo, hi, 0};
+      have = true;
+    } else if (have && std::strncmp(line, "Referenced:", 11) == 0) {
+      cur.referenced_bytes = std::strtoull(line + 11, nullptr, 10) * 1024;
+    }
+    pos = eol + 1;
+  }
+  if (have) fn(cur);
+  return 0;
+}
 
 }  // namespace hm::prim

@@ -8,6 +8,9 @@
 #include <numaif.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,6 +57,22 @@ int map_anon(size_t size, size_t align, size_t huge_page, void **out) {
   if (span_end > end) munmap(reinterpret_cast<void *>(end), span_end - end);
   *out = reinterpret_cast<void *>(aligned);
   return HM_OK;
+}
+
+int map_anon_guarded(size_t size, size_t align, void **out) {
+  void *p = nullptr;
+  int rc = map_anon(size + 2 * kPageSize, align, 0, &p);
+  if (rc != HM_OK) return rc;
+  // The data starts one page in; alignments beyond a page are not kept (profiling use only).
+  char *base = static_cast<char *>(p);
+  mprotect(base, kPageSize, PROT_NONE);
+  mprotect(base + kPageSize + size, kPageSize, PROT_NONE);
+  *out = base + kPageSize;
+  return HM_OK;
+}
+
+int unmap_guarded(void *addr, size_t size) {
+  return unmap(static_cast<char *>(addr) - kPageSize, size + 2 * kPageSize);
 }
 
 int reserve(size_t size, size_t align, void **out) {
@@ -233,6 +252,20 @@ bool thp_available() {
   std::string s;
   return read_text("/sys/kernel/mm/transparent_hugepage/enabled", &s) && s.find("[never]") == std::string::npos;
 }
+
+int clear_referenced() {
+  int f = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+  if (f < 0) return HM_ENOTSUP;
+  bool ok = write(f, "1", 1) == 1;
+  close(f);
+  return ok ? HM_OK : HM_ENOTSUP;
+}
+
+int read_smaps(std::string *text) { return read_text("/proc/self/smaps", text) ? HM_OK : HM_ENOTSUP; }
+
+int stack_trace(void **frames, int depth) { return unw_backtrace(frames, depth); }
+
+int thread_id() { return static_cast<int>(syscall(SYS_gettid)); }
 
 uint64_t now_ns() {
   timespec ts;

@@ -16,22 +16,39 @@ std::string AnonBacking::describe() const {
   return node_ < 0 ? "anonymous memory" : "anonymous memory bound to NUMA node " + std::to_string(node_);
 }
 
+int AnonBacking::bind(void *p, size_t size) {
+  if (node_ < 0 || prim::numa_node_count() <= 1) return HM_OK;
+  int rc = prim::bind_node(p, size, node_, false);
+  return rc == HM_OK ? rc : fail(rc, "mbind to NUMA node %d refused (%s)", node_, hm_strerror(rc));
+}
+
 int AnonBacking::do_map(size_t size, size_t align, Extent *out) {
   void *p = nullptr;
   int rc = prim::map_anon(size, align, 0, &p);
   if (rc != HM_OK) return fail(rc, "mmap of %s refused (%s)", format_size(size).c_str(), hm_strerror(rc));
-  if (node_ >= 0 && prim::numa_node_count() > 1) {
-    rc = prim::bind_node(p, size, node_, false);
-    if (rc != HM_OK) {
-      prim::unmap(p, size);
-      return fail(rc, "mbind to NUMA node %d refused (%s)", node_, hm_strerror(rc));
-    }
+  if ((rc = bind(p, size)) != HM_OK) {
+    prim::unmap(p, size);
+    return rc;
   }
-  *out = Extent{p, size, kNoFileOffset};
+  *out = Extent{p, size, kNoFileOffset, false};
   return HM_OK;
 }
 
-int AnonBacking::do_unmap(const Extent &e) { return prim::unmap(e.addr, e.size); }
+int AnonBacking::map_guarded(size_t size, size_t align, Extent *out) {
+  void *p = nullptr;
+  int rc = prim::map_anon_guarded(size, align, &p);
+  if (rc != HM_OK) return fail(rc, "mmap of %s refused (%s)", format_size(size).c_str(), hm_strerror(rc));
+  if ((rc = bind(p, size)) != HM_OK) {
+    prim::unmap_guarded(p, size);
+    return rc;
+  }
+  *out = Extent{p, size, kNoFileOffset, true};
+  return HM_OK;
+}
+
+int AnonBacking::do_unmap(const Extent &e) {
+  return e.guarded ? prim::unmap_guarded(e.addr, e.size) : prim::unmap(e.addr, e.size);
+}
 
 int AnonBacking::do_install_at(const Extent &from, Extent *at) {
   int rc = prim::remap_fixed(from.addr, from.size, at->addr);

@@ -16,6 +16,7 @@ struct Extent {
   void *addr = nullptr;
   size_t size = 0;
   uint64_t file_offset = kNoFileOffset;  // file backings: where the bytes live in the file
+  bool guarded = false;                  // an inaccessible page on each side (anonymous only)
 };
 
 class Backing {
@@ -23,6 +24,8 @@ class Backing {
   virtual ~Backing() = default;
   // Maps a new extent of `size` bytes (a multiple of the page size) aligned to `align`.
   int map(size_t size, size_t align, Extent *out) { return do_map(size, align, out); }
+  // Maps an extent between two inaccessible pages; backings that cannot map it plainly.
+  virtual int map_guarded(size_t size, size_t align, Extent *out) { return do_map(size, align, out); }
   // Unmaps the extent's address range and releases its storage.
   int unmap(const Extent &e) { return do_unmap(e); }
   // Replaces whatever is at e.addr with this backing's storage `from` (same size), consuming
@@ -48,8 +51,10 @@ class AnonBacking final : public Backing {
   int numa_node() const override { return node_; }
   uint64_t capacity() const override { return capacity_; }
   std::string describe() const override;
+  int map_guarded(size_t size, size_t align, Extent *out) override;
 
  private:
+  int bind(void *p, size_t size);
   int do_map(size_t size, size_t align, Extent *out) override;
   int do_unmap(const Extent &e) override;
   int do_install_at(const Extent &from, Extent *at) override;

@@ -1,0 +1,98 @@
+// The hetmem trace format, version 1 (documented byte by byte in docs/trace-format.md).
+// Little-endian. A 64-byte file header, then records: {uint32 type, uint32 bytes (including this
+// 8-byte head)} followed by the payload. A reader that meets a record it does not know skips it.
+#pragma once
+#include <cstdint>
+
+namespace hm::trace {
+
+constexpr char kMagic[8] = {'H', 'M', 'T', 'R', 'A', 'C', 'E', '\0'};
+constexpr uint32_t kVersion = 1;
+
+struct FileHeader {  // 64 bytes
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t start_monotonic_ns;  // CLOCK_MONOTONIC at start; event times are relative to it
+  uint64_t start_unix_ns;       // CLOCK_REALTIME at start
+  uint32_t pid;
+  uint32_t stack_depth;
+  uint64_t large_threshold;     // objects at least this large get per-phase referenced bytes
+  uint8_t reserved[16];
+};
+static_assert(sizeof(FileHeader) == 64);
+
+enum RecordType : uint32_t {
+  kEvents = 1,      // EventsHeader, then zlib-compressed Event[count]
+  kSite = 2,        // SiteHeader, then uint64 address[depth]
+  kPhaseName = 3,   // uint32 phase id, then the name's bytes (no terminator)
+  kPhase = 4,       // PhaseHeader, then ObjectReference[objects]
+  kIteration = 5,   // IterationRecord
+  kModules = 6,     // repeated ModuleEntry, each followed by path_bytes of path
+  kEnd = 7,         // written by a clean stop; a trace without it is partial
+  kThreadName = 8,  // reserved
+};
+
+struct RecordHead {
+  uint32_t type;
+  uint32_t bytes;
+};
+
+enum Op : uint8_t { kAlloc = 1, kFree = 2 };
+// The function that made the event.
+enum Fn : uint8_t {
+  kMalloc = 1, kCalloc, kRealloc, kReallocarray, kPosixMemalign, kAlignedAlloc, kMemalign, kValloc, kPvalloc,
+  kFreeFn, kNew, kNewArray, kDelete, kDeleteArray, kHmApi
+};
+
+struct Event {  // 32 bytes
+  uint64_t time_ns;  // since the start
+  uint64_t ptr;
+  uint64_t size;     // allocations: the requested size; frees: 0
+  uint32_t site;     // call-site id (0: none recorded)
+  uint16_t phase;    // phase id (0: outside any phase)
+  uint8_t op;
+  uint8_t fn;
+};
+static_assert(sizeof(Event) == 32);
+
+struct EventsHeader {
+  uint32_t thread;           // kernel thread id
+  uint32_t count;            // events in the block
+  uint32_t compressed_bytes;
+  uint32_t reserved;
+};
+
+struct SiteHeader {
+  uint32_t site;
+  uint32_t depth;
+};
+
+struct PhaseHeader {
+  uint32_t phase;
+  uint32_t iteration;
+  uint64_t begin_ns;
+  uint64_t end_ns;
+  uint32_t thread;
+  uint32_t objects;
+};
+
+struct ObjectReference {
+  uint64_t ptr;
+  uint64_t size;
+  uint64_t referenced_bytes;  // kernel's Referenced: for the object's mapping during the phase
+};
+
+struct IterationRecord {
+  uint32_t iteration;  // the iteration that starts now
+  uint32_t reserved;
+  uint64_t time_ns;
+};
+
+struct ModuleEntry {
+  uint64_t start, end, file_offset;
+  uint32_t path_bytes;
+  uint32_t reserved;
+};
+
+}  // namespace hm::trace
