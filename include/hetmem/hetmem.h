@@ -249,6 +249,28 @@ typedef struct hm_arena_stats {
 int hm_arena_stats(const hm_arena_t *arena, hm_arena_stats_t *stats);
 
 /* ---------------------------------------------------------------------------------------------
+ * Phases and iterations (seed 000 §3): mark the stretches of the main loop. Cheap when nobody
+ * profiles; with the profiler recording, each phase writes its wall time and, for every large
+ * object, the bytes the kernel reports as referenced during it. Referenced bytes of mappings on
+ * emulated tiers are charged at the phase end (the emulated tier's third charge point).
+ * ------------------------------------------------------------------------------------------- */
+int hm_phase_begin(const char *name);   /* phases nest; HM_EINVAL for an empty name */
+int hm_phase_end(void);                 /* HM_EINVAL if no phase is open */
+int hm_iteration_next(void);            /* the main loop moves to its next iteration */
+int hm_iteration_current(void);
+/* Calls and total seconds of the phase named `name` in this process. */
+int hm_phase_stats(const char *name, uint64_t *calls, double *seconds);
+
+/* ---------------------------------------------------------------------------------------------
+ * The heap profiler (what `hetmem profile` turns on through the preload library). Records every
+ * allocation and free that reaches hetmem or the preload hooks into a trace file (format:
+ * docs/trace-format.md): size, time, thread, call site (stack_depth return addresses, symbolised
+ * offline), phase. Objects of large_threshold bytes or more get per-phase referenced bytes.
+ * ------------------------------------------------------------------------------------------- */
+int hm_profile_start(const char *path, int stack_depth, uint64_t large_threshold);
+int hm_profile_stop(void);
+
+/* ---------------------------------------------------------------------------------------------
  * The emulated slow tier
  * ------------------------------------------------------------------------------------------- */
 

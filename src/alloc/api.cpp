@@ -8,11 +8,14 @@
 #include <mutex>
 #include <string>
 
+#include "alloc/hook.h"
 #include "alloc/runtime.h"
 #include "base/error.h"
 #include "base/options.h"
 #include "prim/prim.h"
 #include "tier/copy_ops.h"
+
+__thread int hm_inside_hook __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace hm {
 
@@ -29,6 +32,15 @@ HugePool *g_huge_2m = nullptr, *g_huge_1g = nullptr;
 bool g_thp = true;
 uint64_t g_retain = 256ull << 20;
 int g_default_tier = 0;
+
+std::atomic<AllocObserver> g_observer{nullptr};
+
+// Tells the observer about an allocation, unless the preload library is handling the call (it
+// records the event itself, with the C function that was called).
+inline void notify(const void *ptr, size_t size, bool is_free, const void *caller) {
+  AllocObserver o = g_observer.load(std::memory_order_relaxed);
+  if (__builtin_expect(o != nullptr, 0) && ptr && !hm_inside_hook) o(ptr, size, is_free, caller);
+}
 
 constexpr int kModeDepth = 32;
 thread_local int t_modes[kModeDepth];
@@ -170,6 +182,8 @@ void runtime_finalize() {
   g_state.store(0, std::memory_order_release);
   t_mode_depth = 0;
 }
+
+void set_alloc_observer(AllocObserver observer) { g_observer.store(observer); }
 
 TierHeap *heap_of(int tier) { return tier >= 0 && tier < kMaxTiers ? g_heaps[tier] : nullptr; }
 bool thp_enabled() { return g_thp; }
@@ -329,19 +343,25 @@ void hm_stats_print(int fd) {
 
 void *hm_tier_alloc(hm_tier_t tier, size_t size, size_t align, unsigned flags) {
   if (runtime_ensure() != HM_OK) return nullptr;
-  return alloc_chain(tier, size, align, flags);
+  void *p = alloc_chain(tier, size, align, flags);
+  notify(p, size, false, __builtin_return_address(0));
+  return p;
 }
 
 void *hm_alloc(hm_role_t role, size_t size, size_t align, unsigned flags) {
   if (runtime_ensure() != HM_OK) return nullptr;
   int tier = -1;
   if (tier_of_role(role, &tier) != HM_OK) return nullptr;
-  return alloc_chain(tier, size, align, flags);
+  void *p = alloc_chain(tier, size, align, flags);
+  notify(p, size, false, __builtin_return_address(0));
+  return p;
 }
 
 void *hm_malloc(size_t size) {
   if (runtime_ensure() != HM_OK) return nullptr;
-  return alloc_chain(current_tier(), size, 16, HM_PREFERRED);
+  void *p = alloc_chain(current_tier(), size, 16, HM_PREFERRED);
+  notify(p, size, false, __builtin_return_address(0));
+  return p;
 }
 
 void *hm_calloc(size_t count, size_t size) {
@@ -349,7 +369,9 @@ void *hm_calloc(size_t count, size_t size) {
   if (__builtin_mul_overflow(count, size, &total))
     return fail_null(HM_EINVAL, "hm_calloc(%zu, %zu): size overflows", count, size);
   if (runtime_ensure() != HM_OK) return nullptr;
-  return alloc_chain(current_tier(), total, 16, HM_PREFERRED | HM_ZERO);
+  void *p = alloc_chain(current_tier(), total, 16, HM_PREFERRED | HM_ZERO);
+  notify(p, total, false, __builtin_return_address(0));
+  return p;
 }
 
 void hm_free(void *ptr) {
@@ -360,6 +382,8 @@ void hm_free(void *ptr) {
     fail(HM_ENOTOWNED, "hm_free(%p): not allocated by hetmem; left alone", ptr);
     return;
   }
+  if (g_observer.load(std::memory_order_relaxed))
+    notify(ptr, TierHeap::usable_size(ptr, owner), true, __builtin_return_address(0));
   h->release(ptr, owner);
 }
 
@@ -390,6 +414,8 @@ void *hm_realloc(void *ptr, size_t size) {
   if (size <= old && size >= old / 2) return ptr;
   void *np = alloc_chain(h->tier()->id, size, 16, HM_PREFERRED);
   if (!np) return nullptr;  // the old block stays valid, as realloc promises
+  notify(ptr, old, true, __builtin_return_address(0));
+  notify(np, size, false, __builtin_return_address(0));
   SlotOwner *nowner = nullptr;
   TierHeap *nh = heap_for(np, &nowner);
   tier_copy(np, ptr, old < size ? old : size, nh->tier(), h->tier());
@@ -443,6 +469,8 @@ int hm_mode_pop(void) {
   --t_mode_depth;
   return HM_OK;
 }
+
+int hm_mode_depth(void) { return t_mode_depth; }
 
 hm_tier_t hm_mode_current(void) {
   if (runtime_ensure() != HM_OK) return -1;

@@ -23,6 +23,11 @@ extern std::atomic<uint64_t> g_runtime_epoch;
 inline uint64_t runtime_epoch() { return g_runtime_epoch.load(std::memory_order_relaxed); }
 bool thp_enabled();
 uint64_t retain_limit();
+// An observer of the C API's allocations and frees (the profiler registers one); the alloc layer
+// calls it without knowing what is above. `caller` is the return address into the application.
+using AllocObserver = void (*)(const void *ptr, size_t size, bool is_free, const void *caller);
+void set_alloc_observer(AllocObserver observer);
+
 // The heap that owns ptr, or nullptr; *owner receives the slot record.
 TierHeap *heap_for(const void *ptr, SlotOwner **owner);
 

@@ -31,6 +31,11 @@ const OptionSpec kOptions[] = {
     {"HM_RETAIN", "256M", "freed large mappings kept per tier for reuse before being returned to the OS"},
     {"HM_DEFAULT_ROLE", "fast", "role used by hm_malloc outside any hm_mode_push scope"},
     {"HM_VERBOSE", "0", "0: quiet; 1: log failures; 2: log discovery and decisions"},
+    {"HM_PROFILE", "", "preload library: write a heap/phase trace to this file (set by `hetmem profile`)"},
+    {"HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)"},
+    {"HM_PROFILE_LARGE", "1M", "objects at least this large get their own mapping and per-phase referenced bytes"},
+    {"HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded"},
+    {"HM_RULES", "", "preload library: placement rules file (set by `hetmem run --rules`)"},
 };
 constexpr int kCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

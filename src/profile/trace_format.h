@@ -90,7 +90,7 @@ struct IterationRecord {
 };
 
 struct ModuleEntry {
-  uint64_t start, end, file_offset;
+  uint64_t start, end, load_bias;  // executable segment [start, end); ELF address = addr - load_bias
   uint32_t path_bytes;
   uint32_t reserved;
 };

@@ -21,7 +21,9 @@ TEST(Arena, BumpResetGrowAndMerge) {
     auto *p = static_cast<char *>(hm_arena_alloc(a, 100, 0));
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 16, 0u);
-    if (prev) EXPECT_NE(p, prev);
+    if (prev) {
+      EXPECT_NE(p, prev);
+    }
     std::memset(p, i & 0xff, 100);
     prev = p;
   }

@@ -1,0 +1,315 @@
+#include "place/rules.h"
+#include "profile/hooks.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include "base/error.h"
+#include "base/options.h"
+#include "hetmem/hetmem.h"
+#include "prim/prim.h"
+#include "tier/tier.h"
+
+namespace hm::place {
+namespace {
+
+std::vector<Rule> *g_rules = nullptr;
+bool g_need_caller = false;
+
+std::string at(const std::string &file, int line, size_t column, const std::string &what) {
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column + 1) + ": " + what;
+}
+
+// Function ranges [lo, hi) (absolute addresses) whose name contains a fragment, from the symbol
+// tables of the loaded objects. Computed once per rule.
+struct Ranges {
+  std::vector<std::pair<uintptr_t, uintptr_t>> spans;
+};
+
+void symbols_matching(const char *path, uintptr_t bias, const std::string &fragment, Ranges *out) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Elf64_Ehdr))) {
+    close(fd);
+    return;
+  }
+  size_t len = static_cast<size_t>(st.st_size);
+  void *map = mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return;
+  auto *base = static_cast<const unsigned char *>(map);
+  auto *eh = reinterpret_cast<const Elf64_Ehdr *>(base);
+  bool ok = std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+            eh->e_shoff + static_cast<size_t>(eh->e_shnum) * sizeof(Elf64_Shdr) <= len;
+  if (ok) {
+    auto *sh = reinterpret_cast<const Elf64_Shdr *>(base + eh->e_shoff);
+    for (int pass = 0; pass < 2; ++pass) {  // the full symbol table, else the dynamic one
+      uint32_t want = pass == 0 ? SHT_SYMTAB : SHT_DYNSYM;
+      bool found = false;
+      for (int i = 0; i < eh->e_shnum; ++i) {
+        if (sh[i].sh_type != want || sh[i].sh_link >= eh->e_shnum) continue;
+        const Elf64_Shdr &strs = sh[sh[i].sh_link];
+        if (sh[i].sh_offset + sh[i].sh_size > len || strs.sh_offset + strs.sh_size > len) continue;
+        found = true;
+        auto *syms = reinterpret_cast<const Elf64_Sym *>(base + sh[i].sh_offset);
+        size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
+        const char *names = reinterpret_cast<const char *>(base + strs.sh_offset);
+        for (size_t k = 0; k < n; ++k) {
+          if (ELF64_ST_TYPE(syms[k].st_info) != STT_FUNC || syms[k].st_value == 0 || syms[k].st_name >= strs.sh_size)
+            continue;
+          if (std::strstr(names + syms[k].st_name, fragment.c_str()))
+            out->spans.emplace_back(bias + syms[k].st_value, bias + syms[k].st_value + std::max<uint64_t>(syms[k].st_size, 1));
+        }
+      }
+      if (found) break;
+    }
+  }
+  munmap(map, len);
+}
+
+std::vector<Ranges> *g_ranges = nullptr;  // one per rule, for function rules
+
+void resolve_functions() {
+  g_ranges = new std::vector<Ranges>(g_rules->size());
+  for (size_t r = 0; r < g_rules->size(); ++r) {
+    const Rule &rule = (*g_rules)[r];
+    if (rule.kind != Rule::kFunction) continue;
+    struct Ctx {
+      const Rule *rule;
+      Ranges *out;
+    } ctx{&rule, &(*g_ranges)[r]};
+    dl_iterate_phdr(
+        [](dl_phdr_info *info, size_t, void *data) {
+          auto *c = static_cast<Ctx *>(data);
+          char exe[512] = {};
+          const char *path = info->dlpi_name;
+          if (!path || !*path) {
+            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+            path = n > 0 ? exe : nullptr;
+          }
+          if (path && *path) symbols_matching(path, info->dlpi_addr, c->rule->text, c->out);
+          return 0;
+        },
+        &ctx);
+  }
+}
+
+bool site_matches(const Rule &rule, const void *caller) {
+  Dl_info info;
+  if (!dladdr(caller, &info) || !info.dli_fname) return false;
+  std::string name = info.dli_fname;
+  bool module_ok = name == rule.text || (name.size() >= rule.text.size() &&
+                                         name.compare(name.size() - rule.text.size(), rule.text.size(), rule.text) == 0);
+  return module_ok && reinterpret_cast<uintptr_t>(caller) - reinterpret_cast<uintptr_t>(info.dli_fbase) == rule.offset;
+}
+
+}  // namespace
+
+int parse_rules(const std::string &text, const std::string &file, std::vector<Rule> *rules, std::string *error) {
+  rules->clear();
+  std::istringstream in(text);
+  std::string raw;
+  int line_no = 0;
+  while (std::getline(in, raw)) {
+    ++line_no;
+    std::string line = raw.substr(0, raw.find('#'));
+    size_t arrow = line.find("->");
+    size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    if (arrow == std::string::npos) {
+      *error = at(file, line_no, first, "expected 'CONDITION -> TARGET'");
+      return HM_EFORMAT;
+    }
+    Rule rule;
+    rule.line = line_no;
+    std::istringstream cond(line.substr(0, arrow));
+    std::string word;
+    cond >> word;
+    size_t col = first;
+    if (word == "all") {
+      rule.kind = Rule::kAll;
+    } else if (word == "size") {
+      std::string op, value;
+      cond >> op >> value;
+      size_t op_col = line.find(op, first + 4);
+      if (op == ">=") rule.kind = Rule::kSizeAtLeast;
+      else if (op == ">") rule.kind = Rule::kSizeAbove;
+      else if (op == "<=") rule.kind = Rule::kSizeAtMost;
+      else if (op == "<") rule.kind = Rule::kSizeBelow;
+      else {
+        *error = at(file, line_no, op.empty() ? arrow : op_col, "expected a comparison (>=, >, <=, <) after 'size'");
+        return HM_EFORMAT;
+      }
+      std::string why;
+      if (value.empty() || !parse_size(value, &rule.size, &why)) {
+        *error = at(file, line_no, value.empty() ? arrow : line.find(value, op_col + op.size()),
+                    "expected a size such as 2M or 4096" + (why.empty() ? "" : " (" + why + ")"));
+        return HM_EFORMAT;
+      }
+    } else if (word == "function") {
+      rule.kind = Rule::kFunction;
+      cond >> rule.text;
+      if (rule.text.empty()) {
+        *error = at(file, line_no, arrow, "expected a function name (or a part of one) after 'function'");
+        return HM_EFORMAT;
+      }
+    } else if (word == "site") {
+      rule.kind = Rule::kSite;
+      std::string where;
+      cond >> where;
+      size_t plus = where.rfind("+0x");
+      if (plus == std::string::npos || plus == 0) {
+        *error = at(file, line_no, where.empty() ? arrow : line.find(where, first + 4),
+                    "expected MODULE+0xOFFSET after 'site' (as `hetmem report` prints it)");
+        return HM_EFORMAT;
+      }
+      rule.text = where.substr(0, plus);
+      rule.offset = std::strtoull(where.c_str() + plus + 3, nullptr, 16);
+    } else {
+      *error = at(file, line_no, col, "unknown condition '" + word + "' (all, size, function, site)");
+      return HM_EFORMAT;
+    }
+    std::string extra;
+    if (cond >> extra) {
+      *error = at(file, line_no, line.find(extra, first + word.size()), "unexpected '" + extra + "' before '->'");
+      return HM_EFORMAT;
+    }
+    std::istringstream target(line.substr(arrow + 2));
+    std::string name, more;
+    target >> name;
+    if (name.empty()) {
+      *error = at(file, line_no, arrow + 2, "expected a target after '->' (fast, capacity, persistent, a tier, huge, libc)");
+      return HM_EFORMAT;
+    }
+    if (target >> more) {
+      *error = at(file, line_no, line.find(more, arrow + 2 + name.size()), "unexpected '" + more + "' after the target");
+      return HM_EFORMAT;
+    }
+    if (name == "huge") rule.target = Rule::kHuge;
+    else if (name == "libc") rule.target = Rule::kLibc;
+    else rule.target = Rule::kTier;
+    rule.target_name = name;
+    rules->push_back(rule);
+  }
+  return HM_OK;
+}
+
+int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *error) {
+  std::string text;
+  if (!prim::read_text(path, &text)) {
+    *error = path + ": cannot read the rules file";
+    return HM_EIO;
+  }
+  int rc = parse_rules(text, path, rules, error);
+  if (rc != HM_OK) return rc;
+  for (Rule &r : *rules) {
+    if (r.target != Rule::kTier) continue;
+    int id = -1;
+    if (tier_find(r.target_name, &id) != HM_OK) {
+      *error = path + ":" + std::to_string(r.line) + ": " + hm_last_error();
+      return HM_ENOTIER;
+    }
+    r.tier = id;
+  }
+  return HM_OK;
+}
+
+void install(std::vector<Rule> rules) {
+  g_rules = new std::vector<Rule>(std::move(rules));
+  g_need_caller = false;
+  for (const Rule &r : *g_rules)
+    if (r.kind == Rule::kFunction || r.kind == Rule::kSite) g_need_caller = true;
+  if (g_need_caller) resolve_functions();
+}
+
+bool installed() { return g_rules && !g_rules->empty(); }
+
+Decision decide(size_t size, const void *caller) {
+  Decision d;
+  if (!g_rules) return d;
+  for (size_t i = 0; i < g_rules->size(); ++i) {
+    const Rule &r = (*g_rules)[i];
+    bool match = false;
+    switch (r.kind) {
+      case Rule::kAll: match = true; break;
+      case Rule::kSizeAtLeast: match = size >= r.size; break;
+      case Rule::kSizeAbove: match = size > r.size; break;
+      case Rule::kSizeAtMost: match = size <= r.size; break;
+      case Rule::kSizeBelow: match = size < r.size; break;
+      case Rule::kFunction: {
+        auto a = reinterpret_cast<uintptr_t>(caller);
+        for (const auto &span : (*g_ranges)[i].spans)
+          if (a >= span.first && a < span.second) match = true;
+        break;
+      }
+      case Rule::kSite: match = caller && site_matches(r, caller); break;
+    }
+    if (match) {
+      d.target = r.target;
+      d.tier = r.tier;
+      return d;
+    }
+  }
+  return d;
+}
+
+}  // namespace hm::place
+
+extern "C" {
+
+int hm_rules_check(const char *path, char *error, size_t error_len) {
+  std::vector<hm::place::Rule> rules;
+  std::string why;
+  int rc = hm_init();
+  if (rc == HM_OK) {
+    try {
+      rc = hm::place::load_rules(path ? path : "", &rules, &why);
+    } catch (...) {
+      rc = HM_ENOMEM;
+      why = "out of memory";
+    }
+  } else {
+    why = hm_last_error();
+  }
+  if (rc != HM_OK && error && error_len) std::snprintf(error, error_len, "%s", why.c_str());
+  return rc;
+}
+
+int hm_rules_install(const char *path, char *error, size_t error_len) {
+  std::vector<hm::place::Rule> rules;
+  std::string why;
+  int rc = hm_init();
+  if (rc == HM_OK) {
+    try {
+      rc = hm::place::load_rules(path ? path : "", &rules, &why);
+      if (rc == HM_OK) hm::place::install(std::move(rules));
+    } catch (...) {
+      rc = HM_ENOMEM;
+      why = "out of memory";
+    }
+  } else {
+    why = hm_last_error();
+  }
+  if (rc != HM_OK && error && error_len) std::snprintf(error, error_len, "%s", why.c_str());
+  return rc;
+}
+
+int hm_rules_decide(size_t size, const void *caller, int *tier) {
+  hm::place::Decision d = hm::place::decide(size, caller);
+  if (tier) *tier = d.tier;
+  return d.target == hm::place::Rule::kTier ? 1 : d.target == hm::place::Rule::kHuge ? 2 : 0;
+}
+
+}  // extern "C"

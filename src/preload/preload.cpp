@@ -1,0 +1,405 @@
+// libhetmem_preload.so: the LD_PRELOAD shim. Hooks only: every malloc-family function and every
+// form of operator new/delete is forwarded to the C library or to a hetmem tier (scoped modes,
+// placement rules, the profiler's large objects), and reported to the profiler. The decisions and
+// the recording live in libhetmem (src/place, src/profile), which has its own tests.
+//
+// Robustness (heaptrack, mimalloc alloc-override.c): a static buffer answers dlsym's own calloc
+// during bootstrap; a thread-local flag stops recursion; a fork child drops the parent's buffers;
+// exec'd programs are not preloaded unless asked; any internal failure disables the shim, which
+// then passes every call through.
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <new>
+#include <string>
+
+#include "alloc/hook.h"
+#include "hetmem/hetmem.h"
+#include "profile/hooks.h"
+#include "profile/trace_format.h"
+
+#define HM_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using namespace hm;  // trace:: constants only: the shim calls libhetmem through C functions
+
+using MallocFn = void *(*)(size_t);
+using FreeFn = void (*)(void *);
+using CallocFn = void *(*)(size_t, size_t);
+using ReallocFn = void *(*)(void *, size_t);
+using MemalignFn = void *(*)(size_t, size_t);
+using PosixMemalignFn = int (*)(void **, size_t, size_t);
+using UsableFn = size_t (*)(void *);
+
+struct Real {
+  MallocFn malloc;
+  FreeFn free;
+  CallocFn calloc;
+  ReallocFn realloc;
+  MemalignFn memalign;
+  PosixMemalignFn posix_memalign;
+  UsableFn usable;
+} g_real;
+
+std::atomic<int> g_state{0};  // 0: not resolved, 1: resolving, 2: ready
+bool g_enabled = false;       // anything to do at all (profiling, rules); else pure pass-through
+bool g_profiling = false;
+bool g_rules = false;
+bool g_children = false;
+uint64_t g_large = 1 << 20;
+
+// dlsym may allocate before the real functions are known: a small static arena answers.
+alignas(64) char g_boot[64 * 1024];
+std::atomic<size_t> g_boot_used{0};
+
+void *boot_alloc(size_t n) {
+  size_t need = (n + 63) & ~size_t{63};
+  size_t at = g_boot_used.fetch_add(need);
+  if (at + need > sizeof g_boot) return nullptr;
+  return g_boot + at;
+}
+bool is_boot(const void *p) { return p >= g_boot && p < g_boot + sizeof g_boot; }
+
+void resolve() {
+  int expected = 0;
+  if (!g_state.compare_exchange_strong(expected, 1)) {
+    while (g_state.load() == 1) {
+    }
+    return;
+  }
+  g_real.malloc = reinterpret_cast<MallocFn>(dlsym(RTLD_NEXT, "malloc"));
+  g_real.free = reinterpret_cast<FreeFn>(dlsym(RTLD_NEXT, "free"));
+  g_real.calloc = reinterpret_cast<CallocFn>(dlsym(RTLD_NEXT, "calloc"));
+  g_real.realloc = reinterpret_cast<ReallocFn>(dlsym(RTLD_NEXT, "realloc"));
+  g_real.memalign = reinterpret_cast<MemalignFn>(dlsym(RTLD_NEXT, "memalign"));
+  g_real.posix_memalign = reinterpret_cast<PosixMemalignFn>(dlsym(RTLD_NEXT, "posix_memalign"));
+  g_real.usable = reinterpret_cast<UsableFn>(dlsym(RTLD_NEXT, "malloc_usable_size"));
+  g_state.store(2);
+}
+
+inline bool ready() {
+  if (__builtin_expect(g_state.load(std::memory_order_acquire) == 2, 1)) return true;
+  if (g_state.load() == 0) resolve();
+  return g_state.load() == 2;
+}
+
+// RAII for the recursion flag shared with libhetmem.
+struct Inside {
+  Inside() { ++hm_inside_hook; }
+  ~Inside() { --hm_inside_hook; }
+};
+
+// Placement of one allocation: the scoped mode first (hm_mode_push around an unchanged ALLOCATE),
+// then the rules, then the profiler's large objects (own mapping, so the kernel reports their
+// referenced bytes alone). nullptr: the C library takes it.
+void *place(size_t size, size_t align, bool zero, const void *caller) {
+  unsigned flags = HM_PREFERRED | (zero ? HM_ZERO : 0u);
+  if (hm_mode_depth() > 0) return hm_tier_alloc(hm_mode_current(), size, align, flags);
+  if (g_rules) {
+    int tier = -1;
+    int target = hm_rules_decide(size, caller, &tier);
+    if (target == 1) return hm_tier_alloc(tier, size, align, flags);
+    if (target == 2) return hm_alloc(HM_FAST, size, align, flags | HM_HUGE);
+  }
+  if (g_profiling && size >= g_large && align <= 4096) {
+    void *p = hm_alloc(HM_FAST, size, align, flags | HM_GUARDED);
+    if (p) hm_profile_note_large(p, size);
+    return p;
+  }
+  return nullptr;
+}
+
+bool owned(const void *p) {
+  hm_tier_t t;
+  return p && hm_ptr_tier(p, &t) == HM_OK;
+}
+
+void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *caller) {
+  void *p = nullptr;
+  if (g_enabled && !hm_inside_hook) {
+    Inside inside;
+    p = place(size, align, zero, caller);
+    if (!p) {
+      if (align <= 16) p = zero ? g_real.calloc(1, size) : g_real.malloc(size);
+      else p = g_real.memalign(align, size);
+      if (p && zero && align > 16) memset(p, 0, size);
+    }
+    if (p && g_profiling) hm_profile_record(trace::kAlloc, fn, p, size, caller);
+    return p;
+  }
+  if (align <= 16) return zero ? g_real.calloc(1, size) : g_real.malloc(size);
+  p = g_real.memalign(align, size);
+  if (p && zero) memset(p, 0, size);
+  return p;
+}
+
+void release(void *p, trace::Fn fn, const void *caller) {
+  if (!p || is_boot(p)) return;
+  if (g_enabled && !hm_inside_hook) {
+    Inside inside;
+    // The free is recorded before the memory is released: the address cannot be reused first.
+    if (g_profiling) hm_profile_record(trace::kFree, fn, p, 0, caller);
+    if (owned(p)) {
+      if (g_profiling) hm_profile_forget_large(p);
+      hm_free(p);
+      return;
+    }
+  } else if (g_enabled && owned(p)) {
+    hm_free(p);
+    return;
+  }
+  g_real.free(p);
+}
+
+void *new_impl(size_t size, size_t align, trace::Fn fn, const void *caller, bool nothrow) {
+  for (;;) {
+    void *p = ready() ? allocate(size ? size : 1, align, false, fn, caller) : boot_alloc(size);
+    if (p) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (!handler) {
+      if (nothrow) return nullptr;
+      throw std::bad_alloc();
+    }
+    handler();
+  }
+}
+
+void remove_self_from_ld_preload() {
+  const char *value = getenv("LD_PRELOAD");
+  if (!value) return;
+  std::string kept, item;
+  std::string all = value;
+  size_t pos = 0;
+  while (pos <= all.size()) {
+    size_t end = all.find_first_of(": ", pos);
+    if (end == std::string::npos) end = all.size();
+    item = all.substr(pos, end - pos);
+    if (!item.empty() && item.find("libhetmem_preload") == std::string::npos) kept += (kept.empty() ? "" : ":") + item;
+    pos = end + 1;
+  }
+  if (kept.empty()) unsetenv("LD_PRELOAD");
+  else setenv("LD_PRELOAD", kept.c_str(), 1);
+}
+
+void child_after_fork() {
+  if (g_profiling) hm_profile_after_fork(g_children);
+  g_profiling = hm_profile_active() != 0;
+  g_enabled = g_profiling || g_rules;
+}
+
+void say(const char *what, const char *detail) {
+  std::string line = std::string("hetmem preload: ") + what + (detail && *detail ? ": " : "") + (detail ? detail : "") + "\n";
+  ssize_t ignored = write(2, line.data(), line.size());
+  (void)ignored;
+}
+
+std::string option(const char *name) {
+  char value[4096] = {};
+  if (hm_option_get(name, value, sizeof value, nullptr, 0) != HM_OK) return "";
+  return value;
+}
+
+// A size option already validated by hm_init ("1M", "4096").
+uint64_t size_option(const char *name, uint64_t def) {
+  std::string v = option(name);
+  if (v.empty()) return def;
+  char *end = nullptr;
+  double x = strtod(v.c_str(), &end);
+  switch (end && *end ? (*end | 0x20) : 0) {
+    case 'k': x *= 1024.0; break;
+    case 'm': x *= 1024.0 * 1024; break;
+    case 'g': x *= 1024.0 * 1024 * 1024; break;
+    case 't': x *= 1024.0 * 1024 * 1024 * 1024; break;
+    default: break;
+  }
+  return x > 0 ? static_cast<uint64_t>(x) : def;
+}
+
+__attribute__((constructor)) void start_up() {
+  ready();
+  Inside inside;
+  try {
+    const char *trace = getenv("HM_PROFILE");
+    const char *rules = getenv("HM_RULES");
+    if ((!trace || !*trace) && (!rules || !*rules)) return;  // nothing asked: pass everything through
+    if (hm_init() != HM_OK) {
+      say("not started", hm_last_error());
+      return;
+    }
+    g_children = option("HM_PROFILE_CHILDREN") == "1";
+    if (!g_children) remove_self_from_ld_preload();  // exec'd programs are not preloaded
+    g_large = size_option("HM_PROFILE_LARGE", g_large);
+    if (rules && *rules) {
+      char error[512] = {};
+      if (hm_rules_install(rules, error, sizeof error) == HM_OK) g_rules = true;
+      else say("rules not applied", error);
+    }
+    if (trace && *trace) {
+      int depth = atoi(option("HM_PROFILE_DEPTH").c_str());
+      if (hm_profile_start(trace, depth, g_large) == HM_OK) g_profiling = true;
+      else say("not profiling", hm_last_error());
+    }
+    pthread_atfork(nullptr, nullptr, child_after_fork);
+  } catch (...) {
+    say("start-up failed; passing every call through", nullptr);
+    g_profiling = g_rules = false;
+  }
+  g_enabled = g_profiling || g_rules;
+}
+
+__attribute__((destructor)) void shut_down() {
+  Inside inside;
+  if (g_profiling) {
+    g_profiling = false;
+    hm_profile_stop();
+  }
+}
+
+}  // namespace
+
+#define CALLER __builtin_return_address(0)
+
+HM_EXPORT void *malloc(size_t size) {
+  if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
+  return allocate(size, 0, false, trace::kMalloc, CALLER);
+}
+
+HM_EXPORT void free(void *p) {
+  if (__builtin_expect(!ready(), 0)) return;
+  release(p, trace::kFreeFn, CALLER);
+}
+
+HM_EXPORT void *calloc(size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (__builtin_expect(!ready(), 0)) return boot_alloc(total);  // static memory is zeroed
+  return allocate(total, 0, true, trace::kCalloc, CALLER);
+}
+
+HM_EXPORT void *realloc(void *p, size_t size) {
+  if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
+  const void *caller = CALLER;
+  if (!p) return allocate(size, 0, false, trace::kRealloc, caller);
+  if (size == 0) {
+    release(p, trace::kRealloc, caller);
+    return nullptr;
+  }
+  if (is_boot(p)) {
+    void *np = allocate(size, 0, false, trace::kRealloc, caller);
+    if (np) memcpy(np, p, std::min<size_t>(size, g_boot + sizeof g_boot - static_cast<char *>(p)));
+    return np;
+  }
+  if (!g_enabled) return g_real.realloc(p, size);
+  Inside inside;
+  void *np = owned(p) ? hm_realloc(p, size) : g_real.realloc(p, size);
+  if (np && g_profiling) {
+    hm_profile_record(trace::kFree, trace::kRealloc, p, 0, caller);
+    hm_profile_record(trace::kAlloc, trace::kRealloc, np, size, caller);
+  }
+  return np;
+}
+
+HM_EXPORT void *reallocarray(void *p, size_t n, size_t size) {
+  size_t total;
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return realloc(p, total);
+}
+
+HM_EXPORT int posix_memalign(void **out, size_t align, size_t size) {
+  if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
+  if (__builtin_expect(!ready(), 0)) {
+    *out = boot_alloc(size);
+    return *out ? 0 : ENOMEM;
+  }
+  void *p = allocate(size, align, false, trace::kPosixMemalign, CALLER);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+
+HM_EXPORT void *aligned_alloc(size_t align, size_t size) {
+  if (!align || (align & (align - 1))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
+  return allocate(size, align, false, trace::kAlignedAlloc, CALLER);
+}
+
+HM_EXPORT void *memalign(size_t align, size_t size) {
+  if (!align || (align & (align - 1))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
+  return allocate(size, align, false, trace::kMemalign, CALLER);
+}
+
+HM_EXPORT void *valloc(size_t size) {
+  if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
+  return allocate(size, 4096, false, trace::kValloc, CALLER);
+}
+
+HM_EXPORT void *pvalloc(size_t size) {
+  if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
+  size_t rounded = (size + 4095) & ~size_t{4095};
+  return allocate(rounded ? rounded : 4096, 4096, false, trace::kPvalloc, CALLER);
+}
+
+HM_EXPORT size_t malloc_usable_size(void *p) {
+  if (!p || is_boot(p) || !ready()) return 0;
+  if (g_enabled && owned(p)) return hm_usable_size(p);
+  return g_real.usable(p);
+}
+
+// operator new and delete, every form. They do not call the C library's operator new (which
+// would come back through malloc and be recorded twice).
+HM_EXPORT void *_Znwm(size_t n) { return new_impl(n, 0, trace::kNew, CALLER, false); }
+HM_EXPORT void *_Znam(size_t n) { return new_impl(n, 0, trace::kNewArray, CALLER, false); }
+HM_EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const std::nothrow_t &) { return new_impl(n, 0, trace::kNew, CALLER, true); }
+HM_EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const std::nothrow_t &) {
+  return new_impl(n, 0, trace::kNewArray, CALLER, true);
+}
+HM_EXPORT void *_ZnwmSt11align_val_t(size_t n, std::align_val_t a) {
+  return new_impl(n, static_cast<size_t>(a), trace::kNew, CALLER, false);
+}
+HM_EXPORT void *_ZnamSt11align_val_t(size_t n, std::align_val_t a) {
+  return new_impl(n, static_cast<size_t>(a), trace::kNewArray, CALLER, false);
+}
+HM_EXPORT void *_ZnwmSt11align_val_tRKSt9nothrow_t(size_t n, std::align_val_t a, const std::nothrow_t &) {
+  return new_impl(n, static_cast<size_t>(a), trace::kNew, CALLER, true);
+}
+HM_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, std::align_val_t a, const std::nothrow_t &) {
+  return new_impl(n, static_cast<size_t>(a), trace::kNewArray, CALLER, true);
+}
+
+#define HM_DELETE(name, params, fn)                          \
+  HM_EXPORT void name params {                               \
+    if (ready()) release(p, trace::fn, CALLER);              \
+  }
+HM_DELETE(_ZdlPv, (void *p), kDelete)
+HM_DELETE(_ZdaPv, (void *p), kDeleteArray)
+HM_DELETE(_ZdlPvm, (void *p, size_t), kDelete)
+HM_DELETE(_ZdaPvm, (void *p, size_t), kDeleteArray)
+HM_DELETE(_ZdlPvSt11align_val_t, (void *p, std::align_val_t), kDelete)
+HM_DELETE(_ZdaPvSt11align_val_t, (void *p, std::align_val_t), kDeleteArray)
+HM_DELETE(_ZdlPvmSt11align_val_t, (void *p, size_t, std::align_val_t), kDelete)
+HM_DELETE(_ZdaPvmSt11align_val_t, (void *p, size_t, std::align_val_t), kDeleteArray)
+HM_DELETE(_ZdlPvRKSt9nothrow_t, (void *p, const std::nothrow_t &), kDelete)
+HM_DELETE(_ZdaPvRKSt9nothrow_t, (void *p, const std::nothrow_t &), kDeleteArray)
+HM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, (void *p, std::align_val_t, const std::nothrow_t &), kDelete)
+HM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, (void *p, std::align_val_t, const std::nothrow_t &), kDeleteArray)

@@ -1,0 +1,374 @@
+#include "profile/profiler.h"
+
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "base/error.h"
+#include "hetmem/hetmem.h"
+#include "prim/prim.h"
+
+namespace hm::profile {
+
+std::atomic<bool> g_active{false};
+
+namespace {
+
+constexpr uint32_t kEventsPerBuffer = 2048;  // 64 KiB of events per block
+constexpr int kMaxDepth = 32;
+constexpr uint32_t kSiteSlots = 1u << 16;
+constexpr uint64_t kBusy = 1;
+
+struct ThreadBuffer {
+  std::atomic<int> lock{0};
+  uint32_t tid = 0;
+  uint32_t count = 0;
+  uint64_t generation = 0;
+  ThreadBuffer *next = nullptr;
+  trace::Event events[kEventsPerBuffer];
+  unsigned char packed[kEventsPerBuffer * sizeof(trace::Event) + 1024];  // compressBound
+};
+
+struct SiteSlot {
+  std::atomic<uint64_t> key;
+  uint32_t id;
+  uint32_t depth;
+  uint64_t frames[kMaxDepth];
+};
+
+int g_fd = -1;
+Options g_options;
+std::atomic<uint64_t> g_generation{0};  // a new trace (start, or a followed fork) starts a new one
+uint64_t g_start_ns = prim::now_ns();
+std::atomic<uint16_t> g_phase{0};
+std::mutex g_mutex;  // start/stop, the buffer registry, large objects
+ThreadBuffer *g_buffers = nullptr;
+SiteSlot *g_sites = nullptr;
+std::atomic<uint32_t> g_site_count{0};
+std::vector<std::pair<uintptr_t, size_t>> *g_large = nullptr;
+char g_failure[256];
+
+__thread ThreadBuffer *t_buffer __attribute__((tls_model("initial-exec"))) = nullptr;
+pthread_key_t g_key;
+pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+
+void disable(const char *why) {
+  if (g_active.exchange(false)) {
+    std::snprintf(g_failure, sizeof g_failure, "%s", why);
+    log(0, "profiler disabled: %s", why);
+  }
+}
+
+int write_all(const iovec *iov, int n) {
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) total += iov[i].iov_len;
+  ssize_t w = writev(g_fd, iov, n);  // O_APPEND: each record lands whole
+  return w == static_cast<ssize_t>(total) ? HM_OK : HM_EIO;
+}
+
+void flush_locked(ThreadBuffer *b) {
+  if (b->count == 0 || g_fd < 0) {
+    b->count = 0;
+    return;
+  }
+  uLongf packed = sizeof b->packed;
+  if (compress2(b->packed, &packed, reinterpret_cast<const Bytef *>(b->events), b->count * sizeof(trace::Event),
+                1) != Z_OK) {
+    disable("zlib could not compress an event block");
+    b->count = 0;
+    return;
+  }
+  trace::EventsHeader eh{b->tid, b->count, static_cast<uint32_t>(packed), 0};
+  trace::RecordHead head{trace::kEvents, static_cast<uint32_t>(sizeof head + sizeof eh + packed)};
+  iovec iov[3] = {{&head, sizeof head}, {&eh, sizeof eh}, {b->packed, packed}};
+  if (write_all(iov, 3) != HM_OK) disable("writing the trace failed (disk full?)");
+  b->count = 0;
+}
+
+void lock(ThreadBuffer *b) {
+  while (b->lock.exchange(1, std::memory_order_acquire)) {
+  }
+}
+void unlock(ThreadBuffer *b) { b->lock.store(0, std::memory_order_release); }
+
+void thread_exit(void *p) {
+  auto *b = static_cast<ThreadBuffer *>(p);
+  lock(b);
+  if (b->generation == g_generation.load()) flush_locked(b);
+  unlock(b);
+}
+
+void make_key() { pthread_key_create(&g_key, thread_exit); }
+
+ThreadBuffer *buffer() {
+  ThreadBuffer *b = t_buffer;
+  if (__builtin_expect(b != nullptr, 1)) return b;
+  void *mem = nullptr;
+  if (prim::map_anon(sizeof(ThreadBuffer), prim::kPageSize, 0, &mem) != HM_OK) return nullptr;
+  b = new (mem) ThreadBuffer();
+  b->tid = static_cast<uint32_t>(prim::thread_id());
+  b->generation = g_generation.load();
+  {
+    std::lock_guard<std::mutex> guard(g_mutex);
+    b->next = g_buffers;
+    g_buffers = b;
+  }
+  pthread_once(&g_key_once, make_key);
+  pthread_setspecific(g_key, b);
+  t_buffer = b;
+  return b;
+}
+
+uint64_t hash_frames(const uint64_t *f, int n) {
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < n; ++i) h = (h ^ f[i]) * 1099511628211ull;
+  return h | (uint64_t{1} << 63);  // never 0 (empty) or kBusy
+}
+
+uint32_t intern_site(const uint64_t *frames, int depth) {
+  if (!g_sites || depth == 0) return 0;
+  uint64_t key = hash_frames(frames, depth);
+  for (uint32_t probe = 0; probe < 64; ++probe) {
+    SiteSlot &s = g_sites[(key + probe) & (kSiteSlots - 1)];
+    uint64_t k = s.key.load(std::memory_order_acquire);
+    if (k == 0) {
+      uint64_t expected = 0;
+      if (s.key.compare_exchange_strong(expected, kBusy, std::memory_order_acq_rel)) {
+        s.depth = static_cast<uint32_t>(depth);
+        std::memcpy(s.frames, frames, sizeof(uint64_t) * depth);
+        s.id = g_site_count.fetch_add(1) + 1;
+        s.key.store(key, std::memory_order_release);
+        trace::SiteHeader sh{s.id, s.depth};
+        write_record(trace::kSite, &sh, sizeof sh, s.frames, sizeof(uint64_t) * s.depth);
+        return s.id;
+      }
+      k = s.key.load(std::memory_order_acquire);
+    }
+    while (k == kBusy) k = s.key.load(std::memory_order_acquire);
+    if (k == key && static_cast<int>(s.depth) == depth && std::memcmp(s.frames, frames, sizeof(uint64_t) * depth) == 0)
+      return s.id;
+  }
+  return 0;  // the table is crowded here: the event keeps no call site
+}
+
+uint32_t capture_site(const void *caller) {
+  int depth = g_options.depth;
+  if (depth <= 0) return 0;
+  void *raw[kMaxDepth + 16];
+  int n = prim::stack_trace(raw, depth + 16);
+  // Drop the profiler's and the hook's frames: everything before the hooked call's return address.
+  int first = 0;
+  for (int i = 0; i < n; ++i)
+    if (raw[i] == caller) {
+      first = i;
+      break;
+    }
+  uint64_t frames[kMaxDepth];
+  int m = 0;
+  for (int i = first; i < n && m < depth; ++i) frames[m++] = reinterpret_cast<uint64_t>(raw[i]);
+  if (m == 0 && caller) frames[m++] = reinterpret_cast<uint64_t>(caller);
+  return intern_site(frames, m);
+}
+
+int write_header() {
+  trace::FileHeader h{};
+  std::memcpy(h.magic, trace::kMagic, sizeof h.magic);
+  h.version = trace::kVersion;
+  h.header_bytes = sizeof h;
+  h.start_monotonic_ns = g_start_ns;
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  h.start_unix_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  h.pid = static_cast<uint32_t>(getpid());
+  h.stack_depth = static_cast<uint32_t>(g_options.depth);
+  h.large_threshold = g_options.large;
+  return write(g_fd, &h, sizeof h) == static_cast<ssize_t>(sizeof h) ? HM_OK : HM_EIO;
+}
+
+// The executable segments of every loaded object, so that addresses can be symbolised offline.
+int write_modules() {
+  std::string payload;
+  dl_iterate_phdr(
+      [](dl_phdr_info *info, size_t, void *data) {
+        auto *out = static_cast<std::string *>(data);
+        char exe[512] = {};
+        const char *path = info->dlpi_name;
+        if (!path || !*path) {
+          ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+          path = n > 0 ? exe : "";
+        }
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr) &ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+          trace::ModuleEntry e{info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz,
+                               info->dlpi_addr, static_cast<uint32_t>(std::strlen(path)), 0};
+          out->append(reinterpret_cast<const char *>(&e), sizeof e);
+          out->append(path, e.path_bytes);
+        }
+        return 0;
+      },
+      &payload);
+  return write_record(trace::kModules, payload.data(), payload.size());
+}
+
+int open_trace(const std::string &path) {
+  g_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (g_fd < 0) return fail(HM_EIO, "cannot write the trace %s: %s", path.c_str(), std::strerror(errno));
+  if (write_header() != HM_OK) {
+    close(g_fd);
+    g_fd = -1;
+    return fail(HM_EIO, "cannot write the trace %s", path.c_str());
+  }
+  return HM_OK;
+}
+
+}  // namespace
+
+uint64_t now() { return prim::now_ns() - g_start_ns; }
+uint16_t current_phase() { return g_phase.load(std::memory_order_relaxed); }
+void set_current_phase(uint16_t phase) { g_phase.store(phase, std::memory_order_relaxed); }
+const char *failure() { return g_failure; }
+uint64_t large_threshold() { return g_options.large; }
+
+int write_record(uint32_t type, const void *payload, size_t bytes, const void *extra, size_t extra_bytes) {
+  if (g_fd < 0) return HM_EINVAL;
+  trace::RecordHead head{type, static_cast<uint32_t>(sizeof head + bytes + extra_bytes)};
+  iovec iov[3] = {{&head, sizeof head}, {const_cast<void *>(payload), bytes}, {const_cast<void *>(extra), extra_bytes}};
+  int rc = write_all(iov, extra_bytes ? 3 : 2);
+  if (rc != HM_OK) disable("writing the trace failed (disk full?)");
+  return rc;
+}
+
+int start(const Options &options) {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  if (g_active.load()) return fail(HM_EINVAL, "the profiler is already recording to %s", g_options.path.c_str());
+  if (options.depth < 0 || options.depth > kMaxDepth)
+    return fail(HM_EINVAL, "stack depth %d out of range (0..%d)", options.depth, kMaxDepth);
+  g_options = options;
+  if (!g_sites) {
+    void *mem = nullptr;
+    if (prim::map_anon(sizeof(SiteSlot) * kSiteSlots, prim::kPageSize, 0, &mem) != HM_OK)
+      return fail(HM_ENOMEM, "cannot map the call-site table");
+    g_sites = static_cast<SiteSlot *>(mem);
+  }
+  if (!g_large) g_large = new std::vector<std::pair<uintptr_t, size_t>>();
+  g_start_ns = prim::now_ns();
+  int rc = open_trace(options.path);
+  if (rc != HM_OK) return rc;
+  write_modules();
+  g_failure[0] = '\0';
+  g_generation.fetch_add(1);
+  g_active.store(true);
+  return HM_OK;
+}
+
+void flush(bool all) {
+  if (!all) {
+    if (ThreadBuffer *b = t_buffer) {
+      lock(b);
+      if (b->generation == g_generation.load()) flush_locked(b);
+      unlock(b);
+    }
+    return;
+  }
+  std::lock_guard<std::mutex> guard(g_mutex);
+  for (ThreadBuffer *b = g_buffers; b; b = b->next) {
+    lock(b);
+    if (b->generation == g_generation.load()) flush_locked(b);
+    unlock(b);
+  }
+}
+
+int stop() {
+  if (!g_active.exchange(false) && g_fd < 0) return HM_OK;
+  flush(true);
+  std::lock_guard<std::mutex> guard(g_mutex);
+  write_modules();  // again: libraries loaded since the start
+  write_record(trace::kEnd, nullptr, 0);
+  close(g_fd);
+  g_fd = -1;
+  g_large->clear();
+  // Forget the sites: a new trace defines its own.
+  std::memset(static_cast<void *>(g_sites), 0, sizeof(SiteSlot) * kSiteSlots);
+  g_site_count = 0;
+  return HM_OK;
+}
+
+void record(trace::Op op, trace::Fn fn, const void *ptr, size_t size, const void *caller) {
+  if (!active()) return;
+  ThreadBuffer *b = buffer();
+  if (!b) return;
+  uint32_t site = op == trace::kAlloc ? capture_site(caller) : 0;
+  uint64_t gen = g_generation.load(std::memory_order_relaxed);
+  lock(b);
+  if (b->generation != gen) {  // a buffer from before a fork or an earlier trace
+    b->count = 0;
+    b->generation = gen;
+  }
+  trace::Event &e = b->events[b->count++];
+  e.time_ns = now();
+  e.ptr = reinterpret_cast<uint64_t>(ptr);
+  e.size = size;
+  e.site = site;
+  e.phase = current_phase();
+  e.op = op;
+  e.fn = fn;
+  if (b->count == kEventsPerBuffer) flush_locked(b);
+  unlock(b);
+}
+
+void note_large(const void *ptr, size_t size) {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  if (g_large) g_large->emplace_back(reinterpret_cast<uintptr_t>(ptr), size);
+}
+
+void forget_large(const void *ptr) {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  if (!g_large) return;
+  for (auto &entry : *g_large)
+    if (entry.first == reinterpret_cast<uintptr_t>(ptr)) {
+      entry = g_large->back();
+      g_large->pop_back();
+      return;
+    }
+}
+
+// Snapshot of the live large objects (for the phase records).
+std::vector<std::pair<uintptr_t, size_t>> large_objects() {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  return g_large ? *g_large : std::vector<std::pair<uintptr_t, size_t>>{};
+}
+
+void after_fork_in_child(bool follow) {
+  // The child must never write the parent's buffers or into the parent's file.
+  g_generation.fetch_add(1);
+  g_buffers = nullptr;
+  t_buffer = nullptr;
+  new (&g_mutex) std::mutex();
+  if (g_fd >= 0) close(g_fd);
+  g_fd = -1;
+  if (!g_active.load()) return;
+  if (!follow) {
+    g_active.store(false);
+    return;
+  }
+  std::memset(static_cast<void *>(g_sites), 0, sizeof(SiteSlot) * kSiteSlots);  // redefined in the child's trace
+  g_site_count = 0;
+  g_start_ns = prim::now_ns();
+  std::string path = g_options.path + "." + std::to_string(getpid());
+  if (open_trace(path) != HM_OK) {
+    g_active.store(false);
+    return;
+  }
+  write_modules();
+}
+
+}  // namespace hm::profile
