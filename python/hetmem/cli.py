@@ -2,6 +2,9 @@
 
     hetmem tiers [--json] [--bench [--quick] [--threads N] [--size-mib N] [--out PATH]]
     hetmem options [--json]
+    hetmem profile [-o TRACE] [--depth N] [--large SIZE] [--children] -- CMD ARGS
+    hetmem report TRACE [--out DIR] [--json] [--top N]
+    hetmem run --rules FILE -- CMD ARGS
     hetmem bench alloc [--quick] [--out PATH]
     hetmem demo
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,7 +22,7 @@ import tempfile
 from rich.console import Console
 from rich.table import Table
 
-from .lib import HetmemError, Library, find_program
+from .lib import HetmemError, Library, find_preload, find_program
 
 ROLE_HELP = "fast, capacity, persistent"
 
@@ -116,6 +120,81 @@ def cmd_demo(args: argparse.Namespace) -> int:
             os.unlink(pool)
 
 
+def _launch(cmd: list[str], env: dict) -> int:
+    """Runs a program as a shell would: its exit status, or 127/126 with the shell's message."""
+    if not cmd:
+        raise HetmemError("no program given after --")
+    prog = cmd[0]
+    if "/" not in prog and not shutil.which(prog, path=env.get("PATH")):
+        print(f"hetmem: {prog}: command not found", file=sys.stderr)
+        return 127
+    if "/" in prog and not os.path.exists(prog):
+        print(f"hetmem: {prog}: No such file or directory", file=sys.stderr)
+        return 127
+    try:
+        proc = subprocess.run(cmd, env=env)
+    except PermissionError:
+        print(f"hetmem: {prog}: Permission denied", file=sys.stderr)
+        return 126
+    except OSError as exc:
+        print(f"hetmem: {prog}: {exc.strerror}", file=sys.stderr)
+        return 126
+    return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+
+
+def _preload_env(extra: dict) -> dict:
+    env = dict(os.environ)
+    preload = find_preload()
+    env["LD_PRELOAD"] = preload + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env.update(extra)
+    return env
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    trace = os.path.abspath(args.output or f"hetmem-{os.path.basename(cmd[0]) if cmd else 'trace'}.hmtrace")
+    env = _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
+                        "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0"})
+    rc = _launch(cmd, env)
+    if os.path.exists(trace):
+        print(f"hetmem: trace written to {trace} (hetmem report {trace})", file=sys.stderr)
+    return rc
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import analyse, text_report, write_report
+    from .trace import TraceError, read_trace
+
+    try:
+        trace = read_trace(args.trace)
+    except TraceError as exc:
+        raise HetmemError(str(exc)) from None
+    result = analyse(trace, top=args.top)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(text_report(result))
+    out = args.out or os.path.splitext(args.trace)[0] + "-report"
+    files = write_report(result, out)
+    print(f"\nreport: {files[-2]} (plots and JSON beside it)", file=sys.stderr)
+    if trace.partial:
+        print("hetmem: warning: partial trace: " + "; ".join(trace.problems), file=sys.stderr)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    extra = {}
+    if args.rules:
+        rules = os.path.abspath(args.rules)
+        error = Library().check_rules(rules)
+        if error:
+            print(f"hetmem: {error}", file=sys.stderr)
+            return 2
+        extra["HM_RULES"] = rules
+    return _launch(cmd, _preload_env(extra))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hetmem", description="Heterogeneous-memory placement for simulations.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -135,6 +214,26 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("options", help="print every HM_* option, its effective value and where it came from")
     o.add_argument("--json", action="store_true")
     o.set_defaults(func=cmd_options)
+
+    pr = sub.add_parser("profile", help="run a program under the heap and phase profiler and write a trace")
+    pr.add_argument("-o", "--output", help="trace file (default hetmem-PROGRAM.hmtrace)")
+    pr.add_argument("--depth", type=int, default=8, help="return addresses per call site (0..32, default 8)")
+    pr.add_argument("--large", default="1M", help="objects at least this large get per-phase referenced bytes")
+    pr.add_argument("--children", action="store_true", help="forked children write TRACE.PID; exec'd programs too")
+    pr.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
+    pr.set_defaults(func=cmd_profile)
+
+    rp = sub.add_parser("report", help="tables, plots and an HTML page from a trace")
+    rp.add_argument("trace")
+    rp.add_argument("--out", help="directory for report.html, report.json and the PNG plots (default TRACE-report)")
+    rp.add_argument("--json", action="store_true", help="print the analysis as JSON instead of tables")
+    rp.add_argument("--top", type=int, default=10, help="rows in the top-site and object tables")
+    rp.set_defaults(func=cmd_report)
+
+    rn = sub.add_parser("run", help="run a program with the preload library: placement rules, scoped modes")
+    rn.add_argument("--rules", help="rules file (docs/profiler.md); without it only hm_mode_push scopes route")
+    rn.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
+    rn.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="run a benchmark of the library")
     b.add_argument("what", choices=["alloc"], help="alloc: allocation, free, arena, copy and emulation figures")

@@ -93,6 +93,18 @@ def find_library() -> str:
                       "or HETMEM_BUILD_DIR")
 
 
+def find_preload() -> str:
+    """libhetmem_preload.so: next to the libhetmem.so in use."""
+    explicit = os.environ.get("HETMEM_PRELOAD")
+    if explicit:
+        return explicit
+    lib = Path(find_library())
+    for candidate in (lib.parent / "libhetmem_preload.so", *[d / "libhetmem_preload.so" for d in build_dirs()]):
+        if candidate.is_file():
+            return str(candidate.resolve())
+    raise HetmemError("libhetmem_preload.so not found next to libhetmem.so: build the project (scripts/run)")
+
+
 def find_program(name: str) -> str:
     """A binary of the project: from the build tree (bench/, examples/) or from PATH."""
     for d in build_dirs():
@@ -127,6 +139,7 @@ class Library:
         c.hm_option_info.argtypes = [ctypes.c_int] + [ctypes.POINTER(ctypes.c_char_p)] * 3
         c.hm_option_get.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
                                     ctypes.c_size_t]
+        c.hm_rules_check.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         rc = c.hm_init()
         if rc != 0:
             raise HetmemError(self.last_error() or c.hm_strerror(rc).decode())
@@ -154,6 +167,13 @@ class Library:
         if self._c.hm_tier_stats(tier, ctypes.byref(s)) != 0:
             raise HetmemError(self.last_error())
         return {name: getattr(s, name) for name, _ in _TierStats._fields_}
+
+    def check_rules(self, path: str) -> str | None:
+        """None if the rules file is valid, else the message (FILE:LINE:COLUMN: what)."""
+        buf = ctypes.create_string_buffer(1024)
+        if self._c.hm_rules_check(path.encode(), buf, 1024) == 0:
+            return None
+        return buf.value.decode(errors="replace")
 
     def options(self) -> list[dict]:
         out = []

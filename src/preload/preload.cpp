@@ -50,7 +50,9 @@ struct Real {
 } g_real;
 
 std::atomic<int> g_state{0};  // 0: not resolved, 1: resolving, 2: ready
-bool g_enabled = false;       // anything to do at all (profiling, rules); else pure pass-through
+// Routing by scoped mode (hm_mode_push around an unchanged allocation) is always on: it costs one
+// thread-local read. Profiling and rules are on when asked for.
+bool g_enabled = true;
 bool g_profiling = false;
 bool g_rules = false;
 bool g_children = false;
@@ -192,7 +194,6 @@ void remove_self_from_ld_preload() {
 void child_after_fork() {
   if (g_profiling) hm_profile_after_fork(g_children);
   g_profiling = hm_profile_active() != 0;
-  g_enabled = g_profiling || g_rules;
 }
 
 void say(const char *what, const char *detail) {
@@ -229,7 +230,7 @@ __attribute__((constructor)) void start_up() {
   try {
     const char *trace = getenv("HM_PROFILE");
     const char *rules = getenv("HM_RULES");
-    if ((!trace || !*trace) && (!rules || !*rules)) return;  // nothing asked: pass everything through
+    if ((!trace || !*trace) && (!rules || !*rules)) return;  // only scoped modes route: no start-up work
     if (hm_init() != HM_OK) {
       say("not started", hm_last_error());
       return;
@@ -244,15 +245,20 @@ __attribute__((constructor)) void start_up() {
     }
     if (trace && *trace) {
       int depth = atoi(option("HM_PROFILE_DEPTH").c_str());
-      if (hm_profile_start(trace, depth, g_large) == HM_OK) g_profiling = true;
+      // A program exec'd by a followed child writes TRACE.PID, never over the first trace.
+      std::string path = trace;
+      const char *root = getenv("HM_PROFILE_ROOT_PID");
+      if (!root) setenv("HM_PROFILE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
+      else if (atoi(root) != getpid()) path += "." + std::to_string(getpid());
+      if (hm_profile_start(path.c_str(), depth, g_large) == HM_OK) g_profiling = true;
       else say("not profiling", hm_last_error());
     }
     pthread_atfork(nullptr, nullptr, child_after_fork);
   } catch (...) {
     say("start-up failed; passing every call through", nullptr);
     g_profiling = g_rules = false;
+    g_enabled = false;
   }
-  g_enabled = g_profiling || g_rules;
 }
 
 __attribute__((destructor)) void shut_down() {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc/hook.h"
 #include "alloc/runtime.h"
 #include "base/error.h"
 #include "hetmem/hetmem.h"
@@ -48,10 +49,10 @@ void account_references(std::vector<trace::ObjectReference> *objects) {
   std::sort(large.begin(), large.end());
   uint64_t charge[kMaxTiers] = {};
   prim::for_each_mapping([&](const prim::MappingUse &m) {
-    if (m.referenced_bytes == 0) return;
     auto it = std::lower_bound(large.begin(), large.end(), std::make_pair(m.start, size_t{0}));
     for (; it != large.end() && it->first < m.end; ++it)
       objects->push_back({it->first, it->second, std::min<uint64_t>(m.referenced_bytes, it->second)});
+    if (m.referenced_bytes == 0) return;
     SlotOwner *owner = nullptr;
     TierHeap *h = heap_for(reinterpret_cast<void *>(m.start), &owner);
     if (h && h->tier()->emulated()) charge[h->tier()->id] += m.referenced_bytes;
@@ -75,6 +76,7 @@ int hm_phase_begin(const char *name) {
   if (!name || !*name) return fail(HM_EINVAL, "hm_phase_begin: a phase needs a name");
   int rc = runtime_ensure();
   if (rc != HM_OK) return rc;
+  InternalScope internal;
   try {
     std::lock_guard<std::mutex> lock(g_phase_mutex);
     uint16_t id = 0;
@@ -99,6 +101,7 @@ int hm_phase_begin(const char *name) {
 }
 
 int hm_phase_end(void) {
+  InternalScope internal;
   try {
     std::lock_guard<std::mutex> lock(g_phase_mutex);
     if (g_open.empty()) return fail(HM_EINVAL, "hm_phase_end: no phase is open (unbalanced begin/end)");
@@ -123,6 +126,7 @@ int hm_phase_end(void) {
 }
 
 int hm_iteration_next(void) {
+  InternalScope internal;
   std::lock_guard<std::mutex> lock(g_phase_mutex);
   ++g_iteration;
   if (active()) {

@@ -12,6 +12,7 @@
 #include <new>
 #include <vector>
 
+#include "alloc/hook.h"
 #include "base/error.h"
 #include "hetmem/hetmem.h"
 #include "prim/prim.h"
@@ -32,6 +33,7 @@ struct ThreadBuffer {
   uint32_t tid = 0;
   uint32_t count = 0;
   uint64_t generation = 0;
+  uint64_t flushed_ns = 0;  // when this buffer was last written out
   ThreadBuffer *next = nullptr;
   trace::Event events[kEventsPerBuffer];
   unsigned char packed[kEventsPerBuffer * sizeof(trace::Event) + 1024];  // compressBound
@@ -75,6 +77,7 @@ int write_all(const iovec *iov, int n) {
 }
 
 void flush_locked(ThreadBuffer *b) {
+  InternalScope internal;  // zlib allocates: those calls are not the program's
   if (b->count == 0 || g_fd < 0) {
     b->count = 0;
     return;
@@ -248,6 +251,7 @@ int write_record(uint32_t type, const void *payload, size_t bytes, const void *e
 }
 
 int start(const Options &options) {
+  InternalScope internal;
   std::lock_guard<std::mutex> guard(g_mutex);
   if (g_active.load()) return fail(HM_EINVAL, "the profiler is already recording to %s", g_options.path.c_str());
   if (options.depth < 0 || options.depth > kMaxDepth)
@@ -288,6 +292,7 @@ void flush(bool all) {
 }
 
 int stop() {
+  InternalScope internal;
   if (!g_active.exchange(false) && g_fd < 0) return HM_OK;
   flush(true);
   std::lock_guard<std::mutex> guard(g_mutex);
@@ -321,11 +326,17 @@ void record(trace::Op op, trace::Fn fn, const void *ptr, size_t size, const void
   e.phase = current_phase();
   e.op = op;
   e.fn = fn;
-  if (b->count == kEventsPerBuffer) flush_locked(b);
+  // Full buffers are written, and so are buffers a second old: a program killed later loses at
+  // most its last second of events.
+  if (b->count == kEventsPerBuffer || e.time_ns - b->flushed_ns > 1000000000ull) {
+    flush_locked(b);
+    b->flushed_ns = e.time_ns;
+  }
   unlock(b);
 }
 
 void note_large(const void *ptr, size_t size) {
+  InternalScope internal;
   std::lock_guard<std::mutex> guard(g_mutex);
   if (g_large) g_large->emplace_back(reinterpret_cast<uintptr_t>(ptr), size);
 }
@@ -343,6 +354,7 @@ void forget_large(const void *ptr) {
 
 // Snapshot of the live large objects (for the phase records).
 std::vector<std::pair<uintptr_t, size_t>> large_objects() {
+  InternalScope internal;
   std::lock_guard<std::mutex> guard(g_mutex);
   return g_large ? *g_large : std::vector<std::pair<uintptr_t, size_t>>{};
 }

@@ -1,0 +1,139 @@
+"""Reads hetmem trace files (format version 1, docs/trace-format.md)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = b"HMTRACE\0"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQQIIQ16s")  # 64 bytes
+RECORD = struct.Struct("<II")
+EVENTS_HEADER = struct.Struct("<IIII")
+SITE_HEADER = struct.Struct("<II")
+PHASE_HEADER = struct.Struct("<IIQQII")
+OBJECT = struct.Struct("<QQQ")
+ITERATION = struct.Struct("<IIQ")
+MODULE = struct.Struct("<QQQII")
+
+EVENTS, SITE, PHASE_NAME, PHASE, ITERATION_MARK, MODULES, END = 1, 2, 3, 4, 5, 6, 7
+ALLOC, FREE = 1, 2
+FUNCTIONS = {1: "malloc", 2: "calloc", 3: "realloc", 4: "reallocarray", 5: "posix_memalign", 6: "aligned_alloc",
+             7: "memalign", 8: "valloc", 9: "pvalloc", 10: "free", 11: "new", 12: "new[]", 13: "delete",
+             14: "delete[]", 15: "hetmem API"}
+
+EVENT_DTYPE = np.dtype([("time_ns", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("site", "<u4"), ("phase", "<u2"),
+                        ("op", "u1"), ("fn", "u1")])
+
+
+class TraceError(Exception):
+    """A trace that cannot be read at all: the message says what and where."""
+
+
+@dataclass
+class Trace:
+    path: str
+    pid: int
+    start_unix_ns: int
+    stack_depth: int
+    large_threshold: int
+    events: np.ndarray                      # EVENT_DTYPE plus "thread", sorted by time
+    sites: dict[int, list[int]] = field(default_factory=dict)
+    phase_names: dict[int, str] = field(default_factory=dict)
+    phases: list[dict] = field(default_factory=list)
+    iterations: list[tuple[int, int]] = field(default_factory=list)   # (iteration, time_ns)
+    modules: list[tuple[int, int, int, str]] = field(default_factory=list)
+    complete: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def partial(self) -> bool:
+        return not self.complete or bool(self.problems)
+
+
+def read_trace(path: str | os.PathLike) -> Trace:
+    path = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such trace file") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read the trace: {exc.strerror}") from None
+    if len(data) < 12 or data[:8] != MAGIC:
+        raise TraceError(f"{path}: not a hetmem trace (the file does not start with {MAGIC[:7].decode()})")
+    version = struct.unpack_from("<I", data, 8)[0]
+    if version != VERSION:
+        raise TraceError(f"{path}: trace format version {version}; this hetmem reads version {VERSION} "
+                         f"(record it again with this hetmem, or report it with the hetmem that wrote it)")
+    if len(data) < HEADER.size:
+        raise TraceError(f"{path}: the trace ends inside its header ({len(data)} of {HEADER.size} bytes)")
+    _, _, header_bytes, _, start_unix, pid, depth, large, _ = HEADER.unpack_from(data, 0)
+    trace = Trace(path=path, pid=pid, start_unix_ns=start_unix, stack_depth=depth, large_threshold=large,
+                  events=np.zeros(0, dtype=EVENT_DTYPE))
+    blocks, threads = [], []
+    pos = header_bytes
+    while pos < len(data):
+        if pos + RECORD.size > len(data):
+            trace.problems.append(f"the trace ends inside a record head at byte {pos}")
+            break
+        rtype, rbytes = RECORD.unpack_from(data, pos)
+        if rbytes < RECORD.size or pos + rbytes > len(data):
+            trace.problems.append(f"the trace ends inside a record at byte {pos} (type {rtype}, {rbytes} bytes "
+                                  f"announced, {len(data) - pos} present)")
+            break
+        body = data[pos + RECORD.size:pos + rbytes]
+        try:
+            if rtype == EVENTS:
+                thread, count, packed, _ = EVENTS_HEADER.unpack_from(body, 0)
+                raw = zlib.decompress(body[EVENTS_HEADER.size:EVENTS_HEADER.size + packed])
+                block = np.frombuffer(raw, dtype=EVENT_DTYPE, count=count)
+                blocks.append(block)
+                threads.append(np.full(count, thread, dtype=np.uint32))
+            elif rtype == SITE:
+                site, n = SITE_HEADER.unpack_from(body, 0)
+                trace.sites[site] = list(struct.unpack_from(f"<{n}Q", body, SITE_HEADER.size))
+            elif rtype == PHASE_NAME:
+                pid_ = struct.unpack_from("<I", body, 0)[0]
+                trace.phase_names[pid_] = body[4:].decode(errors="replace")
+            elif rtype == PHASE:
+                phase, iteration, begin, end, thread, n = PHASE_HEADER.unpack_from(body, 0)
+                objects = [OBJECT.unpack_from(body, PHASE_HEADER.size + i * OBJECT.size) for i in range(n)]
+                trace.phases.append({"phase": phase, "iteration": iteration, "begin_ns": begin, "end_ns": end,
+                                     "thread": thread, "objects": objects})
+            elif rtype == ITERATION_MARK:
+                iteration, _, t = ITERATION.unpack_from(body, 0)
+                trace.iterations.append((iteration, t))
+            elif rtype == MODULES:
+                off = 0
+                while off + MODULE.size <= len(body):
+                    start, end, bias, n, _ = MODULE.unpack_from(body, off)
+                    name = body[off + MODULE.size:off + MODULE.size + n].decode(errors="replace")
+                    trace.modules.append((start, end, bias, name))
+                    off += MODULE.size + n
+            elif rtype == END:
+                trace.complete = True
+        except (struct.error, zlib.error, ValueError) as exc:
+            trace.problems.append(f"record at byte {pos} (type {rtype}) is damaged: {exc}")
+        pos += rbytes
+    if not trace.complete and not trace.problems:
+        trace.problems.append("no end record: the program did not stop cleanly (killed, _exit or a crash); "
+                              "events still in its buffers are missing")
+    if blocks:
+        events = np.concatenate(blocks)
+        thread = np.concatenate(threads)
+        full = np.zeros(len(events), dtype=EVENT_DTYPE.descr + [("thread", "<u4")])
+        for name in EVENT_DTYPE.names:
+            full[name] = events[name]
+        full["thread"] = thread
+        trace.events = full[np.argsort(full["time_ns"], kind="stable")]
+    else:
+        trace.events = np.zeros(0, dtype=EVENT_DTYPE.descr + [("thread", "<u4")])
+    trace.iterations.sort(key=lambda it: it[1])
+    # Keep one entry per module segment (the map is written at start and at stop).
+    trace.modules = sorted(set(trace.modules))
+    return trace
