@@ -1,5 +1,6 @@
 // Every form of operator new and delete, a known number of times each.
 #include <cstdio>
+#include <initializer_list>
 #include <new>
 
 struct alignas(64) Wide {
@@ -16,7 +17,10 @@ __attribute__((noinline)) void forms() {
     int *d = new (std::nothrow) int[7];
     Wide *e = new Wide();
     Wide *f = new Wide[3];
-    sink += reinterpret_cast<unsigned long>(a) + reinterpret_cast<unsigned long>(f);
+    // Every pointer escapes, so the compiler cannot elide a new/delete pair.
+    for (void *p : {static_cast<void *>(a), static_cast<void *>(b), static_cast<void *>(c), static_cast<void *>(d),
+                    static_cast<void *>(e), static_cast<void *>(f)})
+      sink += reinterpret_cast<unsigned long>(p);
     delete a;
     delete[] b;
     ::operator delete(c, std::nothrow);

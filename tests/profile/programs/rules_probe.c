@@ -1,0 +1,29 @@
+/* Prints where each of its allocations landed ("libc" or the hetmem tier), for the rules tests:
+ * particles_alloc(4M), field_alloc(4M), malloc(100), malloc(2.5M). */
+#include <hetmem/hetmem.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+__attribute__((noinline)) void *particles_alloc(size_t n) { return malloc(n); }
+__attribute__((noinline)) void *field_alloc(size_t n) { return malloc(n); }
+
+static void where(const char *what, void *p) {
+  hm_tier_t t;
+  hm_tier_info_t info;
+  if (hm_ptr_tier(p, &t) == HM_OK && hm_tier_info(t, &info) == HM_OK) printf("%s %s\n", what, info.name);
+  else printf("%s libc\n", what);
+}
+
+int main(void) {
+  void *a = particles_alloc((size_t)4 << 20), *b = field_alloc((size_t)4 << 20), *c = malloc(100);
+  void *d = malloc((size_t)5 << 19);
+  where("particles", a);
+  where("field", b);
+  where("small", c);
+  where("medium", d);
+  free(a);
+  free(b);
+  free(c);
+  free(d);
+  return 0;
+}

@@ -1,0 +1,248 @@
+"""The profiler end to end: `hetmem profile` on programs with known allocation patterns (C, C++,
+Fortran, OpenMP, Python), `hetmem report`, `hetmem run` with rules and scoped modes, fork, exec,
+signals and bad input."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
+PROGRAMS = BUILD / "tests" / "programs"
+sys.path.insert(0, str(ROOT / "python"))
+
+from hetmem.trace import ALLOC, read_trace  # noqa: E402
+
+
+def hetmem(*args, env_extra=None, cwd=None, timeout=300):
+    env = dict(os.environ)
+    for name in ("HM_TIERS", "HM_PROFILE", "HM_RULES", "LD_PRELOAD", "HM_PROFILE_ROOT_PID"):
+        env.pop(name, None)
+    env["PYTHONPATH"] = str(ROOT / "python")
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "hetmem", *args], capture_output=True, text=True, env=env,
+                          cwd=cwd, timeout=timeout)
+
+
+def profile(tmp_path, program, *args, name="t.hmtrace", options=()):
+    trace = tmp_path / name
+    r = hetmem("profile", "-o", str(trace), *options, "--", str(program), *args)
+    return r, trace
+
+
+def report_json(trace):
+    r = hetmem("report", "--json", "--out", str(trace) + "-report", str(trace))
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def sites_named(result, function):
+    return [s for s in result["sites"] if s["function"].startswith(function)]
+
+
+def test_c_program_counts_and_bytes_exact(tmp_path):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_alloc_pattern")
+    assert r.returncode == 0, r.stderr
+    result = report_json(trace)
+    assert not result["partial"]
+    blocks = sites_named(result, "make_blocks")
+    assert len(blocks) == 1 and blocks[0]["count"] == 1000 and blocks[0]["bytes"] == 100000
+    assert blocks[0]["file"].endswith("alloc_pattern.c") and blocks[0]["line"] > 0
+    big = sites_named(result, "make_big")
+    assert len(big) == 1 and big[0]["count"] == 3 and big[0]["bytes"] == 3 * (8 << 20)
+    fns = result["totals"]["functions"]
+    for fn in ("calloc", "posix_memalign", "aligned_alloc", "memalign", "valloc", "pvalloc"):
+        assert fns[fn] == 1, fn
+    assert fns["realloc"] == 3  # realloc(p) = free + alloc, reallocarray(NULL) = alloc
+    # Everything the program allocated it freed; the trace pairs them all.
+    assert result["totals"]["allocations"] == result["totals"]["frees"]
+
+
+def test_cxx_every_new_and_delete(tmp_path):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_cxx_pattern")
+    assert r.returncode == 0, r.stderr
+    result = report_json(trace)
+    fns = result["totals"]["functions"]
+    assert fns["new"] == 30 and fns["new[]"] == 30 and fns["delete"] == 30 and fns["delete[]"] == 30
+    sizes = sorted((s["count"], s["bytes"]) for s in sites_named(result, "forms"))
+    assert sizes == [(10, 40), (10, 40), (10, 280), (10, 640), (10, 1000), (10, 1920)]
+
+
+@pytest.mark.skipif(not (PROGRAMS / "prog_fortran_pattern").exists(), reason="Fortran disabled in this build")
+def test_fortran_allocate(tmp_path):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_fortran_pattern")
+    assert r.returncode == 0, r.stderr
+    main = sites_named(report_json(trace), "MAIN__")
+    assert len(main) == 1 and main[0]["count"] == 50 and main[0]["bytes"] == 50 * 8000
+
+
+def test_openmp_threads(tmp_path):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_omp_pattern")
+    assert r.returncode == 0, r.stderr
+    result = report_json(trace)
+    site = sites_named(result, "per_thread")
+    assert len(site) == 1 and site[0]["count"] == 2000 and site[0]["bytes"] == 2000 * 48
+    t = read_trace(trace)
+    per_site = t.events[(t.events["op"] == ALLOC) & (t.events["size"] == 48)]
+    assert len(np.unique(per_site["thread"])) == 2, "both threads recorded, each in its own buffer"
+
+
+def test_python_interpreter(tmp_path):
+    python = os.path.realpath(sys.executable)  # the interpreter itself, not a launcher script
+    r, trace = profile(tmp_path, python, "-c", "x = [bytearray(10485760) for _ in range(5)]")
+    assert r.returncode == 0, r.stderr
+    ev = read_trace(trace).events
+    assert int(((ev["op"] == ALLOC) & (ev["size"] == 10485761)).sum()) == 5
+
+
+def test_lifetime_and_size_table(tmp_path):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_lifetime")
+    assert r.returncode == 0, r.stderr
+    rows = {row["size_mib"]: row for row in report_json(trace)["lifetime_size"]}
+    MiB = 1 << 20
+    assert (rows["(0,1)"]["short_lived"], rows["(0,1)"]["long_lived"]) == (4, 0)
+    assert (rows["[1,2)"]["short_lived"], rows["[1,2)"]["long_lived"]) == (4, 0)
+    assert (rows["[2,4)"]["short_lived"], rows["[2,4)"]["long_lived"]) == (4, 0)
+    assert (rows["[8,16)"]["short_lived"], rows["[8,16)"]["long_lived"]) == (0, 1)
+    assert (rows["[16,32)"]["short_lived"], rows["[16,32)"]["long_lived"]) == (0, 4)
+    assert rows["[16,32)"]["accumulated_bytes"] == 80 * MiB
+    assert rows["[16,32)"]["peak_bytes"] == 40 * MiB, "two 20 MiB arrays overlap at the hand-over"
+    assert rows["[2,4)"]["peak_bytes"] == 3 * MiB
+
+
+def test_referenced_bytes_per_object_and_phase(tmp_path):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_referenced")
+    assert r.returncode == 0, r.stderr
+    result = report_json(trace)
+    phases = {p["phase"]: p for p in result["phases"]}
+    assert phases["a"]["calls"] == 3 and phases["b"]["calls"] == 3
+    objects = sorted(result["object_phase_referenced"], key=lambda o: int(o["object"], 16))
+    assert len(objects) == 3 and all(o["size"] == 64 << 20 for o in objects)
+    fractions = sorted((round(o["referenced_fraction"].get("a", 0), 2), round(o["referenced_fraction"].get("b", 0), 2))
+                       for o in objects)
+    # A: a quarter in phase a, nothing in b; C: half in b; B: all of it in b (within 3% of the object).
+    expect = sorted([(0.25, 0.0), (0.0, 0.5), (0.0, 1.0)])
+    for got, want in zip(fractions, expect):
+        assert got == pytest.approx(want, abs=0.03), (fractions, expect)
+
+
+def test_report_outputs_html_plots_and_classes(tmp_path):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_referenced")
+    out = tmp_path / "report"
+    rr = hetmem("report", "--out", str(out), str(trace))
+    assert rr.returncode == 0, rr.stderr
+    assert "time per phase" in rr.stdout and "suggested classes" in rr.stdout
+    page = (out / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 3, "self-contained page with embedded plots"
+    for png in ("lifetime_size.png", "phases.png", "object_phase.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    classes = {c["class"] for c in json.loads((out / "report.json").read_text())["suggested_classes"]}
+    assert classes & {"hot", "streaming", "cold"}, classes
+
+
+def test_fork_child_never_writes_the_parent_trace(tmp_path):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_fork_exec")
+    assert r.returncode == 0, r.stderr
+    result = report_json(trace)
+    blocks = sites_named(result, "blocks")
+    assert [b["count"] for b in blocks] == [10], "only the parent's 10 blocks, not the children's 77 and 55"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("t.hmtrace.")) == []
+
+
+def test_followed_children_write_their_own_traces(tmp_path):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_fork_exec", options=("--children",))
+    assert r.returncode == 0, r.stderr
+    children = sorted(p for p in tmp_path.iterdir() if p.name.startswith("t.hmtrace.") and p.is_file())
+    assert len(children) == 2
+    counts = sorted(sites_named(report_json(c), "blocks")[0]["count"] for c in children)
+    assert counts == [55, 77]
+    assert [b["count"] for b in sites_named(report_json(trace), "blocks")] == [10]
+
+
+@pytest.mark.parametrize("how,status", [("kill", 137), ("exit", 0)])
+def test_killed_program_leaves_a_readable_partial_trace(tmp_path, how, status):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_dies", how)
+    assert r.returncode == status
+    t = read_trace(trace)
+    assert t.partial and not t.complete
+    assert len(t.events) >= 4096, "every block flushed before the end is there"
+    rr = hetmem("report", "--out", str(tmp_path / "rep"), str(trace))
+    assert rr.returncode == 0 and "PARTIAL TRACE" in rr.stdout and "Traceback" not in rr.stderr
+
+
+def test_bad_traces_are_clear_errors(tmp_path):
+    missing = hetmem("report", str(tmp_path / "nope.hmtrace"))
+    assert missing.returncode == 2 and "no such trace file" in missing.stderr and "Traceback" not in missing.stderr
+    junk = tmp_path / "junk.hmtrace"
+    junk.write_bytes(b"not a trace at all")
+    r = hetmem("report", str(junk))
+    assert r.returncode == 2 and "not a hetmem trace" in r.stderr
+    _, good = profile(tmp_path, PROGRAMS / "prog_alloc_pattern")
+    data = bytearray(good.read_bytes())
+    future = tmp_path / "future.hmtrace"
+    future.write_bytes(bytes(data[:8]) + (9).to_bytes(4, "little") + bytes(data[12:]))
+    r = hetmem("report", str(future))
+    assert r.returncode == 2 and "version 9" in r.stderr and "reads version 1" in r.stderr
+    cut = tmp_path / "cut.hmtrace"
+    cut.write_bytes(bytes(data[: len(data) // 2]))
+    r = hetmem("report", "--out", str(tmp_path / "cut"), str(cut))
+    assert r.returncode == 0 and "PARTIAL TRACE" in r.stdout and "ends inside a record" in r.stdout
+
+
+def test_missing_program_behaves_like_the_shell(tmp_path):
+    r = hetmem("profile", "-o", str(tmp_path / "x"), "--", "no-such-program-hm")
+    assert r.returncode == 127 and "no-such-program-hm: command not found" in r.stderr
+    r = hetmem("run", "--", str(tmp_path / "absent"))
+    assert r.returncode == 127 and "No such file or directory" in r.stderr
+
+
+@pytest.mark.skipif(not (PROGRAMS / "prog_mode_switch").exists(), reason="Fortran disabled in this build")
+def test_fortran_mode_switch_around_unchanged_allocate():
+    r = hetmem("run", "--", str(PROGRAMS / "prog_mode_switch"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "landed on the capacity tier" in r.stdout
+
+
+def test_rules_route_by_function_and_size(tmp_path):
+    rules = tmp_path / "rules.txt"
+    rules.write_text("# particles to the capacity tier, large arrays to the fast tier\n"
+                     "function particles_alloc -> capacity\n"
+                     "size >= 3M -> fast\n"
+                     "size >= 2M -> huge   # hugetlb pool, else transparent huge pages\n")
+    r = hetmem("run", "--rules", str(rules), "--", str(PROGRAMS / "prog_rules_probe"),
+               env_extra={"HM_TIERS": "capacity=emul:cxl"})
+    assert r.returncode == 0, r.stderr
+    placed = dict(line.split() for line in r.stdout.splitlines())
+    assert placed == {"particles": "emul:cxl", "field": "dram", "small": "libc", "medium": "dram"}
+
+
+def test_whole_heap_to_capacity(tmp_path):
+    rules = tmp_path / "all.rules"
+    rules.write_text("all -> capacity\n")
+    r = hetmem("run", "--rules", str(rules), "--", str(PROGRAMS / "prog_rules_probe"),
+               env_extra={"HM_TIERS": "capacity=emul:cxl"})
+    assert r.returncode == 0, r.stderr
+    assert set(dict(line.split() for line in r.stdout.splitlines()).values()) == {"emul:cxl"}
+
+
+@pytest.mark.parametrize("text,where", [
+    ("size >= 2M -> capacity\nsize => 4M -> fast\n", ":2:6: expected a comparison"),
+    ("size >= lots -> fast\n", ":1:9: expected a size"),
+    ("all capacity\n", ":1:1: expected 'CONDITION -> TARGET'"),
+    ("colour red -> fast\n", ":1:1: unknown condition 'colour'"),
+    ("all -> \n", ":1:7: expected a target"),
+    ("all -> hbm\n", ":1: unknown tier 'hbm'"),
+])
+def test_rules_errors_name_file_line_column_and_run_nothing(tmp_path, text, where):
+    rules = tmp_path / "bad.rules"
+    rules.write_text(text)
+    marker = tmp_path / "ran"
+    r = hetmem("run", "--rules", str(rules), "--", "touch", str(marker))
+    assert r.returncode == 2
+    assert f"{rules}{where}" in r.stderr, r.stderr
+    assert not marker.exists(), "nothing is run when the rules are wrong"
