@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import zstandard
 
 MAGIC = b"HMTRACE\0"
 VERSION = 1
@@ -29,6 +29,26 @@ FUNCTIONS = {1: "malloc", 2: "calloc", 3: "realloc", 4: "reallocarray", 5: "posi
 
 EVENT_DTYPE = np.dtype([("time_ns", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("site", "<u4"), ("phase", "<u2"),
                         ("op", "u1"), ("fn", "u1")])
+
+
+COLUMNS = [("time_ns", "<u8"), ("ptr", "<u8"), ("size", "<u8"), ("site", "<u4"), ("phase", "<u2"), ("op", "u1"),
+           ("fn", "u1")]
+
+
+def unpack_columns(raw: bytes, count: int) -> np.ndarray:
+    """An events block: the columns one after another, each as byte planes; times and pointers as
+    differences from the previous event (docs/trace-format.md)."""
+    block = np.zeros(count, dtype=EVENT_DTYPE)
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    off = 0
+    for name, dtype in COLUMNS:
+        width = np.dtype(dtype).itemsize
+        planes = buf[off:off + width * count].reshape(width, count)
+        block[name] = np.ascontiguousarray(planes.T).view(dtype).reshape(count)
+        off += width * count
+    block["time_ns"] = np.cumsum(block["time_ns"], dtype=np.uint64)
+    block["ptr"] = np.cumsum(block["ptr"], dtype=np.uint64)
+    return block
 
 
 class TraceError(Exception):
@@ -76,6 +96,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
     trace = Trace(path=path, pid=pid, start_unix_ns=start_unix, stack_depth=depth, large_threshold=large,
                   events=np.zeros(0, dtype=EVENT_DTYPE))
     blocks, threads = [], []
+    decompressor = zstandard.ZstdDecompressor()
     pos = header_bytes
     while pos < len(data):
         if pos + RECORD.size > len(data):
@@ -90,9 +111,9 @@ def read_trace(path: str | os.PathLike) -> Trace:
         try:
             if rtype == EVENTS:
                 thread, count, packed, _ = EVENTS_HEADER.unpack_from(body, 0)
-                raw = zlib.decompress(body[EVENTS_HEADER.size:EVENTS_HEADER.size + packed])
-                block = np.frombuffer(raw, dtype=EVENT_DTYPE, count=count)
-                blocks.append(block)
+                raw = decompressor.decompress(body[EVENTS_HEADER.size:EVENTS_HEADER.size + packed],
+                                              max_output_size=count * EVENT_DTYPE.itemsize)
+                blocks.append(unpack_columns(raw, count))
                 threads.append(np.full(count, thread, dtype=np.uint32))
             elif rtype == SITE:
                 site, n = SITE_HEADER.unpack_from(body, 0)
@@ -117,7 +138,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
                     off += MODULE.size + n
             elif rtype == END:
                 trace.complete = True
-        except (struct.error, zlib.error, ValueError) as exc:
+        except (struct.error, zstandard.ZstdError, ValueError) as exc:
             trace.problems.append(f"record at byte {pos} (type {rtype}) is damaged: {exc}")
         pos += rbytes
     if not trace.complete and not trace.problems:

@@ -393,6 +393,11 @@ size_t hm_usable_size(const void *ptr) {
   return TierHeap::usable_size(ptr, owner);
 }
 
+int hm_owns(const void *ptr) {
+  SlotOwner *owner = nullptr;
+  return ptr && heap_for(ptr, &owner) ? 1 : 0;
+}
+
 int hm_ptr_tier(const void *ptr, hm_tier_t *tier) {
   SlotOwner *owner = nullptr;
   TierHeap *h = ptr ? heap_for(ptr, &owner) : nullptr;

@@ -119,10 +119,7 @@ void *place(size_t size, size_t align, bool zero, const void *caller) {
   return nullptr;
 }
 
-bool owned(const void *p) {
-  hm_tier_t t;
-  return p && hm_ptr_tier(p, &t) == HM_OK;
-}
+inline bool owned(const void *p) { return hm_owns(p) != 0; }
 
 void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *caller) {
   void *p = nullptr;

@@ -72,10 +72,14 @@ int for_each_mapping(Fn fn);
 int read_smaps(std::string *text);
 // Call stack of the caller: up to `depth` return addresses (libunwind). Returns the count.
 int stack_trace(void **frames, int depth);
+void stack_trace_cache_per_thread();  // libunwind's per-thread cache of unwind information
 int thread_id();
 
 // Time.
 uint64_t now_ns();
+// A cheaper monotonic clock for per-event timestamps: the invariant TSC scaled to nanoseconds
+// (calibrated against CLOCK_MONOTONIC on first use), or now_ns() where there is none.
+uint64_t fast_now_ns();
 void spin_until_ns(uint64_t deadline);
 int cpu_count();
 

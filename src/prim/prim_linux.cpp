@@ -265,12 +265,46 @@ int read_smaps(std::string *text) { return read_text("/proc/self/smaps", text) ?
 
 int stack_trace(void **frames, int depth) { return unw_backtrace(frames, depth); }
 
+void stack_trace_cache_per_thread() { unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD); }
+
 int thread_id() { return static_cast<int>(syscall(SYS_gettid)); }
 
 uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+namespace {
+struct TscClock {
+  double ns_per_tick = 0;
+  uint64_t tsc0 = 0, ns0 = 0;
+  TscClock() {
+#if defined(__x86_64__)
+    std::string cpuinfo;
+    if (!read_text("/proc/cpuinfo", &cpuinfo) || cpuinfo.find(" constant_tsc") == std::string::npos ||
+        cpuinfo.find(" nonstop_tsc") == std::string::npos)
+      return;
+    uint64_t n0 = now_ns(), t0 = __builtin_ia32_rdtsc();
+    while (now_ns() - n0 < 5000000) {
+    }
+    uint64_t n1 = now_ns(), t1 = __builtin_ia32_rdtsc();
+    if (t1 <= t0) return;
+    ns_per_tick = static_cast<double>(n1 - n0) / static_cast<double>(t1 - t0);
+    tsc0 = t1;
+    ns0 = n1;
+#endif
+  }
+};
+}  // namespace
+
+uint64_t fast_now_ns() {
+  static const TscClock clock;
+#if defined(__x86_64__)
+  if (clock.ns_per_tick > 0)
+    return clock.ns0 + static_cast<uint64_t>(static_cast<double>(__builtin_ia32_rdtsc() - clock.tsc0) * clock.ns_per_tick);
+#endif
+  return now_ns();
 }
 
 void spin_until_ns(uint64_t deadline) {

@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <zlib.h>
+#include <zstd.h>
 
 #include <cstring>
 #include <mutex>
@@ -35,8 +35,10 @@ struct ThreadBuffer {
   uint64_t generation = 0;
   uint64_t flushed_ns = 0;  // when this buffer was last written out
   ThreadBuffer *next = nullptr;
+  ZSTD_CCtx *zstd = nullptr;  // one compression context per thread, reused for every block
   trace::Event events[kEventsPerBuffer];
-  unsigned char packed[kEventsPerBuffer * sizeof(trace::Event) + 1024];  // compressBound
+  unsigned char columns[kEventsPerBuffer * sizeof(trace::Event)];
+  unsigned char packed[kEventsPerBuffer * sizeof(trace::Event) + 4096];  // >= ZSTD_compressBound
 };
 
 struct SiteSlot {
@@ -49,7 +51,7 @@ struct SiteSlot {
 int g_fd = -1;
 Options g_options;
 std::atomic<uint64_t> g_generation{0};  // a new trace (start, or a followed fork) starts a new one
-uint64_t g_start_ns = prim::now_ns();
+uint64_t g_start_ns = 0;
 std::atomic<uint16_t> g_phase{0};
 std::mutex g_mutex;  // start/stop, the buffer registry, large objects
 ThreadBuffer *g_buffers = nullptr;
@@ -76,16 +78,52 @@ int write_all(const iovec *iov, int n) {
   return w == static_cast<ssize_t>(total) ? HM_OK : HM_EIO;
 }
 
+// Lays the block out column by column, each column split into byte planes (all low bytes, then
+// all second bytes, ...), with times and addresses as differences from the previous event: the
+// high planes are then nearly constant and zstd shrinks a block several times more than whole
+// events.
+template <int Width>
+unsigned char *byte_planes(const uint64_t *values, uint32_t n, unsigned char *out) {
+  for (int byte = 0; byte < Width; ++byte) {
+    const int shift = 8 * byte;
+    for (uint32_t i = 0; i < n; ++i) out[i] = static_cast<unsigned char>(values[i] >> shift);
+    out += n;
+  }
+  return out;
+}
+
+size_t pack_columns(const ThreadBuffer *b, unsigned char *out) {
+  const uint32_t n = b->count;
+  uint64_t column[kEventsPerBuffer];
+  unsigned char *p = out;
+  uint64_t last = 0;
+  for (uint32_t i = 0; i < n; ++i) column[i] = b->events[i].time_ns - last, last = b->events[i].time_ns;
+  p = byte_planes<8>(column, n, p);
+  last = 0;
+  for (uint32_t i = 0; i < n; ++i) column[i] = b->events[i].ptr - last, last = b->events[i].ptr;
+  p = byte_planes<8>(column, n, p);
+  for (uint32_t i = 0; i < n; ++i) column[i] = b->events[i].size;
+  p = byte_planes<8>(column, n, p);
+  for (uint32_t i = 0; i < n; ++i) column[i] = b->events[i].site;
+  p = byte_planes<4>(column, n, p);
+  for (uint32_t i = 0; i < n; ++i) column[i] = b->events[i].phase;
+  p = byte_planes<2>(column, n, p);
+  for (uint32_t i = 0; i < n; ++i) *p++ = b->events[i].op;
+  for (uint32_t i = 0; i < n; ++i) *p++ = b->events[i].fn;
+  return static_cast<size_t>(p - out);
+}
+
 void flush_locked(ThreadBuffer *b) {
-  InternalScope internal;  // zlib allocates: those calls are not the program's
+  InternalScope internal;  // the compressor's allocations are not the program's
   if (b->count == 0 || g_fd < 0) {
     b->count = 0;
     return;
   }
-  uLongf packed = sizeof b->packed;
-  if (compress2(b->packed, &packed, reinterpret_cast<const Bytef *>(b->events), b->count * sizeof(trace::Event),
-                1) != Z_OK) {
-    disable("zlib could not compress an event block");
+  if (!b->zstd) b->zstd = ZSTD_createCCtx();
+  size_t raw = pack_columns(b, b->columns);
+  size_t packed = b->zstd ? ZSTD_compressCCtx(b->zstd, b->packed, sizeof b->packed, b->columns, raw, 1) : 0;
+  if (!b->zstd || ZSTD_isError(packed)) {
+    disable("zstd could not compress an event block");
     b->count = 0;
     return;
   }
@@ -186,7 +224,7 @@ int write_header() {
   std::memcpy(h.magic, trace::kMagic, sizeof h.magic);
   h.version = trace::kVersion;
   h.header_bytes = sizeof h;
-  h.start_monotonic_ns = g_start_ns;
+  h.start_monotonic_ns = g_start_ns;  // fast_now_ns: CLOCK_MONOTONIC through the TSC
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   h.start_unix_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
@@ -235,7 +273,7 @@ int open_trace(const std::string &path) {
 
 }  // namespace
 
-uint64_t now() { return prim::now_ns() - g_start_ns; }
+uint64_t now() { return prim::fast_now_ns() - g_start_ns; }
 uint16_t current_phase() { return g_phase.load(std::memory_order_relaxed); }
 void set_current_phase(uint16_t phase) { g_phase.store(phase, std::memory_order_relaxed); }
 const char *failure() { return g_failure; }
@@ -264,7 +302,8 @@ int start(const Options &options) {
     g_sites = static_cast<SiteSlot *>(mem);
   }
   if (!g_large) g_large = new std::vector<std::pair<uintptr_t, size_t>>();
-  g_start_ns = prim::now_ns();
+  g_start_ns = prim::fast_now_ns();
+  prim::stack_trace_cache_per_thread();
   int rc = open_trace(options.path);
   if (rc != HM_OK) return rc;
   write_modules();
@@ -374,7 +413,7 @@ void after_fork_in_child(bool follow) {
   }
   std::memset(static_cast<void *>(g_sites), 0, sizeof(SiteSlot) * kSiteSlots);  // redefined in the child's trace
   g_site_count = 0;
-  g_start_ns = prim::now_ns();
+  g_start_ns = prim::fast_now_ns();
   std::string path = g_options.path + "." + std::to_string(getpid());
   if (open_trace(path) != HM_OK) {
     g_active.store(false);

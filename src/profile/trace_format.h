@@ -23,7 +23,7 @@ struct FileHeader {  // 64 bytes
 static_assert(sizeof(FileHeader) == 64);
 
 enum RecordType : uint32_t {
-  kEvents = 1,      // EventsHeader, then zlib-compressed Event[count]
+  kEvents = 1,      // EventsHeader, then zstd-compressed columns (see EventsHeader)
   kSite = 2,        // SiteHeader, then uint64 address[depth]
   kPhaseName = 3,   // uint32 phase id, then the name's bytes (no terminator)
   kPhase = 4,       // PhaseHeader, then ObjectReference[objects]
@@ -56,6 +56,11 @@ struct Event {  // 32 bytes
 };
 static_assert(sizeof(Event) == 32);
 
+// An events block, once decompressed, holds the events column by column, in this order: time
+// (uint64, as the difference from the previous event's; the first from 0), ptr (uint64, likewise
+// as a difference, modulo 2^64), size (uint64), site (uint32), phase (uint16), op (uint8), fn
+// (uint8). Each column of count values of width W bytes is stored as W byte planes of count bytes:
+// first the least significant byte of every value, then the next byte of every value, and so on.
 struct EventsHeader {
   uint32_t thread;           // kernel thread id
   uint32_t count;            // events in the block
