@@ -102,6 +102,10 @@ def cmd_options(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.what == "profiler":
+        from .bench_profiler import main as bench_profiler
+        return bench_profiler(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-profiler.json",
+                              args.quick)
     cmd = [find_program("hetmem-bench-alloc"), "--json", args.out]
     if args.quick:
         cmd.append("--quick")
@@ -236,7 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     rn.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="run a benchmark of the library")
-    b.add_argument("what", choices=["alloc"], help="alloc: allocation, free, arena, copy and emulation figures")
+    b.add_argument("what", choices=["alloc", "profiler"],
+                   help="alloc: allocation, free, arena, copy and emulation figures; "
+                        "profiler: profiling overhead, heaptrack comparison, rules-only cost")
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     b.add_argument("--out", default="hetmem-bench-alloc.json", help="JSON results file")
     b.set_defaults(func=cmd_bench)

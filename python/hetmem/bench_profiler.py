@@ -1,0 +1,138 @@
+"""`hetmem bench profiler`: the profiler's costs, each measured side by side in one run.
+
+1. profiling overhead on a compute-bound program with phases (a 7-point stencil): plain vs
+   `hetmem profile`, runs alternating, median of the program's own loop time;
+2. an allocation-heavy program (millions of small allocations from 2 threads): `hetmem profile`
+   vs heaptrack (Debian package) on the same run: time and trace size;
+3. rules-only placement: nanoseconds per malloc/free pair with the preload library and a rules
+   file, against the plain C library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from .lib import HetmemError, build_dirs, find_preload
+
+
+def _program(name: str) -> str:
+    for d in build_dirs():
+        p = d / "bench" / name
+        if p.is_file():
+            return str(p)
+    raise HetmemError(f"{name} not found: build the project (scripts/setup.sh)")
+
+
+def _clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_") and k != "LD_PRELOAD"}
+    env.update(extra)
+    return env
+
+
+def _run(cmd: list[str], env: dict) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise HetmemError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+    return wall, r.stdout
+
+
+def overhead(reps: int, tmp: str) -> dict:
+    prog = _program("bench_stencil")
+    args = ["192", "8", "4"]
+    preload = find_preload()
+    plain, profiled = [], []
+    for i in range(reps):
+        _, out = _run([prog, *args], _clean_env())
+        plain.append(float(out.split()[0]))
+        trace = os.path.join(tmp, f"stencil-{i}.hmtrace")
+        _, out = _run([prog, *args], _clean_env(LD_PRELOAD=preload, HM_PROFILE=trace))
+        profiled.append(float(out.split()[0]))
+    p, q = statistics.median(plain), statistics.median(profiled)
+    return {"name": "profiling overhead, stencil with phases", "plain_s": p, "profiled_s": q,
+            "overhead": q / p - 1, "target": "at most 3%", "met": q / p - 1 <= 0.03}
+
+
+def versus_heaptrack(reps: int, tmp: str) -> dict:
+    prog = _program("bench_alloc_heavy")
+    preload = find_preload()
+    heaptrack = shutil.which("heaptrack")
+    ours, ours_wall, theirs, theirs_wall = [], [], [], []
+    ours_size = theirs_size = 0
+    for i in range(reps):
+        trace = os.path.join(tmp, f"heavy-{i}.hmtrace")
+        wall, out = _run([prog], _clean_env(LD_PRELOAD=preload, HM_PROFILE=trace))
+        ours.append(float(out.split()[0]))
+        ours_wall.append(wall)
+        ours_size = os.path.getsize(trace)
+        if heaptrack:
+            base = os.path.join(tmp, f"heaptrack-{i}")
+            wall, out = _run([heaptrack, "-o", base, prog], _clean_env())
+            # The program prints its own loop time; heaptrack adds lines of its own around it.
+            theirs.append(float(next(line for line in out.splitlines() if line[:1].isdigit()).split()[0]))
+            theirs_wall.append(wall)
+            produced = [f for f in os.listdir(tmp) if f.startswith(f"heaptrack-{i}")]
+            theirs_size = sum(os.path.getsize(os.path.join(tmp, f)) for f in produced)
+    row = {"name": "allocation-heavy, 2 threads x 10^6 operations", "hetmem_s": statistics.median(ours),
+           "hetmem_wall_s": statistics.median(ours_wall), "hetmem_trace_bytes": ours_size}
+    if heaptrack:
+        row.update({"heaptrack_s": statistics.median(theirs), "heaptrack_wall_s": statistics.median(theirs_wall),
+                    "heaptrack_trace_bytes": theirs_size,
+                    "speedup": statistics.median(theirs) / statistics.median(ours),
+                    "wall_speedup": statistics.median(theirs_wall) / statistics.median(ours_wall),
+                    "trace_ratio": ours_size / theirs_size if theirs_size else 0.0,
+                    "target": "at least 3x faster and a smaller trace",
+                    "met": statistics.median(theirs) >= 3 * statistics.median(ours) and ours_size < theirs_size})
+    else:
+        row.update({"target": "heaptrack not installed (apt-get install heaptrack)", "met": False})
+    return row
+
+
+def rules_only(reps: int, tmp: str) -> dict:
+    prog = _program("bench_pairs")
+    preload = find_preload()
+    rules = os.path.join(tmp, "bench.rules")
+    with open(rules, "w") as f:
+        f.write("size >= 64M -> capacity\nsize >= 2M -> huge\n")
+    plain, ruled = [], []
+    for _ in range(reps):
+        plain.append(float(_run([prog], _clean_env())[1]))
+        ruled.append(float(_run([prog], _clean_env(LD_PRELOAD=preload, HM_RULES=rules))[1]))
+    p, q = statistics.median(plain), statistics.median(ruled)
+    return {"name": "rules-only placement, malloc/free pair 16..4096 B", "plain_ns": p, "rules_ns": q,
+            "added_ns": q - p, "target": "at most 50 ns added", "met": q - p <= 50}
+
+
+def main(out: str, quick: bool) -> int:
+    reps = 3 if quick else 7
+    with tempfile.TemporaryDirectory(prefix="hetmem-bench-") as tmp:
+        rows = [overhead(reps, tmp), versus_heaptrack(3 if quick else 5, tmp), rules_only(reps, tmp)]
+    o, h, r = rows
+    print("hetmem profiler benchmark (medians; programs run alternately)")
+    print(f"  {o['name']:<48} plain {o['plain_s']:.3f} s, profiled {o['profiled_s']:.3f} s: "
+          f"overhead {100 * o['overhead']:+.1f}% ({'MET' if o['met'] else 'NOT MET'}: {o['target']})")
+    if "heaptrack_s" in h:
+        print(f"  {h['name']:<48} hetmem {h['hetmem_s']:.3f} s, heaptrack {h['heaptrack_s']:.3f} s: "
+              f"{h['speedup']:.2f}x faster (whole command {h['wall_speedup']:.2f}x); trace "
+              f"{h['hetmem_trace_bytes'] / 1e6:.1f} MB vs {h['heaptrack_trace_bytes'] / 1e6:.1f} MB "
+              f"({'MET' if h['met'] else 'NOT MET'}: {h['target']})")
+    else:
+        print(f"  {h['name']:<48} hetmem {h['hetmem_s']:.3f} s; {h['target']}")
+    print(f"  {r['name']:<48} plain {r['plain_ns']:.1f} ns, with rules {r['rules_ns']:.1f} ns: "
+          f"+{r['added_ns']:.1f} ns ({'MET' if r['met'] else 'NOT MET'}: {r['target']})")
+    with open(out, "w") as f:
+        json.dump({"benchmark": "hetmem-bench-profiler", "quick": quick, "results": rows}, f, indent=1)
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main("hetmem-bench-profiler.json", "--quick" in sys.argv))
