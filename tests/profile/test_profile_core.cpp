@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -84,13 +85,19 @@ TEST(Phases, EmulatedTierIsChargedForReferencedBytesAtPhaseEnd) {
 TEST(Profile, RecordsApiAllocationsPhasesAndIterations) {
   ASSERT_EQ(hm_test::configure(""), HM_OK);
   std::string path = hm_test::temp_path("core.hmtrace");
-  ASSERT_EQ(hm_profile_start(path.c_str(), 8, 1 << 20), HM_OK);
-  EXPECT_EQ(hm_profile_start(path.c_str(), 8, 1 << 20), HM_EINVAL) << "already recording";
-  std::vector<void *> ptrs;
-  auto work = [&ptrs](int n) {
+  auto work = [](int n) {
     for (int i = 0; i < n; ++i) hm_free(hm_alloc(HM_FAST, 64, 0, 0));
   };
-  std::thread before(work, 3000);  // a thread that exists while recording starts
+  std::atomic<bool> go{false};
+  std::thread before([&] {  // a thread that exists before recording starts
+    work(10);
+    while (!go.load()) {
+    }
+    work(3000);
+  });
+  ASSERT_EQ(hm_profile_start(path.c_str(), 8, 1 << 20), HM_OK);
+  EXPECT_EQ(hm_profile_start(path.c_str(), 8, 1 << 20), HM_EINVAL) << "already recording";
+  go = true;
   before.join();
   ASSERT_EQ(hm_phase_begin("solve"), HM_OK);
   void *big = hm_alloc(HM_FAST, 4 << 20, 0, 0);

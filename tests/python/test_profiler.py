@@ -246,3 +246,19 @@ def test_rules_errors_name_file_line_column_and_run_nothing(tmp_path, text, wher
     assert r.returncode == 2
     assert f"{rules}{where}" in r.stderr, r.stderr
     assert not marker.exists(), "nothing is run when the rules are wrong"
+
+
+def test_a_failing_trace_never_breaks_the_program(tmp_path):
+    """Writing the trace fails (a full device): the shim disables itself, the program runs on."""
+    r = hetmem("profile", "-o", "/dev/full", "--", str(PROGRAMS / "prog_alloc_pattern"))
+    assert r.returncode == 0, r.stderr
+    assert "not profiling" in r.stderr or "profiler disabled" in r.stderr
+
+
+def test_preload_without_any_request_passes_through(tmp_path):
+    env = dict(os.environ, LD_PRELOAD=str(BUILD / "libhetmem_preload.so"))
+    for name in ("HM_PROFILE", "HM_RULES"):
+        env.pop(name, None)
+    r = subprocess.run([str(PROGRAMS / "prog_rules_probe")], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert set(dict(line.split() for line in r.stdout.splitlines()).values()) == {"libc"}
