@@ -242,8 +242,8 @@ uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes
   // that start or finish meanwhile change the others' share, as on a real device.
   double latency_ns = emul_extra_ns(p, cal, 1, 0, 0, dependent);
   double work = emul_extra_ns(p, cal, 1, read_bytes, write_bytes, 0);
-  double done = 0;
-  uint64_t now = start, deadline = start + static_cast<uint64_t>(latency_ns);
+  double done = 0, charged = latency_ns;
+  uint64_t now = start;
   if (work > 0) {
     constexpr uint64_t kSliceNs = 2000;
     while (done < work) {
@@ -253,14 +253,17 @@ uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes
       uint64_t next = now + (left < kSliceNs ? left : kSliceNs);
       prim::spin_until_ns(next);
       uint64_t t = prim::now_ns();
-      done += static_cast<double>(t - now) / slowdown;
+      double step = static_cast<double>(t - now) / slowdown;
+      // The delay charged is the device time, not the overshoot of the last slice (a thread the
+      // scheduler preempted there would otherwise report the preemption as charge).
+      charged += (done + step > work ? work - done : step) * slowdown;
+      done += step;
       now = t;
     }
-    deadline = now + static_cast<uint64_t>(latency_ns);
   }
-  prim::spin_until_ns(deadline);
+  prim::spin_until_ns(now + static_cast<uint64_t>(latency_ns));
   state.charging.fetch_sub(1, std::memory_order_acq_rel);
-  uint64_t ns = prim::now_ns() - start;
+  uint64_t ns = static_cast<uint64_t>(charged);
   state.charged_ns.fetch_add(ns, std::memory_order_relaxed);
   return ns;
 }

@@ -32,7 +32,8 @@ struct EmulState {
 double emul_extra_ns(const EmulProfile &p, const hm_calibration_t &cal, int threads, uint64_t read_bytes,
                      uint64_t write_bytes, uint64_t dependent);
 // Charges on the calling thread: waits the extra time, sharing the device's bandwidth with the
-// threads charging the same tier meanwhile. Returns the nanoseconds waited.
+// threads charging the same tier meanwhile. Returns the delay charged (the modelled device time;
+// the wall time can be longer if the scheduler preempts the thread).
 uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes, uint64_t write_bytes,
                      uint64_t dependent);
 // Whether charges are made (HM_EMUL); set at initialisation.
