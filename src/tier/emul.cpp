@@ -263,7 +263,7 @@ uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes
   }
   prim::spin_until_ns(now + static_cast<uint64_t>(latency_ns));
   state.charging.fetch_sub(1, std::memory_order_acq_rel);
-  uint64_t ns = static_cast<uint64_t>(charged);
+  uint64_t ns = static_cast<uint64_t>(std::llround(charged));
   state.charged_ns.fetch_add(ns, std::memory_order_relaxed);
   return ns;
 }
