@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +15,12 @@
 using namespace hm;
 
 namespace {
+long involuntary_switches() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u.ru_nivcsw;
+}
+
 hm_calibration_t fixed_calibration() {
   hm_calibration_t c{};
   c.threads = 2;
@@ -102,20 +109,32 @@ TEST(Emul, ConcurrentChargesShareTheBandwidth) {
   // The other charger leaves part way: work is conserved, so the wait is
   // alone + overlap * (1 - alone / shared).
   std::atomic<uint64_t> start{0};
+  long worker_preempted = 0, main_preempted = 0;
   charging.fetch_add(1);
   std::thread worker([&] {
+    long before = involuntary_switches();
     start = prim::now_ns();
     hm_emul_charge(opt, bytes, 0, 0, &waited);
+    worker_preempted = involuntary_switches() - before;
   });
   while (start.load() == 0) {
   }
+  long before = involuntary_switches();
   prim::spin_until_ns(start.load() + static_cast<uint64_t>(alone / 2));
   charging.fetch_sub(1);
   double overlap = static_cast<double>(prim::now_ns() - start.load());
+  main_preempted = involuntary_switches() - before;
   worker.join();
-  double expect = alone + overlap * (1 - alone / shared);
-  EXPECT_NEAR(static_cast<double>(waited), expect, 0.05 * expect + 1e6)
-      << "alone " << alone << " ns, shared " << shared << " ns, overlap " << overlap << " ns";
+  // Whatever the scheduler did, the wait lies between the one- and the two-thread cost.
+  EXPECT_GE(static_cast<double>(waited), alone - 1);
+  EXPECT_LE(static_cast<double>(waited), shared + 1e6);
+  // Unpreempted, work is conserved exactly: wait = alone + overlap * (1 - alone / shared). (A
+  // preempted thread accesses no memory, so no sharing model can say what it should have paid.)
+  if (worker_preempted == 0 && main_preempted == 0) {
+    double expect = alone + overlap * (1 - alone / shared);
+    EXPECT_NEAR(static_cast<double>(waited), expect, 0.03 * expect)
+        << "alone " << alone << " ns, shared " << shared << " ns, overlap " << overlap << " ns";
+  }
 }
 
 TEST(Emul, DisabledByOption) {
