@@ -28,7 +28,8 @@ module hetmem
 
   public :: hm_init, hm_finalize, hm_alloc, hm_tier_alloc, hm_free, hm_usable_size, hm_mode_push, &
        hm_mode_push_tier, hm_mode_pop, hm_mode_current, hm_role_tier, hm_tier_stats, hm_tier_set_budget, &
-       hm_ptr_tier, hm_tier_find_f, hm_last_error_f, hm_allocate, hm_deallocate
+       hm_ptr_tier, hm_tier_find_f, hm_last_error_f, hm_allocate, hm_deallocate, hm_phase_begin_f, &
+       hm_phase_end, hm_iteration_next
 
   interface
      integer(c_int) function hm_init() bind(C, name="hm_init")
@@ -90,6 +91,16 @@ module hetmem
        type(c_ptr), value :: ptr
        integer(c_int), intent(out) :: tier
      end function hm_ptr_tier
+     integer(c_int) function c_hm_phase_begin(name) bind(C, name="hm_phase_begin")
+       import :: c_int, c_char
+       character(kind=c_char), dimension(*), intent(in) :: name
+     end function c_hm_phase_begin
+     integer(c_int) function hm_phase_end() bind(C, name="hm_phase_end")
+       import :: c_int
+     end function hm_phase_end
+     integer(c_int) function hm_iteration_next() bind(C, name="hm_iteration_next")
+       import :: c_int
+     end function hm_iteration_next
      integer(c_int) function c_hm_tier_find(name, tier) bind(C, name="hm_tier_find")
        import :: c_int, c_char
        character(kind=c_char), dimension(*), intent(in) :: name
@@ -120,6 +131,12 @@ contains
     integer(c_int), intent(out) :: tier
     hm_tier_find_f = c_hm_tier_find(trim(name) // c_null_char, tier)
   end function hm_tier_find_f
+
+  !> Starts a phase of the main loop (ends with hm_phase_end(); then hm_iteration_next()).
+  integer(c_int) function hm_phase_begin_f(name)
+    character(len=*), intent(in) :: name
+    hm_phase_begin_f = c_hm_phase_begin(trim(name) // c_null_char)
+  end function hm_phase_begin_f
 
   !> The calling thread's last error message.
   function hm_last_error_f() result(msg)

@@ -6,6 +6,7 @@
 // - hm::Allocator       named allocators looked up by string, as Umpire's "HOST"/"DEVICE"
 // - hm::Buffer<T>       an owning array on a tier (RAII); hm::unique_ptr<T> for single objects
 // - hm::ModeScope       RAII for hm_mode_push/hm_mode_pop;  hm::Arena  RAII iteration arena
+// - hm::Phase           RAII for hm_phase_begin/hm_phase_end; hm::next_iteration()
 //
 // Errors throw hm::Error (code + hetmem's message); allocation failures throw std::bad_alloc
 // from allocator interfaces, as the standard requires.
@@ -269,6 +270,17 @@ class ModeScope {
   ModeScope(const ModeScope &) = delete;
   ModeScope &operator=(const ModeScope &) = delete;
 };
+
+// A phase of the main loop for the lifetime of the guard (hm_phase_begin/hm_phase_end):
+//   { hm::Phase phase("push"); push_particles(); }   ...   hm::next_iteration();
+class Phase {
+ public:
+  explicit Phase(const char *name) { check(hm_phase_begin(name)); }
+  ~Phase() { hm_phase_end(); }
+  Phase(const Phase &) = delete;
+  Phase &operator=(const Phase &) = delete;
+};
+inline void next_iteration() { check(hm_iteration_next()); }
 
 // RAII iteration arena.
 class Arena {

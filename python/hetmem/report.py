@@ -171,6 +171,13 @@ def analyse(trace: Trace, top: int = 10) -> dict:
         span = (trace.iterations[-1][1] - trace.iterations[0][1]) * 1e-9
     else:
         span = float(ev["time_ns"].max(initial=0)) * 1e-9 if len(ev) else 0.0
+    # Allocations made inside each phase (the innermost one open at the time).
+    alloc_mask = ev["op"] == ALLOC
+    for pid, name in trace.phase_names.items():
+        m = alloc_mask & (ev["phase"] == pid)
+        row = phase_rows.setdefault(name, {"phase": name, "calls": 0, "seconds": 0.0})
+        row["allocations"] = int(m.sum())
+        row["bytes_allocated"] = int(ev["size"][m].sum())
     top_level = sum(r["seconds"] for r in phase_rows.values())
     for r in phase_rows.values():
         r["share"] = r["seconds"] / max(top_level, span, 1e-12)
@@ -368,8 +375,9 @@ def html_page(result: dict, images: dict[str, bytes]) -> str:
         [[r["size_mib"], r["short_lived"], r["long_lived"], f"{r['accumulated_bytes'] / MiB:.2f}",
           f"{r['peak_bytes'] / MiB:.2f}"] for r in result["lifetime_size"]]) + img("lifetime_size.png"))
     parts.append("<h2>Time per phase (seed 000 Table 3)</h2>" + _table(
-        ["phase", "calls", "seconds", "share"],
-        [[r["phase"], r["calls"], f"{r['seconds']:.4f}", f"{100 * r['share']:.1f}%"] for r in result["phases"]])
+        ["phase", "calls", "seconds", "share", "allocations", "MiB allocated"],
+        [[r["phase"], r["calls"], f"{r['seconds']:.4f}", f"{100 * r['share']:.1f}%", r.get("allocations", 0),
+          f"{r.get('bytes_allocated', 0) / MiB:.2f}"] for r in result["phases"]])
         + img("phases.png"))
     parts.append("<h2>Referenced bytes per object and phase</h2>" + img("object_phase.png"))
     for key, title in (("by_peak_bytes", "peak bytes"), ("by_bytes", "bytes allocated"), ("by_count", "count")):
@@ -404,7 +412,8 @@ def text_report(result: dict) -> str:
     if result["phases"]:
         lines.append("\ntime per phase")
         for r in result["phases"]:
-            lines.append(f"  {r['phase']:<24} {r['calls']:>6} calls {r['seconds']:>10.4f} s {100 * r['share']:>6.1f}%")
+            lines.append(f"  {r['phase']:<24} {r['calls']:>6} calls {r['seconds']:>10.4f} s {100 * r['share']:>6.1f}% "
+                         f"{r.get('allocations', 0):>9} allocations {r.get('bytes_allocated', 0) / MiB:>9.2f} MiB")
     if result["object_phase_referenced"]:
         lines.append("\nreferenced fraction per large object and phase")
         for o in result["object_phase_referenced"]:

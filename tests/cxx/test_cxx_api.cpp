@@ -108,3 +108,15 @@ TEST_F(CxxApi, StrictFailureThrows) {
   std::vector<char, hm::TierAllocator<char>> v(hm::TierAllocator<char>{fast, HM_STRICT});
   EXPECT_THROW(v.resize(4 << 20), std::bad_alloc);
 }
+
+TEST_F(CxxApi, PhaseGuard) {
+  {
+    hm::Phase phase("cxx-phase");
+    hm::next_iteration();
+  }
+  uint64_t calls = 0;
+  double seconds = 0;
+  ASSERT_EQ(hm_phase_stats("cxx-phase", &calls, &seconds), HM_OK);
+  EXPECT_EQ(calls, 1u);
+  EXPECT_THROW(hm::Phase(""), hm::Error);
+}

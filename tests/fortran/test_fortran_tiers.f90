@@ -19,6 +19,7 @@ program test_fortran_tiers
   if (fast == cap) call check(.false., "fast and capacity map to different tiers")
   rc = hm_tier_stats(fast, f0)
   rc = hm_tier_stats(cap, c0)
+  call check(hm_phase_begin_f("setup") == HM_OK, "a phase begins from Fortran")
 
   call hm_allocate(fast_a, 1000, HM_FAST)            ! 8000 bytes: class of 8192
   call hm_allocate(cap_a, [64, 64, 64], HM_CAPACITY)  ! 2 MiB: its own mapping
@@ -29,6 +30,8 @@ program test_fortran_tiers
   cap_a = 2.0d0
   idx = [(i, i = 1, 10)]
 
+  call check(hm_phase_end() == HM_OK .and. hm_iteration_next() == HM_OK, "the phase ends, the iteration advances")
+  call check(hm_phase_end() == HM_EINVAL, "ending a phase that is not open is an error")
   rc = hm_tier_stats(fast, f1)
   rc = hm_tier_stats(cap, c1)
   call check(f1%in_use - f0%in_use == int(hm_usable_size(c_loc(fast_a(1))), c_int64_t), &

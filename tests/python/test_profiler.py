@@ -115,6 +115,16 @@ def test_lifetime_and_size_table(tmp_path):
     assert rows["[2,4)"]["peak_bytes"] == 3 * MiB
 
 
+def test_allocations_per_phase(tmp_path):
+    r, trace = profile(tmp_path, PROGRAMS / "prog_lifetime")
+    assert r.returncode == 0, r.stderr
+    work = {p["phase"]: p for p in report_json(trace)["phases"]}["work"]
+    MiB = 1 << 20
+    assert work["calls"] == 4
+    assert work["allocations"] == 4 * 4  # three temporaries and the 20 MiB array, every iteration
+    assert work["bytes_allocated"] == 4 * (MiB // 2 + 3 * MiB // 2 + 3 * MiB + 20 * MiB)
+
+
 def test_referenced_bytes_per_object_and_phase(tmp_path):
     r, trace = profile(tmp_path, PROGRAMS / "prog_referenced")
     assert r.returncode == 0, r.stderr
