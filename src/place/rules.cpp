@@ -267,44 +267,33 @@ Decision decide(size_t size, const void *caller) {
 
 }  // namespace hm::place
 
+namespace {
+// Reads, checks and (when asked) installs a rules file; the message goes to error.
+int load_file(const char *path, bool and_install, char *error, size_t error_len) {
+  std::vector<hm::place::Rule> rules;
+  std::string why;
+  int rc = hm_init();
+  if (rc == HM_OK) {
+    try {
+      rc = hm::place::load_rules(path ? path : "", &rules, &why);
+      if (rc == HM_OK && and_install) hm::place::install(std::move(rules));
+    } catch (...) {
+      rc = HM_ENOMEM;
+      why = "out of memory";
+    }
+  } else {
+    why = hm_last_error();
+  }
+  if (rc != HM_OK && error && error_len) std::snprintf(error, error_len, "%s", why.c_str());
+  return rc;
+}
+}  // namespace
+
 extern "C" {
 
-int hm_rules_check(const char *path, char *error, size_t error_len) {
-  std::vector<hm::place::Rule> rules;
-  std::string why;
-  int rc = hm_init();
-  if (rc == HM_OK) {
-    try {
-      rc = hm::place::load_rules(path ? path : "", &rules, &why);
-    } catch (...) {
-      rc = HM_ENOMEM;
-      why = "out of memory";
-    }
-  } else {
-    why = hm_last_error();
-  }
-  if (rc != HM_OK && error && error_len) std::snprintf(error, error_len, "%s", why.c_str());
-  return rc;
-}
+int hm_rules_check(const char *path, char *error, size_t error_len) { return load_file(path, false, error, error_len); }
 
-int hm_rules_install(const char *path, char *error, size_t error_len) {
-  std::vector<hm::place::Rule> rules;
-  std::string why;
-  int rc = hm_init();
-  if (rc == HM_OK) {
-    try {
-      rc = hm::place::load_rules(path ? path : "", &rules, &why);
-      if (rc == HM_OK) hm::place::install(std::move(rules));
-    } catch (...) {
-      rc = HM_ENOMEM;
-      why = "out of memory";
-    }
-  } else {
-    why = hm_last_error();
-  }
-  if (rc != HM_OK && error && error_len) std::snprintf(error, error_len, "%s", why.c_str());
-  return rc;
-}
+int hm_rules_install(const char *path, char *error, size_t error_len) { return load_file(path, true, error, error_len); }
 
 int hm_rules_decide(size_t size, const void *caller, int *tier) {
   hm::place::Decision d = hm::place::decide(size, caller);
