@@ -1,0 +1,146 @@
+// hetmem-pic: a 3D electromagnetic particle-in-cell code on a periodic Yee grid (SI units).
+// Fields: one array per component, staggered as in WarpX (Ex at (i+1/2, j, k), Bx at (i, j+1/2,
+// k+1/2), ...). Particles: tiles of cells, structure of arrays per tile, each tile its own hetmem
+// allocations (the unit placement moves). Step: Boris push with energy-conserving gather and
+// Esirkepov (order 1) deposition into tile-local buffers, a fixed-order reduction (bitwise the
+// same for any thread count), B half step / E full step / B half step, redistribution.
+#pragma once
+
+#include <hetmem/hetmem.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pic {
+
+constexpr double kC = 299792458.0;
+constexpr double kEps0 = 8.8541878128e-12;
+constexpr double kQe = 1.602176634e-19;
+constexpr double kMe = 9.1093837015e-31;
+
+template <class T>
+using TierVector = std::vector<T, hm::TierAllocator<T>>;
+
+struct Grid {
+  int nx = 0, ny = 0, nz = 0;     // cells
+  double dx = 0, dy = 0, dz = 0;  // m
+  double lx() const { return nx * dx; }
+  double ly() const { return ny * dy; }
+  double lz() const { return nz * dz; }
+  long cells() const { return static_cast<long>(nx) * ny * nz; }
+};
+
+// A field component with one guard layer on every side, filled periodically.
+class Field {
+ public:
+  static constexpr int kGuard = 1;
+  Field() = default;
+  Field(const Grid &g, hm::Tier tier);
+  double &at(int i, int j, int k) { return data_[index(i, j, k)]; }
+  double at(int i, int j, int k) const { return data_[index(i, j, k)]; }
+  long index(int i, int j, int k) const {
+    return (static_cast<long>(k + kGuard) * sy_ + (j + kGuard)) * sx_ + (i + kGuard);
+  }
+  void fill_guards();      // copies the periodic images into the guard layer
+  void fold_guards();      // adds what was deposited into the guard layer onto the periodic images
+  void zero();
+  double *data() { return data_.data(); }
+  const double *data() const { return data_.data(); }
+  long stride_y() const { return sx_; }
+  long stride_z() const { return static_cast<long>(sx_) * sy_; }
+
+ private:
+  int nx_ = 0, ny_ = 0, nz_ = 0, sx_ = 0, sy_ = 0, sz_ = 0;
+  TierVector<double> data_;
+};
+
+struct Fields {
+  Field ex, ey, ez, bx, by, bz, jx, jy, jz;
+};
+
+struct SpeciesParams {
+  std::string name = "electrons";
+  double charge = -kQe, mass = kMe;
+  double density = 1e24;               // m^-3
+  int ppc[3] = {1, 1, 1};              // particles per cell along x, y, z
+  double u_th = 0;                     // thermal spread of u = gamma v, in units of c
+  double u_drift[3] = {0, 0, 0};       // in units of c
+  // Langmuir perturbation: u += eps * c * (k/kp) (sin(kx x) cos(ky y) cos(kz z), cyclic) * sign
+  double langmuir_eps = 0;
+  int langmuir_modes[3] = {0, 0, 0};   // wave numbers as multiples of 2 pi / L
+  double langmuir_kp = 0;              // plasma wave number used to scale (total density)
+  double langmuir_sign = 1;
+};
+
+struct Params {
+  Grid grid;
+  double cfl = 0.99;
+  int steps = 10;
+  int tile[3] = {8, 8, 8};
+  uint64_t seed = 1;
+  std::vector<SpeciesParams> species;
+  std::string field_role = "fast";      // where the field arrays live
+  std::string particle_role = "fast";   // where the particle tiles live
+};
+
+// The particles of one tile: structure of arrays.
+struct Tile {
+  TierVector<double> x, y, z, ux, uy, uz, w;
+  TierVector<uint64_t> id;
+  explicit Tile(hm::Tier tier);
+  size_t size() const { return x.size(); }
+  void push_back(double px, double py, double pz, double qx, double qy, double qz, double pw, uint64_t pid);
+  void remove(size_t i);  // swap with the last
+};
+
+struct Species {
+  SpeciesParams params;
+  std::vector<Tile> tiles;
+  long count() const;
+};
+
+class Simulation {
+ public:
+  explicit Simulation(const Params &p);
+  void step();                      // one full PIC step
+  void field_step_vacuum();         // Maxwell only (no particles, no current)
+  double time() const { return time_; }
+  double dt() const { return dt_; }
+  int steps_done() const { return steps_; }
+  const Grid &grid() const { return p_.grid; }
+  Fields &fields() { return f_; }
+  std::vector<Species> &species() { return species_; }
+  // Diagnostics
+  void deposit_charge(Field &rho) const;            // rho at nodes, with periodic folding
+  double gauss_error() const;                        // max|div E - rho/eps0| / max|rho/eps0|
+  double field_energy() const;                       // J
+  double kinetic_energy(int s) const;                // J
+  int tiles_x() const { return ntx_; }
+  int tiles_y() const { return nty_; }
+  int tiles_z() const { return ntz_; }
+
+ private:
+  void half_b(double h);
+  void full_e(double dt);
+  void push_and_deposit();
+  void reduce_current();
+  void redistribute();
+  int tile_of(double x, double y, double z) const;
+
+  Params p_;
+  double dt_ = 0, time_ = 0;
+  int steps_ = 0;
+  int ntx_ = 0, nty_ = 0, ntz_ = 0;
+  Fields f_;
+  std::vector<Species> species_;
+  // Tile-local current buffers: (tile cells + 2 on every side) per component, per tile.
+  std::vector<TierVector<double>> tile_j_;
+  int bx_ = 0, by_ = 0, bz_ = 0;  // buffer extents
+};
+
+// Input files: `key = value` lines with WarpX-like names; see docs/pic.md.
+// Returns false with a message naming the key (and the closest known one) or the bad value.
+bool parse_input(const std::string &text, const std::vector<std::string> &overrides, Params *out, std::string *error);
+
+}  // namespace pic

@@ -1,0 +1,421 @@
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "pic.hpp"
+
+namespace pic {
+
+namespace {
+
+hm::Tier tier_for(const std::string &role) { return hm::Tier::find(role); }
+
+// A counter-based generator: the same particle gets the same numbers whatever the thread count.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+double uniform01(uint64_t key) { return (static_cast<double>(mix(key) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+double gaussian(uint64_t key) {
+  double u1 = uniform01(key), u2 = uniform01(key ^ 0x5bd1e995ull);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+int wrap(int i, int n) { return ((i % n) + n) % n; }
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+Field::Field(const Grid &g, hm::Tier tier)
+    : nx_(g.nx), ny_(g.ny), nz_(g.nz), sx_(g.nx + 2 * kGuard), sy_(g.ny + 2 * kGuard), sz_(g.nz + 2 * kGuard),
+      data_(static_cast<size_t>(sx_) * sy_ * sz_, 0.0, hm::TierAllocator<double>(tier)) {}
+
+void Field::zero() { std::fill(data_.begin(), data_.end(), 0.0); }
+
+void Field::fill_guards() {
+  for (int k = -kGuard; k < nz_ + kGuard; ++k)
+    for (int j = -kGuard; j < ny_ + kGuard; ++j)
+      for (int i = -kGuard; i < nx_ + kGuard; ++i) {
+        bool inside = i >= 0 && i < nx_ && j >= 0 && j < ny_ && k >= 0 && k < nz_;
+        if (!inside) at(i, j, k) = at(wrap(i, nx_), wrap(j, ny_), wrap(k, nz_));
+      }
+}
+
+void Field::fold_guards() {
+  for (int k = -kGuard; k < nz_ + kGuard; ++k)
+    for (int j = -kGuard; j < ny_ + kGuard; ++j)
+      for (int i = -kGuard; i < nx_ + kGuard; ++i) {
+        bool inside = i >= 0 && i < nx_ && j >= 0 && j < ny_ && k >= 0 && k < nz_;
+        if (!inside) {
+          at(wrap(i, nx_), wrap(j, ny_), wrap(k, nz_)) += at(i, j, k);
+          at(i, j, k) = 0;
+        }
+      }
+}
+
+// ------------------------------------------------------------------------------------------------
+Tile::Tile(hm::Tier tier)
+    : x(hm::TierAllocator<double>(tier)), y(hm::TierAllocator<double>(tier)), z(hm::TierAllocator<double>(tier)),
+      ux(hm::TierAllocator<double>(tier)), uy(hm::TierAllocator<double>(tier)), uz(hm::TierAllocator<double>(tier)),
+      w(hm::TierAllocator<double>(tier)), id(hm::TierAllocator<uint64_t>(tier)) {}
+
+void Tile::push_back(double px, double py, double pz, double qx, double qy, double qz, double pw, uint64_t pid) {
+  x.push_back(px);
+  y.push_back(py);
+  z.push_back(pz);
+  ux.push_back(qx);
+  uy.push_back(qy);
+  uz.push_back(qz);
+  w.push_back(pw);
+  id.push_back(pid);
+}
+
+void Tile::remove(size_t i) {
+  size_t last = size() - 1;
+  x[i] = x[last], y[i] = y[last], z[i] = z[last];
+  ux[i] = ux[last], uy[i] = uy[last], uz[i] = uz[last];
+  w[i] = w[last], id[i] = id[last];
+  x.pop_back(), y.pop_back(), z.pop_back(), ux.pop_back(), uy.pop_back(), uz.pop_back(), w.pop_back(), id.pop_back();
+}
+
+long Species::count() const {
+  long n = 0;
+  for (const Tile &t : tiles) n += static_cast<long>(t.size());
+  return n;
+}
+
+// ------------------------------------------------------------------------------------------------
+Simulation::Simulation(const Params &p) : p_(p) {
+  const Grid &g = p_.grid;
+  dt_ = p_.cfl / (kC * std::sqrt(1 / (g.dx * g.dx) + 1 / (g.dy * g.dy) + 1 / (g.dz * g.dz)));
+  ntx_ = g.nx / p_.tile[0];
+  nty_ = g.ny / p_.tile[1];
+  ntz_ = g.nz / p_.tile[2];
+  hm::Tier ftier = tier_for(p_.field_role), ptier = tier_for(p_.particle_role);
+  for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(g, ftier);
+  bx_ = p_.tile[0] + 4;
+  by_ = p_.tile[1] + 4;
+  bz_ = p_.tile[2] + 4;
+  int ntiles = ntx_ * nty_ * ntz_;
+  for (int t = 0; t < ntiles; ++t)
+    tile_j_.emplace_back(static_cast<size_t>(3) * bx_ * by_ * bz_, 0.0, hm::TierAllocator<double>(ptier));
+
+  uint64_t next_id = 1;
+  for (size_t s = 0; s < p_.species.size(); ++s) {
+    const SpeciesParams &sp = p_.species[s];
+    Species species;
+    species.params = sp;
+    for (int t = 0; t < ntiles; ++t) species.tiles.emplace_back(ptier);
+    int per_cell = sp.ppc[0] * sp.ppc[1] * sp.ppc[2];
+    double weight = per_cell > 0 ? sp.density * g.dx * g.dy * g.dz / per_cell : 0;
+    double k[3] = {2 * M_PI * sp.langmuir_modes[0] / g.lx(), 2 * M_PI * sp.langmuir_modes[1] / g.ly(),
+                   2 * M_PI * sp.langmuir_modes[2] / g.lz()};
+    for (int cz = 0; cz < g.nz; ++cz)
+      for (int cy = 0; cy < g.ny; ++cy)
+        for (int cx = 0; cx < g.nx; ++cx)
+          for (int pz = 0; pz < sp.ppc[2]; ++pz)
+            for (int py = 0; py < sp.ppc[1]; ++py)
+              for (int px = 0; px < sp.ppc[0]; ++px) {
+                double x = (cx + (px + 0.5) / sp.ppc[0]) * g.dx;
+                double y = (cy + (py + 0.5) / sp.ppc[1]) * g.dy;
+                double z = (cz + (pz + 0.5) / sp.ppc[2]) * g.dz;
+                uint64_t key = (p_.seed * 1315423911ull) ^ (next_id * 0x2545f4914f6cdd1dull) ^ (s << 56);
+                double u[3];
+                for (int d = 0; d < 3; ++d)
+                  u[d] = (sp.u_drift[d] + sp.u_th * gaussian(key + 7919ull * d)) * kC;
+                if (sp.langmuir_eps != 0) {
+                  double sx = std::sin(k[0] * x), sy = std::sin(k[1] * y), sz = std::sin(k[2] * z);
+                  double cxx = std::cos(k[0] * x), cyy = std::cos(k[1] * y), czz = std::cos(k[2] * z);
+                  double a = sp.langmuir_sign * sp.langmuir_eps * kC / sp.langmuir_kp;
+                  u[0] += a * k[0] * sx * cyy * czz;
+                  u[1] += a * k[1] * cxx * sy * czz;
+                  u[2] += a * k[2] * cxx * cyy * sz;
+                }
+                species.tiles[tile_of(x, y, z)].push_back(x, y, z, u[0], u[1], u[2], weight, next_id++);
+              }
+    species_.push_back(std::move(species));
+  }
+}
+
+int Simulation::tile_of(double x, double y, double z) const {
+  const Grid &g = p_.grid;
+  int cx = std::min(static_cast<int>(x / g.dx), g.nx - 1), cy = std::min(static_cast<int>(y / g.dy), g.ny - 1),
+      cz = std::min(static_cast<int>(z / g.dz), g.nz - 1);
+  return ((cz / p_.tile[2]) * nty_ + cy / p_.tile[1]) * ntx_ + cx / p_.tile[0];
+}
+
+void Simulation::half_b(double h) {
+  const Grid &g = p_.grid;
+  f_.ex.fill_guards(), f_.ey.fill_guards(), f_.ez.fill_guards();
+  const double rx = h / g.dx, ry = h / g.dy, rz = h / g.dz;
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < g.nz; ++k)
+    for (int j = 0; j < g.ny; ++j)
+      for (int i = 0; i < g.nx; ++i) {
+        f_.bx.at(i, j, k) -= ry * (f_.ez.at(i, j + 1, k) - f_.ez.at(i, j, k)) - rz * (f_.ey.at(i, j, k + 1) - f_.ey.at(i, j, k));
+        f_.by.at(i, j, k) -= rz * (f_.ex.at(i, j, k + 1) - f_.ex.at(i, j, k)) - rx * (f_.ez.at(i + 1, j, k) - f_.ez.at(i, j, k));
+        f_.bz.at(i, j, k) -= rx * (f_.ey.at(i + 1, j, k) - f_.ey.at(i, j, k)) - ry * (f_.ex.at(i, j + 1, k) - f_.ex.at(i, j, k));
+      }
+}
+
+void Simulation::full_e(double dt) {
+  const Grid &g = p_.grid;
+  f_.bx.fill_guards(), f_.by.fill_guards(), f_.bz.fill_guards();
+  const double c2 = kC * kC, rx = c2 * dt / g.dx, ry = c2 * dt / g.dy, rz = c2 * dt / g.dz, rj = dt / kEps0;
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < g.nz; ++k)
+    for (int j = 0; j < g.ny; ++j)
+      for (int i = 0; i < g.nx; ++i) {
+        f_.ex.at(i, j, k) += ry * (f_.bz.at(i, j, k) - f_.bz.at(i, j - 1, k)) - rz * (f_.by.at(i, j, k) - f_.by.at(i, j, k - 1)) -
+                             rj * f_.jx.at(i, j, k);
+        f_.ey.at(i, j, k) += rz * (f_.bx.at(i, j, k) - f_.bx.at(i, j, k - 1)) - rx * (f_.bz.at(i, j, k) - f_.bz.at(i - 1, j, k)) -
+                             rj * f_.jy.at(i, j, k);
+        f_.ez.at(i, j, k) += rx * (f_.by.at(i, j, k) - f_.by.at(i - 1, j, k)) - ry * (f_.bx.at(i, j, k) - f_.bx.at(i, j - 1, k)) -
+                             rj * f_.jz.at(i, j, k);
+      }
+}
+
+void Simulation::field_step_vacuum() {
+  half_b(0.5 * dt_);
+  full_e(dt_);
+  half_b(0.5 * dt_);
+  time_ += dt_;
+  ++steps_;
+}
+
+void Simulation::push_and_deposit() {
+  const Grid &g = p_.grid;
+  for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz}) f->fill_guards();
+  const int ntiles = ntx_ * nty_ * ntz_;
+  const long plane = static_cast<long>(bx_) * by_, comp = plane * bz_;
+  for (auto &buf : tile_j_) std::fill(buf.begin(), buf.end(), 0.0);
+  for (Species &sp : species_) {
+    const double q = sp.params.charge, m = sp.params.mass, qmdt2 = q * dt_ / (2 * m);
+    const double jfx = q / (dt_ * g.dy * g.dz), jfy = q / (dt_ * g.dx * g.dz), jfz = q / (dt_ * g.dx * g.dy);
+#pragma omp parallel for schedule(dynamic)
+    for (int t = 0; t < ntiles; ++t) {
+      Tile &tile = sp.tiles[t];
+      double *jb = tile_j_[t].data();
+      const int tx = t % ntx_, ty = (t / ntx_) % nty_, tz = t / (ntx_ * nty_);
+      // Buffer origin: two cells below the tile's first cell.
+      const int ox = tx * p_.tile[0] - 2, oy = ty * p_.tile[1] - 2, oz = tz * p_.tile[2] - 2;
+      for (size_t n = 0; n < tile.size(); ++n) {
+        const double x0 = tile.x[n], y0 = tile.y[n], z0 = tile.z[n];
+        // Gather (energy-conserving: shape 0 along a component's staggered direction, 1 across).
+        const double xn = x0 / g.dx, yn = y0 / g.dy, zn = z0 / g.dz;
+        const int i = static_cast<int>(std::floor(xn)), j = static_cast<int>(std::floor(yn)),
+                  k = static_cast<int>(std::floor(zn));
+        const double fx = xn - i, fy = yn - j, fz = zn - k;
+        const double sx[2] = {1 - fx, fx}, sy[2] = {1 - fy, fy}, sz[2] = {1 - fz, fz};
+        double ex = 0, ey = 0, ez = 0, bxv = 0, byv = 0, bzv = 0;
+        for (int b = 0; b < 2; ++b)
+          for (int a = 0; a < 2; ++a) {
+            ex += sy[a] * sz[b] * f_.ex.at(i, j + a, k + b);
+            ey += sx[a] * sz[b] * f_.ey.at(i + a, j, k + b);
+            ez += sx[a] * sy[b] * f_.ez.at(i + a, j + b, k);
+          }
+        for (int a = 0; a < 2; ++a) {
+          bxv += sx[a] * f_.bx.at(i + a, j, k);
+          byv += sy[a] * f_.by.at(i, j + a, k);
+          bzv += sz[a] * f_.bz.at(i, j, k + a);
+        }
+        // Boris push (u = gamma v).
+        double ux = tile.ux[n] + qmdt2 * ex, uy = tile.uy[n] + qmdt2 * ey, uz = tile.uz[n] + qmdt2 * ez;
+        const double gm = std::sqrt(1 + (ux * ux + uy * uy + uz * uz) / (kC * kC));
+        const double tbx = qmdt2 * bxv / gm, tby = qmdt2 * byv / gm, tbz = qmdt2 * bzv / gm;
+        const double s = 2 / (1 + tbx * tbx + tby * tby + tbz * tbz);
+        const double px = ux + (uy * tbz - uz * tby), py = uy + (uz * tbx - ux * tbz), pz = uz + (ux * tby - uy * tbx);
+        ux += s * (py * tbz - pz * tby);
+        uy += s * (pz * tbx - px * tbz);
+        uz += s * (px * tby - py * tbx);
+        ux += qmdt2 * ex, uy += qmdt2 * ey, uz += qmdt2 * ez;
+        const double inv_g = 1 / std::sqrt(1 + (ux * ux + uy * uy + uz * uz) / (kC * kC));
+        const double x1 = x0 + dt_ * ux * inv_g, y1 = y0 + dt_ * uy * inv_g, z1 = z0 + dt_ * uz * inv_g;
+        tile.ux[n] = ux, tile.uy[n] = uy, tile.uz[n] = uz;
+        // Esirkepov deposition, shape 1, into the tile buffer.
+        const double wq = tile.w[n];
+        double S0[3][4] = {}, DS[3][4] = {};
+        int base[3];
+        const double old_pos[3] = {xn, yn, zn}, new_pos[3] = {x1 / g.dx, y1 / g.dy, z1 / g.dz};
+        for (int d = 0; d < 3; ++d) {
+          const int i0 = static_cast<int>(std::floor(old_pos[d])), i1 = static_cast<int>(std::floor(new_pos[d]));
+          base[d] = std::min(i0, i1);
+          const double f0 = old_pos[d] - i0, f1 = new_pos[d] - i1;
+          double S1[4] = {};
+          S0[d][i0 - base[d]] += 1 - f0;
+          S0[d][i0 - base[d] + 1] += f0;
+          S1[i1 - base[d]] += 1 - f1;
+          S1[i1 - base[d] + 1] += f1;
+          for (int a = 0; a < 4; ++a) DS[d][a] = S1[a] - S0[d][a];
+        }
+        const int lx = base[0] - ox, ly = base[1] - oy, lz = base[2] - oz;
+        double *bjx = jb, *bjy = jb + comp, *bjz = jb + 2 * comp;
+        for (int c = 0; c < 3; ++c)
+          for (int b = 0; b < 3; ++b) {
+            double acc = 0;  // running sum along x
+            for (int a = 0; a < 3; ++a) {
+              const double wx = DS[0][a] * (S0[1][b] * S0[2][c] + 0.5 * DS[1][b] * S0[2][c] + 0.5 * S0[1][b] * DS[2][c] +
+                                            DS[1][b] * DS[2][c] / 3.0);
+              acc -= jfx * wq * wx;
+              bjx[(lz + c) * plane + (ly + b) * bx_ + (lx + a)] += acc;
+            }
+          }
+        for (int c = 0; c < 3; ++c)
+          for (int a = 0; a < 3; ++a) {
+            double acc = 0;
+            for (int b = 0; b < 3; ++b) {
+              const double wy = DS[1][b] * (S0[0][a] * S0[2][c] + 0.5 * DS[0][a] * S0[2][c] + 0.5 * S0[0][a] * DS[2][c] +
+                                            DS[0][a] * DS[2][c] / 3.0);
+              acc -= jfy * wq * wy;
+              bjy[(lz + c) * plane + (ly + b) * bx_ + (lx + a)] += acc;
+            }
+          }
+        for (int b = 0; b < 3; ++b)
+          for (int a = 0; a < 3; ++a) {
+            double acc = 0;
+            for (int c = 0; c < 3; ++c) {
+              const double wz = DS[2][c] * (S0[0][a] * S0[1][b] + 0.5 * DS[0][a] * S0[1][b] + 0.5 * S0[0][a] * DS[1][b] +
+                                            DS[0][a] * DS[1][b] / 3.0);
+              acc -= jfz * wq * wz;
+              bjz[(lz + c) * plane + (ly + b) * bx_ + (lx + a)] += acc;
+            }
+          }
+        // Periodic positions.
+        tile.x[n] = x1 < 0 ? x1 + g.lx() : (x1 >= g.lx() ? x1 - g.lx() : x1);
+        tile.y[n] = y1 < 0 ? y1 + g.ly() : (y1 >= g.ly() ? y1 - g.ly() : y1);
+        tile.z[n] = z1 < 0 ? z1 + g.lz() : (z1 >= g.lz() ? z1 - g.lz() : z1);
+      }
+    }
+  }
+}
+
+// Adds the tile buffers into the grid in tile order: the same sums in the same order whatever the
+// number of threads, so runs are bitwise identical.
+void Simulation::reduce_current() {
+  const Grid &g = p_.grid;
+  f_.jx.zero(), f_.jy.zero(), f_.jz.zero();
+  const long plane = static_cast<long>(bx_) * by_, comp = plane * bz_;
+  Field *J[3] = {&f_.jx, &f_.jy, &f_.jz};
+  for (int t = 0; t < ntx_ * nty_ * ntz_; ++t) {
+    const int tx = t % ntx_, ty = (t / ntx_) % nty_, tz = t / (ntx_ * nty_);
+    const int ox = tx * p_.tile[0] - 2, oy = ty * p_.tile[1] - 2, oz = tz * p_.tile[2] - 2;
+    const double *jb = tile_j_[t].data();
+    for (int d = 0; d < 3; ++d)
+      for (int c = 0; c < bz_; ++c)
+        for (int b = 0; b < by_; ++b)
+          for (int a = 0; a < bx_; ++a) {
+            double v = jb[d * comp + c * plane + b * bx_ + a];
+            if (v != 0) J[d]->at(wrap(ox + a, g.nx), wrap(oy + b, g.ny), wrap(oz + c, g.nz)) += v;
+          }
+  }
+}
+
+// Particles that left their tile move to the tile they are in now, in a fixed order.
+void Simulation::redistribute() {
+  for (Species &sp : species_) {
+    const int ntiles = static_cast<int>(sp.tiles.size());
+    std::vector<std::vector<std::pair<int, size_t>>> leaving(ntiles);
+#pragma omp parallel for schedule(dynamic)
+    for (int t = 0; t < ntiles; ++t) {
+      Tile &tile = sp.tiles[t];
+      for (size_t n = 0; n < tile.size(); ++n) {
+        int dest = tile_of(tile.x[n], tile.y[n], tile.z[n]);
+        if (dest != t) leaving[t].emplace_back(dest, n);
+      }
+    }
+    for (int t = 0; t < ntiles; ++t) {
+      Tile &src = sp.tiles[t];
+      for (const auto &[dest, n] : leaving[t])
+        sp.tiles[dest].push_back(src.x[n], src.y[n], src.z[n], src.ux[n], src.uy[n], src.uz[n], src.w[n], src.id[n]);
+      for (auto it = leaving[t].rbegin(); it != leaving[t].rend(); ++it) src.remove(it->second);
+    }
+  }
+}
+
+void Simulation::step() {
+  hm_phase_begin("gather+push+deposit");
+  push_and_deposit();
+  hm_phase_end();
+  hm_phase_begin("current reduction");
+  reduce_current();
+  hm_phase_end();
+  hm_phase_begin("field solve");
+  half_b(0.5 * dt_);
+  full_e(dt_);
+  half_b(0.5 * dt_);
+  hm_phase_end();
+  hm_phase_begin("redistribution");
+  redistribute();
+  hm_phase_end();
+  time_ += dt_;
+  ++steps_;
+}
+
+// ------------------------------------------------------------------------------------------------
+void Simulation::deposit_charge(Field &rho) const {
+  const Grid &g = p_.grid;
+  rho.zero();
+  const double dv = g.dx * g.dy * g.dz;
+  for (const Species &sp : species_)
+    for (const Tile &tile : sp.tiles)
+      for (size_t n = 0; n < tile.size(); ++n) {
+        double xn = tile.x[n] / g.dx, yn = tile.y[n] / g.dy, zn = tile.z[n] / g.dz;
+        int i = static_cast<int>(std::floor(xn)), j = static_cast<int>(std::floor(yn)), k = static_cast<int>(std::floor(zn));
+        double fx = xn - i, fy = yn - j, fz = zn - k, q = sp.params.charge * tile.w[n] / dv;
+        double sx[2] = {1 - fx, fx}, sy[2] = {1 - fy, fy}, sz[2] = {1 - fz, fz};
+        for (int c = 0; c < 2; ++c)
+          for (int b = 0; b < 2; ++b)
+            for (int a = 0; a < 2; ++a) rho.at(i + a, j + b, k + c) += q * sx[a] * sy[b] * sz[c];
+      }
+  rho.fold_guards();
+}
+
+double Simulation::gauss_error() const {
+  const Grid &g = p_.grid;
+  Field rho(g, hm::Tier::of(hm::Role::fast));
+  deposit_charge(rho);
+  Fields &f = const_cast<Fields &>(f_);
+  f.ex.fill_guards(), f.ey.fill_guards(), f.ez.fill_guards();
+  double worst = 0, scale = 0;
+  for (int k = 0; k < g.nz; ++k)
+    for (int j = 0; j < g.ny; ++j)
+      for (int i = 0; i < g.nx; ++i) {
+        double div = (f_.ex.at(i, j, k) - f_.ex.at(i - 1, j, k)) / g.dx + (f_.ey.at(i, j, k) - f_.ey.at(i, j - 1, k)) / g.dy +
+                     (f_.ez.at(i, j, k) - f_.ez.at(i, j, k - 1)) / g.dz;
+        double r = rho.at(i, j, k) / kEps0;
+        worst = std::max(worst, std::fabs(div - r));
+        scale = std::max(scale, std::fabs(r));
+      }
+  return scale > 0 ? worst / scale : worst;
+}
+
+double Simulation::field_energy() const {
+  const Grid &g = p_.grid;
+  double e2 = 0, b2 = 0;
+  for (int k = 0; k < g.nz; ++k)
+    for (int j = 0; j < g.ny; ++j)
+      for (int i = 0; i < g.nx; ++i) {
+        e2 += f_.ex.at(i, j, k) * f_.ex.at(i, j, k) + f_.ey.at(i, j, k) * f_.ey.at(i, j, k) + f_.ez.at(i, j, k) * f_.ez.at(i, j, k);
+        b2 += f_.bx.at(i, j, k) * f_.bx.at(i, j, k) + f_.by.at(i, j, k) * f_.by.at(i, j, k) + f_.bz.at(i, j, k) * f_.bz.at(i, j, k);
+      }
+  const double dv = g.dx * g.dy * g.dz;
+  return 0.5 * kEps0 * (e2 + kC * kC * b2) * dv;  // B^2 / (2 mu0) = eps0 c^2 B^2 / 2
+}
+
+double Simulation::kinetic_energy(int s) const {
+  const Species &sp = species_[static_cast<size_t>(s)];
+  double e = 0;
+  for (const Tile &t : sp.tiles)
+    for (size_t n = 0; n < t.size(); ++n) {
+      double u2 = t.ux[n] * t.ux[n] + t.uy[n] * t.uy[n] + t.uz[n] * t.uz[n];
+      e += t.w[n] * sp.params.mass * kC * kC * (std::sqrt(1 + u2 / (kC * kC)) - 1);
+    }
+  return e;
+}
+
+}  // namespace pic

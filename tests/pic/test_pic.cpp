@@ -1,0 +1,199 @@
+// Physics of the reference PIC code against analytic results, at stated tolerances.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "../../apps/pic/pic.hpp"
+#include "../support.h"
+
+using namespace pic;
+
+namespace {
+
+Params cube(int n, double length) {
+  Params p;
+  p.grid = Grid{n, n, n, length / n, length / n, length / n};
+  p.tile[0] = p.tile[1] = p.tile[2] = std::min(8, n);
+  return p;
+}
+
+// Leapfrog sequences of an eigenmode are exact cosines: cos(theta) = (A[n+1] + A[n-1]) / (2 A[n]),
+// fitted in the least-squares sense over the whole series.
+double measured_theta(const std::vector<double> &a) {
+  double num = 0, den = 0;
+  for (size_t n = 1; n + 1 < a.size(); ++n) {
+    num += a[n] * (a[n + 1] + a[n - 1]);
+    den += 2 * a[n] * a[n];
+  }
+  return std::acos(num / den);
+}
+
+}  // namespace
+
+class Pic : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(hm_test::configure(""), HM_OK); }
+  void TearDown() override { hm_finalize(); }
+};
+
+TEST_F(Pic, VacuumModesFollowTheYeeDispersionRelation) {
+  // Two standing waves: Ey(x) with k along x, and Ez(x, y) with k in the x-y plane.
+  for (int variant = 0; variant < 2; ++variant) {
+    Params p = cube(16, 1e-3);
+    p.cfl = 0.7;
+    Simulation sim(p);
+    const Grid &g = sim.grid();
+    double kx = 2 * M_PI * 3 / g.lx(), ky = variant ? 2 * M_PI * 2 / g.ly() : 0;
+    for (int k = 0; k < g.nz; ++k)
+      for (int j = 0; j < g.ny; ++j)
+        for (int i = 0; i < g.nx; ++i) {
+          if (variant == 0) sim.fields().ey.at(i, j, k) = std::sin(kx * i * g.dx);
+          else sim.fields().ez.at(i, j, k) = std::sin(kx * i * g.dx) * std::sin(ky * j * g.dy);
+        }
+    std::vector<double> amplitude;
+    for (int n = 0; n < 60; ++n) {
+      double a = 0;
+      for (int j = 0; j < g.ny; ++j)
+        for (int i = 0; i < g.nx; ++i)
+          a += variant == 0 ? sim.fields().ey.at(i, j, 3) * std::sin(kx * i * g.dx)
+                            : sim.fields().ez.at(i, j, 3) * std::sin(kx * i * g.dx) * std::sin(ky * j * g.dy);
+      amplitude.push_back(a);
+      sim.field_step_vacuum();
+    }
+    double dt = sim.dt();
+    double rhs = std::pow(std::sin(kx * g.dx / 2) / g.dx, 2) + std::pow(std::sin(ky * g.dy / 2) / g.dy, 2);
+    double theory = 2 * std::asin(kC * dt * std::sqrt(rhs));  // omega dt from the Yee relation
+    double measured = measured_theta(amplitude);
+    EXPECT_NEAR(measured / theory, 1.0, 1e-6) << "variant " << variant;
+    // And it is not the continuum answer: the Yee relation is what is being checked.
+    double continuum = kC * dt * std::sqrt(kx * kx + ky * ky);
+    EXPECT_GT(std::fabs(measured / continuum - 1), 1e-4);
+  }
+}
+
+TEST_F(Pic, EsirkepovConservesCharge) {
+  Params p = cube(16, 16e-6);
+  p.steps = 20;
+  SpeciesParams e;
+  e.density = 1e24;
+  e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
+  e.u_th = 0.05;
+  SpeciesParams ion = e;
+  ion.name = "positrons";
+  ion.charge = kQe;
+  ion.u_th = 0.02;
+  p.species = {e, ion};
+  Simulation sim(p);
+  double worst = 0;
+  for (int n = 0; n < 20; ++n) {
+    sim.step();
+    worst = std::max(worst, sim.gauss_error());
+  }
+  EXPECT_LT(worst, 1e-11) << "max|div E - rho/eps0| / max|rho/eps0|";
+}
+
+TEST_F(Pic, LangmuirOscillationMatchesTheAnalyticField) {
+  // WarpX's 3D Langmuir test (inputs_base_3d: 64^3 cells over 40 um, electrons and positrons of
+  // 2e24 m^-3 each at 1 per cell, eps = 0.01, k = 2 * 2 pi / L, cfl 1, 40 steps) on half the box:
+  // 32^3 cells over 20 um with k = 2 pi / L, which keeps k dx, dx and omega_p dt exactly as there.
+  const double n0 = 2e24, L = 20e-6, eps = 0.01;
+  Params p = cube(32, L);
+  p.cfl = 1.0;
+  const double wp = std::sqrt(2 * n0 * kQe * kQe / (kEps0 * kMe)), kp = wp / kC;
+  SpeciesParams e;
+  e.density = n0;
+  e.langmuir_eps = eps;
+  e.langmuir_modes[0] = e.langmuir_modes[1] = e.langmuir_modes[2] = 1;
+  e.langmuir_kp = kp;
+  SpeciesParams pos = e;
+  pos.name = "positrons";
+  pos.charge = kQe;
+  pos.langmuir_sign = -1;
+  p.species = {e, pos};
+  Simulation sim(p);
+  const int steps = 40;
+  for (int n = 0; n < steps; ++n) sim.step();
+  const Grid &g = sim.grid();
+  double k = 2 * M_PI / L, t = sim.time();
+  double amp = eps * kMe * kC * kC * k / kQe * std::sin(wp * t);
+  double err = 0, ref = 0;
+  for (int kk = 0; kk < g.nz; ++kk)
+    for (int j = 0; j < g.ny; ++j)
+      for (int i = 0; i < g.nx; ++i) {
+        double x = (i + 0.5) * g.dx, y = j * g.dy, z = kk * g.dz;  // Ex sits at (i+1/2, j, k)
+        double th = amp * std::sin(k * x) * std::cos(k * y) * std::cos(k * z);
+        err = std::max(err, std::fabs(sim.fields().ex.at(i, j, kk) - th));
+        ref = std::max(ref, std::fabs(th));
+      }
+  EXPECT_LT(err / ref, 5e-2) << "max|Ex - Ex_theory| / max|Ex_theory| at t = " << t;
+}
+
+TEST_F(Pic, LangmuirFrequencyIsTheNumericalPlasmaFrequency) {
+  // A plane mode along x on a thin box, followed for two periods.
+  const double n0 = 1e24, L = 40e-6;
+  Params p;
+  p.grid = Grid{32, 8, 8, L / 32, L / 32, L / 32};
+  p.tile[0] = p.tile[1] = p.tile[2] = 8;
+  p.cfl = 0.9;
+  const double wp = std::sqrt(2 * n0 * kQe * kQe / (kEps0 * kMe));
+  SpeciesParams e;
+  e.density = n0;
+  e.langmuir_eps = 0.005;
+  e.langmuir_modes[0] = 1;
+  e.langmuir_kp = wp / kC;
+  SpeciesParams pos = e;
+  pos.charge = kQe;
+  pos.langmuir_sign = -1;
+  p.species = {e, pos};
+  Simulation sim(p);
+  const Grid &g = sim.grid();
+  double k = 2 * M_PI / L;
+  std::vector<double> a;
+  int steps = static_cast<int>(2 * 2 * M_PI / (wp * sim.dt()));
+  for (int n = 0; n <= steps; ++n) {
+    double s = 0;
+    for (int i = 0; i < g.nx; ++i) s += sim.fields().ex.at(i, 2, 2) * std::sin(k * (i + 0.5) * g.dx);
+    a.push_back(s);
+    sim.step();
+  }
+  // Zero crossings of sin(omega t): linear interpolation between the samples around each.
+  std::vector<double> crossings;
+  for (size_t n = 1; n < a.size(); ++n)
+    if ((a[n - 1] < 0) != (a[n] < 0) && n > 1) crossings.push_back((n - 1) + a[n - 1] / (a[n - 1] - a[n]));
+  ASSERT_GE(crossings.size(), 3u);
+  double half_period_steps = (crossings.back() - crossings.front()) / static_cast<double>(crossings.size() - 1);
+  double measured = M_PI / (half_period_steps * sim.dt());
+  double numerical = 2 / sim.dt() * std::asin(wp * sim.dt() / 2);
+  EXPECT_NEAR(measured / numerical, 1.0, 0.01);
+}
+
+TEST_F(Pic, OneAndTwoThreadsGiveBitwiseIdenticalResults) {
+  auto run = [](int threads) {
+    omp_set_num_threads(threads);
+    Params p = cube(16, 16e-6);
+    SpeciesParams e;
+    e.density = 1e24;
+    e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
+    e.u_th = 0.05;
+    p.species = {e};
+    Simulation sim(p);
+    for (int n = 0; n < 10; ++n) sim.step();
+    std::vector<double> state;
+    const Grid &g = sim.grid();
+    for (int k = 0; k < g.nz; ++k)
+      for (int j = 0; j < g.ny; ++j)
+        for (int i = 0; i < g.nx; ++i) state.push_back(sim.fields().ex.at(i, j, k)), state.push_back(sim.fields().bz.at(i, j, k));
+    for (const Tile &t : sim.species()[0].tiles)
+      for (size_t n = 0; n < t.size(); ++n) state.push_back(t.x[n]), state.push_back(t.uz[n]), state.push_back(double(t.id[n]));
+    return state;
+  };
+  std::vector<double> one = run(1), two = run(2);
+  omp_set_num_threads(omp_get_num_procs());
+  ASSERT_EQ(one.size(), two.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < one.size(); ++i) differ += std::memcmp(&one[i], &two[i], sizeof(double)) != 0;
+  EXPECT_EQ(differ, 0u) << "values that differ between 1 and 2 threads";
+}
