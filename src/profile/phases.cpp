@@ -37,9 +37,11 @@ std::vector<PhaseTotals> g_phases(1, PhaseTotals{"(none)"});  // id 0: outside a
 std::vector<Open> g_open;
 uint32_t g_iteration = 0;
 
-bool any_emulated_tier() {
+// The referenced-bytes reading costs a pass over the page tables: only when an emulated tier
+// holds memory (its third charge point) or the profiler records.
+bool emulated_tier_in_use() {
   for (int t = 0; t < tier_count(); ++t)
-    if (tier_get(t)->emulated()) return true;
+    if (tier_get(t)->emulated() && heap_of(t)->counters().in_use.load(std::memory_order_relaxed) > 0) return true;
   return false;
 }
 
@@ -93,7 +95,7 @@ int hm_phase_begin(const char *name) {
     }
     g_open.push_back(Open{id, g_iteration, now()});
     set_current_phase(id);
-    if (active() || any_emulated_tier()) prim::clear_referenced();
+    if (active() || emulated_tier_in_use()) prim::clear_referenced();
     return HM_OK;
   } catch (...) {
     return fail(HM_ENOMEM, "hm_phase_begin: out of memory");
@@ -109,7 +111,7 @@ int hm_phase_end(void) {
     g_open.pop_back();
     uint64_t end = now();
     std::vector<trace::ObjectReference> objects;
-    if (active() || any_emulated_tier()) account_references(&objects);
+    if (active() || emulated_tier_in_use()) account_references(&objects);
     PhaseTotals &t = g_phases[open.phase];
     t.calls += 1;
     t.total_ns += end - open.begin_ns;

@@ -197,3 +197,87 @@ TEST_F(Pic, OneAndTwoThreadsGiveBitwiseIdenticalResults) {
   for (size_t i = 0; i < one.size(); ++i) differ += std::memcmp(&one[i], &two[i], sizeof(double)) != 0;
   EXPECT_EQ(differ, 0u) << "values that differ between 1 and 2 threads";
 }
+
+TEST_F(Pic, TotalEnergyDriftsLessThanOnePercentOver1000Steps) {
+  // A thermal electron-positron plasma with dx about the Debye length.
+  const double n0 = 1e24, uth = 0.02;
+  const double wp = std::sqrt(2 * n0 * kQe * kQe / (kEps0 * kMe));
+  const double debye = uth * kC / wp;
+  Params p;
+  p.grid = Grid{8, 8, 8, debye, debye, debye};
+  p.tile[0] = p.tile[1] = p.tile[2] = 4;
+  p.cfl = 0.5;
+  SpeciesParams e;
+  e.density = n0;
+  e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
+  e.u_th = uth;
+  SpeciesParams pos = e;
+  pos.charge = kQe;
+  p.species = {e, pos};
+  Simulation sim(p);
+  auto total = [&] { return sim.field_energy() + sim.kinetic_energy(0) + sim.kinetic_energy(1); };
+  const double e0 = total();
+  double worst = 0;
+  for (int n = 0; n < 1000; ++n) {
+    sim.step();
+    worst = std::max(worst, std::fabs(total() - e0) / e0);
+  }
+  EXPECT_LT(worst, 0.01) << "largest relative drift of field + kinetic energy";
+  EXPECT_GT(sim.field_energy(), 0) << "the plasma's thermal fluctuations do make fields";
+}
+
+TEST_F(Pic, TwoStreamGrowthRateMatchesColdBeamTheory) {
+  // Two cold electron beams at +-v0 on a neutralising positron background that does not move
+  // (mass x 1e9). Cold theory with relativistic beams: omega_b' = omega_b / gamma0^(3/2); at
+  // k v0 = (sqrt(3)/2) omega_b' the growth rate is gamma_max = omega_b' / 2.
+  const double n_beam = 5e23, beta = 0.2, g0 = 1 / std::sqrt(1 - beta * beta), v0 = beta * kC;
+  const double wb = std::sqrt(n_beam * kQe * kQe / (kEps0 * kMe)) / std::pow(g0, 1.5);
+  const double k = std::sqrt(3.0) / 2 * wb / v0;
+  const double L = 2 * M_PI / k;
+  Params p;
+  p.grid = Grid{32, 1, 1, L / 32, 4 * L, 4 * L};  // wide transverse cells: dt set by dx
+  p.tile[0] = 8;
+  p.tile[1] = p.tile[2] = 1;
+  p.cfl = 0.9;
+  SpeciesParams a;
+  a.density = n_beam;
+  a.ppc[0] = 64;
+  a.u_drift[0] = beta * g0;
+  a.langmuir_eps = 1e-5;  // a small seed of the unstable mode
+  a.langmuir_modes[0] = 1;
+  a.langmuir_kp = wb / kC;
+  SpeciesParams b = a;
+  b.u_drift[0] = -beta * g0;
+  SpeciesParams bg;
+  bg.charge = kQe;
+  bg.mass = kMe * 1e9;
+  bg.density = 2 * n_beam;
+  p.species = {a, b, bg};
+  Simulation sim(p);
+  const Grid &g = sim.grid();
+  std::vector<double> t, amp;
+  const int steps = static_cast<int>(16 / (wb * sim.dt()));
+  for (int n = 0; n < steps; ++n) {
+    sim.step();
+    double s = 0, c = 0;
+    for (int i = 0; i < g.nx; ++i) {
+      s += sim.fields().ex.at(i, 0, 0) * std::sin(k * (i + 0.5) * g.dx);
+      c += sim.fields().ex.at(i, 0, 0) * std::cos(k * (i + 0.5) * g.dx);
+    }
+    t.push_back(sim.time() * wb);
+    amp.push_back(std::log(std::sqrt(s * s + c * c)));
+  }
+  // Growth rate: least-squares slope of log|E_k| over the linear phase, from 2 e-folds above the
+  // start until 2 e-folds below saturation.
+  size_t peak = static_cast<size_t>(std::max_element(amp.begin(), amp.end()) - amp.begin());
+  size_t lo = 0, hi = peak;
+  while (lo < peak && amp[lo] < amp[0] + 2) ++lo;
+  while (hi > lo && amp[hi] > amp[peak] - 2) --hi;
+  ASSERT_GT(hi, lo + 10) << "no linear phase: the mode did not grow";
+  double mt = 0, ma = 0, stt = 0, sta = 0;
+  for (size_t i = lo; i <= hi; ++i) mt += t[i], ma += amp[i];
+  mt /= static_cast<double>(hi - lo + 1), ma /= static_cast<double>(hi - lo + 1);
+  for (size_t i = lo; i <= hi; ++i) stt += (t[i] - mt) * (t[i] - mt), sta += (t[i] - mt) * (amp[i] - ma);
+  EXPECT_NEAR(sta / stt, 0.5, 0.05) << "growth rate in units of omega_b' (cold theory: 1/2), fitted over "
+                                    << t[lo] << ".." << t[hi];
+}
