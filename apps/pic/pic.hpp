@@ -82,7 +82,19 @@ struct Params {
   std::vector<SpeciesParams> species;
   std::string field_role = "fast";      // where the field arrays live
   std::string particle_role = "fast";   // where the particle tiles live
+  bool strict = false;                  // refuse to start if the problem does not fit the budgets
+  // Diagnostics (the CLI's; the library ignores them)
+  int output_interval = 0;              // openPMD output every N steps (0: none)
+  std::string output_dir = "diags";
+  std::string energy_log = "";          // CSV file (empty: diag.directory/energy.csv)
+  int progress_interval = 10;
 };
+
+// Bytes the problem needs on the field and particle tiers (fields, particles, tile buffers).
+struct Footprint {
+  uint64_t fields = 0, particles = 0;
+};
+Footprint estimate(const Params &p);
 
 // The particles of one tile: structure of arrays.
 struct Tile {

@@ -1,0 +1,271 @@
+// Input files: `key = value` lines (# comments), WarpX-like names; command-line key=value
+// arguments override the file. Presets give the problem ladder of the reference note.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "pic.hpp"
+
+namespace pic {
+namespace {
+
+const char *kGlobalKeys[] = {"max_step", "amr.n_cell", "geometry.prob_hi", "warpx.cfl", "algo.particle_shape",
+                             "algo.particle_pusher", "algo.current_deposition", "algo.maxwell_solver",
+                             "particles.species_names", "hetmem.tile_size", "hetmem.seed", "hetmem.fields",
+                             "hetmem.particles", "diag.interval", "diag.directory", "diag.energy_log",
+                             "diag.progress", "hetmem.strict", "preset"};
+const char *kSpeciesKeys[] = {"charge", "mass", "density", "num_particles_per_cell_each_dim", "u_th", "ux", "uy",
+                              "uz", "langmuir.epsilon", "langmuir.modes", "langmuir.sign"};
+
+size_t distance(const std::string &a, const std::string &b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// Presets: the problem ladder (reference note section 6) and the WarpX comparison problem.
+std::map<std::string, std::string> preset(const std::string &name) {
+  auto uniform = [](int n, int ppc_each, double length) {
+    std::ostringstream s;
+    s << "amr.n_cell = " << n << " " << n << " " << n << "\ngeometry.prob_hi = " << length << " " << length << " "
+      << length << "\nparticles.species_names = electrons\nelectrons.density = 1e24\nelectrons.u_th = 0.01\n"
+      << "electrons.num_particles_per_cell_each_dim = " << ppc_each << " " << ppc_each << " " << ppc_each << "\n";
+    return s.str();
+  };
+  std::map<std::string, std::string> p = {
+      {"L0", uniform(32, 2, 20e-6)},            // 0.26 M particles, ~0.02 GiB
+      {"L1", uniform(64, 2, 40e-6)},            // 2.1 M, ~0.15 GiB
+      {"L2", uniform(128, 2, 80e-6)},           // 16.8 M, ~1.2 GiB
+      {"L3", "amr.n_cell = 128 128 128\ngeometry.prob_hi = 80e-6 80e-6 80e-6\nparticles.species_names = electrons\n"
+             "electrons.density = 1e24\nelectrons.u_th = 0.01\nelectrons.num_particles_per_cell_each_dim = 2 4 4\n"},
+      {"L4", "amr.n_cell = 192 192 192\ngeometry.prob_hi = 120e-6 120e-6 120e-6\nparticles.species_names = electrons\n"
+             "electrons.density = 1e24\nelectrons.u_th = 0.01\nelectrons.num_particles_per_cell_each_dim = 2 4 4\n"},
+      {"warpx-uniform", uniform(64, 2, 40e-6) + "max_step = 50\n"},  // the WarpX peer problem
+      {"langmuir", "amr.n_cell = 32 32 32\ngeometry.prob_hi = 20e-6 20e-6 20e-6\nwarpx.cfl = 0.99\nmax_step = 40\n"
+                   "particles.species_names = electrons positrons\nelectrons.density = 2e24\n"
+                   "electrons.langmuir.epsilon = 0.01\nelectrons.langmuir.modes = 1 1 1\npositrons.charge = q_e\n"
+                   "positrons.density = 2e24\npositrons.langmuir.epsilon = 0.01\npositrons.langmuir.modes = 1 1 1\n"
+                   "positrons.langmuir.sign = -1\n"},
+  };
+  auto it = p.find(name);
+  std::map<std::string, std::string> out;
+  if (it == p.end()) return out;
+  std::istringstream in(it->second);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find('=');
+    out[line.substr(0, eq - 1)] = line.substr(eq + 2);
+  }
+  return out;
+}
+
+std::string trim(const std::string &s) {
+  size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
+  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
+}
+
+bool number(const std::string &text, double *out) {
+  std::string t = trim(text);
+  if (t == "q_e") return *out = kQe, true;
+  if (t == "-q_e") return *out = -kQe, true;
+  if (t == "m_e") return *out = kMe, true;
+  char *end = nullptr;
+  *out = std::strtod(t.c_str(), &end);
+  return !t.empty() && *end == '\0' && std::isfinite(*out);
+}
+
+bool numbers(const std::string &text, int count, double *out) {
+  std::istringstream in(text);
+  std::string word;
+  int n = 0;
+  while (in >> word) {
+    if (n == count || !number(word, &out[n])) return false;
+    ++n;
+  }
+  return n == count;
+}
+
+}  // namespace
+
+bool parse_input(const std::string &text, const std::vector<std::string> &overrides, Params *out, std::string *error) {
+  std::map<std::string, std::string> kv;
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  for (const auto &o : overrides) lines.push_back(o);
+  // Presets first, so that the file and the command line can change any of their keys.
+  for (const auto &l : lines) {
+    std::string body = trim(l.substr(0, l.find('#')));
+    auto eq = body.find('=');
+    if (eq != std::string::npos && trim(body.substr(0, eq)) == "preset") {
+      std::string name = trim(body.substr(eq + 1));
+      auto p = preset(name);
+      if (p.empty()) {
+        *error = "preset '" + name + "' is unknown (presets: L0, L1, L2, L3, L4, warpx-uniform, langmuir)";
+        return false;
+      }
+      kv.insert(p.begin(), p.end());
+    }
+  }
+  int line_no = 0;
+  for (const auto &l : lines) {
+    ++line_no;
+    std::string body = trim(l.substr(0, l.find('#')));
+    if (body.empty()) continue;
+    auto eq = body.find('=');
+    if (eq == std::string::npos) {
+      *error = "line " + std::to_string(line_no) + ": expected 'key = value', got '" + body + "'";
+      return false;
+    }
+    kv[trim(body.substr(0, eq))] = trim(body.substr(eq + 1));
+  }
+  // Species names decide which species keys are valid.
+  std::vector<std::string> species;
+  if (kv.count("particles.species_names")) {
+    std::istringstream s(kv["particles.species_names"]);
+    std::string name;
+    while (s >> name) species.push_back(name);
+  }
+  std::vector<std::string> known(std::begin(kGlobalKeys), std::end(kGlobalKeys));
+  for (const auto &sp : species)
+    for (const char *k : kSpeciesKeys) known.push_back(sp + "." + k);
+  for (const auto &[key, value] : kv) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string best = known[0];
+    for (const auto &k : known)
+      if (distance(key, k) < distance(key, best)) best = k;
+    *error = "unknown key '" + key + "' (did you mean '" + best + "'?)";
+    return false;
+  }
+  Params p;
+  double v[3];
+  auto need = [&](const char *key) -> bool {
+    if (kv.count(key)) return true;
+    *error = std::string("missing key '") + key + "'";
+    return false;
+  };
+  if (!need("amr.n_cell") || !need("geometry.prob_hi")) return false;
+  if (!numbers(kv["amr.n_cell"], 3, v) || v[0] < 1 || v[1] < 1 || v[2] < 1 || v[0] != std::floor(v[0]) ||
+      v[1] != std::floor(v[1]) || v[2] != std::floor(v[2])) {
+    *error = "amr.n_cell = '" + kv["amr.n_cell"] + "': three positive whole numbers of cells are needed";
+    return false;
+  }
+  p.grid.nx = static_cast<int>(v[0]), p.grid.ny = static_cast<int>(v[1]), p.grid.nz = static_cast<int>(v[2]);
+  if (!numbers(kv["geometry.prob_hi"], 3, v) || v[0] <= 0 || v[1] <= 0 || v[2] <= 0) {
+    *error = "geometry.prob_hi = '" + kv["geometry.prob_hi"] + "': three positive lengths in metres are needed";
+    return false;
+  }
+  p.grid.dx = v[0] / p.grid.nx, p.grid.dy = v[1] / p.grid.ny, p.grid.dz = v[2] / p.grid.nz;
+  if (kv.count("max_step") && (!number(kv["max_step"], &v[0]) || v[0] < 0 || v[0] != std::floor(v[0]))) {
+    *error = "max_step = '" + kv["max_step"] + "': a whole number of steps, 0 or more";
+    return false;
+  }
+  if (kv.count("max_step")) p.steps = static_cast<int>(v[0]);
+  if (kv.count("warpx.cfl") && (!number(kv["warpx.cfl"], &p.cfl) || p.cfl <= 0 || p.cfl >= 1)) {
+    *error = "warpx.cfl = '" + kv["warpx.cfl"] + "': the Yee scheme needs 0 < cfl < 1";
+    return false;
+  }
+  if (kv.count("hetmem.tile_size")) {
+    if (!numbers(kv["hetmem.tile_size"], 3, v) || v[0] < 1 || v[1] < 1 || v[2] < 1) {
+      *error = "hetmem.tile_size = '" + kv["hetmem.tile_size"] + "': three positive whole numbers of cells";
+      return false;
+    }
+    for (int d = 0; d < 3; ++d) p.tile[d] = static_cast<int>(v[d]);
+  }
+  int n[3] = {p.grid.nx, p.grid.ny, p.grid.nz};
+  for (int d = 0; d < 3; ++d)
+    if (n[d] % p.tile[d] != 0) {
+      *error = "the grid (" + std::to_string(n[0]) + " " + std::to_string(n[1]) + " " + std::to_string(n[2]) +
+               ") is not divisible by the tile size (" + std::to_string(p.tile[0]) + " " + std::to_string(p.tile[1]) +
+               " " + std::to_string(p.tile[2]) + "): choose hetmem.tile_size that divides amr.n_cell";
+      return false;
+    }
+  for (const char *key : {"algo.particle_shape"})
+    if (kv.count(key) && kv[key] != "1") {
+      *error = std::string(key) + " = '" + kv[key] + "': this version implements shape order 1";
+      return false;
+    }
+  if (kv.count("algo.particle_pusher") && kv["algo.particle_pusher"] != "boris") {
+    *error = "algo.particle_pusher = '" + kv["algo.particle_pusher"] + "': this version implements boris";
+    return false;
+  }
+  if (kv.count("hetmem.seed") && number(kv["hetmem.seed"], &v[0])) p.seed = static_cast<uint64_t>(v[0]);
+  if (kv.count("hetmem.fields")) p.field_role = kv["hetmem.fields"];
+  if (kv.count("hetmem.strict")) p.strict = kv["hetmem.strict"] == "1";
+  if (kv.count("diag.interval") && (!number(kv["diag.interval"], &v[0]) || v[0] < 0)) {
+    *error = "diag.interval = '" + kv["diag.interval"] + "': steps between outputs, 0 for none";
+    return false;
+  }
+  if (kv.count("diag.interval")) p.output_interval = static_cast<int>(v[0]);
+  if (kv.count("diag.directory")) p.output_dir = kv["diag.directory"];
+  if (kv.count("diag.energy_log")) p.energy_log = kv["diag.energy_log"];
+  if (kv.count("diag.progress") && number(kv["diag.progress"], &v[0])) p.progress_interval = static_cast<int>(v[0]);
+  if (kv.count("hetmem.particles")) p.particle_role = kv["hetmem.particles"];
+  for (const auto &name : species) {
+    SpeciesParams sp;
+    sp.name = name;
+    auto key = [&](const char *k) { return name + "." + k; };
+    auto get = [&](const char *k, double *dst) -> bool {
+      if (!kv.count(key(k))) return true;
+      if (number(kv[key(k)], dst)) return true;
+      *error = key(k) + " = '" + kv[key(k)] + "': a number is needed";
+      return false;
+    };
+    if (!get("charge", &sp.charge) || !get("mass", &sp.mass) || !get("density", &sp.density) ||
+        !get("u_th", &sp.u_th) || !get("ux", &sp.u_drift[0]) || !get("uy", &sp.u_drift[1]) ||
+        !get("uz", &sp.u_drift[2]) || !get("langmuir.epsilon", &sp.langmuir_eps) ||
+        !get("langmuir.sign", &sp.langmuir_sign))
+      return false;
+    if (sp.mass <= 0 || sp.density < 0 || sp.u_th < 0) {
+      *error = name + ": mass must be positive, density and u_th zero or more";
+      return false;
+    }
+    if (kv.count(key("num_particles_per_cell_each_dim"))) {
+      if (!numbers(kv[key("num_particles_per_cell_each_dim")], 3, v) || v[0] < 0 || v[1] < 0 || v[2] < 0) {
+        *error = key("num_particles_per_cell_each_dim") + ": three whole numbers, 0 or more";
+        return false;
+      }
+      for (int d = 0; d < 3; ++d) sp.ppc[d] = static_cast<int>(v[d]);
+    }
+    if (sp.density > 0 && sp.ppc[0] * sp.ppc[1] * sp.ppc[2] == 0) {
+      *error = name + ": density " + kv[key("density")] + " with zero particles per cell: give " +
+               key("num_particles_per_cell_each_dim") + " at least 1 1 1";
+      return false;
+    }
+    if (kv.count(key("langmuir.modes"))) {
+      if (!numbers(kv[key("langmuir.modes")], 3, v)) {
+        *error = key("langmuir.modes") + ": three whole numbers (multiples of 2 pi / L)";
+        return false;
+      }
+      for (int d = 0; d < 3; ++d) sp.langmuir_modes[d] = static_cast<int>(v[d]);
+    }
+    p.species.push_back(sp);
+  }
+  // The Langmuir perturbation is scaled by the plasma wave number of all species together.
+  double n_total_q2m = 0;
+  for (const auto &sp : p.species) n_total_q2m += sp.density * sp.charge * sp.charge / sp.mass;
+  for (auto &sp : p.species) sp.langmuir_kp = std::sqrt(n_total_q2m / kEps0) / kC;
+  *out = p;
+  return true;
+}
+
+Footprint estimate(const Params &p) {
+  Footprint f;
+  const Grid &g = p.grid;
+  f.fields = 9ull * static_cast<uint64_t>(g.nx + 2) * (g.ny + 2) * (g.nz + 2) * sizeof(double);
+  uint64_t particles = 0;
+  for (const auto &sp : p.species) particles += static_cast<uint64_t>(g.cells()) * sp.ppc[0] * sp.ppc[1] * sp.ppc[2];
+  uint64_t tiles = static_cast<uint64_t>(g.nx / p.tile[0]) * (g.ny / p.tile[1]) * (g.nz / p.tile[2]);
+  f.particles = particles * 64 + tiles * 3 * (p.tile[0] + 4) * (p.tile[1] + 4) * (p.tile[2] + 4) * sizeof(double);
+  return f;
+}
+
+}  // namespace pic

@@ -1,0 +1,244 @@
+// openPMD 1.1.0 output in HDF5 (fileBased: one file per output step), written with libhdf5.
+// Meshes E and B (Yee staggering in `position`), particles with position, positionOffset,
+// momentum, weighting, charge, mass and id. Checked by openPMD_check_h5 and read back with
+// openpmd-api in the tests.
+#include <hdf5.h>
+
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "openpmd.hpp"
+
+namespace pic {
+namespace {
+
+void attr_string(hid_t obj, const char *name, const std::string &value) {
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, value.size() ? value.size() : 1);
+  H5Tset_strpad(type, H5T_STR_NULLPAD);
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, type, value.c_str());
+  H5Aclose(a);
+  H5Sclose(space);
+  H5Tclose(type);
+}
+
+void attr_strings(hid_t obj, const char *name, const std::vector<std::string> &values) {
+  size_t width = 1;
+  for (const auto &v : values) width = std::max(width, v.size());
+  std::vector<char> buf(width * values.size(), '\0');
+  for (size_t i = 0; i < values.size(); ++i) std::copy(values[i].begin(), values[i].end(), buf.begin() + i * width);
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, width);
+  H5Tset_strpad(type, H5T_STR_NULLPAD);
+  hsize_t n = values.size();
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, type, buf.data());
+  H5Aclose(a);
+  H5Sclose(space);
+  H5Tclose(type);
+}
+
+template <class T>
+void attr_scalar(hid_t obj, const char *name, hid_t type, T value) {
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, type, &value);
+  H5Aclose(a);
+  H5Sclose(space);
+}
+
+void attr_doubles(hid_t obj, const char *name, const std::vector<double> &v) {
+  hsize_t n = v.size();
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  hid_t a = H5Acreate2(obj, name, H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_DOUBLE, v.data());
+  H5Aclose(a);
+  H5Sclose(space);
+}
+
+void attr_u64s(hid_t obj, const char *name, const std::vector<uint64_t> &v) {
+  hsize_t n = v.size();
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  hid_t a = H5Acreate2(obj, name, H5T_NATIVE_UINT64, space, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_UINT64, v.data());
+  H5Aclose(a);
+  H5Sclose(space);
+}
+
+hid_t group(hid_t parent, const std::string &name) {
+  return H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+}
+
+void dataset(hid_t parent, const char *name, hid_t type, int rank, const hsize_t *dims, const void *data) {
+  hid_t space = H5Screate_simple(rank, dims, nullptr);
+  hid_t d = H5Dcreate2(parent, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  attr_scalar(d, "unitSI", H5T_NATIVE_DOUBLE, 1.0);
+  H5Dclose(d);
+  H5Sclose(space);
+}
+
+// A record that holds one value for every particle: a group with value and shape attributes.
+void constant_component(hid_t parent, const char *name, double value, uint64_t count, double unit_si) {
+  hid_t g = group(parent, name);
+  attr_scalar(g, "value", H5T_NATIVE_DOUBLE, value);
+  attr_u64s(g, "shape", {count});
+  attr_scalar(g, "unitSI", H5T_NATIVE_DOUBLE, unit_si);
+  H5Gclose(g);
+}
+
+void record_attributes(hid_t record, const std::vector<double> &unit_dimension, double weighting_power) {
+  attr_doubles(record, "unitDimension", unit_dimension);
+  attr_scalar(record, "timeOffset", H5T_NATIVE_FLOAT, 0.0f);
+  attr_scalar(record, "macroWeighted", H5T_NATIVE_UINT32, 0u);
+  attr_scalar(record, "weightingPower", H5T_NATIVE_DOUBLE, weighting_power);
+}
+
+}  // namespace
+
+bool write_openpmd(Simulation &sim, const std::string &dir, std::string *error) {
+  const Grid &g = sim.grid();
+  char name[64];
+  std::snprintf(name, sizeof name, "/openpmd_%06d.h5", sim.steps_done());
+  std::string path = dir + name;
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (file < 0) {
+    *error = "cannot create " + path;
+    return false;
+  }
+  attr_string(file, "openPMD", "1.1.0");
+  attr_scalar(file, "openPMDextension", H5T_NATIVE_UINT32, 0u);
+  attr_string(file, "basePath", "/data/%T/");
+  attr_string(file, "meshesPath", "meshes/");
+  attr_string(file, "particlesPath", "particles/");
+  attr_string(file, "iterationEncoding", "fileBased");
+  attr_string(file, "iterationFormat", "openpmd_%06T.h5");
+  attr_string(file, "software", "hetmem-pic");
+  attr_string(file, "softwareVersion", "0.1.0");
+  char date[64];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %z", std::localtime(&now));
+  attr_string(file, "date", date);
+
+  hid_t data = group(file, "data");
+  hid_t it = group(data, std::to_string(sim.steps_done()));
+  attr_scalar(it, "time", H5T_NATIVE_DOUBLE, sim.time());
+  attr_scalar(it, "dt", H5T_NATIVE_DOUBLE, sim.dt());
+  attr_scalar(it, "timeUnitSI", H5T_NATIVE_DOUBLE, 1.0);
+
+  // Meshes, C order A[z][y][x] (x varies fastest, as in memory).
+  hid_t meshes = group(it, "meshes");
+  hsize_t dims[3] = {static_cast<hsize_t>(g.nz), static_cast<hsize_t>(g.ny), static_cast<hsize_t>(g.nx)};
+  std::vector<double> buf(static_cast<size_t>(g.cells()));
+  struct Comp {
+    const char *record, *axis;
+    Field *field;
+    std::vector<double> position;  // (z, y, x)
+  };
+  Fields &f = sim.fields();
+  std::vector<Comp> comps = {{"E", "x", &f.ex, {0, 0, 0.5}}, {"E", "y", &f.ey, {0, 0.5, 0}}, {"E", "z", &f.ez, {0.5, 0, 0}},
+                             {"B", "x", &f.bx, {0.5, 0.5, 0}}, {"B", "y", &f.by, {0.5, 0, 0.5}}, {"B", "z", &f.bz, {0, 0.5, 0.5}}};
+  for (const char *rec : {"E", "B"}) {
+    hid_t r = group(meshes, rec);
+    attr_string(r, "geometry", "cartesian");
+    attr_string(r, "dataOrder", "C");
+    attr_strings(r, "axisLabels", {"z", "y", "x"});
+    attr_doubles(r, "gridSpacing", {g.dz, g.dy, g.dx});
+    attr_doubles(r, "gridGlobalOffset", {0, 0, 0});
+    attr_scalar(r, "gridUnitSI", H5T_NATIVE_DOUBLE, 1.0);
+    attr_scalar(r, "timeOffset", H5T_NATIVE_FLOAT, 0.0f);
+    attr_string(r, "fieldSmoothing", "none");
+    // E: V/m = kg m s^-3 A^-1; B: T = kg s^-2 A^-1 (L, M, T, I, theta, N, J).
+    attr_doubles(r, "unitDimension", rec[0] == 'E' ? std::vector<double>{1, 1, -3, -1, 0, 0, 0}
+                                                   : std::vector<double>{0, 1, -2, -1, 0, 0, 0});
+    for (const Comp &c : comps) {
+      if (c.record[0] != rec[0]) continue;
+      for (int k = 0; k < g.nz; ++k)
+        for (int j = 0; j < g.ny; ++j)
+          for (int i = 0; i < g.nx; ++i) buf[(static_cast<size_t>(k) * g.ny + j) * g.nx + i] = c.field->at(i, j, k);
+      hid_t space = H5Screate_simple(3, dims, nullptr);
+      hid_t d = H5Dcreate2(r, c.axis, H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data());
+      attr_scalar(d, "unitSI", H5T_NATIVE_DOUBLE, 1.0);
+      attr_doubles(d, "position", c.position);
+      H5Dclose(d);
+      H5Sclose(space);
+    }
+    H5Gclose(r);
+  }
+  H5Gclose(meshes);
+
+  hid_t particles = group(it, "particles");
+  for (Species &sp : sim.species()) {
+    uint64_t n = static_cast<uint64_t>(sp.count());
+    std::vector<double> cols[7];
+    std::vector<uint64_t> ids;
+    for (auto &c : cols) c.reserve(n);
+    ids.reserve(n);
+    for (const Tile &t : sp.tiles)
+      for (size_t k = 0; k < t.size(); ++k) {
+        cols[0].push_back(t.x[k]), cols[1].push_back(t.y[k]), cols[2].push_back(t.z[k]);
+        cols[3].push_back(t.ux[k] * sp.params.mass), cols[4].push_back(t.uy[k] * sp.params.mass);
+        cols[5].push_back(t.uz[k] * sp.params.mass), cols[6].push_back(t.w[k]);
+        ids.push_back(t.id[k]);
+      }
+    hid_t s = group(particles, sp.params.name);
+    attr_string(s, "particleShape", "1");
+    hsize_t count = n;
+    hid_t pos = group(s, "position");
+    record_attributes(pos, {1, 0, 0, 0, 0, 0, 0}, 0);
+    dataset(pos, "x", H5T_NATIVE_DOUBLE, 1, &count, cols[0].data());
+    dataset(pos, "y", H5T_NATIVE_DOUBLE, 1, &count, cols[1].data());
+    dataset(pos, "z", H5T_NATIVE_DOUBLE, 1, &count, cols[2].data());
+    H5Gclose(pos);
+    hid_t off = group(s, "positionOffset");
+    record_attributes(off, {1, 0, 0, 0, 0, 0, 0}, 0);
+    for (const char *a : {"x", "y", "z"}) constant_component(off, a, 0.0, n, 1.0);
+    H5Gclose(off);
+    hid_t mom = group(s, "momentum");
+    record_attributes(mom, {1, 1, -1, 0, 0, 0, 0}, 1);
+    dataset(mom, "x", H5T_NATIVE_DOUBLE, 1, &count, cols[3].data());
+    dataset(mom, "y", H5T_NATIVE_DOUBLE, 1, &count, cols[4].data());
+    dataset(mom, "z", H5T_NATIVE_DOUBLE, 1, &count, cols[5].data());
+    H5Gclose(mom);
+    // Scalar records: a dataset (or constant group) directly under the species.
+    {
+      hid_t space = H5Screate_simple(1, &count, nullptr);
+      hid_t d = H5Dcreate2(s, "weighting", H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, cols[6].data());
+      attr_scalar(d, "unitSI", H5T_NATIVE_DOUBLE, 1.0);
+      record_attributes(d, {0, 0, 0, 0, 0, 0, 0}, 1);
+      H5Dclose(d);
+      d = H5Dcreate2(s, "id", H5T_NATIVE_UINT64, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids.data());
+      attr_scalar(d, "unitSI", H5T_NATIVE_DOUBLE, 1.0);
+      record_attributes(d, {0, 0, 0, 0, 0, 0, 0}, 0);
+      H5Dclose(d);
+      H5Sclose(space);
+    }
+    for (auto [rec, value, dim] : {std::tuple<const char *, double, std::vector<double>>{"charge", sp.params.charge, {0, 0, 1, 1, 0, 0, 0}},
+                                   {"mass", sp.params.mass, {0, 1, 0, 0, 0, 0, 0}}}) {
+      hid_t r = group(s, rec);
+      attr_scalar(r, "value", H5T_NATIVE_DOUBLE, value);
+      attr_u64s(r, "shape", {n});
+      attr_scalar(r, "unitSI", H5T_NATIVE_DOUBLE, 1.0);
+      record_attributes(r, dim, 1);
+      H5Gclose(r);
+    }
+    H5Gclose(s);
+  }
+  H5Gclose(particles);
+  H5Gclose(it);
+  H5Gclose(data);
+  bool ok = H5Fclose(file) >= 0;
+  if (!ok) *error = "cannot finish " + path;
+  return ok;
+}
+
+}  // namespace pic
