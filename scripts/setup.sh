@@ -29,7 +29,7 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import rich, pytest, numpy, matplotlib, zstandard, hetmem" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import rich, pytest, numpy, matplotlib, zstandard, openpmd_api, hetmem" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT/python[test]"
 fi
 

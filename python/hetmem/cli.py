@@ -112,6 +112,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return _run(cmd)
 
 
+def cmd_pic(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    return _run([find_program("hetmem-pic"), *cmd])
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     pool = os.path.join(tempfile.gettempdir(), f"hetmem-demo-{os.getpid()}.pool")
@@ -246,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     b.add_argument("--out", default="hetmem-bench-alloc.json", help="JSON results file")
     b.set_defaults(func=cmd_bench)
+
+    pc = sub.add_parser("pic", help="the reference PIC code: hetmem pic INPUT [key=value ...] (docs/pic.md)")
+    pc.add_argument("cmd", nargs=argparse.REMAINDER, help="INPUT (a file or preset:NAME) and key=value overrides")
+    pc.set_defaults(func=cmd_pic)
 
     d = sub.add_parser("demo", help="allocate on every tier, move an array, print the per-tier accounting")
     d.set_defaults(func=cmd_demo)

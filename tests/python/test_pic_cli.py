@@ -1,0 +1,76 @@
+"""hetmem-pic from the command line: a run with openPMD output that passes openPMD_check_h5 and
+reads back with openpmd-api, the energy log, and bad input."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
+PIC = BUILD / "apps" / "pic" / "hetmem-pic"
+
+
+def pic(*args, env_extra=None, cwd=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
+    env.update(env_extra or {})
+    return subprocess.run([str(PIC), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def test_run_writes_valid_openpmd_and_energy_log(tmp_path):
+    out = tmp_path / "diags"
+    r = pic("preset:langmuir", "max_step=4", "diag.interval=2", f"diag.directory={out}", "diag.progress=2")
+    assert r.returncode == 0, r.stderr
+    assert "step      4/4" in r.stdout and "particle-steps/s" in r.stdout
+    assert "gather+push+deposit" in r.stdout and "field solve" in r.stdout
+    files = sorted(p.name for p in out.glob("openpmd_*.h5"))
+    assert files == ["openpmd_000002.h5", "openpmd_000004.h5"]
+    lines = (out / "energy.csv").read_text().splitlines()
+    assert lines[0].startswith("step,time_s,field_J,kinetic_electrons_J,kinetic_positrons_J,total_J")
+    assert len(lines) == 1 + 5
+    check = shutil.which("openPMD_check_h5") or str(Path(sys.executable).parent / "openPMD_check_h5")
+    if not Path(check).exists():
+        pytest.skip("openPMD_check_h5 is not installed (pip install openpmd-validator)")
+    for f in files:
+        v = subprocess.run([check, "-i", str(out / f)], capture_output=True, text=True)
+        assert v.returncode == 0 and "0 Errors" in v.stdout, v.stdout + v.stderr
+    io = pytest.importorskip("openpmd_api")
+    series = io.Series(str(out / "openpmd_%06T.h5"), io.Access.read_only)
+    assert sorted(series.iterations) == [2, 4]
+    it = series.iterations[4]
+    ex = it.meshes["E"]["x"].load_chunk()
+    x = it.particles["electrons"]["position"]["x"].load_chunk()
+    series.flush()
+    assert ex.shape == (32, 32, 32) and x.shape == (32 * 32 * 32,)
+    assert abs(ex).max() > 0 and (x >= 0).all() and (x < 20e-6).all()
+    assert list(it.meshes["E"]["x"].position) == [0.0, 0.0, 0.5]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["amr.n_cel=8 8 8"], "unknown key 'amr.n_cel' (did you mean 'amr.n_cell'?)"),
+    (["warpx.cfl=1.0"], "0 < cfl < 1"),
+    (["electrons.num_particles_per_cell_each_dim=0 0 0"], "with zero particles per cell"),
+    (["hetmem.tile_size=5 5 5"], "not divisible by the tile size"),
+    (["amr.n_cell=-4 8 8"], "three positive whole numbers"),
+    (["diag.directory=/proc/hetmem-cannot"], "cannot be created or written"),
+    (["nonsense"], "command-line overrides are key=value"),
+])
+def test_bad_input_is_named(tmp_path, args, message):
+    r = pic("preset:L0", "max_step=1", f"diag.directory={tmp_path}", *args)
+    assert r.returncode == 2
+    assert message in r.stderr, r.stderr
+
+
+def test_problem_that_does_not_fit_a_strict_budget_says_how_much(tmp_path):
+    r = pic("preset:L0", "max_step=1", "hetmem.strict=1", f"diag.directory={tmp_path}",
+            env_extra={"HM_FAST_BUDGET": "4M"})
+    assert r.returncode == 2
+    assert "does not fit tier 'dram'" in r.stderr and "MiB short" in r.stderr, r.stderr
+
+
+def test_missing_input_file(tmp_path):
+    r = pic(str(tmp_path / "none.in"))
+    assert r.returncode == 2 and "cannot read the input file" in r.stderr
