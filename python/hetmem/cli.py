@@ -102,6 +102,9 @@ def cmd_options(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.what == "pic":
+        from .bench_pic import main as bench_pic
+        return bench_pic(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-pic.json", args.quick)
     if args.what == "profiler":
         from .bench_profiler import main as bench_profiler
         return bench_profiler(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-profiler.json",
@@ -245,9 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     rn.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="run a benchmark of the library")
-    b.add_argument("what", choices=["alloc", "profiler"],
+    b.add_argument("what", choices=["alloc", "profiler", "pic"],
                    help="alloc: allocation, free, arena, copy and emulation figures; "
-                        "profiler: profiling overhead, heaptrack comparison, rules-only cost")
+                        "profiler: profiling overhead, heaptrack comparison, rules-only cost; "
+                        "pic: the WarpX comparison problem, ns per particle-step for 1 and 2 threads")
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     b.add_argument("--out", default="hetmem-bench-alloc.json", help="JSON results file")
     b.set_defaults(func=cmd_bench)

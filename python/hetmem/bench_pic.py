@@ -1,0 +1,48 @@
+"""`hetmem bench pic`: the WarpX comparison problem (docs/pic.md): a uniform thermal electron
+plasma, 64^3 cells, 2x2x2 particles per cell, shape 1, Esirkepov, Boris, Yee, double precision,
+50 steps, no output; core time per particle-step and its split by phase, for 1 and 2 threads."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+from .lib import HetmemError, find_program
+
+WARPX_NS = (160, 182)  # core time per particle-step of WarpX 24.10 on this kind of machine (reference note)
+
+
+def run(threads: int, steps: int, tmp: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
+    env["OMP_NUM_THREADS"] = str(threads)
+    r = subprocess.run([find_program("hetmem-pic"), "preset:warpx-uniform", f"max_step={steps}",
+                        f"diag.directory={tmp}", "diag.progress=0"], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise HetmemError(f"hetmem-pic failed: {r.stderr.strip()}")
+    m = re.search(r"([\d.]+) ns wall per particle-step, ([\d.]+) ns core time", r.stdout)
+    phases = {name.strip(): float(ns) for name, ns in
+              re.findall(r"^  (\S[^\n]*?)\s+[\d.]+ s\s+[\d.]+%\s+([\d.]+) ns per particle-step", r.stdout, re.M)}
+    return {"threads": threads, "wall_ns": float(m.group(1)), "core_ns": float(m.group(2)), "phases_ns": phases}
+
+
+def main(out: str, quick: bool) -> int:
+    steps = 10 if quick else 50
+    with tempfile.TemporaryDirectory(prefix="hetmem-pic-") as tmp:
+        rows = [run(1, steps, tmp), run(2, steps, tmp)]
+    one, two = rows
+    scaling = one["wall_ns"] / two["wall_ns"]
+    print(f"hetmem-pic, WarpX comparison problem (64^3 cells, 8 particles per cell, {steps} steps)")
+    for r in rows:
+        split = ", ".join(f"{k} {v:.0f}" for k, v in r["phases_ns"].items())
+        print(f"  {r['threads']} thread(s): {r['core_ns']:.0f} ns core time per particle-step ({split})")
+    print(f"  2 threads / 1 thread throughput: {scaling:.2f}x (asked: at least 1.9x)")
+    print(f"  target: at most 150 ns core time per particle-step (WarpX 24.10: {WARPX_NS[0]}-{WARPX_NS[1]} ns): "
+          f"{'MET' if one['core_ns'] <= 150 else 'NOT MET'}")
+    with open(out, "w") as f:
+        json.dump({"benchmark": "hetmem-bench-pic", "steps": steps, "results": rows, "scaling": scaling,
+                   "warpx_core_ns": WARPX_NS}, f, indent=1)
+    print(f"results: {out}")
+    return 0
