@@ -197,6 +197,10 @@ void Simulation::push_and_deposit() {
   for (Species &sp : species_) {
     const double q = sp.params.charge, m = sp.params.mass, qmdt2 = q * dt_ / (2 * m);
     const double jfx = q / (dt_ * g.dy * g.dz), jfy = q / (dt_ * g.dx * g.dz), jfz = q / (dt_ * g.dx * g.dy);
+    const double idx = 1 / g.dx, idy = 1 / g.dy, idz = 1 / g.dz;
+    const long SY = f_.ex.stride_y(), SZ = f_.ex.stride_z();
+    const double *pex = f_.ex.data(), *pey = f_.ey.data(), *pez = f_.ez.data();
+    const double *pbx = f_.bx.data(), *pby = f_.by.data(), *pbz = f_.bz.data();
 #pragma omp parallel for schedule(dynamic)
     for (int t = 0; t < ntiles; ++t) {
       Tile &tile = sp.tiles[t];
@@ -207,23 +211,22 @@ void Simulation::push_and_deposit() {
       for (size_t n = 0; n < tile.size(); ++n) {
         const double x0 = tile.x[n], y0 = tile.y[n], z0 = tile.z[n];
         // Gather (energy-conserving: shape 0 along a component's staggered direction, 1 across).
-        const double xn = x0 / g.dx, yn = y0 / g.dy, zn = z0 / g.dz;
-        const int i = static_cast<int>(std::floor(xn)), j = static_cast<int>(std::floor(yn)),
-                  k = static_cast<int>(std::floor(zn));
+        // All components share one layout, so one base index and two strides serve them all.
+        const double xn = x0 * idx, yn = y0 * idy, zn = z0 * idz;
+        const int i = static_cast<int>(xn), j = static_cast<int>(yn), k = static_cast<int>(zn);  // x >= 0
         const double fx = xn - i, fy = yn - j, fz = zn - k;
         const double sx[2] = {1 - fx, fx}, sy[2] = {1 - fy, fy}, sz[2] = {1 - fz, fz};
-        double ex = 0, ey = 0, ez = 0, bxv = 0, byv = 0, bzv = 0;
+        const long c0 = f_.ex.index(i, j, k);
+        double ex = 0, ey = 0, ez = 0;
         for (int b = 0; b < 2; ++b)
           for (int a = 0; a < 2; ++a) {
-            ex += sy[a] * sz[b] * f_.ex.at(i, j + a, k + b);
-            ey += sx[a] * sz[b] * f_.ey.at(i + a, j, k + b);
-            ez += sx[a] * sy[b] * f_.ez.at(i + a, j + b, k);
+            ex += sy[a] * sz[b] * pex[c0 + a * SY + b * SZ];
+            ey += sx[a] * sz[b] * pey[c0 + a + b * SZ];
+            ez += sx[a] * sy[b] * pez[c0 + a + b * SY];
           }
-        for (int a = 0; a < 2; ++a) {
-          bxv += sx[a] * f_.bx.at(i + a, j, k);
-          byv += sy[a] * f_.by.at(i, j + a, k);
-          bzv += sz[a] * f_.bz.at(i, j, k + a);
-        }
+        const double bxv = sx[0] * pbx[c0] + sx[1] * pbx[c0 + 1];
+        const double byv = sy[0] * pby[c0] + sy[1] * pby[c0 + SY];
+        const double bzv = sz[0] * pbz[c0] + sz[1] * pbz[c0 + SZ];
         // Boris push (u = gamma v).
         double ux = tile.ux[n] + qmdt2 * ex, uy = tile.uy[n] + qmdt2 * ey, uz = tile.uz[n] + qmdt2 * ez;
         const double gm = std::sqrt(1 + (ux * ux + uy * uy + uz * uz) / (kC * kC));
@@ -241,9 +244,11 @@ void Simulation::push_and_deposit() {
         const double wq = tile.w[n];
         double S0[3][4] = {}, DS[3][4] = {};
         int base[3];
-        const double old_pos[3] = {xn, yn, zn}, new_pos[3] = {x1 / g.dx, y1 / g.dy, z1 / g.dz};
+        const double old_pos[3] = {xn, yn, zn}, new_pos[3] = {x1 * idx, y1 * idy, z1 * idz};
         for (int d = 0; d < 3; ++d) {
-          const int i0 = static_cast<int>(std::floor(old_pos[d])), i1 = static_cast<int>(std::floor(new_pos[d]));
+          // Old positions are inside the box (>= 0); new ones move less than a cell (> -1), so
+          // truncation of np + 1 is floor without the call.
+          const int i0 = static_cast<int>(old_pos[d]), i1 = static_cast<int>(new_pos[d] + 1.0) - 1;
           base[d] = std::min(i0, i1);
           const double f0 = old_pos[d] - i0, f1 = new_pos[d] - i1;
           double S1[4] = {};
@@ -255,35 +260,36 @@ void Simulation::push_and_deposit() {
         }
         const int lx = base[0] - ox, ly = base[1] - oy, lz = base[2] - oz;
         double *bjx = jb, *bjy = jb + comp, *bjz = jb + 2 * comp;
+        // Esirkepov: W_x(a,b,c) = DS_x(a) T_x(b,c) with T_x from the other two directions (and
+        // cyclically); J accumulates -q w / (dt dA) W along its own direction.
+        double tx[3][3], ty[3][3], tz[3][3];
         for (int c = 0; c < 3; ++c)
           for (int b = 0; b < 3; ++b) {
-            double acc = 0;  // running sum along x
-            for (int a = 0; a < 3; ++a) {
-              const double wx = DS[0][a] * (S0[1][b] * S0[2][c] + 0.5 * DS[1][b] * S0[2][c] + 0.5 * S0[1][b] * DS[2][c] +
-                                            DS[1][b] * DS[2][c] / 3.0);
-              acc -= jfx * wq * wx;
-              bjx[(lz + c) * plane + (ly + b) * bx_ + (lx + a)] += acc;
-            }
+            tx[c][b] = S0[1][b] * S0[2][c] + 0.5 * DS[1][b] * S0[2][c] + 0.5 * S0[1][b] * DS[2][c] + DS[1][b] * DS[2][c] / 3.0;
+            ty[c][b] = S0[0][b] * S0[2][c] + 0.5 * DS[0][b] * S0[2][c] + 0.5 * S0[0][b] * DS[2][c] + DS[0][b] * DS[2][c] / 3.0;
+            tz[c][b] = S0[0][b] * S0[1][c] + 0.5 * DS[0][b] * S0[1][c] + 0.5 * S0[0][b] * DS[1][c] + DS[0][b] * DS[1][c] / 3.0;
+          }
+        const double qx = -jfx * wq, qy = -jfy * wq, qz = -jfz * wq;
+        for (int c = 0; c < 3; ++c)
+          for (int b = 0; b < 3; ++b) {
+            double *row = bjx + (lz + c) * plane + (ly + b) * bx_ + lx;
+            const double t = qx * tx[c][b];
+            double acc = 0;
+            for (int a = 0; a < 3; ++a) row[a] += (acc += DS[0][a] * t);
           }
         for (int c = 0; c < 3; ++c)
           for (int a = 0; a < 3; ++a) {
+            double *col = bjy + (lz + c) * plane + ly * bx_ + lx + a;
+            const double t = qy * ty[c][a];
             double acc = 0;
-            for (int b = 0; b < 3; ++b) {
-              const double wy = DS[1][b] * (S0[0][a] * S0[2][c] + 0.5 * DS[0][a] * S0[2][c] + 0.5 * S0[0][a] * DS[2][c] +
-                                            DS[0][a] * DS[2][c] / 3.0);
-              acc -= jfy * wq * wy;
-              bjy[(lz + c) * plane + (ly + b) * bx_ + (lx + a)] += acc;
-            }
+            for (int b = 0; b < 3; ++b) col[b * bx_] += (acc += DS[1][b] * t);
           }
         for (int b = 0; b < 3; ++b)
           for (int a = 0; a < 3; ++a) {
+            double *col = bjz + lz * plane + (ly + b) * bx_ + lx + a;
+            const double t = qz * tz[b][a];
             double acc = 0;
-            for (int c = 0; c < 3; ++c) {
-              const double wz = DS[2][c] * (S0[0][a] * S0[1][b] + 0.5 * DS[0][a] * S0[1][b] + 0.5 * S0[0][a] * DS[1][b] +
-                                            DS[0][a] * DS[1][b] / 3.0);
-              acc -= jfz * wq * wz;
-              bjz[(lz + c) * plane + (ly + b) * bx_ + (lx + a)] += acc;
-            }
+            for (int c = 0; c < 3; ++c) col[c * plane] += (acc += DS[2][c] * t);
           }
         // Periodic positions.
         tile.x[n] = x1 < 0 ? x1 + g.lx() : (x1 >= g.lx() ? x1 - g.lx() : x1);
