@@ -14,7 +14,7 @@ const char *kGlobalKeys[] = {"max_step", "amr.n_cell", "geometry.prob_hi", "warp
                              "algo.particle_pusher", "algo.current_deposition", "algo.maxwell_solver",
                              "particles.species_names", "hetmem.tile_size", "hetmem.seed", "hetmem.fields",
                              "hetmem.particles", "diag.interval", "diag.directory", "diag.energy_log",
-                             "diag.progress", "hetmem.strict", "preset"};
+                             "diag.progress", "hetmem.strict", "hetmem.sort_interval", "preset"};
 const char *kSpeciesKeys[] = {"charge", "mass", "density", "num_particles_per_cell_each_dim", "u_th", "ux", "uy",
                               "uz", "langmuir.epsilon", "langmuir.modes", "langmuir.sign"};
 
@@ -193,10 +193,18 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
       *error = std::string(key) + " = '" + kv[key] + "': this version implements shape order 1";
       return false;
     }
-  if (kv.count("algo.particle_pusher") && kv["algo.particle_pusher"] != "boris") {
-    *error = "algo.particle_pusher = '" + kv["algo.particle_pusher"] + "': this version implements boris";
+  if (kv.count("algo.particle_pusher")) {
+    p.pusher = kv["algo.particle_pusher"];
+    if (p.pusher != "boris" && p.pusher != "vay") {
+      *error = "algo.particle_pusher = '" + p.pusher + "': boris or vay";
+      return false;
+    }
+  }
+  if (kv.count("hetmem.sort_interval") && (!number(kv["hetmem.sort_interval"], &v[0]) || v[0] < 0)) {
+    *error = "hetmem.sort_interval = '" + kv["hetmem.sort_interval"] + "': steps between sorts by cell, 0 for never";
     return false;
   }
+  if (kv.count("hetmem.sort_interval")) p.sort_interval = static_cast<int>(v[0]);
   if (kv.count("hetmem.seed") && number(kv["hetmem.seed"], &v[0])) p.seed = static_cast<uint64_t>(v[0]);
   if (kv.count("hetmem.fields")) p.field_role = kv["hetmem.fields"];
   if (kv.count("hetmem.strict")) p.strict = kv["hetmem.strict"] == "1";

@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
     for (auto &s : sim.species()) particles += s.count();
     energy << "step,time_s,field_J";
     for (auto &s : sim.species()) energy << ",kinetic_" << s.params.name << "_J";
-    energy << ",total_J\n";
+    energy << ",total_J,charge_error\n";
     auto log_energy = [&] {
       double total = sim.field_energy();
       energy << sim.steps_done() << "," << sim.time() << "," << total;
@@ -107,7 +107,10 @@ int main(int argc, char **argv) {
         energy << "," << k;
         total += k;
       }
-      energy << "," << total << "\n";
+      energy << "," << total << ",";
+      // max|div E - rho/eps0| / max|rho/eps0| at the progress interval (it deposits rho: not every step)
+      if (p.progress_interval > 0 && sim.steps_done() % p.progress_interval == 0) energy << sim.gauss_error();
+      energy << "\n";
     };
     log_energy();
     auto start = std::chrono::steady_clock::now();

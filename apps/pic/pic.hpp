@@ -79,6 +79,9 @@ struct Params {
   int steps = 10;
   int tile[3] = {8, 8, 8};
   uint64_t seed = 1;
+  std::string pusher = "boris";         // boris or vay
+  int sort_interval = 0;                // sort tiles by cell every N steps (0: never)
+  bool static_fields = false;           // fields stay as set (pusher tests): no deposit effect, no solve
   std::vector<SpeciesParams> species;
   std::string field_role = "fast";      // where the field arrays live
   std::string particle_role = "fast";   // where the particle tiles live
@@ -138,6 +141,7 @@ class Simulation {
   void push_and_deposit();
   void reduce_current();
   void redistribute();
+  void sort_by_cell();
   int tile_of(double x, double y, double z) const;
 
   Params p_;

@@ -281,3 +281,61 @@ TEST_F(Pic, TwoStreamGrowthRateMatchesColdBeamTheory) {
   EXPECT_NEAR(sta / stt, 0.5, 0.05) << "growth rate in units of omega_b' (cold theory: 1/2), fitted over "
                                     << t[lo] << ".." << t[hi];
 }
+
+TEST_F(Pic, ExBDriftAtGamma20IsExactWithVayAndWrongWithBoris) {
+  // WarpX's particle_pusher test: u_y = 19.975 c (gamma about 20), Bz = 1 T, Ex = -v_y Bz: the
+  // force vanishes and the particle must stay at x = 0 over 10^4 steps (|x| < 1e-3 m).
+  auto drift = [](const char *pusher) {
+    Params p;
+    p.grid = Grid{8, 8, 8, 1.0, 1.0, 1.0};
+    p.tile[0] = p.tile[1] = p.tile[2] = 8;
+    p.cfl = 0.9;
+    p.pusher = pusher;
+    p.static_fields = true;
+    SpeciesParams e;
+    e.density = 1.0;
+    e.ppc[0] = e.ppc[1] = e.ppc[2] = 1;
+    p.species = {e};
+    Simulation sim(p);
+    // Keep one particle, at x = 4.5 (cell centre), moving along y.
+    Tile &home = sim.species()[0].tiles[0];
+    while (home.size() > 1) home.remove(home.size() - 1);
+    home.x[0] = 4.5, home.y[0] = 4.5, home.z[0] = 4.5;
+    const double uy = 19.975 * kC, gamma = std::sqrt(1 + 19.975 * 19.975), vy = uy / gamma;
+    home.ux[0] = home.uz[0] = 0, home.uy[0] = uy;
+    const Grid &g = sim.grid();
+    for (int k = -1; k <= g.nz; ++k)
+      for (int j = -1; j <= g.ny; ++j)
+        for (int i = -1; i <= g.nx; ++i) sim.fields().bz.at(i, j, k) = 1.0, sim.fields().ex.at(i, j, k) = -vy * 1.0;
+    double worst = 0;
+    for (int n = 0; n < 10000; ++n) {
+      sim.step();
+      for (const Tile &t : sim.species()[0].tiles)
+        if (t.size()) worst = std::max(worst, std::fabs(t.x[0] - 4.5));
+    }
+    return worst;
+  };
+  EXPECT_LT(drift("vay"), 1e-3);
+  EXPECT_GT(drift("boris"), 1e-3) << "Boris is known to fail this test (WarpX documents it)";
+}
+
+TEST_F(Pic, SortingByCellChangesOrderNotPhysics) {
+  auto run = [](int sort_interval) {
+    Params p = cube(16, 16e-6);
+    p.sort_interval = sort_interval;
+    SpeciesParams e;
+    e.density = 1e24;
+    e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
+    e.u_th = 0.05;
+    SpeciesParams pos = e;
+    pos.charge = kQe;
+    p.species = {e, pos};  // neutral, so that Gauss's law holds from the start
+    Simulation sim(p);
+    for (int n = 0; n < 6; ++n) sim.step();
+    return std::make_pair(sim.field_energy(), sim.gauss_error());
+  };
+  auto [e_plain, gauss_plain] = run(0);
+  auto [e_sorted, gauss_sorted] = run(2);
+  EXPECT_NEAR(e_sorted / e_plain, 1.0, 1e-9) << "the same physics up to rounding of summation order";
+  EXPECT_LT(gauss_sorted, 1e-11);
+}
