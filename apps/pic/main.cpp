@@ -109,7 +109,9 @@ int main(int argc, char **argv) {
       }
       energy << "," << total << ",";
       // max|div E - rho/eps0| / max|rho/eps0| at the progress interval (it deposits rho: not every step)
-      if (p.progress_interval > 0 && sim.steps_done() % p.progress_interval == 0) energy << sim.gauss_error();
+      // (From the first step on: before any step a neutral plasma's rho is rounding noise.)
+      if (p.progress_interval > 0 && sim.steps_done() > 0 && sim.steps_done() % p.progress_interval == 0)
+        energy << sim.gauss_error();
       energy << "\n";
     };
     log_energy();
