@@ -9,6 +9,7 @@
 #include <hetmem/hetmem.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,7 @@ class Simulation {
   // Tile-local current buffers: (tile cells + 2 on every side) per component, per tile.
   std::vector<TierVector<double>> tile_j_;
   int bx_ = 0, by_ = 0, bz_ = 0;  // buffer extents
+  std::unique_ptr<hm::Arena> arena_;  // per-step temporaries (redistribution lists)
 };
 
 // Input files: `key = value` lines with WarpX-like names; see docs/pic.md.

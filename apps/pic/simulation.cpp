@@ -120,7 +120,12 @@ Simulation::Simulation(const Params &p) : p_(p) {
   ntx_ = g.nx / p_.tile[0];
   nty_ = g.ny / p_.tile[1];
   ntz_ = g.nz / p_.tile[2];
-  hm::Tier ftier = tier_for(p_.field_role), ptier = tier_for(p_.particle_role);
+  // The classes of seed 000 Table 2, as named allocators that placement (and users) can look up:
+  // fields are hot, particle tiles streamed, per-step temporaries come from the iteration arena.
+  hm::Tier ftier = hm::Allocator::define("pic.hot", tier_for(p_.field_role)).tier();
+  hm::Tier ptier = hm::Allocator::define("pic.streaming", tier_for(p_.particle_role)).tier();
+  hm::Allocator::define("pic.temporary", ftier);
+  arena_ = std::make_unique<hm::Arena>(ftier, size_t{1} << 20, HM_ARENA_CONCURRENT);
   for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(g, ftier);
   bx_ = p_.tile[0] + 4;
   by_ = p_.tile[1] + 4;
@@ -352,25 +357,42 @@ void Simulation::reduce_current() {
 }
 
 // Particles that left their tile move to the tile they are in now, in a fixed order.
+// Particles that left their tile move to the tile they are in now, in a fixed order. The lists
+// of leavers are per-step temporaries: they come from the iteration arena, reset every step.
 void Simulation::redistribute() {
+  struct Leaver {
+    int dest;
+    uint32_t index;
+  };
   for (Species &sp : species_) {
     const int ntiles = static_cast<int>(sp.tiles.size());
-    std::vector<std::vector<std::pair<int, size_t>>> leaving(ntiles);
+    std::vector<Leaver *> leaving(ntiles);
+    std::vector<uint32_t> count(ntiles, 0);
 #pragma omp parallel for schedule(dynamic)
     for (int t = 0; t < ntiles; ++t) {
       Tile &tile = sp.tiles[t];
+      uint32_t m = 0;
+      for (size_t n = 0; n < tile.size(); ++n) m += tile_of(tile.x[n], tile.y[n], tile.z[n]) != t;
+      count[t] = m;
+      if (m == 0) continue;
+      leaving[t] = static_cast<Leaver *>(arena_->allocate(m * sizeof(Leaver), alignof(Leaver)));
+      uint32_t k = 0;
       for (size_t n = 0; n < tile.size(); ++n) {
         int dest = tile_of(tile.x[n], tile.y[n], tile.z[n]);
-        if (dest != t) leaving[t].emplace_back(dest, n);
+        if (dest != t) leaving[t][k++] = Leaver{dest, static_cast<uint32_t>(n)};
       }
     }
     for (int t = 0; t < ntiles; ++t) {
       Tile &src = sp.tiles[t];
-      for (const auto &[dest, n] : leaving[t])
-        sp.tiles[dest].push_back(src.x[n], src.y[n], src.z[n], src.ux[n], src.uy[n], src.uz[n], src.w[n], src.id[n]);
-      for (auto it = leaving[t].rbegin(); it != leaving[t].rend(); ++it) src.remove(it->second);
+      for (uint32_t k = 0; k < count[t]; ++k) {
+        const size_t n = leaving[t][k].index;
+        sp.tiles[leaving[t][k].dest].push_back(src.x[n], src.y[n], src.z[n], src.ux[n], src.uy[n], src.uz[n], src.w[n],
+                                                src.id[n]);
+      }
+      for (uint32_t k = count[t]; k-- > 0;) src.remove(leaving[t][k].index);
     }
   }
+  arena_->reset();
 }
 
 void Simulation::step() {
