@@ -1,0 +1,73 @@
+// Longer physics runs, outside the default test command (`cmake --build build --target validation`
+// or `scripts/test -L validation`).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../../apps/pic/pic.hpp"
+#include "../support.h"
+
+using namespace pic;
+
+class Validation : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(hm_test::configure(""), HM_OK); }
+  void TearDown() override { hm_finalize(); }
+};
+
+TEST_F(Validation, WarpXLangmuirDeckAtFullSize) {
+  // Examples/Tests/langmuir/inputs_base_3d exactly: 64^3 cells over 40 um, electrons and positrons
+  // of 2e24 m^-3, 1 per cell, eps = 0.01, k = 2 * 2 pi / L, cfl 1, 40 steps; Ex within 5%.
+  const double n0 = 2e24, L = 40e-6, eps = 0.01;
+  Params p;
+  p.grid = Grid{64, 64, 64, L / 64, L / 64, L / 64};
+  p.cfl = 1.0;
+  const double wp = std::sqrt(2 * n0 * kQe * kQe / (kEps0 * kMe));
+  SpeciesParams e;
+  e.density = n0;
+  e.langmuir_eps = eps;
+  e.langmuir_modes[0] = e.langmuir_modes[1] = e.langmuir_modes[2] = 2;
+  e.langmuir_kp = wp / kC;
+  SpeciesParams pos = e;
+  pos.charge = kQe;
+  pos.langmuir_sign = -1;
+  p.species = {e, pos};
+  Simulation sim(p);
+  for (int n = 0; n < 40; ++n) sim.step();
+  const Grid &g = sim.grid();
+  double k = 2 * 2 * M_PI / L, amp = eps * kMe * kC * kC * k / kQe * std::sin(wp * sim.time());
+  double err = 0, ref = 0;
+  for (int kk = 0; kk < g.nz; ++kk)
+    for (int j = 0; j < g.ny; ++j)
+      for (int i = 0; i < g.nx; ++i) {
+        double th = amp * std::sin(k * (i + 0.5) * g.dx) * std::cos(k * j * g.dy) * std::cos(k * kk * g.dz);
+        err = std::max(err, std::fabs(sim.fields().ex.at(i, j, kk) - th));
+        ref = std::max(ref, std::fabs(th));
+      }
+  EXPECT_LT(err / ref, 5e-2);
+  EXPECT_LT(sim.gauss_error(), 1e-11);
+}
+
+TEST_F(Validation, EnergyOver5000Steps) {
+  const double n0 = 1e24, uth = 0.02;
+  const double wp = std::sqrt(2 * n0 * kQe * kQe / (kEps0 * kMe)), debye = uth * kC / wp;
+  Params p;
+  p.grid = Grid{16, 16, 16, debye, debye, debye};
+  p.cfl = 0.5;
+  SpeciesParams e;
+  e.density = n0;
+  e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
+  e.u_th = uth;
+  SpeciesParams pos = e;
+  pos.charge = kQe;
+  p.species = {e, pos};
+  Simulation sim(p);
+  auto total = [&] { return sim.field_energy() + sim.kinetic_energy(0) + sim.kinetic_energy(1); };
+  const double e0 = total();
+  double worst = 0;
+  for (int n = 0; n < 5000; ++n) {
+    sim.step();
+    if (n % 10 == 0) worst = std::max(worst, std::fabs(total() - e0) / e0);
+  }
+  EXPECT_LT(worst, 0.02) << "over five times the default test's length";
+}
