@@ -147,6 +147,7 @@ class Simulation {
 
   Params p_;
   double dt_ = 0, time_ = 0;
+  double inv_dx_ = 0, inv_dy_ = 0, inv_dz_ = 0;
   int steps_ = 0;
   int ntx_ = 0, nty_ = 0, ntz_ = 0;
   Fields f_;

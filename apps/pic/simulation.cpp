@@ -117,6 +117,7 @@ long Species::count() const {
 Simulation::Simulation(const Params &p) : p_(p) {
   const Grid &g = p_.grid;
   dt_ = p_.cfl / (kC * std::sqrt(1 / (g.dx * g.dx) + 1 / (g.dy * g.dy) + 1 / (g.dz * g.dz)));
+  inv_dx_ = 1 / g.dx, inv_dy_ = 1 / g.dy, inv_dz_ = 1 / g.dz;
   ntx_ = g.nx / p_.tile[0];
   nty_ = g.ny / p_.tile[1];
   ntz_ = g.nz / p_.tile[2];
@@ -173,8 +174,8 @@ Simulation::Simulation(const Params &p) : p_(p) {
 
 int Simulation::tile_of(double x, double y, double z) const {
   const Grid &g = p_.grid;
-  int cx = std::min(static_cast<int>(x / g.dx), g.nx - 1), cy = std::min(static_cast<int>(y / g.dy), g.ny - 1),
-      cz = std::min(static_cast<int>(z / g.dz), g.nz - 1);
+  int cx = std::min(static_cast<int>(x * inv_dx_), g.nx - 1), cy = std::min(static_cast<int>(y * inv_dy_), g.ny - 1),
+      cz = std::min(static_cast<int>(z * inv_dz_), g.nz - 1);
   return ((cz / p_.tile[2]) * nty_ + cy / p_.tile[1]) * ntx_ + cx / p_.tile[0];
 }
 
@@ -349,17 +350,21 @@ void Simulation::reduce_current() {
   f_.jx.zero(), f_.jy.zero(), f_.jz.zero();
   const long plane = static_cast<long>(bx_) * by_, comp = plane * bz_;
   Field *J[3] = {&f_.jx, &f_.jy, &f_.jz};
+  std::vector<int> wx(bx_), wy(by_), wz(bz_);
   for (int t = 0; t < ntx_ * nty_ * ntz_; ++t) {
     const int tx = t % ntx_, ty = (t / ntx_) % nty_, tz = t / (ntx_ * nty_);
     const int ox = tx * p_.tile[0] - 2, oy = ty * p_.tile[1] - 2, oz = tz * p_.tile[2] - 2;
+    for (int a = 0; a < bx_; ++a) wx[a] = wrap(ox + a, g.nx);
+    for (int b = 0; b < by_; ++b) wy[b] = wrap(oy + b, g.ny);
+    for (int c = 0; c < bz_; ++c) wz[c] = wrap(oz + c, g.nz);
     const double *jb = tile_j_[t].data();
     for (int d = 0; d < 3; ++d)
       for (int c = 0; c < bz_; ++c)
-        for (int b = 0; b < by_; ++b)
-          for (int a = 0; a < bx_; ++a) {
-            double v = jb[d * comp + c * plane + b * bx_ + a];
-            if (v != 0) J[d]->at(wrap(ox + a, g.nx), wrap(oy + b, g.ny), wrap(oz + c, g.nz)) += v;
-          }
+        for (int b = 0; b < by_; ++b) {
+          const double *row = jb + d * comp + c * plane + b * bx_;
+          double *out = &J[d]->at(0, wy[b], wz[c]);
+          for (int a = 0; a < bx_; ++a) out[wx[a]] += row[a];
+        }
   }
 }
 
@@ -378,16 +383,17 @@ void Simulation::redistribute() {
 #pragma omp parallel for schedule(dynamic)
     for (int t = 0; t < ntiles; ++t) {
       Tile &tile = sp.tiles[t];
+      const size_t n = tile.size();
+      if (n == 0) continue;
+      // Destinations first (one lookup per particle), then the list of those that leave.
+      int *dest = static_cast<int *>(arena_->allocate(n * sizeof(int), alignof(int)));
       uint32_t m = 0;
-      for (size_t n = 0; n < tile.size(); ++n) m += tile_of(tile.x[n], tile.y[n], tile.z[n]) != t;
+      for (size_t i = 0; i < n; ++i) m += (dest[i] = tile_of(tile.x[i], tile.y[i], tile.z[i])) != t;
       count[t] = m;
       if (m == 0) continue;
       leaving[t] = static_cast<Leaver *>(arena_->allocate(m * sizeof(Leaver), alignof(Leaver)));
-      uint32_t k = 0;
-      for (size_t n = 0; n < tile.size(); ++n) {
-        int dest = tile_of(tile.x[n], tile.y[n], tile.z[n]);
-        if (dest != t) leaving[t][k++] = Leaver{dest, static_cast<uint32_t>(n)};
-      }
+      for (size_t i = 0, k = 0; i < n; ++i)
+        if (dest[i] != t) leaving[t][k++] = Leaver{dest[i], static_cast<uint32_t>(i)};
     }
     for (int t = 0; t < ntiles; ++t) {
       Tile &src = sp.tiles[t];
