@@ -146,6 +146,7 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
     return false;
   }
   Params p;
+  p.sort_interval = 20;  // tiles sorted by cell every 20 steps unless the input says otherwise
   double v[3];
   auto need = [&](const char *key) -> bool {
     if (kv.count(key)) return true;
