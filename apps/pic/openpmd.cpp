@@ -43,31 +43,26 @@ void attr_strings(hid_t obj, const char *name, const std::vector<std::string> &v
   H5Tclose(type);
 }
 
-template <class T>
-void attr_scalar(hid_t obj, const char *name, hid_t type, T value) {
-  hid_t space = H5Screate(H5S_SCALAR);
+// An attribute of `count` values of an HDF5 type: a scalar when count is 0.
+void attr_raw(hid_t obj, const char *name, hid_t type, const void *data, hsize_t count) {
+  hid_t space = count ? H5Screate_simple(1, &count, nullptr) : H5Screate(H5S_SCALAR);
   hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, type, &value);
+  H5Awrite(a, type, data);
   H5Aclose(a);
   H5Sclose(space);
+}
+
+template <class T>
+void attr_scalar(hid_t obj, const char *name, hid_t type, T value) {
+  attr_raw(obj, name, type, &value, 0);
 }
 
 void attr_doubles(hid_t obj, const char *name, const std::vector<double> &v) {
-  hsize_t n = v.size();
-  hid_t space = H5Screate_simple(1, &n, nullptr);
-  hid_t a = H5Acreate2(obj, name, H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_DOUBLE, v.data());
-  H5Aclose(a);
-  H5Sclose(space);
+  attr_raw(obj, name, H5T_NATIVE_DOUBLE, v.data(), v.size());
 }
 
 void attr_u64s(hid_t obj, const char *name, const std::vector<uint64_t> &v) {
-  hsize_t n = v.size();
-  hid_t space = H5Screate_simple(1, &n, nullptr);
-  hid_t a = H5Acreate2(obj, name, H5T_NATIVE_UINT64, space, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_UINT64, v.data());
-  H5Aclose(a);
-  H5Sclose(space);
+  attr_raw(obj, name, H5T_NATIVE_UINT64, v.data(), v.size());
 }
 
 hid_t group(hid_t parent, const std::string &name) {

@@ -8,6 +8,7 @@
 
 #include "../../apps/pic/pic.hpp"
 #include "../support.h"
+#include "problems.h"
 
 using namespace pic;
 
@@ -200,29 +201,8 @@ TEST_F(Pic, OneAndTwoThreadsGiveBitwiseIdenticalResults) {
 
 TEST_F(Pic, TotalEnergyDriftsLessThanOnePercentOver1000Steps) {
   // A thermal electron-positron plasma with dx about the Debye length.
-  const double n0 = 1e24, uth = 0.02;
-  const double wp = std::sqrt(2 * n0 * kQe * kQe / (kEps0 * kMe));
-  const double debye = uth * kC / wp;
-  Params p;
-  p.grid = Grid{8, 8, 8, debye, debye, debye};
-  p.tile[0] = p.tile[1] = p.tile[2] = 4;
-  p.cfl = 0.5;
-  SpeciesParams e;
-  e.density = n0;
-  e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
-  e.u_th = uth;
-  SpeciesParams pos = e;
-  pos.charge = kQe;
-  p.species = {e, pos};
-  Simulation sim(p);
-  auto total = [&] { return sim.field_energy() + sim.kinetic_energy(0) + sim.kinetic_energy(1); };
-  const double e0 = total();
-  double worst = 0;
-  for (int n = 0; n < 1000; ++n) {
-    sim.step();
-    worst = std::max(worst, std::fabs(total() - e0) / e0);
-  }
-  EXPECT_LT(worst, 0.01) << "largest relative drift of field + kinetic energy";
+  Simulation sim(pic_test::thermal_pair_plasma(8, 4, 1e24, 0.02));
+  EXPECT_LT(pic_test::energy_drift(sim, 1000, 1), 0.01) << "largest relative drift of field + kinetic energy";
   EXPECT_GT(sim.field_energy(), 0) << "the plasma's thermal fluctuations do make fields";
 }
 

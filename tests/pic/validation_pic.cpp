@@ -6,6 +6,7 @@
 
 #include "../../apps/pic/pic.hpp"
 #include "../support.h"
+#include "problems.h"
 
 using namespace pic;
 
@@ -49,25 +50,6 @@ TEST_F(Validation, WarpXLangmuirDeckAtFullSize) {
 }
 
 TEST_F(Validation, EnergyOver5000Steps) {
-  const double n0 = 1e24, uth = 0.02;
-  const double wp = std::sqrt(2 * n0 * kQe * kQe / (kEps0 * kMe)), debye = uth * kC / wp;
-  Params p;
-  p.grid = Grid{16, 16, 16, debye, debye, debye};
-  p.cfl = 0.5;
-  SpeciesParams e;
-  e.density = n0;
-  e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
-  e.u_th = uth;
-  SpeciesParams pos = e;
-  pos.charge = kQe;
-  p.species = {e, pos};
-  Simulation sim(p);
-  auto total = [&] { return sim.field_energy() + sim.kinetic_energy(0) + sim.kinetic_energy(1); };
-  const double e0 = total();
-  double worst = 0;
-  for (int n = 0; n < 5000; ++n) {
-    sim.step();
-    if (n % 10 == 0) worst = std::max(worst, std::fabs(total() - e0) / e0);
-  }
-  EXPECT_LT(worst, 0.02) << "over five times the default test's length";
+  Simulation sim(pic_test::thermal_pair_plasma(16, 8, 1e24, 0.02));
+  EXPECT_LT(pic_test::energy_drift(sim, 5000, 10), 0.02) << "over five times the default test's length";
 }
