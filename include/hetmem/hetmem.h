@@ -45,7 +45,8 @@ enum {
   HM_ENOTSUP = -7,    /* the operation is not supported for this tier or allocation */
   HM_ENOTOWNED = -8,  /* the pointer was not allocated by hetmem */
   HM_EINIT = -9,      /* the library failed to initialise (see hm_last_error()) */
-  HM_ECAPACITY = -10  /* the tier's backing (file pool, hugetlb pool) is full */
+  HM_ECAPACITY = -10, /* the tier's backing (file pool, hugetlb pool) is full */
+  HM_EBUSY = -11      /* the resource (a persistent pool) is in use by another process */
 };
 
 /* Explains an error code in a few words. Never returns NULL. */

@@ -76,6 +76,7 @@ const char *hm_strerror(int code) {
     case HM_ENOTOWNED: return "pointer not allocated by hetmem";
     case HM_EINIT: return "hetmem failed to initialise";
     case HM_ECAPACITY: return "the tier's backing is full";
+    case HM_EBUSY: return "in use by another process";
     default: return "unknown error code";
   }
 }

@@ -48,6 +48,16 @@ int current_node();
 // size, which must be non-zero). *actual gets the resulting size.
 int open_pool_file(const std::string &path, uint64_t size, int *fd, uint64_t *actual);
 int close_fd(int fd);
+// Opens an existing file read-write (HM_EIO if it cannot be opened); *size gets its size.
+int open_existing(const std::string &path, int *fd, uint64_t *size);
+// Maps a whole file shared, MAP_SYNC when the file system allows it (*synced says which).
+int map_file(int fd, uint64_t size, bool try_sync, void **out, bool *synced);
+// An exclusive advisory lock on the file, without waiting: HM_EBUSY if another holder has it.
+int lock_file(int fd);
+// Cache-line write-back of [addr, addr+len) (clwb, else clflushopt, else clflush) and the
+// store fence that orders it: the persistence primitives of a MAP_SYNC mapping.
+void flush_lines(const void *addr, size_t len);
+void store_fence();
 bool read_text(const std::string &path, std::string *out);  // whole small file (sysfs)
 bool write_text_atomic(const std::string &path, const std::string &text);
 bool list_dir(const std::string &path, std::string *names);  // newline-separated entries

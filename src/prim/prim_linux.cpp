@@ -7,6 +7,7 @@
 #include <numa.h>
 #include <numaif.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #define UNW_LOCAL_ONLY
@@ -193,6 +194,60 @@ int open_pool_file(const std::string &path, uint64_t size, int *fd, uint64_t *ac
 }
 
 int close_fd(int fd) { return close(fd) == 0 ? HM_OK : HM_EIO; }
+
+int open_existing(const std::string &path, int *fd, uint64_t *size) {
+  int f = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (f < 0) return HM_EIO;
+  struct stat st;
+  if (fstat(f, &st) != 0) {
+    close(f);
+    return HM_EIO;
+  }
+  *fd = f;
+  *size = static_cast<uint64_t>(st.st_size);
+  return HM_OK;
+}
+
+int map_file(int fd, uint64_t size, bool try_sync, void **out, bool *synced) {
+  *synced = false;
+  void *p = MAP_FAILED;
+  if (try_sync) {
+    p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+    *synced = p != MAP_FAILED;
+  }
+  if (p == MAP_FAILED) p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return errno_code(errno);
+  *out = p;
+  return HM_OK;
+}
+
+int lock_file(int fd) {
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) return HM_OK;
+  return errno == EWOULDBLOCK ? HM_EBUSY : HM_EIO;
+}
+
+void flush_lines(const void *addr, size_t len) {
+#if defined(__x86_64__)
+  static const bool clwb = __builtin_cpu_supports("clwb"), clflushopt = __builtin_cpu_supports("clflushopt");
+  uintptr_t p = reinterpret_cast<uintptr_t>(addr) & ~uintptr_t{63}, end = reinterpret_cast<uintptr_t>(addr) + len;
+  for (; p < end; p += 64) {
+    if (clwb) __asm__ volatile("clwb %0" : "+m"(*reinterpret_cast<volatile char *>(p)));
+    else if (clflushopt) __asm__ volatile("clflushopt %0" : "+m"(*reinterpret_cast<volatile char *>(p)));
+    else __asm__ volatile("clflush %0" : "+m"(*reinterpret_cast<volatile char *>(p)));
+  }
+#else
+  (void)addr;
+  (void)len;
+#endif
+}
+
+void store_fence() {
+#if defined(__x86_64__)
+  __asm__ volatile("sfence" ::: "memory");
+#else
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
 
 bool read_text(const std::string &path, std::string *out) {
   int f = open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -48,6 +48,7 @@ HETMEM_BINARIES = {  # path in the build tree -> name in the guest
     "tests/test_realtier": "test_realtier",
     "tests/test_alloc": "test_alloc",
     "tests/test_prim": "test_prim",
+    "tests/test_persist": "test_persist",
     "bench/hetmem-bench-tiers": "hetmem-bench-tiers",
 }
 HMAT_NODE0 = [
@@ -112,6 +113,7 @@ export HM_GUEST_SLOW_NODE=1 HM_GUEST_EXPECT_HMAT=1 HM_GUEST_EXPECT_PMEM=1 HM_GUE
 run hetmem-tiers
 run test_realtier
 run test_alloc --gtest_filter='Kinds/*numa1*'
+TMPDIR=/mnt/pmem run test_persist   # the persistent pool's flush/fence path on a DAX mapping
 """,
     },
 }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "hetmem/hetmem.h"
+#include "persist/pool.h"
 #include "prim/prim.h"
 #include "../support.h"
 
@@ -156,3 +157,25 @@ TEST_F(RealTier, FilePoolOnADaxFileSystemUsesMapSync) {
 }
 
 }  // namespace
+
+TEST(RealTierPool, PersistentPoolOnDaxFlushesCacheLines) {
+  const char *dir = std::getenv("HM_GUEST_DAX_DIR");
+  if (!dir || !*dir) GTEST_SKIP() << "this guest has no DAX file system (HM_GUEST_DAX_DIR unset)";
+  std::string path = std::string(dir) + "/versions.pool";
+  uint64_t off = 0;
+  {
+    std::unique_ptr<hm::persist::Pool> pool;
+    ASSERT_EQ(hm::persist::Pool::create(path, 4 << 20, &pool), HM_OK) << hm_last_error();
+    EXPECT_TRUE(pool->map_sync()) << "MAP_SYNC: stores are durable once their lines are written back";
+    ASSERT_EQ(pool->allocate(4096, &off), HM_OK);
+    std::memset(pool->at<char>(off), 0x5a, 4096);
+    pool->written(pool->at<char>(off), 4096);
+    ASSERT_EQ(pool->commit(off), HM_OK);
+  }
+  std::unique_ptr<hm::persist::Pool> pool;
+  ASSERT_EQ(hm::persist::Pool::open(path, &pool), HM_OK) << hm_last_error();
+  EXPECT_EQ(pool->root(), off);
+  EXPECT_EQ(pool->at<unsigned char>(off)[4095], 0x5a);
+  pool.reset();
+  unlink(path.c_str());
+}

@@ -1,0 +1,201 @@
+#include "persist/pool.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/error.h"
+#include "base/options.h"
+#include "hetmem/hetmem.h"
+#include "prim/prim.h"
+
+namespace hm::persist {
+namespace {
+
+constexpr char kMagic[8] = {'H', 'M', 'P', 'O', 'O', 'L', '1', '\0'};
+constexpr uint32_t kVersion = 1;
+
+uint64_t header_checksum(const PoolHeader &h) {
+  return Pool::checksum(&h, offsetof(PoolHeader, checksum));
+}
+
+uint64_t slot_checksum(const RootSlot &s) { return Pool::checksum(&s, offsetof(RootSlot, checksum)); }
+
+bool slot_valid(const RootSlot &s, uint64_t pool_bytes) {
+  return s.sequence != 0 && s.checksum == slot_checksum(s) && s.top >= kHeaderBytes && s.top <= pool_bytes &&
+         s.root < s.top;
+}
+
+}  // namespace
+
+uint64_t Pool::checksum(const void *data, size_t bytes) {
+  // FNV-1a, 64 bit: enough to tell a torn or damaged record from a written one.
+  uint64_t h = 1469598103934665603ull;
+  auto *p = static_cast<const unsigned char *>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+int Pool::map(int fd, uint64_t bytes) {
+  void *p = nullptr;
+  bool synced = false;
+  int rc = prim::map_file(fd, bytes, true, &p, &synced);
+  if (rc != HM_OK) return rc;
+  base_ = static_cast<char *>(p);
+  map_sync_ = synced;
+  bytes_ = bytes;
+  return HM_OK;
+}
+
+int Pool::create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> *out) {
+  if (bytes < 16 * kHeaderBytes)
+    return fail(HM_EINVAL, "persistent pool '%s': %s is too small (at least 64 KiB)", path.c_str(),
+                format_size(bytes).c_str());
+  bytes = (bytes + kUnit - 1) / kUnit * kUnit;
+  int fd = -1;
+  uint64_t size = 0;
+  if (prim::open_pool_file(path, bytes, &fd, &size) != HM_OK)
+    return fail(HM_EIO, "persistent pool '%s' cannot be created (check the directory and free space)", path.c_str());
+  if (prim::lock_file(fd) != HM_OK) {
+    prim::close_fd(fd);
+    return fail(HM_EBUSY, "persistent pool '%s' is open in another process", path.c_str());
+  }
+  std::unique_ptr<Pool> pool(new Pool());
+  pool->path_ = path;
+  pool->fd_ = fd;
+  if (pool->map(fd, size) != HM_OK) return fail(HM_EIO, "persistent pool '%s' cannot be mapped", path.c_str());
+  PoolHeader *h = pool->at<PoolHeader>(0);
+  std::memset(static_cast<void *>(h), 0, kHeaderBytes);
+  std::memcpy(h->magic, kMagic, sizeof kMagic);
+  h->version = kVersion;
+  h->header_bytes = kHeaderBytes;
+  h->pool_bytes = size;
+  h->data_offset = kHeaderBytes;
+  h->checksum = header_checksum(*h);
+  pool->flush(0, kHeaderBytes);
+  pool->fence();
+  *out = std::move(pool);
+  return HM_OK;
+}
+
+int Pool::open(const std::string &path, std::unique_ptr<Pool> *out) {
+  int fd = -1;
+  uint64_t size = 0;
+  if (prim::open_existing(path, &fd, &size) != HM_OK)
+    return fail(HM_EIO, "persistent pool '%s' cannot be opened (missing, or not readable and writable)", path.c_str());
+  auto reject = [&](int code, const std::string &why) {
+    prim::close_fd(fd);
+    return fail(code, "persistent pool '%s': %s; the file was left as it is", path.c_str(), why.c_str());
+  };
+  if (size < kHeaderBytes)
+    return reject(HM_EFORMAT, "truncated: " + std::to_string(size) + " bytes, less than its 4096-byte header");
+  if (prim::lock_file(fd) != HM_OK) {
+    prim::close_fd(fd);
+    return fail(HM_EBUSY, "persistent pool '%s' is open in another process (one writer at a time)", path.c_str());
+  }
+  std::unique_ptr<Pool> pool(new Pool());
+  pool->path_ = path;
+  if (pool->map(fd, size) != HM_OK) return reject(HM_EIO, "cannot be mapped");
+  const PoolHeader &h = *pool->at<PoolHeader>(0);
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
+    munmap(pool->base_, size);
+    pool->base_ = nullptr;
+    return reject(HM_EFORMAT, "not a hetmem persistent pool (wrong magic)");
+  }
+  if (h.version != kVersion) {
+    uint32_t v = h.version;
+    munmap(pool->base_, size);
+    pool->base_ = nullptr;
+    return reject(HM_EFORMAT, "format version " + std::to_string(v) + "; this hetmem reads version 1");
+  }
+  if (h.checksum != header_checksum(h)) {
+    munmap(pool->base_, size);
+    pool->base_ = nullptr;
+    return reject(HM_EFORMAT, "header checksum mismatch (the header is damaged)");
+  }
+  if (h.pool_bytes > size) {
+    uint64_t want = h.pool_bytes;
+    munmap(pool->base_, size);
+    pool->base_ = nullptr;
+    return reject(HM_EFORMAT, "truncated: the header says " + std::to_string(want) + " bytes, the file has " +
+                                  std::to_string(size));
+  }
+  pool->fd_ = fd;
+  pool->bytes_ = h.pool_bytes;
+  for (int s = 0; s < 2; ++s)
+    if (slot_valid(h.slots[s], h.pool_bytes) && h.slots[s].sequence > pool->committed_.sequence) {
+      pool->committed_ = h.slots[s];
+      pool->committed_slot_ = s;
+    }
+  pool->top_ = pool->committed_slot_ >= 0 ? pool->committed_.top : kHeaderBytes;
+  *out = std::move(pool);
+  return HM_OK;
+}
+
+Pool::~Pool() {
+  if (base_) munmap(base_, bytes_);
+  if (fd_ >= 0) prim::close_fd(fd_);
+}
+
+int Pool::allocate(uint64_t bytes, uint64_t *offset) {
+  uint64_t need = (bytes + kUnit - 1) / kUnit * kUnit;
+  if (need == 0 || top_ + need > bytes_) {
+    *offset = 0;
+    return fail(HM_ECAPACITY, "persistent pool '%s' is full: %s requested, %s free (the committed version is intact)",
+                path_.c_str(), format_size(need).c_str(), format_size(bytes_ - top_).c_str());
+  }
+  *offset = top_;
+  top_ += need;
+  return HM_OK;
+}
+
+void Pool::written(const void *p, uint64_t bytes) {
+  uint64_t off = offset_of(p);
+  dirty_lo_ = std::min(dirty_lo_, off);
+  dirty_hi_ = std::max(dirty_hi_, off + bytes);
+}
+
+void Pool::flush(uint64_t offset, uint64_t bytes) {
+  if (observer_) observer_->on_flush(offset, bytes);
+  if (map_sync_) prim::flush_lines(base_ + offset, bytes);
+  else {
+    uint64_t lo = offset & ~uint64_t{prim::kPageSize - 1};
+    prim::sync_range(base_ + lo, offset + bytes - lo);
+  }
+}
+
+void Pool::fence() {
+  if (observer_) observer_->on_fence();
+  if (map_sync_) prim::store_fence();
+}
+
+int Pool::commit(uint64_t root) {
+  if (root != 0 && (root < kHeaderBytes || root >= top_))
+    return fail(HM_EINVAL, "commit: root offset %llu is outside the data (%llu..%llu)",
+                static_cast<unsigned long long>(root), static_cast<unsigned long long>(kHeaderBytes),
+                static_cast<unsigned long long>(top_));
+  // 1. Everything the new version wrote is durable before 2. the slot that names it.
+  if (dirty_hi_ > dirty_lo_) flush(dirty_lo_, dirty_hi_ - dirty_lo_);
+  fence();
+  int slot = committed_slot_ == 0 ? 1 : 0;
+  RootSlot next{committed_.sequence + 1, root, top_, 0};
+  next.checksum = slot_checksum(next);
+  PoolHeader *h = at<PoolHeader>(0);
+  h->slots[slot] = next;
+  flush(offsetof(PoolHeader, slots) + slot * sizeof(RootSlot), sizeof(RootSlot));
+  fence();
+  committed_ = next;
+  committed_slot_ = slot;
+  dirty_lo_ = ~uint64_t{0};
+  dirty_hi_ = 0;
+  return HM_OK;
+}
+
+void Pool::rollback() {
+  top_ = committed_slot_ >= 0 ? committed_.top : kHeaderBytes;
+  dirty_lo_ = ~uint64_t{0};
+  dirty_hi_ = 0;
+}
+
+}  // namespace hm::persist

@@ -1,0 +1,103 @@
+// Persistent pools: a file (on a DAX file system, persistent memory) that holds versions of a
+// data structure and commits a new one atomically. Pointers inside the pool are offsets, so a
+// pool maps at any address. Layout (docs/persistent-pool.md):
+//
+//   [0, 4096)      header: magic, format version, sizes, header checksum, two root slots
+//   [4096, size)   data, handed out in 64-byte units above the committed top
+//
+// A commit flushes what the working version wrote, fences, writes the root slot not holding the
+// latest version (sequence + 1, root offset, top, checksum), flushes and fences again. Opening
+// takes the valid slot with the highest sequence, so a crash at any instant leaves exactly the
+// old or the new version. On a MAP_SYNC mapping flushes are cache-line write-backs; on another
+// file system the fence is an msync of what was written.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace hm::persist {
+
+constexpr uint64_t kHeaderBytes = 4096;
+constexpr uint64_t kUnit = 64;
+
+struct RootSlot {
+  uint64_t sequence;  // 0: never written
+  uint64_t root;      // offset of the version's root object (0: none)
+  uint64_t top;       // end of the data the version uses
+  uint64_t checksum;  // of the three fields above
+};
+
+struct PoolHeader {
+  char magic[8];          // "HMPOOL1\0"
+  uint32_t version;       // format version: 1
+  uint32_t header_bytes;  // 4096
+  uint64_t pool_bytes;    // the whole file
+  uint64_t data_offset;   // 4096
+  uint64_t checksum;      // of the fields above
+  RootSlot slots[2];
+};
+
+// What a pool reports of its flushes and fences (the crash tests record them).
+class PersistObserver {
+ public:
+  virtual ~PersistObserver() = default;
+  virtual void on_flush(uint64_t offset, uint64_t bytes) = 0;
+  virtual void on_fence() = 0;
+};
+
+class Pool {
+ public:
+  // Creates `path` of `bytes` (at least 64 KiB). HM_EIO when the file cannot be created.
+  static int create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> *out);
+  // Opens an existing pool: HM_EFORMAT (wrong magic, version or checksum, truncated), HM_EBUSY
+  // (another process has it open), HM_EIO. The file is never modified by a failed open.
+  static int open(const std::string &path, std::unique_ptr<Pool> *out);
+  ~Pool();
+
+  template <class T>
+  T *at(uint64_t offset) const {
+    return reinterpret_cast<T *>(base_ + offset);
+  }
+  uint64_t offset_of(const void *p) const { return static_cast<uint64_t>(static_cast<const char *>(p) - base_); }
+
+  // Space for the working version, above everything committed. HM_ECAPACITY (and offset 0) when
+  // the pool is full; the committed versions are untouched.
+  int allocate(uint64_t bytes, uint64_t *offset);
+  // Marks [p, p + bytes) as written by the working version (flushed at the commit).
+  void written(const void *p, uint64_t bytes);
+  // Makes the working version the committed one, with `root` as its root object.
+  int commit(uint64_t root);
+  // Forgets everything the working version allocated since the last commit.
+  void rollback();
+
+  uint64_t root() const { return committed_.root; }
+  uint64_t sequence() const { return committed_.sequence; }
+  uint64_t top() const { return top_; }
+  uint64_t committed_top() const { return committed_.top; }
+  uint64_t capacity() const { return bytes_; }
+  bool map_sync() const { return map_sync_; }
+  const std::string &path() const { return path_; }
+  void set_observer(PersistObserver *o) { observer_ = o; }
+
+  static uint64_t checksum(const void *data, size_t bytes);
+
+ private:
+  Pool() = default;
+  void flush(uint64_t offset, uint64_t bytes);
+  void fence();
+  int map(int fd, uint64_t bytes);
+
+  std::string path_;
+  int fd_ = -1;
+  char *base_ = nullptr;
+  uint64_t bytes_ = 0;
+  bool map_sync_ = false;
+  RootSlot committed_{};
+  int committed_slot_ = -1;
+  uint64_t top_ = kHeaderBytes;
+  uint64_t dirty_lo_ = ~uint64_t{0}, dirty_hi_ = 0;  // written since the last commit
+  PersistObserver *observer_ = nullptr;
+};
+
+}  // namespace hm::persist

@@ -1,0 +1,172 @@
+// Persistent pools: versions survive reopening, commits are atomic, bad files are refused and
+// left as they are.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "hetmem/hetmem.h"
+#include "persist/pool.h"
+#include "../support.h"
+
+using hm::persist::Pool;
+
+namespace {
+
+std::vector<char> slurp(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+void spit(const std::string &path, const std::vector<char> &data) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+struct Recorder : hm::persist::PersistObserver {
+  std::vector<std::string> events;
+  void on_flush(uint64_t offset, uint64_t bytes) override {
+    events.push_back("flush " + std::to_string(offset) + " " + std::to_string(bytes));
+  }
+  void on_fence() override { events.push_back("fence"); }
+};
+
+class PoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override { path_ = hm_test::temp_path("pool"); }
+  void TearDown() override { unlink(path_.c_str()); }
+  std::string path_;
+};
+
+}  // namespace
+
+TEST_F(PoolTest, VersionsSurviveReopening) {
+  uint64_t first = 0, second = 0;
+  {
+    std::unique_ptr<Pool> pool;
+    ASSERT_EQ(Pool::create(path_, 1 << 20, &pool), HM_OK) << hm_last_error();
+    EXPECT_EQ(pool->sequence(), 0u);
+    ASSERT_EQ(pool->allocate(100, &first), HM_OK);
+    std::strcpy(pool->at<char>(first), "version one");
+    pool->written(pool->at<char>(first), 100);
+    ASSERT_EQ(pool->commit(first), HM_OK);
+    ASSERT_EQ(pool->allocate(100, &second), HM_OK);
+    std::strcpy(pool->at<char>(second), "version two");
+    pool->written(pool->at<char>(second), 100);
+    ASSERT_EQ(pool->commit(second), HM_OK);
+    EXPECT_EQ(pool->sequence(), 2u);
+  }
+  std::unique_ptr<Pool> pool;
+  ASSERT_EQ(Pool::open(path_, &pool), HM_OK) << hm_last_error();
+  EXPECT_EQ(pool->sequence(), 2u);
+  EXPECT_EQ(pool->root(), second);
+  EXPECT_STREQ(pool->at<char>(pool->root()), "version two");
+  EXPECT_STREQ(pool->at<char>(first), "version one") << "the older version is still there";
+  EXPECT_EQ(pool->top(), pool->committed_top());
+}
+
+TEST_F(PoolTest, UncommittedWorkIsNotAVersion) {
+  uint64_t a = 0, b = 0;
+  {
+    std::unique_ptr<Pool> pool;
+    ASSERT_EQ(Pool::create(path_, 1 << 20, &pool), HM_OK);
+    ASSERT_EQ(pool->allocate(64, &a), HM_OK);
+    ASSERT_EQ(pool->commit(a), HM_OK);
+    ASSERT_EQ(pool->allocate(64, &b), HM_OK);  // never committed: as if the process died here
+  }
+  std::unique_ptr<Pool> pool;
+  ASSERT_EQ(Pool::open(path_, &pool), HM_OK);
+  EXPECT_EQ(pool->root(), a);
+  EXPECT_EQ(pool->top(), a + 64) << "the space of the lost work is reused";
+}
+
+TEST_F(PoolTest, ATornRootSlotFallsBackToThePreviousVersion) {
+  uint64_t a = 0, b = 0;
+  {
+    std::unique_ptr<Pool> pool;
+    ASSERT_EQ(Pool::create(path_, 1 << 20, &pool), HM_OK);
+    ASSERT_EQ(pool->allocate(64, &a), HM_OK);
+    ASSERT_EQ(pool->commit(a), HM_OK);  // slot 0, sequence 1
+    ASSERT_EQ(pool->allocate(64, &b), HM_OK);
+    ASSERT_EQ(pool->commit(b), HM_OK);  // slot 1, sequence 2
+  }
+  // Tear the newest slot: its root changes but not its checksum, as a crash mid-write would.
+  auto data = slurp(path_);
+  size_t slot1 = offsetof(hm::persist::PoolHeader, slots) + sizeof(hm::persist::RootSlot);
+  data[slot1 + offsetof(hm::persist::RootSlot, root)] ^= 0x40;
+  spit(path_, data);
+  std::unique_ptr<Pool> pool;
+  ASSERT_EQ(Pool::open(path_, &pool), HM_OK);
+  EXPECT_EQ(pool->sequence(), 1u);
+  EXPECT_EQ(pool->root(), a);
+}
+
+TEST_F(PoolTest, CommitFlushesDataThenFencesThenWritesTheSlot) {
+  std::unique_ptr<Pool> pool;
+  ASSERT_EQ(Pool::create(path_, 1 << 20, &pool), HM_OK);
+  Recorder rec;
+  pool->set_observer(&rec);
+  uint64_t off = 0;
+  ASSERT_EQ(pool->allocate(256, &off), HM_OK);
+  std::memset(pool->at<char>(off), 7, 256);
+  pool->written(pool->at<char>(off), 256);
+  ASSERT_EQ(pool->commit(off), HM_OK);
+  ASSERT_EQ(rec.events.size(), 4u);
+  EXPECT_EQ(rec.events[0], "flush " + std::to_string(off) + " 256") << "the version's data first";
+  EXPECT_EQ(rec.events[1], "fence");
+  EXPECT_EQ(rec.events[2].rfind("flush 40 32", 0), 0u) << "then the root slot (slot 0 at byte 40): " << rec.events[2];
+  EXPECT_EQ(rec.events[3], "fence");
+}
+
+TEST_F(PoolTest, BadFilesAreRefusedAndLeftAsTheyAre) {
+  {
+    std::unique_ptr<Pool> pool;
+    ASSERT_EQ(Pool::create(path_, 1 << 20, &pool), HM_OK);
+  }
+  const auto good = slurp(path_);
+  auto expect_refused = [&](std::vector<char> bytes, int code, const char *words) {
+    spit(path_, bytes);
+    std::unique_ptr<Pool> pool;
+    EXPECT_EQ(Pool::open(path_, &pool), code) << words;
+    EXPECT_NE(std::string(hm_last_error()).find(words), std::string::npos) << hm_last_error();
+    EXPECT_EQ(slurp(path_), bytes) << "a refused pool is not modified";
+  };
+  auto wrong_magic = good;
+  wrong_magic[0] = 'X';
+  expect_refused(wrong_magic, HM_EFORMAT, "wrong magic");
+  auto future = good;
+  future[8] = 9;
+  expect_refused(future, HM_EFORMAT, "format version 9");
+  auto damaged = good;
+  damaged[16] ^= 1;  // pool_bytes, covered by the header checksum
+  expect_refused(damaged, HM_EFORMAT, "checksum mismatch");
+  expect_refused(std::vector<char>(good.begin(), good.begin() + 1000), HM_EFORMAT, "truncated");
+  expect_refused(std::vector<char>(good.begin(), good.begin() + 8192), HM_EFORMAT, "truncated");
+  std::unique_ptr<Pool> pool;
+  EXPECT_EQ(Pool::open("/nonexistent-dir/pool", &pool), HM_EIO);
+}
+
+TEST_F(PoolTest, OnlyOneProcessOpensAPool) {
+  std::unique_ptr<Pool> first, second;
+  ASSERT_EQ(Pool::create(path_, 1 << 20, &first), HM_OK);
+  EXPECT_EQ(Pool::open(path_, &second), HM_EBUSY);
+  EXPECT_NE(std::string(hm_last_error()).find("open in another process"), std::string::npos);
+  first.reset();
+  EXPECT_EQ(Pool::open(path_, &second), HM_OK) << "free again once closed";
+}
+
+TEST_F(PoolTest, OutOfSpaceBeforeAnyVersionIsDamaged) {
+  std::unique_ptr<Pool> pool;
+  ASSERT_EQ(Pool::create(path_, 64 << 10, &pool), HM_OK);
+  uint64_t a = 0, big = 0;
+  ASSERT_EQ(pool->allocate(1000, &a), HM_OK);
+  std::strcpy(pool->at<char>(a), "kept");
+  pool->written(pool->at<char>(a), 5);
+  ASSERT_EQ(pool->commit(a), HM_OK);
+  EXPECT_EQ(pool->allocate(1 << 20, &big), HM_ECAPACITY);
+  EXPECT_NE(std::string(hm_last_error()).find("committed version is intact"), std::string::npos);
+  pool.reset();
+  ASSERT_EQ(Pool::open(path_, &pool), HM_OK);
+  EXPECT_STREQ(pool->at<char>(pool->root()), "kept");
+}
