@@ -1,0 +1,318 @@
+#include "persist/octree.h"
+
+#include <cstring>
+
+#include "base/error.h"
+#include "hetmem/hetmem.h"
+
+namespace hm::persist {
+
+template <int Dim>
+int Octree<Dim>::new_node(uint64_t *off) {
+  int rc = pool_->allocate(sizeof(Node), off);
+  if (rc != HM_OK) return rc;
+  std::memset(static_cast<void *>(node(*off)), 0, sizeof(Node));
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::writable(uint64_t off, uint64_t *out) {
+  if (!committed(off)) {
+    *out = off;
+    return HM_OK;
+  }
+  uint64_t copy = 0;
+  int rc = new_node(&copy);
+  if (rc != HM_OK) return rc;
+  std::memcpy(static_cast<void *>(node(copy)), node(off), sizeof(Node));
+  pool_->written(node(copy), sizeof(Node));
+  *out = copy;
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out) {
+  std::unique_ptr<Pool> pool;
+  int rc = Pool::create(path, bytes, &pool);
+  if (rc != HM_OK) return rc;
+  std::unique_ptr<Octree> tree(new Octree(std::move(pool)));
+  if ((rc = tree->new_node(&tree->root_)) != HM_OK) return rc;
+  tree->pool_->written(tree->node(tree->root_), sizeof(Node));
+  if ((rc = tree->persist()) != HM_OK) return rc;
+  *out = std::move(tree);
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out) {
+  std::unique_ptr<Pool> pool;
+  int rc = Pool::open(path, &pool);
+  if (rc != HM_OK) return rc;
+  if (pool->root() == 0) return fail(HM_EFORMAT, "persistent pool '%s' holds no committed tree", path.c_str());
+  std::unique_ptr<Octree> tree(new Octree(std::move(pool)));
+  tree->root_ = tree->pool_->root();
+  *out = std::move(tree);
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::persist() {
+  return pool_->commit(root_);
+}
+
+template <int Dim>
+int Octree<Dim>::refine_below(uint64_t off, const std::function<bool(const Leaf &)> &refine, bool *changed,
+                              uint64_t *out) {
+  const Node *n = node(off);
+  *changed = false;
+  *out = off;
+  if (n->child[0] == 0) {
+    Leaf leaf{{n->coord[0], n->coord[1], n->coord[2]}, n->level, n->value};
+    if (n->level >= static_cast<uint32_t>(kMaxLevel) || !refine(leaf)) return HM_OK;
+    uint64_t w = 0;
+    int rc = writable(off, &w);
+    if (rc != HM_OK) return rc;
+    const uint32_t half = 1u << (kMaxLevel - leaf.level - 1);
+    for (int c = 0; c < kChildren; ++c) {
+      uint64_t co = 0;
+      if ((rc = new_node(&co)) != HM_OK) return rc;
+      Node *child = node(co);
+      for (int d = 0; d < Dim; ++d) child->coord[d] = leaf.coord[d] + (((c >> d) & 1) ? half : 0);
+      child->level = leaf.level + 1;
+      child->value = leaf.value;
+      pool_->written(child, sizeof(Node));
+      node(w)->child[c] = co;
+    }
+    pool_->written(node(w), sizeof(Node));
+    *changed = true;
+    *out = w;
+    return HM_OK;
+  }
+  uint64_t kids[kChildren];
+  bool any = false;
+  for (int c = 0; c < kChildren; ++c) {
+    bool ch = false;
+    int rc = refine_below(n->child[c], refine, &ch, &kids[c]);
+    if (rc != HM_OK) return rc;
+    any |= ch;
+  }
+  if (!any) return HM_OK;
+  uint64_t w = 0;
+  int rc = writable(off, &w);
+  if (rc != HM_OK) return rc;
+  for (int c = 0; c < kChildren; ++c) node(w)->child[c] = kids[c];
+  pool_->written(node(w), sizeof(Node));
+  *changed = true;
+  *out = w;
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::refine(const std::function<bool(const Leaf &)> &fn) {
+  bool changed = false;
+  uint64_t root = root_;
+  int rc = refine_below(root_, fn, &changed, &root);
+  if (rc != HM_OK) {
+    pool_->rollback();  // nothing half-made stays in the working version
+    return rc;
+  }
+  root_ = root;
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::coarsen_below(uint64_t off, const std::function<bool(const Leaf *)> &fn, bool *changed,
+                               uint64_t *out) {
+  const Node *n = node(off);
+  *changed = false;
+  *out = off;
+  if (n->child[0] == 0) return HM_OK;
+  bool family = true;
+  for (int c = 0; c < kChildren; ++c) family &= node(n->child[c])->child[0] == 0;
+  if (family) {
+    Leaf leaves[kChildren];
+    double mean = 0;
+    for (int c = 0; c < kChildren; ++c) {
+      const Node *k = node(n->child[c]);
+      leaves[c] = Leaf{{k->coord[0], k->coord[1], k->coord[2]}, k->level, k->value};
+      mean += k->value / kChildren;
+    }
+    if (!fn(leaves)) return HM_OK;
+    uint64_t w = 0;
+    int rc = writable(off, &w);
+    if (rc != HM_OK) return rc;
+    for (int c = 0; c < kChildren; ++c) node(w)->child[c] = 0;
+    node(w)->value = mean;
+    pool_->written(node(w), sizeof(Node));
+    *changed = true;
+    *out = w;
+    return HM_OK;
+  }
+  uint64_t kids[kChildren];
+  bool any = false;
+  for (int c = 0; c < kChildren; ++c) {
+    bool ch = false;
+    int rc = coarsen_below(n->child[c], fn, &ch, &kids[c]);
+    if (rc != HM_OK) return rc;
+    any |= ch;
+  }
+  if (!any) return HM_OK;
+  uint64_t w = 0;
+  int rc = writable(off, &w);
+  if (rc != HM_OK) return rc;
+  for (int c = 0; c < kChildren; ++c) node(w)->child[c] = kids[c];
+  pool_->written(node(w), sizeof(Node));
+  *changed = true;
+  *out = w;
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn) {
+  bool changed = false;
+  uint64_t root = root_;
+  int rc = coarsen_below(root_, fn, &changed, &root);
+  if (rc != HM_OK) {
+    pool_->rollback();
+    return rc;
+  }
+  root_ = root;
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::set_value(const double *point, double value) {
+  for (int d = 0; d < Dim; ++d)
+    if (!(point[d] >= 0 && point[d] < 1)) return fail(HM_EINVAL, "set_value: the point lies outside [0, 1)");
+  // The path from the root to the leaf, then copies from the leaf upwards where needed.
+  std::vector<std::pair<uint64_t, int>> path;
+  uint64_t off = root_;
+  while (node(off)->child[0] != 0) {
+    const Node *n = node(off);
+    const uint32_t half = 1u << (kMaxLevel - n->level - 1);
+    int c = 0;
+    for (int d = 0; d < Dim; ++d) {
+      uint32_t x = static_cast<uint32_t>(point[d] * (1u << kMaxLevel));
+      if (x >= n->coord[d] + half) c |= 1 << d;
+    }
+    path.emplace_back(off, c);
+    off = n->child[c];
+  }
+  uint64_t w = 0;
+  int rc = writable(off, &w);
+  if (rc != HM_OK) return rc;
+  node(w)->value = value;
+  pool_->written(node(w), sizeof(Node));
+  // Walk up: a parent already in V(i) that points at w needs nothing; otherwise it is copied (or
+  // changed in place) to point at the new child.
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    if (node(it->first)->child[it->second] == w) return HM_OK;
+    uint64_t p = 0;
+    if ((rc = writable(it->first, &p)) != HM_OK) return rc;
+    node(p)->child[it->second] = w;
+    pool_->written(node(p), sizeof(Node));
+    w = p;
+  }
+  root_ = w;
+  return HM_OK;
+}
+
+template <int Dim>
+void Octree<Dim>::leaves_below(uint64_t off, const std::function<void(const Leaf &)> &visit) const {
+  const Node *n = node(off);
+  if (n->child[0] == 0) {
+    visit(Leaf{{n->coord[0], n->coord[1], n->coord[2]}, n->level, n->value});
+    return;
+  }
+  for (int c = 0; c < kChildren; ++c) leaves_below(n->child[c], visit);
+}
+
+template <int Dim>
+void Octree<Dim>::leaves(const std::function<void(const Leaf &)> &visit) const {
+  leaves_below(root_, visit);
+}
+
+template <int Dim>
+size_t Octree<Dim>::leaf_count() const {
+  size_t n = 0;
+  leaves([&](const Leaf &) { ++n; });
+  return n;
+}
+
+template <int Dim>
+bool Octree<Dim>::find(const double *point, Leaf *out) const {
+  for (int d = 0; d < Dim; ++d)
+    if (!(point[d] >= 0 && point[d] < 1)) return false;
+  uint64_t off = root_;
+  while (node(off)->child[0] != 0) {
+    const Node *n = node(off);
+    const uint32_t half = 1u << (kMaxLevel - n->level - 1);
+    int c = 0;
+    for (int d = 0; d < Dim; ++d)
+      if (static_cast<uint32_t>(point[d] * (1u << kMaxLevel)) >= n->coord[d] + half) c |= 1 << d;
+    off = n->child[c];
+  }
+  const Node *n = node(off);
+  *out = Leaf{{n->coord[0], n->coord[1], n->coord[2]}, n->level, n->value};
+  return true;
+}
+
+template <int Dim>
+uint64_t Octree<Dim>::checksum() const {
+  uint64_t h = 1469598103934665603ull;
+  leaves([&](const Leaf &l) {
+    unsigned char bytes[4 * Dim + 4 + 8];
+    std::memcpy(bytes, l.coord, 4 * Dim);
+    std::memcpy(bytes + 4 * Dim, &l.level, 4);
+    std::memcpy(bytes + 4 * Dim + 4, &l.value, 8);
+    for (unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
+  });
+  return h;
+}
+
+template <int Dim>
+bool Octree<Dim>::valid(std::string *why) const {
+  // Every child sits where its index says, one level down; the leaves cover the domain once.
+  uint64_t covered = 0;
+  bool ok = true;
+  std::function<void(uint64_t)> check = [&](uint64_t off) {
+    const Node *n = node(off);
+    const uint32_t size = 1u << (kMaxLevel - n->level);
+    for (int d = 0; d < Dim; ++d)
+      if (n->coord[d] % size != 0) {
+        ok = false;
+        if (why) *why = "an octant is not aligned to its level";
+      }
+    if (n->child[0] == 0) {
+      for (int c = 1; c < kChildren; ++c)
+        if (n->child[c] != 0) {
+          ok = false;
+          if (why) *why = "a leaf has some children";
+        }
+      covered += uint64_t{1} << (Dim * (kMaxLevel - n->level));
+      return;
+    }
+    for (int c = 0; c < kChildren; ++c) {
+      const Node *k = node(n->child[c]);
+      bool placed = k->level == n->level + 1;
+      for (int d = 0; d < Dim; ++d) placed &= k->coord[d] == n->coord[d] + (((c >> d) & 1) ? size / 2 : 0);
+      if (!placed) {
+        ok = false;
+        if (why) *why = "a child is not where its index says";
+        return;
+      }
+      check(n->child[c]);
+    }
+  };
+  check(root_);
+  if (ok && covered != uint64_t{1} << (Dim * kMaxLevel)) {
+    ok = false;
+    if (why) *why = "the leaves do not cover the domain exactly once";
+  }
+  return ok;
+}
+
+template class Octree<2>;
+template class Octree<3>;
+
+}  // namespace hm::persist

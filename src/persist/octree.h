@@ -1,0 +1,78 @@
+// A persistent multi-version octree (Dim = 3) or quadtree (Dim = 2) in a persistent pool (seed 003,
+// first part). The committed version V(i-1) is never written: changing an octant of it copies the
+// octant, and its ancestors up to a new root (copy-on-write), into the working version V(i);
+// octants the working version allocated itself are changed in place. Unchanged subtrees are
+// shared between versions. `persist()` commits V(i) with the pool's flush/fence protocol;
+// `restore()` (opening the pool) returns exactly the last committed version.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "persist/pool.h"
+
+namespace hm::persist {
+
+template <int Dim>
+class Octree {
+ public:
+  static constexpr int kChildren = 1 << Dim;
+  static constexpr int kMaxLevel = 20;
+
+  struct Node {
+    uint32_t coord[3];           // integer coordinates of the lower corner, in units of 2^-kMaxLevel
+    uint32_t level;              // 0: the whole domain
+    uint64_t child[kChildren];   // pool offsets; all 0 for a leaf
+    double value;                // the application's data for a leaf
+  };
+  struct Leaf {
+    uint32_t coord[3];
+    uint32_t level;
+    double value;
+  };
+
+  // A new tree (one root leaf) in a new pool, committed as version 1.
+  static int create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out);
+  // The last committed version of an existing pool (pm_restore).
+  static int restore(const std::string &path, std::unique_ptr<Octree> *out);
+
+  // Splits every leaf for which refine(leaf) is true (one level); children inherit the value.
+  int refine(const std::function<bool(const Leaf &)> &refine);
+  // Merges every family of leaves for which coarsen(family) is true into their parent.
+  int coarsen(const std::function<bool(const Leaf *family)> &coarsen);
+  // Sets the value of the leaf containing the point (coordinates in [0, 1)).
+  int set_value(const double *point, double value);
+  // Commits the working version (pm_persistent).
+  int persist();
+
+  void leaves(const std::function<void(const Leaf &)> &visit) const;
+  size_t leaf_count() const;
+  // The leaf containing a point in [0, 1)^Dim.
+  bool find(const double *point, Leaf *out) const;
+  // A checksum of the leaves (coordinates, levels, values) in Morton order: equal for equal trees
+  // whatever the layout in the pool.
+  uint64_t checksum() const;
+  // Leaves sorted, non-overlapping and covering the domain exactly; children aligned to levels.
+  bool valid(std::string *why) const;
+
+  uint64_t version() const { return pool_->sequence(); }
+  Pool &pool() { return *pool_; }
+
+ private:
+  explicit Octree(std::unique_ptr<Pool> pool) : pool_(std::move(pool)) {}
+  Node *node(uint64_t off) const { return pool_->at<Node>(off); }
+  bool committed(uint64_t off) const { return off < pool_->committed_top(); }
+  int writable(uint64_t off, uint64_t *out);       // a copy in V(i) if off belongs to V(i-1)
+  int new_node(uint64_t *off);
+  // Rebuilds the path of changed subtrees below `off`; returns the (possibly new) offset.
+  int refine_below(uint64_t off, const std::function<bool(const Leaf &)> &refine, bool *changed, uint64_t *out);
+  int coarsen_below(uint64_t off, const std::function<bool(const Leaf *)> &coarsen, bool *changed, uint64_t *out);
+  void leaves_below(uint64_t off, const std::function<void(const Leaf &)> &visit) const;
+
+  std::unique_ptr<Pool> pool_;
+  uint64_t root_ = 0;  // the working version's root
+};
+
+}  // namespace hm::persist

@@ -1,0 +1,181 @@
+// The persistent multi-version octree, in 2D and 3D: versions, copy-on-write, restore, and
+// recovery after the process is killed at random instants.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "hetmem/hetmem.h"
+#include "persist/octree.h"
+#include "../support.h"
+
+using hm::persist::Octree;
+
+namespace {
+
+// Refines the leaves that the sphere of radius r around the centre crosses.
+template <int Dim>
+bool crosses_sphere(const typename Octree<Dim>::Leaf &l, double r) {
+  const double size = std::ldexp(1.0, -static_cast<int>(l.level));
+  double nearest = 0, farthest = 0;
+  for (int d = 0; d < Dim; ++d) {
+    double lo = std::ldexp(static_cast<double>(l.coord[d]), -Octree<Dim>::kMaxLevel) - 0.5, hi = lo + size;
+    double n = lo > 0 ? lo : (hi < 0 ? hi : 0);
+    double f = std::max(std::fabs(lo), std::fabs(hi));
+    nearest += n * n;
+    farthest += f * f;
+  }
+  return std::sqrt(nearest) <= r && std::sqrt(farthest) >= r;
+}
+
+// Version k of the test tree: a sphere of radius 0.1 + 0.02 k refined to level 4, values set.
+template <int Dim>
+int advance(Octree<Dim> &tree, int k) {
+  double r = 0.1 + 0.02 * k;
+  for (int level = 0; level < 4; ++level) {
+    int rc = tree.refine([&](const typename Octree<Dim>::Leaf &l) { return l.level < 4 && crosses_sphere<Dim>(l, r); });
+    if (rc != HM_OK) return rc;
+  }
+  double p[3] = {0.25, 0.5, 0.75};
+  return tree.set_value(p, k);
+}
+
+template <int Dim>
+class OctreeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { path_ = hm_test::temp_path("octree" + std::to_string(Dim)); }
+  void TearDown() override { unlink(path_.c_str()); }
+  std::string path_;
+};
+
+template <int N>
+struct D {
+  static constexpr int value = N;
+};
+
+}  // namespace
+
+template <class T>
+class OctreeDims : public OctreeTest<T::value> {};
+using Dims = ::testing::Types<D<2>, D<3>>;
+TYPED_TEST_SUITE(OctreeDims, Dims);
+
+TYPED_TEST(OctreeDims, RefineCoarsenAndFind) {
+  constexpr int Dim = TypeParam::value;
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 16 << 20, &tree), HM_OK) << hm_last_error();
+  EXPECT_EQ(tree->leaf_count(), 1u);
+  ASSERT_EQ(tree->refine([](const auto &) { return true; }), HM_OK);
+  ASSERT_EQ(tree->refine([](const auto &) { return true; }), HM_OK);
+  EXPECT_EQ(tree->leaf_count(), size_t{1} << (2 * Dim));
+  std::string why;
+  EXPECT_TRUE(tree->valid(&why)) << why;
+  double p[3] = {0.9, 0.1, 0.6};
+  ASSERT_EQ(tree->set_value(p, 42.0), HM_OK);
+  typename Octree<Dim>::Leaf leaf;
+  ASSERT_TRUE(tree->find(p, &leaf));
+  EXPECT_EQ(leaf.value, 42.0);
+  EXPECT_EQ(leaf.level, 2u);
+  ASSERT_EQ(tree->coarsen([](const auto *) { return true; }), HM_OK);
+  EXPECT_EQ(tree->leaf_count(), size_t{1} << Dim) << "one level of families merged";
+  ASSERT_EQ(tree->coarsen([](const auto *) { return true; }), HM_OK);
+  EXPECT_EQ(tree->leaf_count(), 1u);
+  EXPECT_TRUE(tree->valid(&why)) << why;
+  ASSERT_TRUE(tree->find(p, &leaf));
+  EXPECT_NEAR(leaf.value, 42.0 / (1 << (2 * Dim)), 1e-12) << "coarsening averages the family";
+}
+
+TYPED_TEST(OctreeDims, RestoreReturnsTheLastPersistedVersion) {
+  constexpr int Dim = TypeParam::value;
+  uint64_t persisted = 0;
+  {
+    std::unique_ptr<Octree<Dim>> tree;
+    ASSERT_EQ(Octree<Dim>::create(this->path_, 64 << 20, &tree), HM_OK);
+    ASSERT_EQ(advance(*tree, 1), HM_OK);
+    ASSERT_EQ(tree->persist(), HM_OK);
+    persisted = tree->checksum();
+    ASSERT_EQ(advance(*tree, 2), HM_OK);  // never persisted
+    EXPECT_NE(tree->checksum(), persisted);
+  }
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_OK) << hm_last_error();
+  EXPECT_EQ(tree->checksum(), persisted);
+  EXPECT_EQ(tree->version(), 2u);
+  std::string why;
+  EXPECT_TRUE(tree->valid(&why)) << why;
+  ASSERT_EQ(advance(*tree, 3), HM_OK) << "adaptation continues from the restored version";
+  ASSERT_EQ(tree->persist(), HM_OK);
+  EXPECT_TRUE(tree->valid(&why)) << why;
+}
+
+TYPED_TEST(OctreeDims, TheCommittedVersionIsNeverWritten) {
+  constexpr int Dim = TypeParam::value;
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 64 << 20, &tree), HM_OK);
+  ASSERT_EQ(advance(*tree, 1), HM_OK);
+  ASSERT_EQ(tree->persist(), HM_OK);
+  const char *base = tree->pool().template at<char>(0);
+  const uint64_t lo = hm::persist::kHeaderBytes, hi = tree->pool().committed_top();
+  std::vector<char> before(base + lo, base + hi);
+  ASSERT_EQ(advance(*tree, 2), HM_OK);
+  ASSERT_EQ(tree->coarsen([](const auto *) { return true; }), HM_OK);
+  EXPECT_EQ(std::memcmp(before.data(), base + lo, before.size()), 0) << "V(i-1) is copied, not changed";
+  EXPECT_GT(tree->pool().top(), hi) << "the changes went into new octants";
+}
+
+TYPED_TEST(OctreeDims, KilledAtAnyInstantRecoversAPersistedVersion) {
+  constexpr int Dim = TypeParam::value;
+  // Reference checksums of versions 1..8, computed in a scratch pool.
+  std::vector<uint64_t> expect(1, 0);
+  {
+    std::string scratch = this->path_ + ".ref";
+    std::unique_ptr<Octree<Dim>> ref;
+    ASSERT_EQ(Octree<Dim>::create(scratch, 64 << 20, &ref), HM_OK);
+    expect.push_back(ref->checksum());  // version 1: the root leaf
+    for (int k = 1; k <= 8; ++k) {
+      ASSERT_EQ(advance(*ref, k), HM_OK);
+      ASSERT_EQ(ref->persist(), HM_OK);
+      expect.push_back(ref->checksum());
+    }
+    unlink(scratch.c_str());
+  }
+  std::mt19937 rng(7);
+  int recovered_mid_run = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    unlink(this->path_.c_str());
+    pid_t child = fork();
+    if (child == 0) {
+      std::unique_ptr<Octree<Dim>> tree;
+      if (Octree<Dim>::create(this->path_, 64 << 20, &tree) != HM_OK) _exit(3);
+      for (int k = 1; k <= 8; ++k)
+        if (advance(*tree, k) != HM_OK || tree->persist() != HM_OK) _exit(4);
+      _exit(0);
+    }
+    usleep(std::uniform_int_distribution<int>(0, 40000)(rng));
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    std::unique_ptr<Octree<Dim>> tree;
+    int rc = Octree<Dim>::restore(this->path_, &tree);
+    if (rc != HM_OK) {
+      // Killed before the first commit finished: the pool is not yet a tree, and says so.
+      EXPECT_TRUE(rc == HM_EFORMAT || rc == HM_EIO) << hm_last_error();
+      continue;
+    }
+    const uint64_t v = tree->version();
+    ASSERT_GE(v, 1u);
+    ASSERT_LT(v, expect.size());
+    EXPECT_EQ(tree->checksum(), expect[v]) << "version " << v << " after a kill in trial " << trial;
+    std::string why;
+    EXPECT_TRUE(tree->valid(&why)) << why;
+    ASSERT_EQ(advance(*tree, 9), HM_OK) << "and adaptation continues";
+    if (v > 1 && v < 9) ++recovered_mid_run;
+  }
+  EXPECT_GT(recovered_mid_run, 0) << "at least one kill landed between two persists";
+}
