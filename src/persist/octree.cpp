@@ -60,6 +60,30 @@ int Octree<Dim>::persist() {
   return pool_->commit(root_);
 }
 
+// Applies `below` to each child; if any child changed, the parent (copied out of V(i-1) if it
+// belongs there) points at the new children.
+template <int Dim>
+template <class Below>
+int Octree<Dim>::through_children(uint64_t off, bool *changed, uint64_t *out, const Below &below) {
+  uint64_t kids[kChildren];
+  bool any = false;
+  for (int c = 0; c < kChildren; ++c) {
+    bool ch = false;
+    int rc = below(node(off)->child[c], &ch, &kids[c]);
+    if (rc != HM_OK) return rc;
+    any |= ch;
+  }
+  if (!any) return HM_OK;
+  uint64_t w = 0;
+  int rc = writable(off, &w);
+  if (rc != HM_OK) return rc;
+  for (int c = 0; c < kChildren; ++c) node(w)->child[c] = kids[c];
+  pool_->written(node(w), sizeof(Node));
+  *changed = true;
+  *out = w;
+  return HM_OK;
+}
+
 template <int Dim>
 int Octree<Dim>::refine_below(uint64_t off, const std::function<bool(const Leaf &)> &refine, bool *changed,
                               uint64_t *out) {
@@ -88,23 +112,9 @@ int Octree<Dim>::refine_below(uint64_t off, const std::function<bool(const Leaf 
     *out = w;
     return HM_OK;
   }
-  uint64_t kids[kChildren];
-  bool any = false;
-  for (int c = 0; c < kChildren; ++c) {
-    bool ch = false;
-    int rc = refine_below(n->child[c], refine, &ch, &kids[c]);
-    if (rc != HM_OK) return rc;
-    any |= ch;
-  }
-  if (!any) return HM_OK;
-  uint64_t w = 0;
-  int rc = writable(off, &w);
-  if (rc != HM_OK) return rc;
-  for (int c = 0; c < kChildren; ++c) node(w)->child[c] = kids[c];
-  pool_->written(node(w), sizeof(Node));
-  *changed = true;
-  *out = w;
-  return HM_OK;
+  return through_children(off, changed, out, [&](uint64_t child, bool *ch, uint64_t *o) {
+    return refine_below(child, refine, ch, o);
+  });
 }
 
 template <int Dim>
@@ -148,23 +158,9 @@ int Octree<Dim>::coarsen_below(uint64_t off, const std::function<bool(const Leaf
     *out = w;
     return HM_OK;
   }
-  uint64_t kids[kChildren];
-  bool any = false;
-  for (int c = 0; c < kChildren; ++c) {
-    bool ch = false;
-    int rc = coarsen_below(n->child[c], fn, &ch, &kids[c]);
-    if (rc != HM_OK) return rc;
-    any |= ch;
-  }
-  if (!any) return HM_OK;
-  uint64_t w = 0;
-  int rc = writable(off, &w);
-  if (rc != HM_OK) return rc;
-  for (int c = 0; c < kChildren; ++c) node(w)->child[c] = kids[c];
-  pool_->written(node(w), sizeof(Node));
-  *changed = true;
-  *out = w;
-  return HM_OK;
+  return through_children(off, changed, out, [&](uint64_t child, bool *ch, uint64_t *o) {
+    return coarsen_below(child, fn, ch, o);
+  });
 }
 
 template <int Dim>

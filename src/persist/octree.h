@@ -70,6 +70,8 @@ class Octree {
   int refine_below(uint64_t off, const std::function<bool(const Leaf &)> &refine, bool *changed, uint64_t *out);
   int coarsen_below(uint64_t off, const std::function<bool(const Leaf *)> &coarsen, bool *changed, uint64_t *out);
   void leaves_below(uint64_t off, const std::function<void(const Leaf &)> &visit) const;
+  template <class Below>
+  int through_children(uint64_t off, bool *changed, uint64_t *out, const Below &below);
 
   std::unique_ptr<Pool> pool_;
   uint64_t root_ = 0;  // the working version's root
