@@ -146,35 +146,46 @@ TYPED_TEST(OctreeDims, KilledAtAnyInstantRecoversAPersistedVersion) {
     unlink(scratch.c_str());
   }
   std::mt19937 rng(7);
+  signal(SIGPIPE, SIG_IGN);  // a child that died early shows as a failed write, not a dead test
   int recovered_mid_run = 0;
   for (int trial = 0; trial < 12; ++trial) {
     unlink(this->path_.c_str());
-    // The child reports each persist on a pipe; the kill comes after a random number of them
-    // (0..7) plus a random delay, so kills land before, between and during persists whatever the
-    // machine's speed.
-    int report[2];
-    ASSERT_EQ(pipe(report), 0);
+    // The parent paces the child one step at a time (a byte on `go` per advance+persist; the
+    // child answers on `done`). After a random number of completed steps (0..7) the parent lets
+    // one more step start and kills after a random delay, so the kill lands before, during or
+    // just after a persist whatever the machine's speed or CPU count.
+    int go[2], done[2];
+    ASSERT_EQ(pipe(go), 0);
+    ASSERT_EQ(pipe(done), 0);
     pid_t child = fork();
     if (child == 0) {
-      close(report[0]);
+      close(go[1]);
+      close(done[0]);
       std::unique_ptr<Octree<Dim>> tree;
       if (Octree<Dim>::create(this->path_, 64 << 20, &tree) != HM_OK) _exit(3);
-      for (int k = 1; k <= 8; ++k) {
+      char token;
+      for (int k = 1; k <= 8 && read(go[0], &token, 1) == 1; ++k) {
         if (advance(*tree, k) != HM_OK || tree->persist() != HM_OK) _exit(4);
-        if (write(report[1], "p", 1) != 1) _exit(5);
+        if (write(done[1], "p", 1) != 1) _exit(5);
       }
       _exit(0);
     }
-    close(report[1]);
+    close(go[0]);
+    close(done[1]);
     int wait_for = std::uniform_int_distribution<int>(0, 7)(rng);
     char byte;
-    for (int k = 0; k < wait_for && read(report[0], &byte, 1) == 1; ++k) {
+    int seen = 0;
+    for (; seen < wait_for; ++seen) {
+      if (write(go[1], "g", 1) != 1 || read(done[0], &byte, 1) != 1) break;
     }
+    ASSERT_EQ(seen, wait_for) << "the child stopped early";
+    if (write(go[1], "g", 1) != 1) ADD_FAILURE() << "the child went away before its last step";
     usleep(std::uniform_int_distribution<int>(0, 3000)(rng));
     kill(child, SIGKILL);
     int status = 0;
     waitpid(child, &status, 0);
-    close(report[0]);
+    close(go[1]);
+    close(done[0]);
     std::unique_ptr<Octree<Dim>> tree;
     int rc = Octree<Dim>::restore(this->path_, &tree);
     if (rc != HM_OK) {
@@ -185,6 +196,7 @@ TYPED_TEST(OctreeDims, KilledAtAnyInstantRecoversAPersistedVersion) {
     }
     const uint64_t v = tree->version();
     ASSERT_GE(v, static_cast<uint64_t>(wait_for) + 1) << "every reported persist survives";
+    ASSERT_LE(v, static_cast<uint64_t>(wait_for) + 2) << "no step ran beyond the one let start";
     ASSERT_LT(v, expect.size());
     EXPECT_EQ(tree->checksum(), expect[v]) << "version " << v << " after a kill in trial " << trial;
     std::string why;
