@@ -271,8 +271,18 @@ bool Octree<Dim>::valid(std::string *why) const {
   // Every child sits where its index says, one level down; the leaves cover the domain once.
   uint64_t covered = 0;
   bool ok = true;
+  // Offsets and levels are checked before they are followed, so a damaged pool is reported, not
+  // read out of bounds; levels grow by one per step down, which bounds the recursion.
+  auto in_data = [&](uint64_t off) {
+    return off >= kHeaderBytes && off % kUnit == 0 && off + sizeof(Node) <= pool_->top();
+  };
   std::function<void(uint64_t)> check = [&](uint64_t off) {
     const Node *n = node(off);
+    if (n->level > kMaxLevel) {
+      ok = false;
+      if (why) *why = "an octant's level is beyond the deepest level";
+      return;
+    }
     const uint32_t size = 1u << (kMaxLevel - n->level);
     for (int d = 0; d < Dim; ++d)
       if (n->coord[d] % size != 0) {
@@ -289,6 +299,11 @@ bool Octree<Dim>::valid(std::string *why) const {
       return;
     }
     for (int c = 0; c < kChildren; ++c) {
+      if (!in_data(n->child[c])) {
+        ok = false;
+        if (why) *why = "a child offset points outside the pool's data";
+        return;
+      }
       const Node *k = node(n->child[c]);
       bool placed = k->level == n->level + 1;
       for (int d = 0; d < Dim; ++d) placed &= k->coord[d] == n->coord[d] + (((c >> d) & 1) ? size / 2 : 0);
@@ -300,6 +315,10 @@ bool Octree<Dim>::valid(std::string *why) const {
       check(n->child[c]);
     }
   };
+  if (!in_data(root_)) {
+    if (why) *why = "the root offset points outside the pool's data";
+    return false;
+  }
   check(root_);
   if (ok && covered != uint64_t{1} << (Dim * kMaxLevel)) {
     ok = false;
