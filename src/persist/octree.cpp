@@ -1,6 +1,8 @@
 #include "persist/octree.h"
 
+#include <array>
 #include <cstring>
+#include <set>
 
 #include "base/error.h"
 #include "hetmem/hetmem.h"
@@ -226,6 +228,53 @@ void Octree<Dim>::leaves_below(uint64_t off, const std::function<void(const Leaf
 template <int Dim>
 void Octree<Dim>::leaves(const std::function<void(const Leaf &)> &visit) const {
   leaves_below(root_, visit);
+}
+
+// Leaves under `off` whose closed box meets the closed box [lo, hi].
+template <int Dim>
+void Octree<Dim>::touching_below(uint64_t off, const uint32_t *lo, const uint32_t *hi,
+                                 const std::function<void(const Leaf &)> &visit) const {
+  const Node *n = node(off);
+  const uint32_t size = 1u << (kMaxLevel - n->level);
+  for (int d = 0; d < Dim; ++d)
+    if (n->coord[d] > hi[d] || n->coord[d] + size < lo[d]) return;
+  if (n->child[0] == 0) {
+    visit(Leaf{{n->coord[0], n->coord[1], n->coord[2]}, n->level, n->value});
+    return;
+  }
+  for (int c = 0; c < kChildren; ++c) touching_below(n->child[c], lo, hi, visit);
+}
+
+template <int Dim>
+void Octree<Dim>::neighbours(const Leaf &leaf, const std::function<void(const Leaf &)> &visit) const {
+  const uint32_t size = 1u << (kMaxLevel - leaf.level);
+  uint32_t lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+  for (int d = 0; d < Dim; ++d) lo[d] = leaf.coord[d], hi[d] = leaf.coord[d] + size;
+  touching_below(root_, lo, hi, [&](const Leaf &l) {
+    bool self = l.level == leaf.level;
+    for (int d = 0; d < Dim; ++d) self &= l.coord[d] == leaf.coord[d];
+    if (!self) visit(l);
+  });
+}
+
+template <int Dim>
+int Octree<Dim>::balance() {
+  // Ripple refinement: split every leaf that touches one more than a level finer, until none does.
+  // A coarser leaf touching a finer one covers the whole contact, so each pass is exact.
+  using Key = std::array<uint32_t, 4>;
+  auto key = [](const Leaf &l) { return Key{l.coord[0], l.coord[1], l.coord[2], l.level}; };
+  for (;;) {
+    std::set<Key> split;
+    leaves([&](const Leaf &l) {
+      if (l.level < 2) return;
+      neighbours(l, [&](const Leaf &n) {
+        if (n.level + 1 < l.level) split.insert(key(n));
+      });
+    });
+    if (split.empty()) return HM_OK;
+    int rc = refine([&](const Leaf &l) { return split.count(key(l)) != 0; });
+    if (rc != HM_OK) return rc;
+  }
 }
 
 template <int Dim>

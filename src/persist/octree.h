@@ -51,6 +51,12 @@ class Octree {
   size_t leaf_count() const;
   // The leaf containing a point in [0, 1)^Dim.
   bool find(const double *point, Leaf *out) const;
+  // The leaves that touch `leaf` across a face, an edge or a corner (the leaf itself excluded);
+  // the domain is not periodic.
+  void neighbours(const Leaf &leaf, const std::function<void(const Leaf &)> &visit) const;
+  // 2:1 balance across faces, edges and corners: refines until no two touching leaves differ by
+  // more than one level. Only refines, so a balanced tree is left unchanged.
+  int balance();
   // A checksum of the leaves (coordinates, levels, values) in Morton order: equal for equal trees
   // whatever the layout in the pool.
   uint64_t checksum() const;
@@ -70,6 +76,8 @@ class Octree {
   int refine_below(uint64_t off, const std::function<bool(const Leaf &)> &refine, bool *changed, uint64_t *out);
   int coarsen_below(uint64_t off, const std::function<bool(const Leaf *)> &coarsen, bool *changed, uint64_t *out);
   void leaves_below(uint64_t off, const std::function<void(const Leaf &)> &visit) const;
+  void touching_below(uint64_t off, const uint32_t *lo, const uint32_t *hi,
+                      const std::function<void(const Leaf &)> &visit) const;
   template <class Below>
   int through_children(uint64_t off, bool *changed, uint64_t *out, const Below &below);
 

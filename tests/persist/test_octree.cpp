@@ -9,6 +9,8 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <set>
+#include <array>
 #include <vector>
 
 #include "hetmem/hetmem.h"
@@ -102,6 +104,93 @@ TYPED_TEST(OctreeDims, TheCommittedVersionIsNeverWritten) {
   ASSERT_EQ(tree->coarsen([](const auto *) { return true; }), HM_OK);
   EXPECT_EQ(std::memcmp(before.data(), base + lo, before.size()), 0) << "V(i-1) is copied, not changed";
   EXPECT_GT(tree->pool().top(), hi) << "the changes went into new octants";
+}
+
+// Brute force, independent of the tree's own queries: closed boxes meet and are not the same.
+template <int Dim>
+bool touch(const typename Octree<Dim>::Leaf &a, const typename Octree<Dim>::Leaf &b) {
+  const uint64_t sa = uint64_t{1} << (Octree<Dim>::kMaxLevel - a.level), sb = uint64_t{1} << (Octree<Dim>::kMaxLevel - b.level);
+  bool same = a.level == b.level;
+  for (int d = 0; d < Dim; ++d) {
+    if (a.coord[d] > b.coord[d] + sb || b.coord[d] > a.coord[d] + sa) return false;
+    same &= a.coord[d] == b.coord[d];
+  }
+  return !same;
+}
+
+// Touching pairs more than one level apart.
+template <int Dim>
+int unbalanced_pairs(const Octree<Dim> &tree) {
+  std::vector<typename Octree<Dim>::Leaf> all;
+  tree.leaves([&](const auto &l) { all.push_back(l); });
+  int bad = 0;
+  for (size_t i = 0; i < all.size(); ++i)
+    for (size_t j = i + 1; j < all.size(); ++j)
+      if (touch<Dim>(all[i], all[j]) && std::abs(static_cast<int>(all[i].level) - static_cast<int>(all[j].level)) > 1) ++bad;
+  return bad;
+}
+
+// Refines towards one point just below the domain's centre to `depth`: deep leaves around the
+// centre touch the other quadrants' coarse leaves across faces, edges and the corner.
+template <int Dim>
+int refine_towards_centre(Octree<Dim> &tree, int depth) {
+  const double p[3] = {0.5 - 1e-7, 0.5 - 1e-7, 0.5 - 1e-7};
+  for (int k = 0; k < depth; ++k) {
+    typename Octree<Dim>::Leaf target;
+    if (!tree.find(p, &target)) return HM_EINVAL;
+    int rc = tree.refine([&](const auto &l) { return l.level == target.level && std::memcmp(l.coord, target.coord, sizeof l.coord) == 0; });
+    if (rc != HM_OK) return rc;
+  }
+  return HM_OK;
+}
+
+TYPED_TEST(OctreeDims, NeighboursAreExactlyTheTouchingLeaves) {
+  constexpr int Dim = TypeParam::value;
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 64 << 20, &tree), HM_OK);
+  ASSERT_EQ(advance(*tree, 3), HM_OK);
+  std::vector<typename Octree<Dim>::Leaf> all;
+  tree->leaves([&](const auto &l) { all.push_back(l); });
+  ASSERT_GT(all.size(), 50u);
+  size_t checked = 0, most = 0;
+  for (size_t i = 0; i < all.size(); i += 7, ++checked) {
+    std::set<std::array<uint32_t, 4>> got, want;
+    tree->neighbours(all[i], [&](const auto &n) { got.insert({n.coord[0], n.coord[1], n.coord[2], n.level}); });
+    for (const auto &l : all)
+      if (touch<Dim>(all[i], l)) want.insert({l.coord[0], l.coord[1], l.coord[2], l.level});
+    EXPECT_EQ(got, want) << "leaf " << i;
+    most = std::max(most, got.size());
+  }
+  EXPECT_GT(checked, 7u);
+  EXPECT_GE(most, static_cast<size_t>(Dim == 2 ? 8 : 26)) << "some leaf has all face, edge and corner neighbours";
+}
+
+TYPED_TEST(OctreeDims, BalanceIsTwoToOneAcrossFacesEdgesAndCornersAndIdempotent) {
+  constexpr int Dim = TypeParam::value;
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 64 << 20, &tree), HM_OK);
+  ASSERT_EQ(refine_towards_centre(*tree, 8), HM_OK);
+  ASSERT_GT(unbalanced_pairs(*tree), 0) << "the test tree starts unbalanced";
+  const size_t before = tree->leaf_count();
+  ASSERT_EQ(tree->balance(), HM_OK);
+  EXPECT_EQ(unbalanced_pairs(*tree), 0);
+  std::string why;
+  EXPECT_TRUE(tree->valid(&why)) << why;
+  EXPECT_GT(tree->leaf_count(), before);
+  // The far corner of the domain only needs level 2 leaves to be balanced against the centre.
+  const double far[3] = {0.99, 0.99, 0.99};
+  typename Octree<Dim>::Leaf corner;
+  ASSERT_TRUE(tree->find(far, &corner));
+  EXPECT_LE(corner.level, 2u) << "balance refines no more than it must";
+  const uint64_t sum = tree->checksum(), top = tree->pool().top();
+  ASSERT_EQ(tree->balance(), HM_OK);
+  EXPECT_EQ(tree->checksum(), sum) << "balancing a balanced tree changes nothing";
+  EXPECT_EQ(tree->pool().top(), top) << "and writes nothing";
+  ASSERT_EQ(tree->persist(), HM_OK);
+  std::unique_ptr<Octree<Dim>> again;
+  tree.reset();
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &again), HM_OK);
+  EXPECT_EQ(unbalanced_pairs(*again), 0) << "the balanced version is what was persisted";
 }
 
 TYPED_TEST(OctreeDims, KilledAtAnyInstantRecoversAPersistedVersion) {
