@@ -35,7 +35,7 @@ int Octree<Dim>::writable(uint64_t off, uint64_t *out) {
 template <int Dim>
 int Octree<Dim>::create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out) {
   std::unique_ptr<Pool> pool;
-  int rc = Pool::create(path, bytes, &pool);
+  int rc = Pool::create(path, bytes, &pool, content_name());
   if (rc != HM_OK) return rc;
   std::unique_ptr<Octree> tree(new Octree(std::move(pool)));
   if ((rc = tree->new_node(&tree->root_)) != HM_OK) return rc;
@@ -50,6 +50,9 @@ int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out) 
   std::unique_ptr<Pool> pool;
   int rc = Pool::open(path, &pool);
   if (rc != HM_OK) return rc;
+  if (pool->content() != content_name())
+    return fail(HM_EFORMAT, "persistent pool '%s' holds %s, not a %dD tree (%s)", path.c_str(),
+                pool->content().empty() ? "no tree" : ("'" + pool->content() + "'").c_str(), Dim, content_name());
   if (pool->root() == 0) return fail(HM_EFORMAT, "persistent pool '%s' holds no committed tree", path.c_str());
   std::unique_ptr<Octree> tree(new Octree(std::move(pool)));
   tree->root_ = tree->pool_->root();

@@ -68,6 +68,8 @@ class Octree {
 
  private:
   explicit Octree(std::unique_ptr<Pool> pool) : pool_(std::move(pool)) {}
+  // The pool's content tag: "octree2" for a quadtree, "octree3" for an octree.
+  static const char *content_name() { return Dim == 2 ? "octree2" : "octree3"; }
   Node *node(uint64_t off) const { return pool_->at<Node>(off); }
   bool committed(uint64_t off) const { return off < pool_->committed_top(); }
   int writable(uint64_t off, uint64_t *out);       // a copy in V(i) if off belongs to V(i-1)

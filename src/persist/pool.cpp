@@ -48,7 +48,10 @@ int Pool::map(int fd, uint64_t bytes) {
   return HM_OK;
 }
 
-int Pool::create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> *out) {
+int Pool::create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> *out, const std::string &content) {
+  if (content.size() >= sizeof PoolHeader{}.content)
+    return fail(HM_EINVAL, "persistent pool '%s': content name '%s' is longer than 15 characters", path.c_str(),
+                content.c_str());
   if (bytes < 16 * kHeaderBytes)
     return fail(HM_EINVAL, "persistent pool '%s': %s is too small (at least 64 KiB)", path.c_str(),
                 format_size(bytes).c_str());
@@ -72,6 +75,7 @@ int Pool::create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> 
   h->header_bytes = kHeaderBytes;
   h->pool_bytes = size;
   h->data_offset = kHeaderBytes;
+  std::memcpy(h->content, content.data(), content.size());
   h->checksum = header_checksum(*h);
   pool->flush(0, kHeaderBytes);
   pool->fence();
@@ -131,6 +135,11 @@ int Pool::open(const std::string &path, std::unique_ptr<Pool> *out) {
   pool->top_ = pool->committed_slot_ >= 0 ? pool->committed_.top : kHeaderBytes;
   *out = std::move(pool);
   return HM_OK;
+}
+
+std::string Pool::content() const {
+  const PoolHeader &h = *at<PoolHeader>(0);
+  return std::string(h.content, strnlen(h.content, sizeof h.content));
 }
 
 Pool::~Pool() {

@@ -34,6 +34,7 @@ struct PoolHeader {
   uint32_t header_bytes;  // 4096
   uint64_t pool_bytes;    // the whole file
   uint64_t data_offset;   // 4096
+  char content[16];       // what the pool holds, NUL-padded ("octree3"); empty for a bare pool
   uint64_t checksum;      // of the fields above
   RootSlot slots[2];
 };
@@ -48,8 +49,10 @@ class PersistObserver {
 
 class Pool {
  public:
-  // Creates `path` of `bytes` (at least 64 KiB). HM_EIO when the file cannot be created.
-  static int create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> *out);
+  // Creates `path` of `bytes` (at least 64 KiB) holding `content` (at most 15 characters, kept in
+  // the header). HM_EIO when the file cannot be created.
+  static int create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> *out,
+                    const std::string &content = "");
   // Opens an existing pool: HM_EFORMAT (wrong magic, version or checksum, truncated), HM_EBUSY
   // (another process has it open), HM_EIO. The file is never modified by a failed open.
   static int open(const std::string &path, std::unique_ptr<Pool> *out);
@@ -78,6 +81,8 @@ class Pool {
   uint64_t capacity() const { return bytes_; }
   bool map_sync() const { return map_sync_; }
   const std::string &path() const { return path_; }
+  // What the pool holds, as given at creation.
+  std::string content() const;
   void set_observer(PersistObserver *o) { observer_ = o; }
 
   static uint64_t checksum(const void *data, size_t bytes);

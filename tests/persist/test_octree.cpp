@@ -193,6 +193,34 @@ TYPED_TEST(OctreeDims, BalanceIsTwoToOneAcrossFacesEdgesAndCornersAndIdempotent)
   EXPECT_EQ(unbalanced_pairs(*again), 0) << "the balanced version is what was persisted";
 }
 
+TYPED_TEST(OctreeDims, RestoreRefusesAPoolHoldingSomethingElse) {
+  constexpr int Dim = TypeParam::value;
+  constexpr int Other = Dim == 2 ? 3 : 2;
+  {
+    std::unique_ptr<Octree<Other>> other;
+    ASSERT_EQ(Octree<Other>::create(this->path_, 1 << 20, &other), HM_OK);
+  }
+  std::unique_ptr<Octree<Dim>> tree;
+  EXPECT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("holds 'octree" + std::to_string(Other) + "', not a " +
+                                                     std::to_string(Dim) + "D tree"), std::string::npos) << hm_last_error();
+  EXPECT_FALSE(tree);
+  std::unique_ptr<Octree<Other>> same;
+  EXPECT_EQ(Octree<Other>::restore(this->path_, &same), HM_OK) << "the refused pool was not touched";
+  same.reset();
+  unlink(this->path_.c_str());
+  {
+    std::unique_ptr<hm::persist::Pool> bare;
+    ASSERT_EQ(hm::persist::Pool::create(this->path_, 1 << 20, &bare), HM_OK);
+    EXPECT_EQ(bare->content(), "");
+    std::unique_ptr<hm::persist::Pool> named;
+    EXPECT_EQ(hm::persist::Pool::create(this->path_ + ".x", 1 << 20, &named, "a-name-of-16-chr"), HM_EINVAL);
+    EXPECT_NE(std::string(hm_last_error()).find("longer than 15 characters"), std::string::npos) << hm_last_error();
+  }
+  EXPECT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("holds no tree"), std::string::npos) << hm_last_error();
+}
+
 TYPED_TEST(OctreeDims, KilledAtAnyInstantRecoversAPersistedVersion) {
   constexpr int Dim = TypeParam::value;
   // Reference checksums of versions 1..8, computed in a scratch pool.

@@ -115,7 +115,7 @@ TEST_F(PoolTest, CommitFlushesDataThenFencesThenWritesTheSlot) {
   ASSERT_EQ(rec.events.size(), 4u);
   EXPECT_EQ(rec.events[0], "flush " + std::to_string(off) + " 256") << "the version's data first";
   EXPECT_EQ(rec.events[1], "fence");
-  EXPECT_EQ(rec.events[2].rfind("flush 40 32", 0), 0u) << "then the root slot (slot 0 at byte 40): " << rec.events[2];
+  EXPECT_EQ(rec.events[2].rfind("flush 56 32", 0), 0u) << "then the root slot (slot 0 at byte 56): " << rec.events[2];
   EXPECT_EQ(rec.events[3], "fence");
 }
 
