@@ -1,0 +1,80 @@
+/* hetmem PM-octree: a persistent multi-version quadtree/octree (seed 003), C interface.
+ *
+ * A tree lives in a persistent pool file (on a DAX file system for real persistent memory, any
+ * file system otherwise). The last persisted version is never written; changes go to a working
+ * version by copy-on-write, and pm_persistent() commits it atomically. After a crash at any
+ * instant, pm_restore() returns exactly the last persisted version.
+ *
+ * Coordinates of a leaf are integers in units of 2^-20 of the unit domain [0, 1)^dim; level 0 is
+ * the whole domain. Every function returns HM_OK or a negative HM_E* code, with the reason in
+ * hm_last_error(). */
+#ifndef HETMEM_PM_OCTREE_H
+#define HETMEM_PM_OCTREE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hetmem/hetmem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#pragma GCC visibility push(default)
+
+typedef struct pm_octree pm_octree_t;
+
+typedef struct pm_leaf {
+  uint32_t coord[3]; /* lower corner, units of 2^-20 (coord[2] is 0 in 2D) */
+  uint32_t level;    /* 0: the whole domain; at most 20 */
+  double value;      /* the application's value for this leaf */
+} pm_leaf_t;
+
+/* Refine predicate: non-zero splits the leaf by one level. */
+typedef int (*pm_refine_fn)(const pm_leaf_t *leaf, void *arg);
+/* Coarsen predicate: given a complete family (4 leaves in 2D, 8 in 3D), non-zero merges it. */
+typedef int (*pm_coarsen_fn)(const pm_leaf_t *family, int count, void *arg);
+typedef void (*pm_visit_fn)(const pm_leaf_t *leaf, void *arg);
+
+/* Creates a pool file of `bytes` at `path` holding a tree of dimension `dim` (2 or 3) with one
+ * root leaf, persisted as version 1. HM_EINVAL (bad dim, size or arguments), HM_EIO, HM_EBUSY. */
+int pm_create(const char *path, int dim, uint64_t bytes, pm_octree_t **out);
+/* Opens a pool and returns its last persisted version; the dimension is read from the pool.
+ * HM_EFORMAT (not a tree pool, damaged), HM_EBUSY (open elsewhere), HM_EIO. */
+int pm_restore(const char *path, pm_octree_t **out);
+/* Commits the working version: after it returns, a crash restores this version. */
+int pm_persistent(pm_octree_t *tree);
+/* Closes the tree; the pool file keeps the last persisted version. NULL is ignored. */
+void pm_close(pm_octree_t *tree);
+/* Closes the tree and removes its pool file with every version in it. */
+int pm_delete(pm_octree_t *tree);
+
+int pm_dim(const pm_octree_t *tree);
+/* The last persisted version's number (1 after pm_create). */
+uint64_t pm_version(const pm_octree_t *tree);
+
+int pm_refine(pm_octree_t *tree, pm_refine_fn refine, void *arg);
+int pm_coarsen(pm_octree_t *tree, pm_coarsen_fn coarsen, void *arg);
+/* 2:1 balance across faces, edges and corners (refines only). */
+int pm_balance(pm_octree_t *tree);
+/* Sets the value of the leaf containing `point` (dim coordinates in [0, 1)). */
+int pm_set_value(pm_octree_t *tree, const double *point, double value);
+/* The leaf containing `point`; HM_EINVAL when the point is outside [0, 1)^dim. */
+int pm_find(const pm_octree_t *tree, const double *point, pm_leaf_t *out);
+/* Visits the leaves in Morton order. */
+int pm_leaves(const pm_octree_t *tree, pm_visit_fn visit, void *arg);
+/* Visits the leaves touching `leaf` across a face, an edge or a corner. */
+int pm_neighbours(const pm_octree_t *tree, const pm_leaf_t *leaf, pm_visit_fn visit, void *arg);
+uint64_t pm_leaf_count(const pm_octree_t *tree);
+/* A checksum of the leaves, equal for equal trees whatever their layout in the pool. */
+uint64_t pm_checksum(const pm_octree_t *tree);
+/* HM_OK when the tree is well formed; otherwise HM_EFORMAT and the reason in hm_last_error(). */
+int pm_valid(const pm_octree_t *tree);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HETMEM_PM_OCTREE_H */

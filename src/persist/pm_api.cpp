@@ -1,0 +1,201 @@
+// The C interface of the persistent octree (include/hetmem/pm_octree.h): a handle holding an
+// Octree<2> or an Octree<3>, with every call dispatched on the dimension.
+#include "hetmem/pm_octree.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <string>
+
+#include "base/error.h"
+#include "persist/octree.h"
+#include "persist/pool.h"
+
+using hm::fail;
+using hm::persist::Octree;
+using hm::persist::Pool;
+
+struct pm_octree {
+  int dim = 0;
+  std::unique_ptr<Octree<2>> quad;
+  std::unique_ptr<Octree<3>> oct;
+};
+
+namespace {
+
+template <class Leaf>
+pm_leaf_t to_c(const Leaf &l) {
+  return pm_leaf_t{{l.coord[0], l.coord[1], l.coord[2]}, l.level, l.value};
+}
+
+template <class Leaf>
+Leaf from_c(const pm_leaf_t &l) {
+  return Leaf{{l.coord[0], l.coord[1], l.coord[2]}, l.level, l.value};
+}
+
+// Calls `f` with the handle's tree, whichever its dimension.
+template <class F>
+auto with(pm_octree_t *t, F &&f) {
+  return t->dim == 2 ? f(*t->quad) : f(*t->oct);
+}
+template <class F>
+auto with(const pm_octree_t *t, F &&f) {
+  return t->dim == 2 ? f(static_cast<const Octree<2> &>(*t->quad)) : f(static_cast<const Octree<3> &>(*t->oct));
+}
+
+int no_tree(const char *fn) { return fail(HM_EINVAL, "%s: the tree is NULL", fn); }
+
+template <int Dim>
+int open_tree(const char *path, uint64_t bytes, bool create, pm_octree_t **out) {
+  auto handle = std::make_unique<pm_octree>();
+  handle->dim = Dim;
+  std::unique_ptr<Octree<Dim>> tree;
+  int rc = create ? Octree<Dim>::create(path, bytes, &tree) : Octree<Dim>::restore(path, &tree);
+  if (rc != HM_OK) return rc;
+  if constexpr (Dim == 2) handle->quad = std::move(tree);
+  else handle->oct = std::move(tree);
+  *out = handle.release();
+  return HM_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+int pm_create(const char *path, int dim, uint64_t bytes, pm_octree_t **out) {
+  if (!path || !*path || !out) return fail(HM_EINVAL, "pm_create: the path and the result must be given");
+  *out = nullptr;
+  if (dim != 2 && dim != 3) return fail(HM_EINVAL, "pm_create: dimension %d; a tree has 2 or 3 dimensions", dim);
+  try {
+    return dim == 2 ? open_tree<2>(path, bytes, true, out) : open_tree<3>(path, bytes, true, out);
+  } catch (...) {
+    return fail(HM_ENOMEM, "pm_create: out of memory");
+  }
+}
+
+int pm_restore(const char *path, pm_octree_t **out) {
+  if (!path || !*path || !out) return fail(HM_EINVAL, "pm_restore: the path and the result must be given");
+  *out = nullptr;
+  std::string content;
+  {
+    std::unique_ptr<Pool> pool;  // read what the pool holds, then let it go (one opener at a time)
+    int rc = Pool::open(path, &pool);
+    if (rc != HM_OK) return rc;
+    content = pool->content();
+  }
+  try {
+    if (content == "octree2") return open_tree<2>(path, 0, false, out);
+    if (content == "octree3") return open_tree<3>(path, 0, false, out);
+  } catch (...) {
+    return fail(HM_ENOMEM, "pm_restore: out of memory");
+  }
+  return fail(HM_EFORMAT, "persistent pool '%s' holds %s, not an octree; the file was left as it is", path,
+              content.empty() ? "no tree" : ("'" + content + "'").c_str());
+}
+
+int pm_persistent(pm_octree_t *t) {
+  if (!t) return no_tree(__func__);
+  return with(t, [](auto &tree) { return tree.persist(); });
+}
+
+void pm_close(pm_octree_t *t) { delete t; }
+
+int pm_delete(pm_octree_t *t) {
+  if (!t) return no_tree(__func__);
+  std::string path = with(t, [](auto &tree) { return tree.pool().path(); });
+  delete t;
+  if (unlink(path.c_str()) != 0) return fail(HM_EIO, "pm_delete: the pool file '%s' could not be removed", path.c_str());
+  return HM_OK;
+}
+
+int pm_dim(const pm_octree_t *t) { return t ? t->dim : 0; }
+
+uint64_t pm_version(const pm_octree_t *t) {
+  return t ? with(t, [](const auto &tree) { return tree.version(); }) : 0;
+}
+
+int pm_refine(pm_octree_t *t, pm_refine_fn refine, void *arg) {
+  if (!t || !refine) return fail(HM_EINVAL, "pm_refine: the tree and the predicate must be given");
+  return with(t, [&](auto &tree) {
+    return tree.refine([&](const auto &leaf) {
+      pm_leaf_t l = to_c(leaf);
+      return refine(&l, arg) != 0;
+    });
+  });
+}
+
+int pm_coarsen(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg) {
+  if (!t || !coarsen) return fail(HM_EINVAL, "pm_coarsen: the tree and the predicate must be given");
+  return with(t, [&](auto &tree) {
+    using Tree = std::remove_reference_t<decltype(tree)>;
+    return tree.coarsen([&](const auto *family) {
+      pm_leaf_t f[Tree::kChildren];
+      for (int c = 0; c < Tree::kChildren; ++c) f[c] = to_c(family[c]);
+      return coarsen(f, Tree::kChildren, arg) != 0;
+    });
+  });
+}
+
+int pm_balance(pm_octree_t *t) {
+  if (!t) return no_tree(__func__);
+  return with(t, [](auto &tree) { return tree.balance(); });
+}
+
+int pm_set_value(pm_octree_t *t, const double *point, double value) {
+  if (!t || !point) return fail(HM_EINVAL, "pm_set_value: the tree and the point must be given");
+  return with(t, [&](auto &tree) { return tree.set_value(point, value); });
+}
+
+int pm_find(const pm_octree_t *t, const double *point, pm_leaf_t *out) {
+  if (!t || !point || !out) return fail(HM_EINVAL, "pm_find: the tree, the point and the result must be given");
+  return with(t, [&](const auto &tree) {
+    typename std::remove_reference_t<decltype(tree)>::Leaf leaf{};
+    if (!tree.find(point, &leaf))
+      return fail(HM_EINVAL, "pm_find: the point lies outside the unit domain [0, 1)^%d", t->dim);
+    *out = to_c(leaf);
+    return static_cast<int>(HM_OK);
+  });
+}
+
+int pm_leaves(const pm_octree_t *t, pm_visit_fn visit, void *arg) {
+  if (!t || !visit) return fail(HM_EINVAL, "pm_leaves: the tree and the visitor must be given");
+  with(t, [&](const auto &tree) {
+    tree.leaves([&](const auto &leaf) {
+      pm_leaf_t l = to_c(leaf);
+      visit(&l, arg);
+    });
+  });
+  return HM_OK;
+}
+
+int pm_neighbours(const pm_octree_t *t, const pm_leaf_t *leaf, pm_visit_fn visit, void *arg) {
+  if (!t || !leaf || !visit) return fail(HM_EINVAL, "pm_neighbours: the tree, the leaf and the visitor must be given");
+  if (leaf->level > 20) return fail(HM_EINVAL, "pm_neighbours: leaf level %u is beyond the deepest level 20", leaf->level);
+  with(t, [&](const auto &tree) {
+    using Leaf = typename std::remove_reference_t<decltype(tree)>::Leaf;
+    tree.neighbours(from_c<Leaf>(*leaf), [&](const Leaf &n) {
+      pm_leaf_t l = to_c(n);
+      visit(&l, arg);
+    });
+  });
+  return HM_OK;
+}
+
+uint64_t pm_leaf_count(const pm_octree_t *t) {
+  return t ? with(t, [](const auto &tree) { return static_cast<uint64_t>(tree.leaf_count()); }) : 0;
+}
+
+uint64_t pm_checksum(const pm_octree_t *t) {
+  return t ? with(t, [](const auto &tree) { return tree.checksum(); }) : 0;
+}
+
+int pm_valid(const pm_octree_t *t) {
+  if (!t) return no_tree(__func__);
+  std::string why;
+  bool ok = with(t, [&](const auto &tree) { return tree.valid(&why); });
+  return ok ? HM_OK : fail(HM_EFORMAT, "the tree is not well formed: %s", why.c_str());
+}
+
+}  // extern "C"

@@ -1,0 +1,102 @@
+// The C interface of the persistent octree: the same operations as the C++ class, and clear
+// errors for bad arguments and bad pools.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "hetmem/pm_octree.h"
+#include "persist/pool.h"
+#include "../support.h"
+
+namespace {
+
+bool has(const std::string &words) { return std::string(hm_last_error()).find(words) != std::string::npos; }
+
+class PmApi : public ::testing::Test {
+ protected:
+  void SetUp() override { path_ = hm_test::temp_path("pm-api"); }
+  void TearDown() override { unlink(path_.c_str()); }
+  std::string path_;
+};
+
+TEST_F(PmApi, CreateRefinePersistRestoreDeleteIn2DAnd3D) {
+  for (int dim : {2, 3}) {
+    pm_octree_t *t = nullptr;
+    ASSERT_EQ(pm_create(path_.c_str(), dim, 16 << 20, &t), HM_OK) << hm_last_error();
+    EXPECT_EQ(pm_dim(t), dim);
+    EXPECT_EQ(pm_version(t), 1u);
+    auto all = [](const pm_leaf_t *l, void *) { return l->level < 3 ? 1 : 0; };
+    for (int k = 0; k < 3; ++k) ASSERT_EQ(pm_refine(t, all, nullptr), HM_OK);
+    EXPECT_EQ(pm_leaf_count(t), uint64_t{1} << (3 * dim));
+    const double p[3] = {0.9, 0.1, 0.5};
+    ASSERT_EQ(pm_set_value(t, p, 2.5), HM_OK);
+    ASSERT_EQ(pm_persistent(t), HM_OK);
+    const uint64_t sum = pm_checksum(t);
+    // Merge the families whose first leaf is in the lower half along x.
+    auto low_x = [](const pm_leaf_t *f, int n, void *count) {
+      ++*static_cast<int *>(count);
+      return n > 0 && f[0].coord[0] < (1u << 19) ? 1 : 0;
+    };
+    int families = 0;
+    ASSERT_EQ(pm_coarsen(t, low_x, &families), HM_OK);
+    EXPECT_EQ(families, 1 << (2 * dim)) << "every family of level-3 leaves was offered once";
+    EXPECT_LT(pm_leaf_count(t), uint64_t{1} << (3 * dim));
+    pm_close(t);
+    ASSERT_EQ(pm_restore(path_.c_str(), &t), HM_OK) << hm_last_error();
+    EXPECT_EQ(pm_dim(t), dim) << "the dimension comes from the pool";
+    EXPECT_EQ(pm_version(t), 2u);
+    EXPECT_EQ(pm_checksum(t), sum) << "exactly the persisted version";
+    EXPECT_EQ(pm_valid(t), HM_OK);
+    pm_leaf_t leaf{};
+    ASSERT_EQ(pm_find(t, p, &leaf), HM_OK);
+    EXPECT_EQ(leaf.value, 2.5);
+    EXPECT_EQ(leaf.level, 3u);
+    int neighbours = 0;
+    ASSERT_EQ(pm_neighbours(t, &leaf, [](const pm_leaf_t *, void *n) { ++*static_cast<int *>(n); }, &neighbours), HM_OK);
+    EXPECT_GT(neighbours, 0);
+    uint64_t visited = 0;
+    ASSERT_EQ(pm_leaves(t, [](const pm_leaf_t *, void *n) { ++*static_cast<uint64_t *>(n); }, &visited), HM_OK);
+    EXPECT_EQ(visited, pm_leaf_count(t));
+    ASSERT_EQ(pm_balance(t), HM_OK);
+    ASSERT_EQ(pm_delete(t), HM_OK);
+    EXPECT_NE(access(path_.c_str(), F_OK), 0) << "pm_delete removes the pool file";
+  }
+}
+
+TEST_F(PmApi, BadArgumentsAndPoolsGetClearErrors) {
+  pm_octree_t *t = reinterpret_cast<pm_octree_t *>(0x1);
+  EXPECT_EQ(pm_create(path_.c_str(), 4, 1 << 20, &t), HM_EINVAL);
+  EXPECT_TRUE(has("dimension 4")) << hm_last_error();
+  EXPECT_EQ(t, nullptr) << "the result is cleared on failure";
+  EXPECT_EQ(pm_create(nullptr, 3, 1 << 20, &t), HM_EINVAL);
+  EXPECT_EQ(pm_create(path_.c_str(), 3, 1024, &t), HM_EINVAL);
+  EXPECT_TRUE(has("too small")) << hm_last_error();
+  EXPECT_EQ(pm_restore((path_ + ".missing").c_str(), &t), HM_EIO);
+  EXPECT_EQ(pm_persistent(nullptr), HM_EINVAL);
+  EXPECT_EQ(pm_delete(nullptr), HM_EINVAL);
+  pm_close(nullptr);
+  {
+    std::unique_ptr<hm::persist::Pool> bare;
+    ASSERT_EQ(hm::persist::Pool::create(path_, 1 << 20, &bare), HM_OK);
+  }
+  EXPECT_EQ(pm_restore(path_.c_str(), &t), HM_EFORMAT);
+  EXPECT_TRUE(has("holds no tree")) << hm_last_error();
+  unlink(path_.c_str());
+
+  ASSERT_EQ(pm_create(path_.c_str(), 2, 1 << 20, &t), HM_OK);
+  pm_octree_t *second = nullptr;
+  EXPECT_EQ(pm_restore(path_.c_str(), &second), HM_EBUSY) << "one writer per pool";
+  const double outside[2] = {1.0, 0.5};
+  pm_leaf_t leaf{};
+  EXPECT_EQ(pm_find(t, outside, &leaf), HM_EINVAL);
+  EXPECT_TRUE(has("outside the unit domain")) << hm_last_error();
+  EXPECT_EQ(pm_refine(t, nullptr, nullptr), HM_EINVAL);
+  leaf.level = 21;
+  EXPECT_EQ(pm_neighbours(t, &leaf, [](const pm_leaf_t *, void *) {}, nullptr), HM_EINVAL);
+  EXPECT_EQ(pm_valid(t), HM_OK);
+  pm_close(t);
+}
+
+}  // namespace
