@@ -49,6 +49,13 @@ void pm_close(pm_octree_t *tree);
 /* Closes the tree and removes its pool file with every version in it. */
 int pm_delete(pm_octree_t *tree);
 
+/* Snapshot files, the baseline that persistence replaces: the leaves and a checksum, written to a
+ * temporary file, synced and renamed into place. */
+int pm_snapshot_save(const pm_octree_t *tree, const char *snapshot_path);
+/* A new pool at `pool_path` (`bytes`) holding the snapshot's tree, of the snapshot's dimension.
+ * HM_EFORMAT for a damaged or foreign file (no pool is left behind), HM_EIO when unreadable. */
+int pm_snapshot_load(const char *snapshot_path, const char *pool_path, uint64_t bytes, pm_octree_t **out);
+
 int pm_dim(const pm_octree_t *tree);
 /* The last persisted version's number (1 after pm_create). */
 uint64_t pm_version(const pm_octree_t *tree);

@@ -1,10 +1,14 @@
 #include "persist/octree.h"
 
 #include <array>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "base/error.h"
+#include "prim/prim.h"
 #include "hetmem/hetmem.h"
 
 namespace hm::persist {
@@ -278,6 +282,112 @@ int Octree<Dim>::balance() {
     int rc = refine([&](const Leaf &l) { return split.count(key(l)) != 0; });
     if (rc != HM_OK) return rc;
   }
+}
+
+namespace {
+constexpr char kSnapshotMagic[8] = {'H', 'M', 'O', 'C', 'T', 'S', 'N', '1'};
+struct SnapshotHeader {
+  char magic[8];
+  uint32_t dim;
+  uint32_t record_bytes;
+  uint64_t leaves;
+  uint64_t checksum;  // Octree::checksum() of the saved tree
+};
+struct SnapshotLeaf {
+  uint32_t coord[3];
+  uint32_t level;
+  double value;
+};
+}  // namespace
+
+int snapshot_dimension(const std::string &path, int *dim) {
+  std::string data;
+  if (!prim::read_text(path, &data)) return fail(HM_EIO, "snapshot '%s' cannot be read", path.c_str());
+  SnapshotHeader h{};
+  if (data.size() < sizeof h || std::memcmp(data.data(), kSnapshotMagic, sizeof h.magic) != 0)
+    return fail(HM_EFORMAT, "'%s' is not a hetmem octree snapshot (wrong magic)", path.c_str());
+  std::memcpy(&h, data.data(), sizeof h);
+  if (h.dim != 2 && h.dim != 3) return fail(HM_EFORMAT, "snapshot '%s' is damaged: dimension %u", path.c_str(), h.dim);
+  *dim = static_cast<int>(h.dim);
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::save_snapshot(const std::string &path) const {
+  std::string bytes(sizeof(SnapshotHeader), '\0');
+  uint64_t n = 0;
+  leaves([&](const Leaf &l) {
+    SnapshotLeaf r{{l.coord[0], l.coord[1], l.coord[2]}, l.level, l.value};
+    bytes.append(reinterpret_cast<const char *>(&r), sizeof r);
+    ++n;
+  });
+  SnapshotHeader h{};
+  std::memcpy(h.magic, kSnapshotMagic, sizeof h.magic);
+  h.dim = Dim;
+  h.record_bytes = sizeof(SnapshotLeaf);
+  h.leaves = n;
+  h.checksum = checksum();
+  std::memcpy(bytes.data(), &h, sizeof h);
+  if (!prim::write_text_atomic(path, bytes))
+    return fail(HM_EIO, "snapshot '%s' could not be written (check the directory and free space)", path.c_str());
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::load_snapshot(const std::string &path, const std::string &pool_path, uint64_t bytes,
+                               std::unique_ptr<Octree> *out) {
+  std::string data;
+  if (!prim::read_text(path, &data)) return fail(HM_EIO, "snapshot '%s' cannot be read", path.c_str());
+  SnapshotHeader h{};
+  if (data.size() < sizeof h) return fail(HM_EFORMAT, "snapshot '%s' is truncated (%zu bytes)", path.c_str(), data.size());
+  std::memcpy(&h, data.data(), sizeof h);
+  if (std::memcmp(h.magic, kSnapshotMagic, sizeof h.magic) != 0)
+    return fail(HM_EFORMAT, "'%s' is not a hetmem octree snapshot (wrong magic)", path.c_str());
+  if (h.dim != Dim) return fail(HM_EFORMAT, "snapshot '%s' holds a %uD tree, not a %dD one", path.c_str(), h.dim, Dim);
+  if (h.record_bytes != sizeof(SnapshotLeaf) || h.leaves == 0 ||
+      (data.size() - sizeof h) / sizeof(SnapshotLeaf) != h.leaves || (data.size() - sizeof h) % sizeof(SnapshotLeaf))
+    return fail(HM_EFORMAT, "snapshot '%s' is truncated or damaged: its header says %llu leaves in %zu bytes",
+                path.c_str(), static_cast<unsigned long long>(h.leaves), data.size());
+  std::vector<SnapshotLeaf> saved(h.leaves);
+  std::memcpy(saved.data(), data.data() + sizeof h, h.leaves * sizeof(SnapshotLeaf));
+  // Every ancestor of a saved leaf is an inner octant: refine level by level until none is left.
+  using Key = std::array<uint32_t, 4>;
+  std::set<Key> inner;
+  for (const SnapshotLeaf &l : saved) {
+    if (l.level > kMaxLevel)
+      return fail(HM_EFORMAT, "snapshot '%s' is damaged: a leaf at level %u", path.c_str(), l.level);
+    for (uint32_t a = 0; a < l.level; ++a) {
+      const uint32_t mask = ~((1u << (kMaxLevel - a)) - 1);
+      inner.insert(Key{l.coord[0] & mask, l.coord[1] & mask, Dim == 3 ? l.coord[2] & mask : 0, a});
+    }
+  }
+  std::unique_ptr<Octree> tree;
+  int rc = create(pool_path, bytes, &tree);
+  if (rc != HM_OK) return rc;
+  auto refuse = [&](int code) {
+    std::string why = hm_last_error();
+    tree.reset();
+    std::remove(pool_path.c_str());
+    return fail(code, "%s", why.c_str());
+  };
+  for (uint32_t level = 0; level < kMaxLevel && rc == HM_OK; ++level)
+    rc = tree->refine([&](const Leaf &l) {
+      return l.level == level && inner.count(Key{l.coord[0], l.coord[1], Dim == 3 ? l.coord[2] : 0, l.level}) != 0;
+    });
+  for (size_t i = 0; i < saved.size() && rc == HM_OK; ++i) {
+    double centre[3] = {0, 0, 0};
+    for (int d = 0; d < Dim; ++d)
+      centre[d] = std::ldexp(saved[i].coord[d] + 0.5 * (1u << (kMaxLevel - saved[i].level)), -kMaxLevel);
+    rc = tree->set_value(centre, saved[i].value);
+  }
+  if (rc != HM_OK) return refuse(rc);
+  if (tree->checksum() != h.checksum) {
+    fail(HM_EFORMAT, "snapshot '%s' is damaged: its leaves do not match its checksum; no pool was made", path.c_str());
+    return refuse(HM_EFORMAT);
+  }
+  if ((rc = tree->persist()) != HM_OK) return refuse(rc);
+  *out = std::move(tree);
+  return HM_OK;
 }
 
 template <int Dim>

@@ -15,6 +15,9 @@
 
 namespace hm::persist {
 
+// The dimension (2 or 3) of the tree in a snapshot file. HM_EIO (unreadable), HM_EFORMAT.
+int snapshot_dimension(const std::string &path, int *dim);
+
 template <int Dim>
 class Octree {
  public:
@@ -46,6 +49,15 @@ class Octree {
   int set_value(const double *point, double value);
   // Commits the working version (pm_persistent).
   int persist();
+
+  // Snapshot files (the baseline that PM-octree replaces): the leaves in Morton order with the
+  // tree's checksum, written to a temporary file, synced and renamed into place.
+  int save_snapshot(const std::string &path) const;
+  // A new pool at `pool_path` holding the snapshot's tree, persisted as its version 2. HM_EFORMAT
+  // for a file that is not a snapshot of this dimension or whose leaves do not match its checksum
+  // (the pool is then removed); HM_EIO when it cannot be read.
+  static int load_snapshot(const std::string &path, const std::string &pool_path, uint64_t bytes,
+                           std::unique_ptr<Octree> *out);
 
   void leaves(const std::function<void(const Leaf &)> &visit) const;
   size_t leaf_count() const;

@@ -2,8 +2,7 @@
 // Octree<2> or an Octree<3>, with every call dispatched on the dimension.
 #include "hetmem/pm_octree.h"
 
-#include <unistd.h>
-
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <type_traits>
@@ -47,12 +46,18 @@ auto with(const pm_octree_t *t, F &&f) {
 
 int no_tree(const char *fn) { return fail(HM_EINVAL, "%s: the tree is NULL", fn); }
 
+// Makes a handle from a pool: a new one (create), the last persisted version (restore) or a
+// new one loaded from a snapshot file.
+enum class Open { create, restore, snapshot };
+
 template <int Dim>
-int open_tree(const char *path, uint64_t bytes, bool create, pm_octree_t **out) {
+int open_tree(const char *path, uint64_t bytes, Open how, pm_octree_t **out, const char *snapshot = nullptr) {
   auto handle = std::make_unique<pm_octree>();
   handle->dim = Dim;
   std::unique_ptr<Octree<Dim>> tree;
-  int rc = create ? Octree<Dim>::create(path, bytes, &tree) : Octree<Dim>::restore(path, &tree);
+  int rc = how == Open::create    ? Octree<Dim>::create(path, bytes, &tree)
+           : how == Open::restore ? Octree<Dim>::restore(path, &tree)
+                                  : Octree<Dim>::load_snapshot(snapshot, path, bytes, &tree);
   if (rc != HM_OK) return rc;
   if constexpr (Dim == 2) handle->quad = std::move(tree);
   else handle->oct = std::move(tree);
@@ -69,7 +74,7 @@ int pm_create(const char *path, int dim, uint64_t bytes, pm_octree_t **out) {
   *out = nullptr;
   if (dim != 2 && dim != 3) return fail(HM_EINVAL, "pm_create: dimension %d; a tree has 2 or 3 dimensions", dim);
   try {
-    return dim == 2 ? open_tree<2>(path, bytes, true, out) : open_tree<3>(path, bytes, true, out);
+    return dim == 2 ? open_tree<2>(path, bytes, Open::create, out) : open_tree<3>(path, bytes, Open::create, out);
   } catch (...) {
     return fail(HM_ENOMEM, "pm_create: out of memory");
   }
@@ -86,8 +91,8 @@ int pm_restore(const char *path, pm_octree_t **out) {
     content = pool->content();
   }
   try {
-    if (content == "octree2") return open_tree<2>(path, 0, false, out);
-    if (content == "octree3") return open_tree<3>(path, 0, false, out);
+    if (content == "octree2") return open_tree<2>(path, 0, Open::restore, out);
+    if (content == "octree3") return open_tree<3>(path, 0, Open::restore, out);
   } catch (...) {
     return fail(HM_ENOMEM, "pm_restore: out of memory");
   }
@@ -106,8 +111,29 @@ int pm_delete(pm_octree_t *t) {
   if (!t) return no_tree(__func__);
   std::string path = with(t, [](auto &tree) { return tree.pool().path(); });
   delete t;
-  if (unlink(path.c_str()) != 0) return fail(HM_EIO, "pm_delete: the pool file '%s' could not be removed", path.c_str());
+  if (std::remove(path.c_str()) != 0) return fail(HM_EIO, "pm_delete: the pool file '%s' could not be removed", path.c_str());
   return HM_OK;
+}
+
+int pm_snapshot_save(const pm_octree_t *t, const char *snapshot_path) {
+  if (!t || !snapshot_path || !*snapshot_path)
+    return fail(HM_EINVAL, "pm_snapshot_save: the tree and the snapshot path must be given");
+  return with(t, [&](const auto &tree) { return tree.save_snapshot(snapshot_path); });
+}
+
+int pm_snapshot_load(const char *snapshot_path, const char *pool_path, uint64_t bytes, pm_octree_t **out) {
+  if (!snapshot_path || !*snapshot_path || !pool_path || !*pool_path || !out)
+    return fail(HM_EINVAL, "pm_snapshot_load: the snapshot path, the pool path and the result must be given");
+  *out = nullptr;
+  try {
+    int dim = 0;
+    int rc = hm::persist::snapshot_dimension(snapshot_path, &dim);
+    if (rc != HM_OK) return rc;
+    return dim == 2 ? open_tree<2>(pool_path, bytes, Open::snapshot, out, snapshot_path)
+                    : open_tree<3>(pool_path, bytes, Open::snapshot, out, snapshot_path);
+  } catch (...) {
+    return fail(HM_ENOMEM, "pm_snapshot_load: out of memory");
+  }
 }
 
 int pm_dim(const pm_octree_t *t) { return t ? t->dim : 0; }

@@ -59,7 +59,7 @@ int lock_file(int fd);
 void flush_lines(const void *addr, size_t len);
 void store_fence();
 bool read_text(const std::string &path, std::string *out);  // whole small file (sysfs)
-bool write_text_atomic(const std::string &path, const std::string &text);
+bool write_text_atomic(const std::string &path, const std::string &text);  // any bytes; fsync, then rename
 bool list_dir(const std::string &path, std::string *names);  // newline-separated entries
 bool make_dirs(const std::string &path);
 

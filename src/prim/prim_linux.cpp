@@ -264,7 +264,15 @@ bool write_text_atomic(const std::string &path, const std::string &text) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   int f = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (f < 0) return false;
-  bool ok = write(f, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  // All of it written and on the medium before the rename makes it visible under `path`.
+  bool ok = true;
+  for (size_t done = 0; ok && done < text.size();) {
+    ssize_t n = write(f, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  ok = ok && fsync(f) == 0;
   ok = (close(f) == 0) && ok;
   if (ok) ok = rename(tmp.c_str(), path.c_str()) == 0;
   if (!ok) unlink(tmp.c_str());

@@ -221,6 +221,56 @@ TYPED_TEST(OctreeDims, RestoreRefusesAPoolHoldingSomethingElse) {
   EXPECT_NE(std::string(hm_last_error()).find("holds no tree"), std::string::npos) << hm_last_error();
 }
 
+TYPED_TEST(OctreeDims, SnapshotRoundTripAndDamagedSnapshotsAreRefused) {
+  constexpr int Dim = TypeParam::value;
+  const std::string snap = this->path_ + ".snap", copy = this->path_ + ".copy";
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 64 << 20, &tree), HM_OK);
+  ASSERT_EQ(advance(*tree, 4), HM_OK);
+  ASSERT_EQ(tree->coarsen([](const auto *f) { return f[0].coord[0] == 0 && f[0].level == 4; }), HM_OK);
+  ASSERT_EQ(tree->balance(), HM_OK);
+  ASSERT_EQ(tree->save_snapshot(snap), HM_OK) << hm_last_error();
+  std::unique_ptr<Octree<Dim>> loaded;
+  ASSERT_EQ(Octree<Dim>::load_snapshot(snap, copy, 64 << 20, &loaded), HM_OK) << hm_last_error();
+  EXPECT_EQ(loaded->checksum(), tree->checksum()) << "the same leaves, levels and values";
+  EXPECT_EQ(loaded->leaf_count(), tree->leaf_count());
+  std::string why;
+  EXPECT_TRUE(loaded->valid(&why)) << why;
+  loaded.reset();
+  ASSERT_EQ(Octree<Dim>::restore(copy, &loaded), HM_OK) << "the loaded tree was persisted";
+  EXPECT_EQ(loaded->checksum(), tree->checksum());
+  loaded.reset();
+  unlink(copy.c_str());
+
+  std::string bytes;
+  {
+    std::ifstream in(snap, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto write = [&](const std::string &b) { std::ofstream(snap, std::ios::binary | std::ios::trunc) << b; };
+  auto refused = [&](const std::string &words) {
+    EXPECT_EQ(Octree<Dim>::load_snapshot(snap, copy, 64 << 20, &loaded), HM_EFORMAT);
+    EXPECT_NE(std::string(hm_last_error()).find(words), std::string::npos) << hm_last_error();
+    EXPECT_FALSE(loaded);
+    EXPECT_NE(access(copy.c_str(), F_OK), 0) << "no pool is left behind";
+  };
+  std::string damaged = bytes;
+  damaged[damaged.size() - 3] ^= 0x10;  // the last leaf's value
+  write(damaged);
+  refused("do not match its checksum");
+  write(bytes.substr(0, bytes.size() - 10));
+  refused("truncated or damaged");
+  write("not a snapshot at all, but long enough to have a header");
+  refused("wrong magic");
+  write(bytes);
+  std::unique_ptr<Octree<Dim == 2 ? 3 : 2>> other;
+  EXPECT_EQ((Octree<Dim == 2 ? 3 : 2>::load_snapshot(snap, copy, 64 << 20, &other)), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("holds a " + std::to_string(Dim) + "D tree"), std::string::npos)
+      << hm_last_error();
+  unlink(snap.c_str());
+  EXPECT_EQ(Octree<Dim>::load_snapshot(snap, copy, 64 << 20, &loaded), HM_EIO);
+}
+
 TYPED_TEST(OctreeDims, KilledAtAnyInstantRecoversAPersistedVersion) {
   constexpr int Dim = TypeParam::value;
   // Reference checksums of versions 1..8, computed in a scratch pool.

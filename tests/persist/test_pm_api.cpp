@@ -60,6 +60,15 @@ TEST_F(PmApi, CreateRefinePersistRestoreDeleteIn2DAnd3D) {
     ASSERT_EQ(pm_leaves(t, [](const pm_leaf_t *, void *n) { ++*static_cast<uint64_t *>(n); }, &visited), HM_OK);
     EXPECT_EQ(visited, pm_leaf_count(t));
     ASSERT_EQ(pm_balance(t), HM_OK);
+    const std::string snap = path_ + ".snap", copy = path_ + ".copy";
+    ASSERT_EQ(pm_snapshot_save(t, snap.c_str()), HM_OK) << hm_last_error();
+    pm_octree_t *loaded = nullptr;
+    ASSERT_EQ(pm_snapshot_load(snap.c_str(), copy.c_str(), 16 << 20, &loaded), HM_OK) << hm_last_error();
+    EXPECT_EQ(pm_dim(loaded), dim) << "the dimension comes from the snapshot";
+    EXPECT_EQ(pm_checksum(loaded), pm_checksum(t));
+    ASSERT_EQ(pm_delete(loaded), HM_OK);
+    unlink(snap.c_str());
+    EXPECT_EQ(pm_snapshot_load(snap.c_str(), copy.c_str(), 16 << 20, &loaded), HM_EIO);
     ASSERT_EQ(pm_delete(t), HM_OK);
     EXPECT_NE(access(path_.c_str(), F_OK), 0) << "pm_delete removes the pool file";
   }
