@@ -1,0 +1,235 @@
+// hetmem-amr: drives a persistent octree the way an adaptive flow solver does. Spheres move along
+// a circle; every step refines the leaves their surfaces cross, coarsens complete families far
+// from them, restores 2:1 balance and persists. Per-routine times are printed as a table and
+// written as JSON; --restore continues a run from the last persisted step.
+#include <hetmem/pm_octree.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Options {
+  int dim = 3;
+  int steps = 100;
+  int level = 6;
+  int spheres = 1;
+  double radius = 0.15;
+  std::string pool;
+  uint64_t pool_mib = 1024;
+  bool restore = false;
+  std::string json;
+  int progress = 10;
+};
+
+const char kUsage[] =
+    "usage: hetmem-amr [options]\n"
+    "  --dim N         2 (quadtree) or 3 (octree); default 3\n"
+    "  --steps N       steps to run (one persist each); default 100\n"
+    "  --level N       finest level at the interface, 2..12; default 6\n"
+    "  --spheres N     spheres moving along a circle, 1..16; default 1\n"
+    "  --radius R      sphere radius, 0 < R < 0.5; default 0.15\n"
+    "  --pool PATH     pool file (on a DAX mount for real persistent memory);\n"
+    "                  default $TMPDIR/hetmem-amr.pool\n"
+    "  --pool-mib N    pool size for a new run; default 1024\n"
+    "  --restore       continue from the pool's last persisted step\n"
+    "  --json FILE     write the timings as JSON\n"
+    "  --progress N    a progress line every N steps (0: none); default 10\n";
+
+[[noreturn]] void usage_error(const std::string &why) {
+  std::fprintf(stderr, "hetmem-amr: %s\n%s", why.c_str(), kUsage);
+  std::exit(2);
+}
+
+long parse_int(const char *flag, const char *v, long lo, long hi) {
+  char *end = nullptr;
+  long x = v ? std::strtol(v, &end, 10) : 0;
+  if (!v || !*v || *end || x < lo || x > hi)
+    usage_error(std::string(flag) + " wants an integer in " + std::to_string(lo) + ".." + std::to_string(hi) +
+                ", got '" + (v ? v : "") + "'");
+  return x;
+}
+
+Options parse(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : nullptr;
+    auto take = [&] {
+      if (!v) usage_error(a + " needs a value");
+      ++i;
+      return v;
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--dim") o.dim = static_cast<int>(parse_int("--dim", take(), 2, 3));
+    else if (a == "--steps") o.steps = static_cast<int>(parse_int("--steps", take(), 1, 1000000));
+    else if (a == "--level") o.level = static_cast<int>(parse_int("--level", take(), 2, 12));
+    else if (a == "--spheres") o.spheres = static_cast<int>(parse_int("--spheres", take(), 1, 16));
+    else if (a == "--pool-mib") o.pool_mib = static_cast<uint64_t>(parse_int("--pool-mib", take(), 1, 1 << 24));
+    else if (a == "--progress") o.progress = static_cast<int>(parse_int("--progress", take(), 0, 1000000));
+    else if (a == "--pool") o.pool = take();
+    else if (a == "--json") o.json = take();
+    else if (a == "--restore") o.restore = true;
+    else if (a == "--radius") {
+      const char *r = take();
+      char *end = nullptr;
+      o.radius = std::strtod(r, &end);
+      if (!*r || *end || !(o.radius > 0 && o.radius < 0.5)) usage_error(std::string("--radius wants 0 < R < 0.5, got '") + r + "'");
+    } else {
+      usage_error("unknown option '" + a + "'");
+    }
+  }
+  if (o.pool.empty()) {
+    const char *dir = std::getenv("TMPDIR");
+    o.pool = std::string(dir && *dir ? dir : "/tmp") + "/hetmem-amr.pool";
+  }
+  return o;
+}
+
+// The interface at step s: sphere k's centre goes round a circle of radius 0.25 once per 100 steps.
+struct Interface {
+  int dim, level, spheres;
+  double radius, centre[16][3];
+  void at(int step) {
+    for (int k = 0; k < spheres; ++k) {
+      double phase = 2 * M_PI * (step / 100.0 + static_cast<double>(k) / spheres);
+      centre[k][0] = 0.5 + 0.25 * std::cos(phase);
+      centre[k][1] = 0.5 + 0.25 * std::sin(phase);
+      centre[k][2] = 0.5;
+    }
+  }
+  // Whether any sphere's surface passes through the leaf's box.
+  bool crosses(const pm_leaf_t &l) const {
+    const double size = std::ldexp(1.0, -static_cast<int>(l.level));
+    for (int k = 0; k < spheres; ++k) {
+      double nearest = 0, farthest = 0;
+      for (int d = 0; d < dim; ++d) {
+        double lo = std::ldexp(static_cast<double>(l.coord[d]), -20) - centre[k][d], hi = lo + size;
+        double n = lo > 0 ? lo : (hi < 0 ? hi : 0), f = std::max(std::fabs(lo), std::fabs(hi));
+        nearest += n * n;
+        farthest += f * f;
+      }
+      if (std::sqrt(nearest) <= radius && std::sqrt(farthest) >= radius) return true;
+    }
+    return false;
+  }
+};
+
+int refine_fn(const pm_leaf_t *l, void *arg) {
+  auto *in = static_cast<Interface *>(arg);
+  return static_cast<int>(l->level) < in->level && in->crosses(*l);
+}
+int coarsen_fn(const pm_leaf_t *family, int count, void *arg) {
+  auto *in = static_cast<Interface *>(arg);
+  if (family[0].level <= 2) return 0;
+  for (int c = 0; c < count; ++c)
+    if (in->crosses(family[c])) return 0;
+  return 1;
+}
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+int fail(const char *what) {
+  std::fprintf(stderr, "hetmem-amr: %s: %s\n", what, hm_last_error());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  Options o = parse(argc, argv);
+  Interface in{o.dim, o.level, o.spheres, o.radius, {}};
+  double t_construct = 0, t_adapt = 0, t_balance = 0, t_persist = 0, t_restore = 0;
+  pm_octree_t *tree = nullptr;
+  int first = 0;
+  auto t0 = Clock::now();
+  if (o.restore) {
+    if (pm_restore(o.pool.c_str(), &tree) != HM_OK) return fail("--restore");
+    if (pm_dim(tree) != o.dim) {
+      std::fprintf(stderr, "hetmem-amr: the pool holds a %dD tree; run with --dim %d\n", pm_dim(tree), pm_dim(tree));
+      pm_close(tree);
+      return 2;
+    }
+    t_restore = since(t0);
+    first = static_cast<int>(pm_version(tree)) - 2;  // version 2 is step 0
+    std::printf("restored %s: version %llu (step %d), %llu leaves, in %.3f s\n", o.pool.c_str(),
+                static_cast<unsigned long long>(pm_version(tree)), first, static_cast<unsigned long long>(pm_leaf_count(tree)),
+                t_restore);
+    ++first;
+  } else {
+    std::remove(o.pool.c_str());
+    if (pm_create(o.pool.c_str(), o.dim, o.pool_mib << 20, &tree) != HM_OK) return fail("creating the pool");
+    in.at(0);
+    for (int l = 0; l < o.level; ++l)
+      if (pm_refine(tree, refine_fn, &in) != HM_OK) return fail("construct");
+    if (pm_balance(tree) != HM_OK || pm_persistent(tree) != HM_OK) return fail("construct");
+    t_construct = since(t0);
+    std::printf("constructed a %dD tree to level %d around %d sphere(s): %llu leaves in %.3f s\n", o.dim, o.level,
+                o.spheres, static_cast<unsigned long long>(pm_leaf_count(tree)), t_construct);
+    first = 1;
+  }
+  const int last = first + o.steps - 1;
+  for (int step = first; step <= last; ++step) {
+    in.at(step);
+    auto t = Clock::now();
+    for (int l = 0; l < o.level; ++l)
+      if (pm_refine(tree, refine_fn, &in) != HM_OK) return fail("refine");
+    for (int l = 0; l < o.level; ++l)
+      if (pm_coarsen(tree, coarsen_fn, &in) != HM_OK) return fail("coarsen");
+    t_adapt += since(t);
+    t = Clock::now();
+    if (pm_balance(tree) != HM_OK) return fail("balance");
+    t_balance += since(t);
+    t = Clock::now();
+    if (pm_persistent(tree) != HM_OK) return fail("persist");
+    t_persist += since(t);
+    if (o.progress && ((step - first + 1) % o.progress == 0 || step == last))
+      std::printf("step %5d/%d: %llu leaves, version %llu\n", step, last,
+                  static_cast<unsigned long long>(pm_leaf_count(tree)), static_cast<unsigned long long>(pm_version(tree)));
+    std::fflush(stdout);
+  }
+  const uint64_t leaves = pm_leaf_count(tree), version = pm_version(tree), sum = pm_checksum(tree);
+  pm_close(tree);
+  // Restore what was persisted, as a restart would, and check it is the tree the run ended with.
+  auto t = Clock::now();
+  if (pm_restore(o.pool.c_str(), &tree) != HM_OK) return fail("restore");
+  const double t_final_restore = since(t);
+  const bool same = pm_version(tree) == version && pm_checksum(tree) == sum && pm_valid(tree) == HM_OK;
+  pm_close(tree);
+  if (!same) {
+    std::fprintf(stderr, "hetmem-amr: the restored tree differs from the persisted one\n");
+    return 1;
+  }
+  const int n = o.steps;
+  std::printf("\n%-16s %12s %14s\n", "routine", "total s", "per step ms");
+  std::printf("%-16s %12.4f %14s\n", "construct", t_construct, "-");
+  std::printf("%-16s %12.4f %14.3f\n", "refine/coarsen", t_adapt, 1e3 * t_adapt / n);
+  std::printf("%-16s %12.4f %14.3f\n", "balance", t_balance, 1e3 * t_balance / n);
+  std::printf("%-16s %12.4f %14.3f\n", "persist", t_persist, 1e3 * t_persist / n);
+  std::printf("%-16s %12.4f %14s\n", "restore", t_final_restore, "-");
+  std::printf("final: version %llu, %llu leaves; restore returned exactly the persisted tree\n",
+              static_cast<unsigned long long>(version), static_cast<unsigned long long>(leaves));
+  if (!o.json.empty()) {
+    FILE *f = std::fopen(o.json.c_str(), "w");
+    if (!f) {
+      std::fprintf(stderr, "hetmem-amr: cannot write '%s'\n", o.json.c_str());
+      return 1;
+    }
+    std::fprintf(f,
+                 "{\"dim\": %d, \"level\": %d, \"spheres\": %d, \"steps\": %d, \"leaves\": %llu, \"version\": %llu,\n"
+                 " \"seconds\": {\"construct\": %.6f, \"refine_coarsen\": %.6f, \"balance\": %.6f, \"persist\": %.6f, "
+                 "\"restore\": %.6f}}\n",
+                 o.dim, o.level, o.spheres, n, static_cast<unsigned long long>(leaves),
+                 static_cast<unsigned long long>(version), t_construct, t_adapt, t_balance, t_persist, t_final_restore);
+    std::fclose(f);
+  }
+  return 0;
+}
