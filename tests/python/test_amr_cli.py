@@ -55,3 +55,12 @@ def test_restore_refuses_missing_pool_and_other_dimension(tmp_path):
     assert amr("--dim", "2", "--steps", "1", "--level", "3", "--pool", str(pool)).returncode == 0
     r = amr("--restore", "--dim", "3", "--pool", str(pool))
     assert r.returncode == 2 and "holds a 2D tree; run with --dim 2" in r.stderr
+
+
+def test_full_pool_stops_with_the_last_step_intact(tmp_path):
+    pool = tmp_path / "small.pool"
+    r = amr("--steps", "100", "--pool", str(pool), "--pool-mib", "2", "--progress", "0")
+    assert r.returncode == 1 and "is full" in r.stderr and "the committed version is intact" in r.stderr
+    r = amr("--restore", "--steps", "1", "--pool", str(pool), "--progress", "0")
+    assert "restored" in r.stdout, r.stderr
+    assert "version 1 " not in r.stdout, "some steps were persisted before the pool filled"
