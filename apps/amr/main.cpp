@@ -23,6 +23,7 @@ struct Options {
   std::string pool;
   uint64_t pool_mib = 1024;
   bool restore = false;
+  bool overwrite = false;
   std::string json;
   int progress = 10;
 };
@@ -38,6 +39,7 @@ const char kUsage[] =
     "                  default $TMPDIR/hetmem-amr.pool\n"
     "  --pool-mib N    pool size for a new run; default 1024\n"
     "  --restore       continue from the pool's last persisted step\n"
+    "  --overwrite     start a new run even if the pool file exists (its versions are lost)\n"
     "  --json FILE     write the timings as JSON\n"
     "  --progress N    a progress line every N steps (0: none); default 10\n";
 
@@ -77,6 +79,7 @@ Options parse(int argc, char **argv) {
     else if (a == "--pool") o.pool = take();
     else if (a == "--json") o.json = take();
     else if (a == "--restore") o.restore = true;
+    else if (a == "--overwrite") o.overwrite = true;
     else if (a == "--radius") {
       const char *r = take();
       char *end = nullptr;
@@ -86,6 +89,7 @@ Options parse(int argc, char **argv) {
       usage_error("unknown option '" + a + "'");
     }
   }
+  if (o.restore && o.overwrite) usage_error("--restore and --overwrite exclude each other");
   if (o.pool.empty()) {
     const char *dir = std::getenv("TMPDIR");
     o.pool = std::string(dir && *dir ? dir : "/tmp") + "/hetmem-amr.pool";
@@ -165,7 +169,15 @@ int main(int argc, char **argv) {
                 t_restore);
     ++first;
   } else {
-    std::remove(o.pool.c_str());
+    if (FILE *existing = std::fopen(o.pool.c_str(), "r")) {
+      std::fclose(existing);
+      if (!o.overwrite) {
+        std::fprintf(stderr, "hetmem-amr: the pool '%s' exists; --restore continues it, --overwrite starts over\n",
+                     o.pool.c_str());
+        return 2;
+      }
+      std::remove(o.pool.c_str());
+    }
     if (pm_create(o.pool.c_str(), o.dim, o.pool_mib << 20, &tree) != HM_OK) return fail("creating the pool");
     in.at(0);
     for (int l = 0; l < o.level; ++l)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <vector>
 
@@ -301,12 +302,11 @@ struct SnapshotLeaf {
 }  // namespace
 
 int snapshot_dimension(const std::string &path, int *dim) {
-  std::string data;
-  if (!prim::read_text(path, &data)) return fail(HM_EIO, "snapshot '%s' cannot be read", path.c_str());
+  std::ifstream in(path, std::ios::binary);  // the header only
+  if (!in) return fail(HM_EIO, "snapshot '%s' cannot be read", path.c_str());
   SnapshotHeader h{};
-  if (data.size() < sizeof h || std::memcmp(data.data(), kSnapshotMagic, sizeof h.magic) != 0)
+  if (!in.read(reinterpret_cast<char *>(&h), sizeof h) || std::memcmp(h.magic, kSnapshotMagic, sizeof h.magic) != 0)
     return fail(HM_EFORMAT, "'%s' is not a hetmem octree snapshot (wrong magic)", path.c_str());
-  std::memcpy(&h, data.data(), sizeof h);
   if (h.dim != 2 && h.dim != 3) return fail(HM_EFORMAT, "snapshot '%s' is damaged: dimension %u", path.c_str(), h.dim);
   *dim = static_cast<int>(h.dim);
   return HM_OK;

@@ -64,3 +64,16 @@ def test_full_pool_stops_with_the_last_step_intact(tmp_path):
     r = amr("--restore", "--steps", "1", "--pool", str(pool), "--progress", "0")
     assert "restored" in r.stdout, r.stderr
     assert "version 1 " not in r.stdout, "some steps were persisted before the pool filled"
+
+
+def test_an_existing_pool_is_never_overwritten_unasked(tmp_path):
+    pool = tmp_path / "run.pool"
+    assert amr("--dim", "2", "--steps", "2", "--level", "3", "--pool", str(pool)).returncode == 0
+    r = amr("--dim", "2", "--steps", "2", "--level", "3", "--pool", str(pool))
+    assert r.returncode == 2 and "exists; --restore continues it, --overwrite starts over" in r.stderr
+    r = amr("--dim", "2", "--restore", "--steps", "1", "--level", "3", "--pool", str(pool))
+    assert "version 4 (step 2)" in r.stdout, "the refused run left the pool as it was"
+    r = amr("--dim", "2", "--steps", "1", "--level", "3", "--pool", str(pool), "--overwrite")
+    assert r.returncode == 0 and "final: version 3," in r.stdout
+    r = amr("--restore", "--overwrite", "--pool", str(pool))
+    assert r.returncode == 2 and "exclude each other" in r.stderr
