@@ -1,5 +1,6 @@
 #include "persist/octree.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -299,15 +300,22 @@ struct SnapshotLeaf {
   uint32_t level;
   double value;
 };
+// The header's own checks: long enough, the magic, a dimension of 2 or 3.
+int check_snapshot_header(const SnapshotHeader &h, size_t have, const std::string &path) {
+  if (have < sizeof h || std::memcmp(h.magic, kSnapshotMagic, sizeof h.magic) != 0)
+    return fail(HM_EFORMAT, "'%s' is not a hetmem octree snapshot (wrong magic)", path.c_str());
+  if (h.dim != 2 && h.dim != 3) return fail(HM_EFORMAT, "snapshot '%s' is damaged: dimension %u", path.c_str(), h.dim);
+  return HM_OK;
+}
 }  // namespace
 
 int snapshot_dimension(const std::string &path, int *dim) {
   std::ifstream in(path, std::ios::binary);  // the header only
   if (!in) return fail(HM_EIO, "snapshot '%s' cannot be read", path.c_str());
   SnapshotHeader h{};
-  if (!in.read(reinterpret_cast<char *>(&h), sizeof h) || std::memcmp(h.magic, kSnapshotMagic, sizeof h.magic) != 0)
-    return fail(HM_EFORMAT, "'%s' is not a hetmem octree snapshot (wrong magic)", path.c_str());
-  if (h.dim != 2 && h.dim != 3) return fail(HM_EFORMAT, "snapshot '%s' is damaged: dimension %u", path.c_str(), h.dim);
+  in.read(reinterpret_cast<char *>(&h), sizeof h);
+  int rc = check_snapshot_header(h, static_cast<size_t>(in.gcount()), path);
+  if (rc != HM_OK) return rc;
   *dim = static_cast<int>(h.dim);
   return HM_OK;
 }
@@ -339,10 +347,9 @@ int Octree<Dim>::load_snapshot(const std::string &path, const std::string &pool_
   std::string data;
   if (!prim::read_text(path, &data)) return fail(HM_EIO, "snapshot '%s' cannot be read", path.c_str());
   SnapshotHeader h{};
-  if (data.size() < sizeof h) return fail(HM_EFORMAT, "snapshot '%s' is truncated (%zu bytes)", path.c_str(), data.size());
-  std::memcpy(&h, data.data(), sizeof h);
-  if (std::memcmp(h.magic, kSnapshotMagic, sizeof h.magic) != 0)
-    return fail(HM_EFORMAT, "'%s' is not a hetmem octree snapshot (wrong magic)", path.c_str());
+  std::memcpy(&h, data.data(), std::min(sizeof h, data.size()));
+  int rc = check_snapshot_header(h, data.size(), path);
+  if (rc != HM_OK) return rc;
   if (h.dim != Dim) return fail(HM_EFORMAT, "snapshot '%s' holds a %uD tree, not a %dD one", path.c_str(), h.dim, Dim);
   if (h.record_bytes != sizeof(SnapshotLeaf) || h.leaves == 0 ||
       (data.size() - sizeof h) / sizeof(SnapshotLeaf) != h.leaves || (data.size() - sizeof h) % sizeof(SnapshotLeaf))
@@ -362,7 +369,7 @@ int Octree<Dim>::load_snapshot(const std::string &path, const std::string &pool_
     }
   }
   std::unique_ptr<Octree> tree;
-  int rc = create(pool_path, bytes, &tree);
+  rc = create(pool_path, bytes, &tree);
   if (rc != HM_OK) return rc;
   auto refuse = [&](int code) {
     std::string why = hm_last_error();
