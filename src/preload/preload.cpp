@@ -334,23 +334,21 @@ HM_EXPORT int posix_memalign(void **out, size_t align, size_t size) {
   return 0;
 }
 
-HM_EXPORT void *aligned_alloc(size_t align, size_t size) {
+// aligned_alloc and memalign: EINVAL unless the alignment is a power of two.
+static void *aligned_entry(size_t align, size_t size, trace::Fn fn, const void *caller) {
   if (!align || (align & (align - 1))) {
     errno = EINVAL;
     return nullptr;
   }
   if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
-  return allocate(size, align, false, trace::kAlignedAlloc, CALLER);
+  return allocate(size, align, false, fn, caller);
 }
 
-HM_EXPORT void *memalign(size_t align, size_t size) {
-  if (!align || (align & (align - 1))) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
-  return allocate(size, align, false, trace::kMemalign, CALLER);
+HM_EXPORT void *aligned_alloc(size_t align, size_t size) {
+  return aligned_entry(align, size, trace::kAlignedAlloc, CALLER);
 }
+
+HM_EXPORT void *memalign(size_t align, size_t size) { return aligned_entry(align, size, trace::kMemalign, CALLER); }
 
 HM_EXPORT void *valloc(size_t size) {
   if (__builtin_expect(!ready(), 0)) return boot_alloc(size);

@@ -25,6 +25,27 @@ inline pic::Params thermal_pair_plasma(int cells, int tile, double n0, double ut
   return p;
 }
 
+// Electrons and positrons of density n0 each, 1 per cell, displaced in opposite directions by a
+// Langmuir perturbation of amplitude eps with mode numbers (mx, my, mz) over the box. Returns the
+// plasma frequency of the pair, sqrt(2 n0 e^2 / (eps0 m)).
+inline double langmuir_pair(pic::Params &p, double n0, double eps, int mx, int my, int mz) {
+  using namespace pic;
+  const double wp = std::sqrt(2 * n0 * kQe * kQe / (kEps0 * kMe));
+  SpeciesParams e;
+  e.density = n0;
+  e.langmuir_eps = eps;
+  e.langmuir_modes[0] = mx;
+  e.langmuir_modes[1] = my;
+  e.langmuir_modes[2] = mz;
+  e.langmuir_kp = wp / kC;
+  SpeciesParams pos = e;
+  pos.name = "positrons";
+  pos.charge = kQe;
+  pos.langmuir_sign = -1;
+  p.species = {e, pos};
+  return wp;
+}
+
 // Largest relative drift of field + kinetic energy over `steps`, sampled every `every` steps.
 inline double energy_drift(pic::Simulation &sim, int steps, int every) {
   auto total = [&] { return sim.field_energy() + sim.kinetic_energy(0) + sim.kinetic_energy(1); };

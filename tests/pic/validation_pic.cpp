@@ -23,16 +23,7 @@ TEST_F(Validation, WarpXLangmuirDeckAtFullSize) {
   Params p;
   p.grid = Grid{64, 64, 64, L / 64, L / 64, L / 64};
   p.cfl = 1.0;
-  const double wp = std::sqrt(2 * n0 * kQe * kQe / (kEps0 * kMe));
-  SpeciesParams e;
-  e.density = n0;
-  e.langmuir_eps = eps;
-  e.langmuir_modes[0] = e.langmuir_modes[1] = e.langmuir_modes[2] = 2;
-  e.langmuir_kp = wp / kC;
-  SpeciesParams pos = e;
-  pos.charge = kQe;
-  pos.langmuir_sign = -1;
-  p.species = {e, pos};
+  const double wp = pic_test::langmuir_pair(p, n0, eps, 2, 2, 2);
   Simulation sim(p);
   for (int n = 0; n < 40; ++n) sim.step();
   const Grid &g = sim.grid();
