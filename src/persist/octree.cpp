@@ -1,265 +1,641 @@
+// PM-octree: opening, the adaptation operations and the queries. The tiers (C0, merging,
+// transformation, garbage collection, replicas) are in octree_tiers.cpp; snapshot files in
+// octree_snapshot.cpp.
 #include "persist/octree.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <tuple>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <set>
-#include <vector>
+#include <filesystem>
 
 #include "base/error.h"
-#include "prim/prim.h"
 #include "hetmem/hetmem.h"
 
 namespace hm::persist {
+namespace {
+
+constexpr uint64_t round_up(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
+
+// Invariant checks after every operation and recovery: on in debug builds and with HM_PM_CHECK=1.
+bool checks_on() {
+#ifndef NDEBUG
+  return true;
+#else
+  static const bool on = [] {
+    const char *v = std::getenv("HM_PM_CHECK");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+#endif
+}
+
+}  // namespace
 
 template <int Dim>
-int Octree<Dim>::new_node(uint64_t *off) {
-  int rc = pool_->allocate(sizeof(Node), off);
-  if (rc != HM_OK) return rc;
-  std::memset(static_cast<void *>(node(*off)), 0, sizeof(Node));
-  return HM_OK;
+Octree<Dim>::Octree(std::unique_ptr<Pool> pool, const OctreeOptions &options)
+    : pool_(std::move(pool)),
+      options_(options),
+      slots_(*pool_, round_up(std::max(sizeof(Family), sizeof(Top)), kUnit)) {
+  hot_.push_back(Leaf{{0, 0, 0}, 0, 0});  // until the first transformation, all of the tree
 }
 
 template <int Dim>
-int Octree<Dim>::writable(uint64_t off, uint64_t *out) {
-  if (!committed(off)) {
-    *out = off;
-    return HM_OK;
+Octree<Dim>::~Octree() {
+  if (fast_) hm_free(fast_);
+}
+
+// The fast-tier arena for C0 and the replica, whatever the tree was opened by.
+template <int Dim>
+int Octree<Dim>::setup() {
+  fast_cap_ = options_.fast_bytes / sizeof(Family);
+  if (fast_cap_ > 0 && fast_cap_ < 4 * (kMaxLevel + 2))
+    return fail(HM_EINVAL, "PM-octree: a fast-tier budget of %llu bytes holds %llu families; give 0 (no C0) or at least %zu bytes",
+                static_cast<unsigned long long>(options_.fast_bytes), static_cast<unsigned long long>(fast_cap_),
+                4 * (kMaxLevel + 2) * sizeof(Family));
+  if (!(options_.fast_threshold > 0 && options_.fast_threshold <= 1))
+    return fail(HM_EINVAL, "PM-octree: fast_threshold %g is outside (0, 1]", options_.fast_threshold);
+  if (!(options_.gc_threshold >= 0 && options_.gc_threshold < 1))
+    return fail(HM_EINVAL, "PM-octree: gc_threshold %g is outside [0, 1)", options_.gc_threshold);
+  if (!(options_.t_transform > 0)) return fail(HM_EINVAL, "PM-octree: t_transform %g must be positive", options_.t_transform);
+  if (fast_cap_ > 0) {
+    fast_ = static_cast<Family *>(hm_alloc(HM_FAST, fast_cap_ * sizeof(Family), 64, 0));
+    if (!fast_)
+      return fail(HM_ENOMEM, "PM-octree: no room for C0 (%llu bytes) on the fast tier: %s",
+                  static_cast<unsigned long long>(fast_cap_ * sizeof(Family)), hm_last_error());
+    fast_home_.assign(fast_cap_, 0);
+    fast_dirty_.assign(fast_cap_, 0);
+    fast_hits_.assign(fast_cap_, 0);
+    fast_free_.clear();
+    for (uint64_t i = fast_cap_; i-- > 0;) fast_free_.push_back(i);
   }
-  uint64_t copy = 0;
-  int rc = new_node(&copy);
-  if (rc != HM_OK) return rc;
-  std::memcpy(static_cast<void *>(node(copy)), node(off), sizeof(Node));
-  pool_->written(node(copy), sizeof(Node));
-  *out = copy;
+  if (!options_.replica.empty()) {
+    std::unique_ptr<Pool> replica;
+    int rc = std::filesystem::exists(options_.replica)
+                 ? Pool::open(options_.replica, &replica)
+                 : Pool::create(options_.replica, pool_->capacity(), &replica, content_name());
+    if (rc != HM_OK) return rc;
+    if (replica->content() != content_name() || replica->capacity() != pool_->capacity())
+      return fail(HM_EFORMAT, "replica '%s' does not match pool '%s' (content '%s', %llu bytes)", options_.replica.c_str(),
+                  pool_->path().c_str(), replica->content().c_str(), static_cast<unsigned long long>(replica->capacity()));
+    replica_ = std::move(replica);
+  }
   return HM_OK;
 }
 
 template <int Dim>
-int Octree<Dim>::create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out) {
+int Octree<Dim>::create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out,
+                        const OctreeOptions &options) {
   std::unique_ptr<Pool> pool;
   int rc = Pool::create(path, bytes, &pool, content_name());
   if (rc != HM_OK) return rc;
-  std::unique_ptr<Octree> tree(new Octree(std::move(pool)));
-  if ((rc = tree->new_node(&tree->root_)) != HM_OK) return rc;
-  tree->pool_->written(tree->node(tree->root_), sizeof(Node));
-  if ((rc = tree->persist()) != HM_OK) return rc;
+  std::unique_ptr<Octree> tree(new Octree(std::move(pool), options));
+  if ((rc = tree->setup()) != HM_OK || (rc = tree->persist()) != HM_OK) {
+    tree.reset();
+    std::remove(path.c_str());
+    return rc;
+  }
   *out = std::move(tree);
   return HM_OK;
 }
 
 template <int Dim>
-int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out) {
+int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out, const OctreeOptions &options) {
+  if (!options.replica.empty() && !std::filesystem::exists(path) && std::filesystem::exists(options.replica)) {
+    // The pool is gone: the replica's last version comes back in its place.
+    std::error_code ec;
+    const std::string part = path + ".from-replica";
+    std::filesystem::copy_file(options.replica, part, std::filesystem::copy_options::overwrite_existing, ec);
+    if (!ec) std::filesystem::rename(part, path, ec);
+    if (ec)
+      return fail(HM_EIO, "persistent pool '%s' is missing and its replica '%s' could not be copied back: %s", path.c_str(),
+                  options.replica.c_str(), ec.message().c_str());
+  }
   std::unique_ptr<Pool> pool;
   int rc = Pool::open(path, &pool);
   if (rc != HM_OK) return rc;
   if (pool->content() != content_name())
     return fail(HM_EFORMAT, "persistent pool '%s' holds %s, not a %dD tree (%s)", path.c_str(),
                 pool->content().empty() ? "no tree" : ("'" + pool->content() + "'").c_str(), Dim, content_name());
-  if (pool->root() == 0) return fail(HM_EFORMAT, "persistent pool '%s' holds no committed tree", path.c_str());
-  std::unique_ptr<Octree> tree(new Octree(std::move(pool)));
-  tree->root_ = tree->pool_->root();
+  const uint64_t top = pool->root();
+  if (top == 0) return fail(HM_EFORMAT, "persistent pool '%s' holds no committed tree", path.c_str());
+  std::unique_ptr<Octree> tree(new Octree(std::move(pool), options));
+  if (top < kHeaderBytes || (top - kHeaderBytes) % tree->slots_.slot_bytes() != 0 ||
+      top + sizeof(Top) > tree->pool_->committed_top())
+    return fail(HM_EFORMAT, "persistent pool '%s': its root offset is damaged", path.c_str());
+  const Top *t = tree->pool_->template at<Top>(top);
+  if (t->dim != Dim) return fail(HM_EFORMAT, "persistent pool '%s': its root is damaged", path.c_str());
+  tree->root_child_ = t->child;
+  tree->root_value_ = t->value;
+  tree->leaves_ = t->leaves;
+  if ((rc = tree->setup()) != HM_OK) return rc;
+  if (checks_on()) {
+    std::string why;
+    if (!tree->valid(&why)) return fail(HM_EFORMAT, "persistent pool '%s': the restored tree is not valid: %s", path.c_str(), why.c_str());
+  }
   *out = std::move(tree);
   return HM_OK;
 }
 
 template <int Dim>
-int Octree<Dim>::persist() {
-  return pool_->commit(root_);
+const typename Octree<Dim>::Family *Octree<Dim>::read(uint64_t ref) const {
+  if (is_fast(ref)) return &fast_[ref & ~kFast];
+  ++stats_.pool_reads;
+  ++uncharged_;
+  return pool_->template at<Family>(ref);
 }
 
-// Applies `below` to each child; if any child changed, the parent (copied out of V(i-1) if it
-// belongs there) points at the new children.
 template <int Dim>
-template <class Below>
-int Octree<Dim>::through_children(uint64_t off, bool *changed, uint64_t *out, const Below &below) {
-  uint64_t kids[kChildren];
-  bool any = false;
-  for (int c = 0; c < kChildren; ++c) {
-    bool ch = false;
-    int rc = below(node(off)->child[c], &ch, &kids[c]);
-    if (rc != HM_OK) return rc;
-    any |= ch;
+void Octree<Dim>::count_write(uint64_t ref) {
+  if (is_fast(ref)) {
+    ++stats_.fast_writes;
+    return;
   }
-  if (!any) return HM_OK;
-  uint64_t w = 0;
-  int rc = writable(off, &w);
+  ++stats_.pool_writes;
+  stats_.pool_write_bytes += sizeof(Family);
+  ++uncharged_;
+}
+
+template <int Dim>
+void Octree<Dim>::charge() const {
+  if (!options_.emulate_nvbm || uncharged_ == 0) return;
+  static const EmulProfile *nvbm = emul_profile("nvbm");
+  stats_.emul_charged_ns += emul_charge(*nvbm, emul_state_, 0, 0, uncharged_);
+  uncharged_ = 0;
+}
+
+// Where a family may live: C0 when the octant whose children it holds overlaps a hot subtree
+// (inside one, or an ancestor of one), so that C0 is closed upwards.
+template <int Dim>
+bool Octree<Dim>::fast_eligible(const uint32_t *coord, uint32_t level) const {
+  if (fast_cap_ == 0) return false;
+  for (const Leaf &h : hot_) {
+    const uint32_t l = std::min(level, h.level);
+    const uint32_t mask = l == 0 ? 0 : ~((1u << (kMaxLevel - l)) - 1);
+    bool overlap = true;
+    for (int d = 0; d < Dim; ++d) overlap &= (coord[d] & mask) == (h.coord[d] & mask);
+    if (overlap) return true;
+  }
+  return false;
+}
+
+// Room in C0; a family that must join C0 because a child is there (`forced`) may use the reserve
+// kept for such chains up to the root.
+template <int Dim>
+bool Octree<Dim>::fast_room(bool forced) const {
+  if (fast_free_.empty()) return false;
+  return forced || fast_free_.size() > static_cast<uint64_t>(kMaxLevel + 2);
+}
+
+template <int Dim>
+int Octree<Dim>::fast_take(uint64_t *ref) {
+  const uint64_t i = fast_free_.back();
+  fast_free_.pop_back();
+  fast_home_[i] = 0;
+  fast_dirty_[i] = 1;
+  fast_hits_[i] = 1;
+  *ref = i | kFast;
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::new_family(const uint32_t *coord, uint32_t level, uint64_t *out) {
+  int rc = HM_OK;
+  if (fast_eligible(coord, level) && fast_room(false)) rc = fast_take(out);
+  else rc = slots_.allocate(out);
   if (rc != HM_OK) return rc;
-  for (int c = 0; c < kChildren; ++c) node(w)->child[c] = kids[c];
-  pool_->written(node(w), sizeof(Node));
-  *changed = true;
+  Family *f = mut(*out);
+  std::memset(static_cast<void *>(f), 0, sizeof(Family));
+  for (int d = 0; d < Dim; ++d) f->coord[d] = coord[d];
+  f->level = level + 1;
+  count_write(*out);
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::writable(uint64_t ref, uint64_t *out) {
+  if (is_fast(ref)) {
+    const uint64_t i = ref & ~kFast;
+    fast_dirty_[i] = 1;
+    ++fast_hits_[i];
+    count_write(ref);
+    *out = ref;
+    return HM_OK;
+  }
+  const Family *f = read(ref);
+  const uint32_t parent_level = f->level - 1;
+  if (fast_eligible(f->coord, parent_level) && fast_room(false)) {
+    // Into C0, copy-on-write; the pool copy stays its home until the merge.
+    uint64_t c = 0;
+    fast_take(&c);
+    std::memcpy(static_cast<void *>(mut(c)), f, sizeof(Family));
+    fast_home_[c & ~kFast] = ref;
+    count_write(c);
+    *out = c;
+    return HM_OK;
+  }
+  if (slots_.fresh(ref)) {
+    count_write(ref);
+    *out = ref;
+    return HM_OK;
+  }
+  uint64_t copy = 0;
+  int rc = slots_.allocate(&copy);
+  if (rc != HM_OK) return rc;
+  std::memcpy(static_cast<void *>(mut(copy)), f, sizeof(Family));
+  slots_.release(ref);  // a deletion mark: V(i-1) still has it
+  count_write(copy);
+  *out = copy;
+  return HM_OK;
+}
+
+template <int Dim>
+void Octree<Dim>::drop_family(uint64_t ref) {
+  if (is_fast(ref)) {
+    const uint64_t i = ref & ~kFast;
+    if (fast_home_[i]) slots_.release(fast_home_[i]);
+    fast_home_[i] = 0;
+    fast_free_.push_back(i);
+    return;
+  }
+  slots_.release(ref);
+}
+
+// Points family `ref` (made writable) at new children `kids`, with `edit` for the values. A C0
+// child under a family that had to stay in the pool is merged out first, so C0 stays closed
+// upwards.
+template <int Dim>
+template <class Edit>
+int Octree<Dim>::relink(uint64_t ref, uint64_t *kids, uint64_t *out, const Edit &edit) {
+  bool want_fast = false;
+  for (int c = 0; c < kChildren; ++c) want_fast |= is_fast(kids[c]);
+  uint64_t w = 0;
+  int rc = HM_OK;
+  if (want_fast && !is_fast(ref) && fast_room(true)) {
+    // A child joined C0: so does its parent.
+    const Family *f = read(ref);
+    fast_take(&w);
+    std::memcpy(static_cast<void *>(mut(w)), f, sizeof(Family));
+    fast_home_[w & ~kFast] = ref;
+    count_write(w);
+  } else if ((rc = writable(ref, &w)) != HM_OK) {
+    return rc;
+  }
+  if (!is_fast(w))
+    for (int c = 0; c < kChildren; ++c)
+      if (is_fast(kids[c])) {
+        bool moved = false;
+        uint64_t home = 0;
+        if ((rc = merge(kids[c], &home, &moved)) != HM_OK) return rc;
+        free_fast_subtree(kids[c]);
+        kids[c] = home;
+      }
+  Family *g = mut(w);
+  for (int c = 0; c < kChildren; ++c) g->child[c] = kids[c];
+  edit(g);
   *out = w;
   return HM_OK;
 }
 
 template <int Dim>
-int Octree<Dim>::refine_below(uint64_t off, const std::function<bool(const Leaf &)> &refine, bool *changed,
-                              uint64_t *out) {
-  const Node *n = node(off);
-  *changed = false;
-  *out = off;
-  if (n->child[0] == 0) {
-    Leaf leaf{{n->coord[0], n->coord[1], n->coord[2]}, n->level, n->value};
-    if (n->level >= static_cast<uint32_t>(kMaxLevel) || !refine(leaf)) return HM_OK;
-    uint64_t w = 0;
-    int rc = writable(off, &w);
-    if (rc != HM_OK) return rc;
-    const uint32_t half = 1u << (kMaxLevel - leaf.level - 1);
-    for (int c = 0; c < kChildren; ++c) {
-      uint64_t co = 0;
-      if ((rc = new_node(&co)) != HM_OK) return rc;
-      Node *child = node(co);
-      for (int d = 0; d < Dim; ++d) child->coord[d] = leaf.coord[d] + (((c >> d) & 1) ? half : 0);
-      child->level = leaf.level + 1;
-      child->value = leaf.value;
-      pool_->written(child, sizeof(Node));
-      node(w)->child[c] = co;
+int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf &)> &fn, bool *changed, uint64_t *out) {
+  const Family *f = read(ref);
+  uint64_t kids[kChildren];
+  bool any = false;
+  const uint32_t size = 1u << (kMaxLevel - f->level);
+  for (int c = 0; c < kChildren; ++c) {
+    kids[c] = f->child[c];
+    if (kids[c] != 0) {
+      bool ch = false;
+      int rc = refine_family(kids[c], fn, &ch, &kids[c]);
+      if (rc != HM_OK) return rc;
+      any |= ch;
+      continue;
     }
-    pool_->written(node(w), sizeof(Node));
-    *changed = true;
-    *out = w;
-    return HM_OK;
+    Leaf leaf{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
+    for (int d = 0; d < Dim; ++d) leaf.coord[d] += ((c >> d) & 1) ? size : 0;
+    if (leaf.level >= static_cast<uint32_t>(kMaxLevel) || !fn(leaf)) continue;
+    int rc = new_family(leaf.coord, leaf.level, &kids[c]);
+    if (rc != HM_OK) return rc;
+    Family *g = mut(kids[c]);
+    for (int k = 0; k < kChildren; ++k) g->value[k] = leaf.value;
+    leaves_ += kChildren - 1;
+    any = true;
   }
-  return through_children(off, changed, out, [&](uint64_t child, bool *ch, uint64_t *o) {
-    return refine_below(child, refine, ch, o);
-  });
+  *changed = any;
+  *out = ref;
+  if (!any) return HM_OK;
+  return relink(ref, kids, out, [](Family *) {});
 }
 
 template <int Dim>
 int Octree<Dim>::refine(const std::function<bool(const Leaf &)> &fn) {
-  bool changed = false;
-  uint64_t root = root_;
-  int rc = refine_below(root_, fn, &changed, &root);
-  if (rc != HM_OK) {
-    pool_->rollback();  // nothing half-made stays in the working version
-    return rc;
+  maybe_collect();
+  int rc = HM_OK;
+  if (root_child_ == 0) {
+    Leaf root{{0, 0, 0}, 0, root_value_};
+    if (fn(root)) {
+      uint64_t f = 0;
+      if ((rc = new_family(root.coord, 0, &f)) == HM_OK) {
+        for (int k = 0; k < kChildren; ++k) mut(f)->value[k] = root_value_;
+        root_child_ = f;
+        leaves_ = kChildren;
+      }
+    }
+  } else {
+    bool changed = false;
+    uint64_t root = root_child_;
+    if ((rc = refine_family(root_child_, fn, &changed, &root)) == HM_OK) root_child_ = root;
   }
-  root_ = root;
-  return HM_OK;
+  return after_change(rc, "refine");
 }
 
 template <int Dim>
-int Octree<Dim>::coarsen_below(uint64_t off, const std::function<bool(const Leaf *)> &fn, bool *changed,
-                               uint64_t *out) {
-  const Node *n = node(off);
-  *changed = false;
-  *out = off;
-  if (n->child[0] == 0) return HM_OK;
-  bool family = true;
-  for (int c = 0; c < kChildren; ++c) family &= node(n->child[c])->child[0] == 0;
-  if (family) {
+int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool *changed, uint64_t *out) {
+  const Family *f = read(ref);
+  uint64_t kids[kChildren];
+  double values[kChildren];
+  bool any = false;
+  for (int c = 0; c < kChildren; ++c) {
+    kids[c] = f->child[c];
+    values[c] = f->value[c];
+    if (kids[c] == 0) continue;
+    const Family *g = read(kids[c]);
+    bool family = true;
+    for (int k = 0; k < kChildren; ++k) family &= g->child[k] == 0;
+    if (!family) {
+      bool ch = false;
+      int rc = coarsen_family(kids[c], fn, &ch, &kids[c]);
+      if (rc != HM_OK) return rc;
+      any |= ch;
+      continue;
+    }
     Leaf leaves[kChildren];
     double mean = 0;
-    for (int c = 0; c < kChildren; ++c) {
-      const Node *k = node(n->child[c]);
-      leaves[c] = Leaf{{k->coord[0], k->coord[1], k->coord[2]}, k->level, k->value};
-      mean += k->value / kChildren;
+    const uint32_t size = 1u << (kMaxLevel - g->level);
+    for (int k = 0; k < kChildren; ++k) {
+      leaves[k] = Leaf{{g->coord[0], g->coord[1], g->coord[2]}, g->level, g->value[k]};
+      for (int d = 0; d < Dim; ++d) leaves[k].coord[d] += ((k >> d) & 1) ? size : 0;
+      mean += g->value[k] / kChildren;
     }
-    if (!fn(leaves)) return HM_OK;
-    uint64_t w = 0;
-    int rc = writable(off, &w);
-    if (rc != HM_OK) return rc;
-    for (int c = 0; c < kChildren; ++c) node(w)->child[c] = 0;
-    node(w)->value = mean;
-    pool_->written(node(w), sizeof(Node));
-    *changed = true;
-    *out = w;
-    return HM_OK;
+    if (!fn(leaves)) continue;
+    drop_family(kids[c]);
+    kids[c] = 0;
+    values[c] = mean;
+    leaves_ -= kChildren - 1;
+    any = true;
   }
-  return through_children(off, changed, out, [&](uint64_t child, bool *ch, uint64_t *o) {
-    return coarsen_below(child, fn, ch, o);
-  });
+  *changed = any;
+  *out = ref;
+  if (!any) return HM_OK;
+  return relink(ref, kids, out, [&](Family *g) { std::memcpy(g->value, values, sizeof values); });
 }
 
 template <int Dim>
 int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn) {
-  bool changed = false;
-  uint64_t root = root_;
-  int rc = coarsen_below(root_, fn, &changed, &root);
-  if (rc != HM_OK) {
-    pool_->rollback();
-    return rc;
+  maybe_collect();
+  int rc = HM_OK;
+  if (root_child_ != 0) {
+    const Family *f = read(root_child_);
+    bool family = true;
+    for (int k = 0; k < kChildren; ++k) family &= f->child[k] == 0;
+    if (family) {
+      Leaf leaves[kChildren];
+      double mean = 0;
+      const uint32_t size = 1u << (kMaxLevel - 1);
+      for (int k = 0; k < kChildren; ++k) {
+        leaves[k] = Leaf{{0, 0, 0}, 1, f->value[k]};
+        for (int d = 0; d < Dim; ++d) leaves[k].coord[d] = ((k >> d) & 1) ? size : 0;
+        mean += f->value[k] / kChildren;
+      }
+      if (fn(leaves)) {
+        drop_family(root_child_);
+        root_child_ = 0;
+        root_value_ = mean;
+        leaves_ = 1;
+      }
+    } else {
+      bool changed = false;
+      uint64_t root = root_child_;
+      if ((rc = coarsen_family(root_child_, fn, &changed, &root)) == HM_OK) root_child_ = root;
+    }
   }
-  root_ = root;
+  return after_change(rc, "coarsen");
+}
+
+// Descends to the leaf at (coord, level) (or, with level < 0, the leaf containing coord) and
+// lets edit(kid, value) change its entry (the child reference, 0 for a leaf, and the value) in a
+// writable copy of its family, then relinks the path up to the root copy-on-write. edit_root()
+// is called instead when the root is that leaf. `*found` tells whether such a leaf exists.
+template <int Dim>
+template <class Edit, class EditRoot>
+int Octree<Dim>::edit_leaf(const uint32_t *coord, int level, bool *found, const Edit &edit, const EditRoot &edit_root) {
+  *found = false;
+  if (root_child_ == 0) {
+    if (level > 0) return HM_OK;
+    *found = true;
+    return edit_root();
+  }
+  std::array<std::pair<uint64_t, int>, kMaxLevel + 1> path;
+  int depth = 0;
+  uint64_t ref = root_child_;
+  for (;;) {
+    const Family *f = read(ref);
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    int c = 0;
+    for (int d = 0; d < Dim; ++d)
+      if (coord[d] >= f->coord[d] + size) c |= 1 << d;
+    path[depth++] = {ref, c};
+    if (f->child[c] == 0) {
+      if (level >= 0 && f->level != static_cast<uint32_t>(level)) return HM_OK;
+      break;
+    }
+    if (level >= 0 && f->level == static_cast<uint32_t>(level)) return HM_OK;  // not a leaf
+    ref = f->child[c];
+  }
+  *found = true;
+  // The leaf's family, then each ancestor pointing at its (possibly new) child.
+  uint64_t kids[kChildren];
+  double values[kChildren];
+  auto [leaf_family, leaf_index] = path[depth - 1];
+  std::memcpy(kids, read(leaf_family)->child, sizeof kids);
+  std::memcpy(values, read(leaf_family)->value, sizeof values);
+  int rc = edit(&kids[leaf_index], &values[leaf_index]);
+  if (rc != HM_OK) return rc;
+  rc = relink(leaf_family, kids, &ref, [&](Family *g) { std::memcpy(g->value, values, sizeof values); });
+  if (rc != HM_OK) return rc;
+  for (int i = depth - 2; i >= 0; --i) {
+    auto [r, c] = path[i];
+    if (read(r)->child[c] == ref) return HM_OK;  // changed in place: the path above is as it was
+    std::memcpy(kids, read(r)->child, sizeof kids);
+    kids[c] = ref;
+    if ((rc = relink(r, kids, &ref, [](Family *) {})) != HM_OK) return rc;
+  }
+  root_child_ = ref;
   return HM_OK;
 }
 
 template <int Dim>
 int Octree<Dim>::set_value(const double *point, double value) {
-  for (int d = 0; d < Dim; ++d)
+  uint32_t at[3] = {0, 0, 0};
+  for (int d = 0; d < Dim; ++d) {
     if (!(point[d] >= 0 && point[d] < 1)) return fail(HM_EINVAL, "set_value: the point lies outside [0, 1)");
-  // The path from the root to the leaf, then copies from the leaf upwards where needed.
-  std::vector<std::pair<uint64_t, int>> path;
-  uint64_t off = root_;
-  while (node(off)->child[0] != 0) {
-    const Node *n = node(off);
-    const uint32_t half = 1u << (kMaxLevel - n->level - 1);
-    int c = 0;
-    for (int d = 0; d < Dim; ++d) {
-      uint32_t x = static_cast<uint32_t>(point[d] * (1u << kMaxLevel));
-      if (x >= n->coord[d] + half) c |= 1 << d;
-    }
-    path.emplace_back(off, c);
-    off = n->child[c];
+    at[d] = static_cast<uint32_t>(point[d] * (1u << kMaxLevel));
   }
-  uint64_t w = 0;
-  int rc = writable(off, &w);
-  if (rc != HM_OK) return rc;
-  node(w)->value = value;
-  pool_->written(node(w), sizeof(Node));
-  // Walk up: a parent already in V(i) that points at w needs nothing; otherwise it is copied (or
-  // changed in place) to point at the new child.
-  for (auto it = path.rbegin(); it != path.rend(); ++it) {
-    if (node(it->first)->child[it->second] == w) return HM_OK;
-    uint64_t p = 0;
-    if ((rc = writable(it->first, &p)) != HM_OK) return rc;
-    node(p)->child[it->second] = w;
-    pool_->written(node(p), sizeof(Node));
-    w = p;
+  maybe_collect();
+  bool found = false;
+  int rc = edit_leaf(
+      at, -1, &found,
+      [&](uint64_t *, double *v) -> int {
+        *v = value;
+        return HM_OK;
+      },
+      [&] {
+        root_value_ = value;
+        return HM_OK;
+      });
+  return after_change(rc, "set_value");
+}
+
+// Splits one leaf (if it is still one); its children are appended to `children`.
+template <int Dim>
+int Octree<Dim>::split_leaf(const Leaf &leaf, std::vector<Leaf> *children) {
+  bool found = false;
+  auto split = [&](uint64_t *kid, double value) -> int {
+    int rc = new_family(leaf.coord, leaf.level, kid);
+    if (rc != HM_OK) return rc;
+    for (int k = 0; k < kChildren; ++k) mut(*kid)->value[k] = value;
+    return HM_OK;
+  };
+  int rc = edit_leaf(
+      leaf.coord, static_cast<int>(leaf.level), &found, [&](uint64_t *kid, double *v) { return split(kid, *v); },
+      [&] { return split(&root_child_, root_value_); });
+  if (rc != HM_OK || !found) return rc;
+  leaves_ += kChildren - 1;
+  const uint32_t half = 1u << (kMaxLevel - leaf.level - 1);
+  for (int k = 0; k < kChildren; ++k) {
+    Leaf child{{leaf.coord[0], leaf.coord[1], leaf.coord[2]}, leaf.level + 1, leaf.value};
+    for (int d = 0; d < Dim; ++d) child.coord[d] += ((k >> d) & 1) ? half : 0;
+    children->push_back(child);
   }
-  root_ = w;
   return HM_OK;
 }
 
 template <int Dim>
-void Octree<Dim>::leaves_below(uint64_t off, const std::function<void(const Leaf &)> &visit) const {
-  const Node *n = node(off);
-  if (n->child[0] == 0) {
-    visit(Leaf{{n->coord[0], n->coord[1], n->coord[2]}, n->level, n->value});
-    return;
+int Octree<Dim>::balance() {
+  // Ripple refinement: split every leaf that touches one more than a level finer, until none
+  // does. The first pass looks at every leaf; later passes only around the leaves just made,
+  // since only they can make new violations (either side may be the coarse one).
+  maybe_collect();
+  std::vector<Leaf> split, made;
+  leaves([&](const Leaf &l) {
+    if (l.level < 2) return;
+    neighbours(l, [&](const Leaf &n) {
+      if (n.level + 1 < l.level) split.push_back(n);
+    });
+  });
+  auto order = [](const Leaf &a, const Leaf &b) {
+    return std::tie(a.level, a.coord[0], a.coord[1], a.coord[2]) < std::tie(b.level, b.coord[0], b.coord[1], b.coord[2]);
+  };
+  auto same = [](const Leaf &a, const Leaf &b) {
+    return a.level == b.level && a.coord[0] == b.coord[0] && a.coord[1] == b.coord[1] && a.coord[2] == b.coord[2];
+  };
+  int rc = HM_OK;
+  while (!split.empty() && rc == HM_OK) {
+    std::sort(split.begin(), split.end(), order);
+    split.erase(std::unique(split.begin(), split.end(), same), split.end());
+    made.clear();
+    for (const Leaf &s : split)
+      if ((rc = split_leaf(s, &made)) != HM_OK) break;
+    split.clear();
+    for (const Leaf &x : made)
+      neighbours(x, [&](const Leaf &y) {
+        if (y.level + 1 < x.level) split.push_back(y);
+        if (y.level > x.level + 1) split.push_back(x);
+      });
   }
-  for (int c = 0; c < kChildren; ++c) leaves_below(n->child[c], visit);
+  return after_change(rc, "balance");
+}
+
+// The end of every changing operation: on failure the working version goes back to the last
+// persisted one (nothing half-made stays); otherwise C0 is merged out if it is too full, the
+// emulated device is charged, and debug builds check the invariants.
+template <int Dim>
+int Octree<Dim>::after_change(int rc, const char *op) {
+  if (rc != HM_OK) {
+    std::string why = hm_last_error();
+    reset_to_committed();
+    return fail(rc, "%s (the working version went back to version %llu)", why.c_str(),
+                static_cast<unsigned long long>(version()));
+  }
+  rc = merge_out_if_full();
+  charge();
+  if (rc != HM_OK) return rc;
+  if (checks_on()) {
+    std::string why;
+    if (!valid(&why)) {
+      std::fprintf(stderr, "hetmem: PM-octree invariant broken after %s: %s\n", op, why.c_str());
+      std::abort();
+    }
+    if (std::strcmp(op, "balance") == 0 && !balanced()) {
+      std::fprintf(stderr, "hetmem: PM-octree not 2:1 balanced after balance\n");
+      std::abort();
+    }
+  }
+  return HM_OK;
+}
+
+template <int Dim>
+void Octree<Dim>::leaves_below(uint64_t ref, const std::function<void(const Leaf &)> &visit) const {
+  const Family *f = read(ref);
+  const uint32_t size = 1u << (kMaxLevel - f->level);
+  for (int c = 0; c < kChildren; ++c) {
+    if (f->child[c] != 0) {
+      leaves_below(f->child[c], visit);
+      continue;
+    }
+    Leaf leaf{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
+    for (int d = 0; d < Dim; ++d) leaf.coord[d] += ((c >> d) & 1) ? size : 0;
+    visit(leaf);
+  }
 }
 
 template <int Dim>
 void Octree<Dim>::leaves(const std::function<void(const Leaf &)> &visit) const {
-  leaves_below(root_, visit);
+  if (root_child_ == 0) visit(Leaf{{0, 0, 0}, 0, root_value_});
+  else leaves_below(root_child_, visit);
+  charge();
 }
 
-// Leaves under `off` whose closed box meets the closed box [lo, hi].
+// Leaves under family `ref` whose closed box meets the closed box [lo, hi].
 template <int Dim>
-void Octree<Dim>::touching_below(uint64_t off, const uint32_t *lo, const uint32_t *hi,
+void Octree<Dim>::touching_below(uint64_t ref, const uint32_t *lo, const uint32_t *hi,
                                  const std::function<void(const Leaf &)> &visit) const {
-  const Node *n = node(off);
-  const uint32_t size = 1u << (kMaxLevel - n->level);
-  for (int d = 0; d < Dim; ++d)
-    if (n->coord[d] > hi[d] || n->coord[d] + size < lo[d]) return;
-  if (n->child[0] == 0) {
-    visit(Leaf{{n->coord[0], n->coord[1], n->coord[2]}, n->level, n->value});
-    return;
+  const Family *f = read(ref);
+  const uint32_t size = 1u << (kMaxLevel - f->level);
+  for (int c = 0; c < kChildren; ++c) {
+    Leaf leaf{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
+    bool meets = true;
+    for (int d = 0; d < Dim; ++d) {
+      leaf.coord[d] += ((c >> d) & 1) ? size : 0;
+      meets &= leaf.coord[d] <= hi[d] && leaf.coord[d] + size >= lo[d];
+    }
+    if (!meets) continue;
+    if (f->child[c] != 0) touching_below(f->child[c], lo, hi, visit);
+    else visit(leaf);
   }
-  for (int c = 0; c < kChildren; ++c) touching_below(n->child[c], lo, hi, visit);
 }
 
 template <int Dim>
 void Octree<Dim>::neighbours(const Leaf &leaf, const std::function<void(const Leaf &)> &visit) const {
+  if (root_child_ == 0) return;
   const uint32_t size = 1u << (kMaxLevel - leaf.level);
   uint32_t lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
   for (int d = 0; d < Dim; ++d) lo[d] = leaf.coord[d], hi[d] = leaf.coord[d] + size;
-  touching_below(root_, lo, hi, [&](const Leaf &l) {
+  touching_below(root_child_, lo, hi, [&](const Leaf &l) {
     bool self = l.level == leaf.level;
     for (int d = 0; d < Dim; ++d) self &= l.coord[d] == leaf.coord[d];
     if (!self) visit(l);
@@ -267,159 +643,31 @@ void Octree<Dim>::neighbours(const Leaf &leaf, const std::function<void(const Le
 }
 
 template <int Dim>
-int Octree<Dim>::balance() {
-  // Ripple refinement: split every leaf that touches one more than a level finer, until none does.
-  // A coarser leaf touching a finer one covers the whole contact, so each pass is exact.
-  using Key = std::array<uint32_t, 4>;
-  auto key = [](const Leaf &l) { return Key{l.coord[0], l.coord[1], l.coord[2], l.level}; };
-  for (;;) {
-    std::set<Key> split;
-    leaves([&](const Leaf &l) {
-      if (l.level < 2) return;
-      neighbours(l, [&](const Leaf &n) {
-        if (n.level + 1 < l.level) split.insert(key(n));
-      });
-    });
-    if (split.empty()) return HM_OK;
-    int rc = refine([&](const Leaf &l) { return split.count(key(l)) != 0; });
-    if (rc != HM_OK) return rc;
-  }
-}
-
-namespace {
-constexpr char kSnapshotMagic[8] = {'H', 'M', 'O', 'C', 'T', 'S', 'N', '1'};
-struct SnapshotHeader {
-  char magic[8];
-  uint32_t dim;
-  uint32_t record_bytes;
-  uint64_t leaves;
-  uint64_t checksum;  // Octree::checksum() of the saved tree
-};
-struct SnapshotLeaf {
-  uint32_t coord[3];
-  uint32_t level;
-  double value;
-};
-// The header's own checks: long enough, the magic, a dimension of 2 or 3.
-int check_snapshot_header(const SnapshotHeader &h, size_t have, const std::string &path) {
-  if (have < sizeof h || std::memcmp(h.magic, kSnapshotMagic, sizeof h.magic) != 0)
-    return fail(HM_EFORMAT, "'%s' is not a hetmem octree snapshot (wrong magic)", path.c_str());
-  if (h.dim != 2 && h.dim != 3) return fail(HM_EFORMAT, "snapshot '%s' is damaged: dimension %u", path.c_str(), h.dim);
-  return HM_OK;
-}
-}  // namespace
-
-int snapshot_dimension(const std::string &path, int *dim) {
-  std::ifstream in(path, std::ios::binary);  // the header only
-  if (!in) return fail(HM_EIO, "snapshot '%s' cannot be read", path.c_str());
-  SnapshotHeader h{};
-  in.read(reinterpret_cast<char *>(&h), sizeof h);
-  int rc = check_snapshot_header(h, static_cast<size_t>(in.gcount()), path);
-  if (rc != HM_OK) return rc;
-  *dim = static_cast<int>(h.dim);
-  return HM_OK;
-}
-
-template <int Dim>
-int Octree<Dim>::save_snapshot(const std::string &path) const {
-  std::string bytes(sizeof(SnapshotHeader), '\0');
-  uint64_t n = 0;
-  leaves([&](const Leaf &l) {
-    SnapshotLeaf r{{l.coord[0], l.coord[1], l.coord[2]}, l.level, l.value};
-    bytes.append(reinterpret_cast<const char *>(&r), sizeof r);
-    ++n;
-  });
-  SnapshotHeader h{};
-  std::memcpy(h.magic, kSnapshotMagic, sizeof h.magic);
-  h.dim = Dim;
-  h.record_bytes = sizeof(SnapshotLeaf);
-  h.leaves = n;
-  h.checksum = checksum();
-  std::memcpy(bytes.data(), &h, sizeof h);
-  if (!prim::write_text_atomic(path, bytes))
-    return fail(HM_EIO, "snapshot '%s' could not be written (check the directory and free space)", path.c_str());
-  return HM_OK;
-}
-
-template <int Dim>
-int Octree<Dim>::load_snapshot(const std::string &path, const std::string &pool_path, uint64_t bytes,
-                               std::unique_ptr<Octree> *out) {
-  std::string data;
-  if (!prim::read_text(path, &data)) return fail(HM_EIO, "snapshot '%s' cannot be read", path.c_str());
-  SnapshotHeader h{};
-  std::memcpy(&h, data.data(), std::min(sizeof h, data.size()));
-  int rc = check_snapshot_header(h, data.size(), path);
-  if (rc != HM_OK) return rc;
-  if (h.dim != Dim) return fail(HM_EFORMAT, "snapshot '%s' holds a %uD tree, not a %dD one", path.c_str(), h.dim, Dim);
-  if (h.record_bytes != sizeof(SnapshotLeaf) || h.leaves == 0 ||
-      (data.size() - sizeof h) / sizeof(SnapshotLeaf) != h.leaves || (data.size() - sizeof h) % sizeof(SnapshotLeaf))
-    return fail(HM_EFORMAT, "snapshot '%s' is truncated or damaged: its header says %llu leaves in %zu bytes",
-                path.c_str(), static_cast<unsigned long long>(h.leaves), data.size());
-  std::vector<SnapshotLeaf> saved(h.leaves);
-  std::memcpy(saved.data(), data.data() + sizeof h, h.leaves * sizeof(SnapshotLeaf));
-  // Every ancestor of a saved leaf is an inner octant: refine level by level until none is left.
-  using Key = std::array<uint32_t, 4>;
-  std::set<Key> inner;
-  for (const SnapshotLeaf &l : saved) {
-    if (l.level > kMaxLevel)
-      return fail(HM_EFORMAT, "snapshot '%s' is damaged: a leaf at level %u", path.c_str(), l.level);
-    for (uint32_t a = 0; a < l.level; ++a) {
-      const uint32_t mask = ~((1u << (kMaxLevel - a)) - 1);
-      inner.insert(Key{l.coord[0] & mask, l.coord[1] & mask, Dim == 3 ? l.coord[2] & mask : 0, a});
-    }
-  }
-  std::unique_ptr<Octree> tree;
-  rc = create(pool_path, bytes, &tree);
-  if (rc != HM_OK) return rc;
-  auto refuse = [&](int code) {
-    std::string why = hm_last_error();
-    tree.reset();
-    std::remove(pool_path.c_str());
-    return fail(code, "%s", why.c_str());
-  };
-  for (uint32_t level = 0; level < kMaxLevel && rc == HM_OK; ++level)
-    rc = tree->refine([&](const Leaf &l) {
-      return l.level == level && inner.count(Key{l.coord[0], l.coord[1], Dim == 3 ? l.coord[2] : 0, l.level}) != 0;
-    });
-  for (size_t i = 0; i < saved.size() && rc == HM_OK; ++i) {
-    double centre[3] = {0, 0, 0};
-    for (int d = 0; d < Dim; ++d)
-      centre[d] = std::ldexp(saved[i].coord[d] + 0.5 * (1u << (kMaxLevel - saved[i].level)), -kMaxLevel);
-    rc = tree->set_value(centre, saved[i].value);
-  }
-  if (rc != HM_OK) return refuse(rc);
-  if (tree->checksum() != h.checksum) {
-    fail(HM_EFORMAT, "snapshot '%s' is damaged: its leaves do not match its checksum; no pool was made", path.c_str());
-    return refuse(HM_EFORMAT);
-  }
-  if ((rc = tree->persist()) != HM_OK) return refuse(rc);
-  *out = std::move(tree);
-  return HM_OK;
-}
-
-template <int Dim>
-size_t Octree<Dim>::leaf_count() const {
-  size_t n = 0;
-  leaves([&](const Leaf &) { ++n; });
-  return n;
-}
-
-template <int Dim>
 bool Octree<Dim>::find(const double *point, Leaf *out) const {
-  for (int d = 0; d < Dim; ++d)
+  uint32_t at[3] = {0, 0, 0};
+  for (int d = 0; d < Dim; ++d) {
     if (!(point[d] >= 0 && point[d] < 1)) return false;
-  uint64_t off = root_;
-  while (node(off)->child[0] != 0) {
-    const Node *n = node(off);
-    const uint32_t half = 1u << (kMaxLevel - n->level - 1);
+    at[d] = static_cast<uint32_t>(point[d] * (1u << kMaxLevel));
+  }
+  if (root_child_ == 0) {
+    *out = Leaf{{0, 0, 0}, 0, root_value_};
+    return true;
+  }
+  uint64_t ref = root_child_;
+  for (;;) {
+    const Family *f = read(ref);
+    const uint32_t size = 1u << (kMaxLevel - f->level);
     int c = 0;
     for (int d = 0; d < Dim; ++d)
-      if (static_cast<uint32_t>(point[d] * (1u << kMaxLevel)) >= n->coord[d] + half) c |= 1 << d;
-    off = n->child[c];
+      if (at[d] >= f->coord[d] + size) c |= 1 << d;
+    if (f->child[c] != 0) {
+      ref = f->child[c];
+      continue;
+    }
+    *out = Leaf{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
+    for (int d = 0; d < Dim; ++d) out->coord[d] += ((c >> d) & 1) ? size : 0;
+    return true;
   }
-  const Node *n = node(off);
-  *out = Leaf{{n->coord[0], n->coord[1], n->coord[2]}, n->level, n->value};
-  return true;
 }
 
 template <int Dim>
@@ -437,62 +685,58 @@ uint64_t Octree<Dim>::checksum() const {
 
 template <int Dim>
 bool Octree<Dim>::valid(std::string *why) const {
-  // Every child sits where its index says, one level down; the leaves cover the domain once.
-  uint64_t covered = 0;
-  bool ok = true;
   // Offsets and levels are checked before they are followed, so a damaged pool is reported, not
   // read out of bounds; levels grow by one per step down, which bounds the recursion.
-  auto in_data = [&](uint64_t off) {
-    return off >= kHeaderBytes && off % kUnit == 0 && off + sizeof(Node) <= pool_->top();
-  };
-  std::function<void(uint64_t)> check = [&](uint64_t off) {
-    const Node *n = node(off);
-    if (n->level > kMaxLevel) {
-      ok = false;
-      if (why) *why = "an octant's level is beyond the deepest level";
-      return;
-    }
-    const uint32_t size = 1u << (kMaxLevel - n->level);
-    for (int d = 0; d < Dim; ++d)
-      if (n->coord[d] % size != 0) {
-        ok = false;
-        if (why) *why = "an octant is not aligned to its level";
-      }
-    if (n->child[0] == 0) {
-      for (int c = 1; c < kChildren; ++c)
-        if (n->child[c] != 0) {
-          ok = false;
-          if (why) *why = "a leaf has some children";
-        }
-      covered += uint64_t{1} << (Dim * (kMaxLevel - n->level));
-      return;
-    }
-    for (int c = 0; c < kChildren; ++c) {
-      if (!in_data(n->child[c])) {
-        ok = false;
-        if (why) *why = "a child offset points outside the pool's data";
-        return;
-      }
-      const Node *k = node(n->child[c]);
-      bool placed = k->level == n->level + 1;
-      for (int d = 0; d < Dim; ++d) placed &= k->coord[d] == n->coord[d] + (((c >> d) & 1) ? size / 2 : 0);
-      if (!placed) {
-        ok = false;
-        if (why) *why = "a child is not where its index says";
-        return;
-      }
-      check(n->child[c]);
-    }
-  };
-  if (!in_data(root_)) {
-    if (why) *why = "the root offset points outside the pool's data";
-    return false;
-  }
-  check(root_);
-  if (ok && covered != uint64_t{1} << (Dim * kMaxLevel)) {
+  bool ok = true;
+  uint64_t covered = 0, counted = 0;
+  auto bad = [&](const char *reason) {
+    if (ok && why) *why = reason;
     ok = false;
-    if (why) *why = "the leaves do not cover the domain exactly once";
+  };
+  auto in_range = [&](uint64_t ref) {
+    if (is_fast(ref)) return (ref & ~kFast) < fast_cap_;
+    return ref >= kHeaderBytes && (ref - kHeaderBytes) % slots_.slot_bytes() == 0 && ref + sizeof(Family) <= pool_->top();
+  };
+  std::function<void(uint64_t, const uint32_t *, uint32_t)> check = [&](uint64_t ref, const uint32_t *coord, uint32_t level) {
+    if (!in_range(ref)) return bad("a child offset points outside the pool's data");
+    const Family *f = read(ref);
+    if (f->level != level + 1 || f->level > static_cast<uint32_t>(kMaxLevel)) return bad("a family is not one level below its parent");
+    for (int d = 0; d < Dim; ++d)
+      if (f->coord[d] != coord[d]) return bad("a family is not where its parent's index says");
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    for (int d = 0; d < Dim; ++d)
+      if (f->coord[d] % (2 * size) != 0) return bad("an octant is not aligned to its level");
+    for (int c = 0; c < kChildren; ++c) {
+      uint32_t at[3] = {f->coord[0], f->coord[1], f->coord[2]};
+      for (int d = 0; d < Dim; ++d) at[d] += ((c >> d) & 1) ? size : 0;
+      if (f->child[c] != 0) {
+        check(f->child[c], at, f->level);
+        if (!ok) return;
+      } else {
+        covered += uint64_t{1} << (Dim * (kMaxLevel - f->level));
+        ++counted;
+      }
+    }
+  };
+  if (root_child_ == 0) {
+    covered = uint64_t{1} << (Dim * kMaxLevel);
+    counted = 1;
+  } else {
+    const uint32_t origin[3] = {0, 0, 0};
+    check(root_child_, origin, 0);
   }
+  if (ok && covered != uint64_t{1} << (Dim * kMaxLevel)) bad("the leaves do not cover the domain exactly once");
+  if (ok && counted != leaves_) bad("the leaf count recorded differs from the leaves in the tree");
+  return ok;
+}
+
+template <int Dim>
+bool Octree<Dim>::balanced() const {
+  bool ok = true;
+  leaves([&](const Leaf &l) {
+    if (!ok) return;
+    neighbours(l, [&](const Leaf &n) { ok &= n.level + 1 >= l.level && l.level + 1 >= n.level; });
+  });
   return ok;
 }
 

@@ -1,22 +1,64 @@
-// A persistent multi-version octree (Dim = 3) or quadtree (Dim = 2) in a persistent pool (seed 003,
-// first part). The committed version V(i-1) is never written: changing an octant of it copies the
-// octant, and its ancestors up to a new root (copy-on-write), into the working version V(i);
-// octants the working version allocated itself are changed in place. Unchanged subtrees are
-// shared between versions. `persist()` commits V(i) with the pool's flush/fence protocol;
-// `restore()` (opening the pool) returns exactly the last committed version.
+// PM-octree (seed 003 §3): a persistent multi-version octree (Dim = 3) or quadtree (Dim = 2).
+//
+// Two versions are kept. V(i-1), the last persisted one, lies entirely in the pool (the
+// persistent tier) and is never written. V(i), the working version, shares every unchanged
+// subtree with it; changing an octant of V(i-1) copies its family, and the families above it up
+// to a new root (copy-on-write); families V(i) allocated itself change in place. V(i)'s hot
+// subtrees (C0) live on the fast tier within a budget, the rest (C1) in the pool. C0 is the top
+// of the tree down to the hot subtrees, so its root is V(i)'s root. A persist merges C0 into C1
+// (only what changed is written), commits with the pool's flush/fence protocol, turns the
+// deletion marks of octants V(i) dropped into free space (the garbage collection before a new
+// step), and then may transform the layout: feature-directed sampling finds the subtree the
+// application will touch most, which then moves into C0 copy-on-write as it is written.
+//
+// Storage unit: a family, the 2^Dim children of one octant (like Gerris' oct), with each child's
+// value and the offset of its own children (0 for a leaf). Pool offsets are relative to the
+// pool's start, so a pool maps at any address; references to C0 carry a tag bit.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "persist/pool.h"
+#include "persist/slot_space.h"
+#include "tier/emul.h"
 
 namespace hm::persist {
 
 // The dimension (2 or 3) of the tree in a snapshot file. HM_EIO (unreadable), HM_EFORMAT.
 int snapshot_dimension(const std::string &path, int *dim);
+
+// How a tree uses the tiers (all optional).
+struct OctreeOptions {
+  uint64_t fast_bytes = 0;        // C0's budget on the fast tier; 0: every family in the pool
+  double fast_threshold = 0.9;    // C0 fuller than this fraction of its budget: merge subtrees out
+  double gc_threshold = 0.1;      // free pool space under this fraction: mark-and-sweep first
+  bool transform = true;          // feature-directed transformation after each persist
+  double t_transform = 1.5;       // Ratio_access needed to swap a C1 subtree into C0
+  std::string replica;            // a second pool receiving each version's delta ("": none)
+  bool emulate_nvbm = false;      // charge pool accesses as the emulated `nvbm` device
+};
+
+// What the tree did to the tiers since it was opened.
+struct OctreeStats {
+  uint64_t pool_writes = 0;        // family writes into the pool (persistent tier)
+  uint64_t pool_write_bytes = 0;
+  uint64_t pool_reads = 0;         // family reads from the pool
+  uint64_t fast_writes = 0;        // family writes in C0
+  uint64_t flushed_bytes = 0;      // bytes persists flushed (data and root slots)
+  uint64_t merges = 0;             // C0 subtrees merged out because C0 was full
+  uint64_t transforms = 0;         // hot subtrees swapped into C0
+  uint64_t gc_runs = 0;            // mark-and-sweep collections
+  uint64_t gc_freed = 0;           // slots they freed
+  uint64_t replica_bytes = 0;      // bytes sent to the replica
+  uint64_t fast_families = 0;      // C0 families now
+  uint64_t fast_capacity = 0;      // C0 families the budget holds
+  uint64_t pool_families = 0;      // pool slots in use (both versions)
+  uint64_t emul_charged_ns = 0;    // delay charged by the nvbm emulation
+};
 
 template <int Dim>
 class Octree {
@@ -24,31 +66,52 @@ class Octree {
   static constexpr int kChildren = 1 << Dim;
   static constexpr int kMaxLevel = 20;
 
-  struct Node {
-    uint32_t coord[3];           // integer coordinates of the lower corner, in units of 2^-kMaxLevel
-    uint32_t level;              // 0: the whole domain
-    uint64_t child[kChildren];   // pool offsets; all 0 for a leaf
-    double value;                // the application's data for a leaf
-  };
   struct Leaf {
-    uint32_t coord[3];
-    uint32_t level;
-    double value;
+    uint32_t coord[3];  // integer coordinates of the lower corner, in units of 2^-kMaxLevel
+    uint32_t level;     // 0: the whole domain
+    double value;       // the application's data
   };
+  // The children of one octant.
+  struct Family {
+    uint32_t coord[3];             // lower corner of the parent octant
+    uint32_t level;                // the children's level
+    uint64_t child[kChildren];     // each child's own family; 0 for a leaf
+    double value[kChildren];
+  };
+  // The root object a commit names.
+  struct Top {
+    uint64_t child;   // the root octant's family (0: the root is a leaf)
+    double value;     // the root leaf's value
+    uint64_t leaves;
+    uint64_t dim;
+  };
+  using Feature = std::function<bool(const Leaf &)>;
 
+  ~Octree();
   // A new tree (one root leaf) in a new pool, committed as version 1.
-  static int create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out);
-  // The last committed version of an existing pool (pm_restore).
-  static int restore(const std::string &path, std::unique_ptr<Octree> *out);
+  static int create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out,
+                    const OctreeOptions &options = {});
+  // The last committed version of an existing pool (pm_restore). With options.replica set and
+  // the pool missing or unreadable, the replica is copied back first.
+  static int restore(const std::string &path, std::unique_ptr<Octree> *out, const OctreeOptions &options = {});
 
   // Splits every leaf for which refine(leaf) is true (one level); children inherit the value.
   int refine(const std::function<bool(const Leaf &)> &refine);
-  // Merges every family of leaves for which coarsen(family) is true into their parent.
+  // Merges every family of leaves for which coarsen(family) is true into their parent, whose
+  // value becomes the family's mean.
   int coarsen(const std::function<bool(const Leaf *family)> &coarsen);
   // Sets the value of the leaf containing the point (coordinates in [0, 1)).
   int set_value(const double *point, double value);
-  // Commits the working version (pm_persistent).
+  // 2:1 balance across faces, edges and corners: refines until no two touching leaves differ by
+  // more than one level. Only refines, so a balanced tree is left unchanged.
+  int balance();
+  // Merges C0 into C1, commits the working version (pm_persistent), frees what V(i-1) alone
+  // used, sends the delta to the replica, and transforms the layout.
   int persist();
+  // A full mark-and-sweep of the pool (otherwise run when free space falls under the threshold).
+  int collect();
+  // The application's features for sampling (seed 003 §3.3): true where it will work next.
+  void set_features(Feature feature) { feature_ = std::move(feature); }
 
   // Snapshot files (the baseline that PM-octree replaces): the leaves in Morton order with the
   // tree's checksum, written to a temporary file, synced and renamed into place.
@@ -57,46 +120,99 @@ class Octree {
   // for a file that is not a snapshot of this dimension or whose leaves do not match its checksum
   // (the pool is then removed); HM_EIO when it cannot be read.
   static int load_snapshot(const std::string &path, const std::string &pool_path, uint64_t bytes,
-                           std::unique_ptr<Octree> *out);
+                           std::unique_ptr<Octree> *out, const OctreeOptions &options = {});
 
   void leaves(const std::function<void(const Leaf &)> &visit) const;
-  size_t leaf_count() const;
+  size_t leaf_count() const { return leaves_; }
   // The leaf containing a point in [0, 1)^Dim.
   bool find(const double *point, Leaf *out) const;
   // The leaves that touch `leaf` across a face, an edge or a corner (the leaf itself excluded);
   // the domain is not periodic.
   void neighbours(const Leaf &leaf, const std::function<void(const Leaf &)> &visit) const;
-  // 2:1 balance across faces, edges and corners: refines until no two touching leaves differ by
-  // more than one level. Only refines, so a balanced tree is left unchanged.
-  int balance();
   // A checksum of the leaves (coordinates, levels, values) in Morton order: equal for equal trees
-  // whatever the layout in the pool.
+  // whatever the layout in the pool and the fast tier.
   uint64_t checksum() const;
-  // Leaves sorted, non-overlapping and covering the domain exactly; children aligned to levels.
+  // Leaves sorted, non-overlapping and covering the domain exactly; children aligned to levels;
+  // offsets inside the pool; the leaf count as recorded.
   bool valid(std::string *why) const;
+  // No two touching leaves differ by more than one level.
+  bool balanced() const;
 
   uint64_t version() const { return pool_->sequence(); }
   Pool &pool() { return *pool_; }
+  OctreeStats stats() const;
+  // The hot subtrees C0 is for (octants as leaves: coordinates and level).
+  std::vector<Leaf> hot_subtrees() const { return hot_; }
 
  private:
-  explicit Octree(std::unique_ptr<Pool> pool) : pool_(std::move(pool)) {}
+  static constexpr uint64_t kFast = uint64_t{1} << 63;
+  Octree(std::unique_ptr<Pool> pool, const OctreeOptions &options);
   // The pool's content tag: "octree2" for a quadtree, "octree3" for an octree.
   static const char *content_name() { return Dim == 2 ? "octree2" : "octree3"; }
-  Node *node(uint64_t off) const { return pool_->at<Node>(off); }
-  bool committed(uint64_t off) const { return off < pool_->committed_top(); }
-  int writable(uint64_t off, uint64_t *out);       // a copy in V(i) if off belongs to V(i-1)
-  int new_node(uint64_t *off);
-  // Rebuilds the path of changed subtrees below `off`; returns the (possibly new) offset.
-  int refine_below(uint64_t off, const std::function<bool(const Leaf &)> &refine, bool *changed, uint64_t *out);
-  int coarsen_below(uint64_t off, const std::function<bool(const Leaf *)> &coarsen, bool *changed, uint64_t *out);
-  void leaves_below(uint64_t off, const std::function<void(const Leaf &)> &visit) const;
-  void touching_below(uint64_t off, const uint32_t *lo, const uint32_t *hi,
+  int setup();
+  static bool is_fast(uint64_t ref) { return (ref & kFast) != 0; }
+  const Family *read(uint64_t ref) const;
+  Family *mut(uint64_t ref) { return const_cast<Family *>(read(ref)); }
+  // A reference to a family that may be written: C0 families and fresh pool families as they are,
+  // a committed family copied (into C0 if it lies in a hot subtree and C0 has room).
+  int writable(uint64_t ref, uint64_t *out);
+  // A new family for the children of octant (coord, level).
+  int new_family(const uint32_t *coord, uint32_t level, uint64_t *out);
+  void drop_family(uint64_t ref);
+  bool fast_eligible(const uint32_t *coord, uint32_t level) const;
+  bool fast_room(bool forced) const;
+  int fast_take(uint64_t *ref);
+  // Writes C0 family `ref` (and its C0 descendants) into the pool; returns its pool offset.
+  int merge(uint64_t ref, uint64_t *home, bool *moved);
+  void free_fast_subtree(uint64_t ref);
+  int merge_out_if_full();
+  void transform();
+  void drop_cold();
+  uint32_t depth() const;
+  int sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng) const;
+  void count_write(uint64_t ref);
+  void charge() const;
+  int after_change(int rc, const char *op);
+  int reset_to_committed();
+  int split_leaf(const Leaf &leaf, std::vector<Leaf> *children);
+  template <class Edit, class EditRoot>
+  int edit_leaf(const uint32_t *coord, int level, bool *found, const Edit &edit, const EditRoot &edit_root);
+  template <class Edit>
+  int relink(uint64_t ref, uint64_t *kids, uint64_t *out, const Edit &edit);
+  void maybe_collect();
+  int refine_family(uint64_t ref, const std::function<bool(const Leaf &)> &fn, bool *changed, uint64_t *out);
+  int coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool *changed, uint64_t *out);
+  void leaves_below(uint64_t ref, const std::function<void(const Leaf &)> &visit) const;
+  void touching_below(uint64_t ref, const uint32_t *lo, const uint32_t *hi,
                       const std::function<void(const Leaf &)> &visit) const;
-  template <class Below>
-  int through_children(uint64_t off, bool *changed, uint64_t *out, const Below &below);
+  void mark(uint64_t ref, std::vector<bool> &live) const;
+  int sync_replica();
+  int build(const void *records, size_t count, size_t *next, const uint32_t *coord, uint32_t level, uint64_t *kid,
+            double *value);
 
   std::unique_ptr<Pool> pool_;
-  uint64_t root_ = 0;  // the working version's root
+  OctreeOptions options_;
+  SlotSpace slots_;
+  // The working version's root (a C0 reference, a pool offset, or 0 for a root leaf).
+  uint64_t root_child_ = 0;
+  double root_value_ = 0;
+  uint64_t leaves_ = 1;
+  // C0 on the fast tier: families, each with its home in the pool (0: none yet), whether it
+  // changed since it was merged, and how often it was written (to merge the least used out).
+  Family *fast_ = nullptr;
+  uint64_t fast_cap_ = 0;
+  std::vector<uint64_t> fast_home_;
+  std::vector<uint8_t> fast_dirty_;
+  std::vector<uint32_t> fast_hits_;
+  std::vector<uint64_t> fast_free_;
+  std::vector<Leaf> hot_;
+  bool merging_ = false;
+  bool hot_chosen_ = false;
+  Feature feature_;
+  std::unique_ptr<Pool> replica_;
+  mutable OctreeStats stats_;
+  mutable uint64_t uncharged_ = 0;
+  mutable EmulState emul_state_;
 };
 
 }  // namespace hm::persist

@@ -161,11 +161,25 @@ int Pool::allocate(uint64_t bytes, uint64_t *offset) {
 
 void Pool::written(const void *p, uint64_t bytes) {
   uint64_t off = offset_of(p);
-  dirty_lo_ = std::min(dirty_lo_, off);
-  dirty_hi_ = std::max(dirty_hi_, off + bytes);
+  if (!dirty_.empty() && dirty_.back().second >= off && dirty_.back().first <= off + bytes) {
+    dirty_.back().first = std::min(dirty_.back().first, off);
+    dirty_.back().second = std::max(dirty_.back().second, off + bytes);
+    return;
+  }
+  dirty_.emplace_back(off, off + bytes);
+}
+
+int Pool::set_top(uint64_t top) {
+  if (top < committed_.top || top > bytes_ || top % kUnit != 0)
+    return fail(HM_EINVAL, "persistent pool '%s': top %llu is outside %llu..%llu", path_.c_str(),
+                static_cast<unsigned long long>(top), static_cast<unsigned long long>(committed_.top),
+                static_cast<unsigned long long>(bytes_));
+  top_ = top;
+  return HM_OK;
 }
 
 void Pool::flush(uint64_t offset, uint64_t bytes) {
+  flushed_bytes_ += bytes;
   if (observer_) observer_->on_flush(offset, bytes);
   if (map_sync_) prim::flush_lines(base_ + offset, bytes);
   else {
@@ -179,16 +193,27 @@ void Pool::fence() {
   if (map_sync_) prim::store_fence();
 }
 
-int Pool::commit(uint64_t root) {
+int Pool::commit(uint64_t root, uint64_t sequence) {
   if (root != 0 && (root < kHeaderBytes || root >= top_))
     return fail(HM_EINVAL, "commit: root offset %llu is outside the data (%llu..%llu)",
                 static_cast<unsigned long long>(root), static_cast<unsigned long long>(kHeaderBytes),
                 static_cast<unsigned long long>(top_));
-  // 1. Everything the new version wrote is durable before 2. the slot that names it.
-  if (dirty_hi_ > dirty_lo_) flush(dirty_lo_, dirty_hi_ - dirty_lo_);
+  // 1. Everything the new version wrote is durable before 2. the slot that names it. Ranges are
+  // merged in offset order, so a line (a page, when msync does the flushing) is flushed once.
+  if (!map_sync_)
+    for (auto &r : dirty_) {
+      r.first &= ~uint64_t{prim::kPageSize - 1};
+      r.second = std::min(bytes_, (r.second + prim::kPageSize - 1) & ~uint64_t{prim::kPageSize - 1});
+    }
+  std::sort(dirty_.begin(), dirty_.end());
+  for (size_t i = 0; i < dirty_.size();) {
+    uint64_t lo = dirty_[i].first, hi = dirty_[i].second;
+    for (++i; i < dirty_.size() && dirty_[i].first <= hi; ++i) hi = std::max(hi, dirty_[i].second);
+    flush(lo, hi - lo);
+  }
   fence();
   int slot = committed_slot_ == 0 ? 1 : 0;
-  RootSlot next{committed_.sequence + 1, root, top_, 0};
+  RootSlot next{sequence ? sequence : committed_.sequence + 1, root, top_, 0};
   next.checksum = slot_checksum(next);
   PoolHeader *h = at<PoolHeader>(0);
   h->slots[slot] = next;
@@ -196,15 +221,13 @@ int Pool::commit(uint64_t root) {
   fence();
   committed_ = next;
   committed_slot_ = slot;
-  dirty_lo_ = ~uint64_t{0};
-  dirty_hi_ = 0;
+  dirty_.clear();
   return HM_OK;
 }
 
 void Pool::rollback() {
   top_ = committed_slot_ >= 0 ? committed_.top : kHeaderBytes;
-  dirty_lo_ = ~uint64_t{0};
-  dirty_hi_ = 0;
+  dirty_.clear();
 }
 
 }  // namespace hm::persist

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace hm::persist {
 
@@ -69,8 +71,14 @@ class Pool {
   int allocate(uint64_t bytes, uint64_t *offset);
   // Marks [p, p + bytes) as written by the working version (flushed at the commit).
   void written(const void *p, uint64_t bytes);
-  // Makes the working version the committed one, with `root` as its root object.
-  int commit(uint64_t root);
+  // Makes the working version the committed one, with `root` as its root object. Its sequence
+  // number is the last one plus 1, or `sequence` when given (a replica follows its primary).
+  int commit(uint64_t root, uint64_t sequence = 0);
+  // Moves the top of the working version (a replica takes its primary's); at least the
+  // committed top, at most the capacity.
+  int set_top(uint64_t top);
+  // Bytes flushed by commits since the pool was opened (what persisting has written).
+  uint64_t flushed_bytes() const { return flushed_bytes_; }
   // Forgets everything the working version allocated since the last commit.
   void rollback();
 
@@ -101,7 +109,8 @@ class Pool {
   RootSlot committed_{};
   int committed_slot_ = -1;
   uint64_t top_ = kHeaderBytes;
-  uint64_t dirty_lo_ = ~uint64_t{0}, dirty_hi_ = 0;  // written since the last commit
+  std::vector<std::pair<uint64_t, uint64_t>> dirty_;  // [offset, end) written since the last commit
+  uint64_t flushed_bytes_ = 0;
   PersistObserver *observer_ = nullptr;
 };
 

@@ -1,0 +1,378 @@
+// PM-octree across the tiers (seed 003 §3.2-3.4): merging C0 into C1, the persist point,
+// garbage collection, the feature-directed transformation and replicas.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "base/error.h"
+#include "hetmem/hetmem.h"
+#include "persist/octree.h"
+
+namespace hm::persist {
+
+// Writes C0 family `ref` and its C0 descendants into the pool, each where it belongs: over its
+// home if the working version allocated that, else in a new slot (the committed home gets a
+// deletion mark). Unchanged families whose children stayed put are not written at all.
+template <int Dim>
+int Octree<Dim>::merge(uint64_t ref, uint64_t *home, bool *moved) {
+  const uint64_t i = ref & ~kFast;
+  Family image;
+  std::memcpy(static_cast<void *>(&image), &fast_[i], sizeof image);
+  bool changed = fast_dirty_[i] || fast_home_[i] == 0;
+  for (int c = 0; c < kChildren; ++c)
+    if (is_fast(image.child[c])) {
+      bool mv = false;
+      int rc = merge(image.child[c], &image.child[c], &mv);
+      if (rc != HM_OK) return rc;
+      changed |= mv;
+    }
+  const uint64_t old = fast_home_[i];
+  *home = old;
+  *moved = false;
+  if (!changed) return HM_OK;
+  uint64_t dst = old;
+  if (!old || !slots_.fresh(old)) {
+    int rc = slots_.allocate(&dst);
+    if (rc != HM_OK) return rc;
+    if (old) slots_.release(old);
+  }
+  std::memcpy(static_cast<void *>(pool_->template at<Family>(dst)), &image, sizeof image);
+  count_write(dst);
+  fast_home_[i] = dst;
+  fast_dirty_[i] = 0;
+  *home = dst;
+  *moved = dst != old;
+  return HM_OK;
+}
+
+// Gives the C0 slots of a merged subtree back (their pool copies are the live ones now).
+template <int Dim>
+void Octree<Dim>::free_fast_subtree(uint64_t ref) {
+  const uint64_t i = ref & ~kFast;
+  for (int c = 0; c < kChildren; ++c)
+    if (is_fast(fast_[i].child[c])) free_fast_subtree(fast_[i].child[c]);
+  fast_home_[i] = 0;
+  fast_free_.push_back(i);
+}
+
+// C0 over its threshold: the subtrees written least per family are merged out until C0 is
+// back to 70% of its budget (seed 003 §3.2, merging scenario 1). Never the root family.
+template <int Dim>
+int Octree<Dim>::merge_out_if_full() {
+  if (fast_cap_ == 0 || !is_fast(root_child_)) return HM_OK;
+  const uint64_t used = fast_cap_ - fast_free_.size();
+  if (used <= options_.fast_threshold * fast_cap_) return HM_OK;
+  struct Candidate {
+    uint64_t parent, ref, size, hits;
+    int index;
+  };
+  std::vector<Candidate> all;
+  std::function<std::pair<uint64_t, uint64_t>(uint64_t)> measure = [&](uint64_t ref) {
+    const uint64_t i = ref & ~kFast;
+    uint64_t size = 1, hits = fast_hits_[i];
+    for (int c = 0; c < kChildren; ++c)
+      if (is_fast(fast_[i].child[c])) {
+        const size_t at = all.size();
+        all.push_back({ref, fast_[i].child[c], 0, 0, c});
+        auto [s, h] = measure(fast_[i].child[c]);
+        all[at].size = s;
+        all[at].hits = h;
+        size += s;
+        hits += h;
+      }
+    return std::make_pair(size, hits);
+  };
+  measure(root_child_);
+  std::sort(all.begin(), all.end(), [](const Candidate &a, const Candidate &b) {
+    return a.hits * b.size < b.hits * a.size || (a.hits * b.size == b.hits * a.size && a.size > b.size);
+  });
+  const uint64_t target = static_cast<uint64_t>(0.7 * fast_cap_);
+  for (const Candidate &k : all) {
+    if (fast_cap_ - fast_free_.size() <= target) break;
+    Family &parent = fast_[k.parent & ~kFast];
+    if (parent.child[k.index] != k.ref) continue;  // inside a subtree merged out already
+    uint64_t home = 0;
+    bool moved = false;
+    int rc = merge(k.ref, &home, &moved);
+    if (rc != HM_OK) return rc;
+    free_fast_subtree(k.ref);
+    parent.child[k.index] = home;
+    if (moved) fast_dirty_[k.parent & ~kFast] = 1;
+    ++stats_.merges;
+  }
+  // Reset the write counts, so the next choice reflects recent use.
+  std::fill(fast_hits_.begin(), fast_hits_.end(), 0);
+  return HM_OK;
+}
+
+template <int Dim>
+int Octree<Dim>::persist() {
+  // Merge C0 into C1 (no garbage collection meanwhile), then the new root object.
+  merging_ = true;
+  uint64_t root = root_child_, top = 0;
+  int rc = HM_OK;
+  if (is_fast(root_child_)) {
+    bool moved = false;
+    rc = merge(root_child_, &root, &moved);
+  }
+  if (rc == HM_OK) rc = slots_.allocate(&top);
+  if (rc != HM_OK) {
+    merging_ = false;
+    return after_change(rc, "persist");
+  }
+  Top *t = pool_->template at<Top>(top);
+  std::memset(static_cast<void *>(t), 0, sizeof(Top));
+  t->child = root;
+  t->value = root_value_;
+  t->leaves = leaves_;
+  t->dim = Dim;
+  count_write(top);
+  if (pool_->root() != 0) slots_.release(pool_->root());
+  slots_.each_fresh([&](uint64_t off) { pool_->written(pool_->template at<char>(off), sizeof(Family)); });
+  const uint64_t flushed = pool_->flushed_bytes();
+  if ((rc = pool_->commit(top)) != HM_OK) {
+    merging_ = false;
+    return after_change(rc, "persist");
+  }
+  stats_.flushed_bytes += pool_->flushed_bytes() - flushed;
+  rc = sync_replica();
+  // The deletion marks of V(i-1) are free now: the collection before the next step.
+  slots_.committed();
+  merging_ = false;
+  transform();
+  charge();
+  return rc;
+}
+
+// Back to the last persisted version: C0 is emptied, what the working version allocated is free.
+template <int Dim>
+int Octree<Dim>::reset_to_committed() {
+  pool_->rollback();
+  slots_.rolled_back();
+  if (fast_cap_) {
+    fast_free_.clear();
+    for (uint64_t i = fast_cap_; i-- > 0;) fast_free_.push_back(i);
+    std::fill(fast_home_.begin(), fast_home_.end(), 0);
+  }
+  const Top *t = pool_->template at<Top>(pool_->root());
+  root_child_ = t->child;
+  root_value_ = t->value;
+  leaves_ = t->leaves;
+  return HM_OK;
+}
+
+template <int Dim>
+void Octree<Dim>::mark(uint64_t ref, std::vector<bool> &live) const {
+  if (ref == 0) return;
+  if (is_fast(ref)) {
+    const uint64_t i = ref & ~kFast;
+    if (fast_home_[i]) live[slots_.index(fast_home_[i])] = true;
+    for (int c = 0; c < kChildren; ++c) mark(fast_[i].child[c], live);
+    return;
+  }
+  if (live[slots_.index(ref)]) return;  // shared with a version already marked
+  live[slots_.index(ref)] = true;
+  const Family *f = read(ref);
+  for (int c = 0; c < kChildren; ++c) mark(f->child[c], live);
+}
+
+// Mark-and-sweep (seed 003 §3.2): everything the last persisted version, the working version
+// and C0's homes reach is live; the rest of the pool below its top is free.
+template <int Dim>
+int Octree<Dim>::collect() {
+  if (merging_) return HM_OK;
+  std::vector<bool> live(slots_.slots_below_top(), false);
+  if (pool_->root() != 0) {
+    live[slots_.index(pool_->root())] = true;
+    mark(pool_->template at<Top>(pool_->root())->child, live);
+  }
+  mark(root_child_, live);
+  stats_.gc_freed += slots_.rebuild([&](uint64_t off) { return live[slots_.index(off)]; });
+  ++stats_.gc_runs;
+  charge();
+  return HM_OK;
+}
+
+template <int Dim>
+void Octree<Dim>::maybe_collect() {
+  if (!merging_ && slots_.available() < options_.gc_threshold * slots_.capacity_slots()) collect();
+}
+
+// The depth of the tree: its deepest leaf's level.
+template <int Dim>
+uint32_t Octree<Dim>::depth() const {
+  uint32_t deepest = 0;
+  std::function<void(uint64_t)> walk = [&](uint64_t ref) {
+    const Family *f = read(ref);
+    deepest = std::max(deepest, f->level);
+    for (int c = 0; c < kChildren; ++c)
+      if (f->child[c]) walk(f->child[c]);
+  };
+  if (root_child_) walk(root_child_);
+  return deepest;
+}
+
+// Feature-directed sampling (seed 003 §3.3): how many of N_sample = min(100, leaves) leaves of
+// the subtree the application's features select.
+template <int Dim>
+int Octree<Dim>::sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng) const {
+  if (ref == 0) return feature_(subtree) ? 1 : 0;
+  std::vector<Leaf> few;
+  bool small = true;
+  std::function<void(uint64_t)> gather = [&](uint64_t r) {
+    const Family *f = read(r);
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    for (int c = 0; c < kChildren && small; ++c) {
+      if (f->child[c]) {
+        gather(f->child[c]);
+        continue;
+      }
+      Leaf l{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
+      for (int d = 0; d < Dim; ++d) l.coord[d] += ((c >> d) & 1) ? size : 0;
+      few.push_back(l);
+      if (few.size() > 100) small = false;
+    }
+  };
+  gather(ref);
+  int hits = 0;
+  if (small) {
+    for (const Leaf &l : few) hits += feature_(l) ? 1 : 0;
+    return hits;
+  }
+  // A random descent per sample: a random child at each level down to a leaf.
+  for (int s = 0; s < 100; ++s) {
+    uint64_t r = ref;
+    for (;;) {
+      const Family *f = read(r);
+      const int c = static_cast<int>(rng() % kChildren);
+      if (f->child[c]) {
+        r = f->child[c];
+        continue;
+      }
+      const uint32_t size = 1u << (kMaxLevel - f->level);
+      Leaf l{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
+      for (int d = 0; d < Dim; ++d) l.coord[d] += ((c >> d) & 1) ? size : 0;
+      hits += feature_(l) ? 1 : 0;
+      break;
+    }
+  }
+  return hits;
+}
+
+// After a persist: pick the subtree C0 is for. Subtrees are taken at level L_sub = depth -
+// floor(log_fanout(C0's octants)) (Eq. 1); the one whose sampled access frequency is highest
+// replaces the current hot subtree when their ratio exceeds T_transform. Without the
+// transformation (or without features) the first subtree in Morton order is kept for good, the
+// locality-oblivious layout of seed 003 Fig. 5a.
+template <int Dim>
+void Octree<Dim>::transform() {
+  if (fast_cap_ == 0 || root_child_ == 0) return;
+  const bool sampling = options_.transform && feature_;
+  if (hot_chosen_ && !sampling) return;
+  const double octants = static_cast<double>(fast_cap_) * kChildren;
+  const int lsub = std::max(0, static_cast<int>(depth()) - static_cast<int>(std::floor(std::log(octants) / std::log(kChildren))));
+  // The octants at level L_sub that have children, with their families.
+  std::vector<std::pair<Leaf, uint64_t>> subtrees;
+  std::function<void(uint64_t)> collect_level = [&](uint64_t ref) {
+    const Family *f = read(ref);
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    for (int c = 0; c < kChildren; ++c) {
+      if (!f->child[c]) continue;
+      if (static_cast<int>(f->level) == lsub) {
+        Leaf l{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
+        for (int d = 0; d < Dim; ++d) l.coord[d] += ((c >> d) & 1) ? size : 0;
+        subtrees.emplace_back(l, f->child[c]);
+      } else {
+        collect_level(f->child[c]);
+      }
+    }
+  };
+  if (lsub == 0) subtrees.emplace_back(Leaf{{0, 0, 0}, 0, 0}, root_child_);
+  else collect_level(root_child_);
+  if (subtrees.empty()) return;
+  if (!sampling) {
+    hot_.assign(1, subtrees.front().first);
+    hot_chosen_ = true;
+    drop_cold();
+    return;
+  }
+  std::mt19937_64 rng(pool_->sequence());
+  auto same = [](const Leaf &a, const Leaf &b) {
+    return a.level == b.level && a.coord[0] == b.coord[0] && a.coord[1] == b.coord[1] && a.coord[2] == b.coord[2];
+  };
+  int hot_freq = 0, best = -1, best_freq = -1;
+  for (size_t s = 0; s < subtrees.size(); ++s) {
+    const int freq = sample(subtrees[s].first, subtrees[s].second, rng);
+    bool is_hot = hot_chosen_ && std::any_of(hot_.begin(), hot_.end(), [&](const Leaf &h) { return same(h, subtrees[s].first); });
+    if (is_hot) hot_freq = std::max(hot_freq, freq);
+    else if (freq > best_freq) best = static_cast<int>(s), best_freq = freq;
+  }
+  if (best < 0 || best_freq <= 0) return;
+  const double ratio = hot_freq > 0 ? static_cast<double>(best_freq) / hot_freq : HUGE_VAL;
+  if (hot_chosen_ && ratio <= options_.t_transform) return;
+  hot_.assign(1, subtrees[best].first);
+  hot_chosen_ = true;
+  ++stats_.transforms;
+  drop_cold();
+}
+
+// Right after a merge every C0 family is clean: those outside the hot subtrees leave C0 (their
+// pool copies are current), so the new hot subtree can come in copy-on-write as it is written.
+template <int Dim>
+void Octree<Dim>::drop_cold() {
+  if (!is_fast(root_child_)) return;
+  std::function<void(uint64_t)> walk = [&](uint64_t ref) {
+    Family &f = fast_[ref & ~kFast];
+    for (int c = 0; c < kChildren; ++c) {
+      if (!is_fast(f.child[c])) continue;
+      const Family &g = fast_[f.child[c] & ~kFast];
+      if (fast_eligible(g.coord, g.level - 1)) {
+        walk(f.child[c]);
+        continue;
+      }
+      const uint64_t home = fast_home_[f.child[c] & ~kFast];
+      free_fast_subtree(f.child[c]);
+      f.child[c] = home;
+    }
+  };
+  walk(root_child_);
+}
+
+// Replicas (seed 003 §3.4): after the primary's commit, the slots the version wrote go to the
+// same offsets of the replica, which then commits the same root under the same sequence number.
+// A replica that missed a version (it was attached later, or a crash fell between the two
+// commits) receives everything below the top instead.
+template <int Dim>
+int Octree<Dim>::sync_replica() {
+  if (!replica_) return HM_OK;
+  const bool whole = replica_->sequence() + 1 != pool_->sequence();
+  uint64_t sent = 0;
+  auto send = [&](uint64_t off, uint64_t bytes) {
+    std::memcpy(replica_->template at<char>(off), pool_->template at<char>(off), bytes);
+    replica_->written(replica_->template at<char>(off), bytes);
+    sent += bytes;
+  };
+  const uint64_t top = std::max(pool_->top(), replica_->committed_top());
+  int rc = replica_->set_top(top);
+  if (rc != HM_OK) return rc;
+  if (whole) send(kHeaderBytes, pool_->top() - kHeaderBytes);
+  else slots_.each_fresh([&](uint64_t off) { send(off, sizeof(Family)); });
+  if ((rc = replica_->commit(pool_->root(), pool_->sequence())) != HM_OK) return rc;
+  stats_.replica_bytes += sent;
+  return HM_OK;
+}
+
+template <int Dim>
+OctreeStats Octree<Dim>::stats() const {
+  OctreeStats s = stats_;
+  s.fast_capacity = fast_cap_;
+  s.fast_families = fast_cap_ - fast_free_.size();
+  s.pool_families = slots_.in_use();
+  return s;
+}
+
+template class Octree<2>;
+template class Octree<3>;
+
+}  // namespace hm::persist
