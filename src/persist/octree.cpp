@@ -69,6 +69,7 @@ int Octree<Dim>::setup() {
     fast_home_.assign(fast_cap_, 0);
     fast_dirty_.assign(fast_cap_, 0);
     fast_hits_.assign(fast_cap_, 0);
+    fast_live_.assign(fast_cap_, 0);
     fast_free_.clear();
     for (uint64_t i = fast_cap_; i-- > 0;) fast_free_.push_back(i);
   }
@@ -197,6 +198,7 @@ int Octree<Dim>::fast_take(uint64_t *ref) {
   fast_home_[i] = 0;
   fast_dirty_[i] = 1;
   fast_hits_[i] = 1;
+  fast_live_[i] = 1;
   *ref = i | kFast;
   return HM_OK;
 }
@@ -258,6 +260,7 @@ void Octree<Dim>::drop_family(uint64_t ref) {
     const uint64_t i = ref & ~kFast;
     if (fast_home_[i]) slots_.release(fast_home_[i]);
     fast_home_[i] = 0;
+    fast_live_[i] = 0;
     fast_free_.push_back(i);
     return;
   }
@@ -694,7 +697,7 @@ bool Octree<Dim>::valid(std::string *why) const {
     ok = false;
   };
   auto in_range = [&](uint64_t ref) {
-    if (is_fast(ref)) return (ref & ~kFast) < fast_cap_;
+    if (is_fast(ref)) return (ref & ~kFast) < fast_cap_ && fast_live_[ref & ~kFast] != 0;
     return ref >= kHeaderBytes && (ref - kHeaderBytes) % slots_.slot_bytes() == 0 && ref + sizeof(Family) <= pool_->top();
   };
   std::function<void(uint64_t, const uint32_t *, uint32_t)> check = [&](uint64_t ref, const uint32_t *coord, uint32_t level) {
@@ -710,6 +713,7 @@ bool Octree<Dim>::valid(std::string *why) const {
       uint32_t at[3] = {f->coord[0], f->coord[1], f->coord[2]};
       for (int d = 0; d < Dim; ++d) at[d] += ((c >> d) & 1) ? size : 0;
       if (f->child[c] != 0) {
+        if (is_fast(f->child[c]) && !is_fast(ref)) return bad("a pool family points into C0 (C0 must be closed upwards)");
         check(f->child[c], at, f->level);
         if (!ok) return;
       } else {

@@ -204,6 +204,7 @@ class Octree {
   std::vector<uint64_t> fast_home_;
   std::vector<uint8_t> fast_dirty_;
   std::vector<uint32_t> fast_hits_;
+  std::vector<uint8_t> fast_live_;
   std::vector<uint64_t> fast_free_;
   std::vector<Leaf> hot_;
   bool merging_ = false;

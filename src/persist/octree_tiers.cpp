@@ -53,6 +53,7 @@ void Octree<Dim>::free_fast_subtree(uint64_t ref) {
   for (int c = 0; c < kChildren; ++c)
     if (is_fast(fast_[i].child[c])) free_fast_subtree(fast_[i].child[c]);
   fast_home_[i] = 0;
+  fast_live_[i] = 0;
   fast_free_.push_back(i);
 }
 
@@ -61,8 +62,9 @@ void Octree<Dim>::free_fast_subtree(uint64_t ref) {
 template <int Dim>
 int Octree<Dim>::merge_out_if_full() {
   if (fast_cap_ == 0 || !is_fast(root_child_)) return HM_OK;
-  const uint64_t used = fast_cap_ - fast_free_.size();
-  if (used <= options_.fast_threshold * fast_cap_) return HM_OK;
+  // The threshold applies to what new families may take (the reserve is for forced parents).
+  const uint64_t used = fast_cap_ - fast_free_.size(), usable = fast_cap_ - (kMaxLevel + 2);
+  if (used < options_.fast_threshold * usable) return HM_OK;
   struct Candidate {
     uint64_t parent, ref, size, hits;
     int index;
@@ -87,11 +89,11 @@ int Octree<Dim>::merge_out_if_full() {
   std::sort(all.begin(), all.end(), [](const Candidate &a, const Candidate &b) {
     return a.hits * b.size < b.hits * a.size || (a.hits * b.size == b.hits * a.size && a.size > b.size);
   });
-  const uint64_t target = static_cast<uint64_t>(0.7 * fast_cap_);
+  const uint64_t target = static_cast<uint64_t>(0.7 * options_.fast_threshold * usable);
   for (const Candidate &k : all) {
     if (fast_cap_ - fast_free_.size() <= target) break;
     Family &parent = fast_[k.parent & ~kFast];
-    if (parent.child[k.index] != k.ref) continue;  // inside a subtree merged out already
+    if (!fast_live_[k.parent & ~kFast]) continue;  // inside a subtree merged out already
     uint64_t home = 0;
     bool moved = false;
     int rc = merge(k.ref, &home, &moved);
@@ -154,6 +156,7 @@ int Octree<Dim>::reset_to_committed() {
     fast_free_.clear();
     for (uint64_t i = fast_cap_; i-- > 0;) fast_free_.push_back(i);
     std::fill(fast_home_.begin(), fast_home_.end(), 0);
+    std::fill(fast_live_.begin(), fast_live_.end(), 0);
   }
   const Top *t = pool_->template at<Top>(pool_->root());
   root_child_ = t->child;

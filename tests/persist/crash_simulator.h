@@ -28,8 +28,8 @@ namespace hm_test {
 
 struct Mutation {
   const char *name = "none";
-  int skip_flush = -1;  // index of the flush (within the simulated persist) that is dropped
-  int skip_fence = -1;  // index of the fence that is dropped
+  int skip_flushes_before_fence = -1;  // the flushes issued before this fence are dropped
+  int skip_fence = -1;                 // index of the fence that is dropped
 };
 
 struct CrashPoint {
@@ -52,7 +52,8 @@ class CrashSimulator : public hm::persist::PersistObserver {
   ~CrashSimulator() override { pool_.set_observer(nullptr); }
 
   void on_flush(uint64_t offset, uint64_t bytes) override {
-    if (flushes_++ == mutation_.skip_flush) return;
+    ++flushes_;
+    if (fences_ == mutation_.skip_flushes_before_fence) return;
     pending_.push_back({offset, bytes});
   }
   void on_fence() override {

@@ -32,11 +32,12 @@ struct Outcome {
 // `small` changes one value (a handful of lines, every subset tried), otherwise the sphere grows
 // (hundreds of lines, sampled).
 template <int Dim>
-Outcome<Dim> simulate(const std::string &path, int before, bool small, Mutation mutation) {
+Outcome<Dim> simulate(const std::string &path, int before, bool small, Mutation mutation,
+                      const hm::persist::OctreeOptions &options = {}) {
   Outcome<Dim> run;
   const uint64_t capacity = 4 << 20;
   std::unique_ptr<Octree<Dim>> tree;
-  EXPECT_EQ(Octree<Dim>::create(path, capacity, &tree), HM_OK) << hm_last_error();
+  EXPECT_EQ(Octree<Dim>::create(path, capacity, &tree, options), HM_OK) << hm_last_error();
   if (!tree) return run;
   for (int k = 1; k <= before; ++k) {
     EXPECT_EQ(advance(*tree, k), HM_OK);
@@ -112,12 +113,22 @@ TYPED_TEST(CrashSim, LargeChangeSampledSubsetsAndTornLinesRecover) {
   EXPECT_EQ(run.report.bad, 0) << run.report.first_bad;
 }
 
+TYPED_TEST(CrashSim, WithC0MergedAtThePersistRecovers) {
+  // C0 on the fast tier, small enough that subtrees are merged out during the step as well.
+  hm::persist::OctreeOptions options;
+  options.fast_bytes = 120 * sizeof(typename Octree<TypeParam::value>::Family);
+  Outcome<TypeParam::value> run = simulate<TypeParam::value>(this->path_, 3, false, Mutation{}, options);
+  EXPECT_GT(run.most_lines, 10u);
+  EXPECT_EQ(run.report.bad, 0) << run.report.first_bad;
+}
+
 TYPED_TEST(CrashSim, FirstVersionAfterCreateRecovers) {
   Outcome<TypeParam::value> run = simulate<TypeParam::value>(this->path_, 0, false, Mutation{});
   EXPECT_EQ(run.report.bad, 0) << run.report.first_bad;
 }
 
-// Each mutation removes one flush or fence of the commit (data flush, fence, slot flush, fence).
+// Each mutation removes one step of the commit: the data flushes, the fence after them, the root
+// slot's flush, the last fence.
 class CommitMutation : public ::testing::TestWithParam<Mutation> {};
 
 TEST_P(CommitMutation, IsCaughtByTheHarness) {
@@ -130,7 +141,7 @@ TEST_P(CommitMutation, IsCaughtByTheHarness) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Commit, CommitMutation,
-                         ::testing::Values(Mutation{"the_data_flush", 0, -1}, Mutation{"the_first_fence", -1, 0},
+                         ::testing::Values(Mutation{"the_data_flushes", 0, -1}, Mutation{"the_first_fence", -1, 0},
                                            Mutation{"the_slot_flush", 1, -1}, Mutation{"the_last_fence", -1, 1}),
                          [](const auto &info) { return std::string(info.param.name); });
 

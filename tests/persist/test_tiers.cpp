@@ -1,0 +1,234 @@
+// PM-octree across tiers: C0 on the fast tier gives the same trees as the pool alone, space is
+// reused (deletion marks, mark-and-sweep), replicas restore a lost pool from deltas, the
+// transformation moves C0 to where the features point, and incremental adaptation equals a
+// rebuild from scratch.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "hetmem/hetmem.h"
+#include "persist/octree.h"
+#include "../support.h"
+#include "octree_workload.h"
+
+using hm::persist::Octree;
+using hm::persist::OctreeOptions;
+using hm_test::advance;
+using hm_test::crosses_sphere;
+
+namespace {
+
+template <int N>
+struct D {
+  static constexpr int value = N;
+};
+
+template <class T>
+class Tiers : public ::testing::Test {
+ protected:
+  static constexpr int Dim = T::value;
+  using Tree = Octree<Dim>;
+  void SetUp() override { path_ = hm_test::temp_path("tiers" + std::to_string(Dim)); }
+  void TearDown() override {
+    unlink(path_.c_str());
+    unlink((path_ + ".replica").c_str());
+    unlink((path_ + ".plain").c_str());
+  }
+  static OctreeOptions with_fast(uint64_t families) {
+    OctreeOptions o;
+    o.fast_bytes = families * sizeof(typename Tree::Family);
+    return o;
+  }
+  std::string path_;
+};
+
+using Dims = ::testing::Types<D<2>, D<3>>;
+TYPED_TEST_SUITE(Tiers, Dims);
+
+// A sphere moving along x: the application's interface, its refine predicate, and the feature.
+template <int Dim>
+bool near_moving_sphere(const typename Octree<Dim>::Leaf &l, double t) {
+  const double size = std::ldexp(1.0, -static_cast<int>(l.level));
+  double dist = 0;
+  for (int d = 0; d < Dim; ++d) {
+    const double centre = d == 0 ? 0.2 + 0.6 * t : 0.5;
+    const double lo = std::ldexp(static_cast<double>(l.coord[d]), -Octree<Dim>::kMaxLevel) - centre, hi = lo + size;
+    const double n = lo > 0 ? lo : (hi < 0 ? hi : 0);
+    dist += n * n;
+  }
+  return std::sqrt(dist) < 0.12 + size;
+}
+
+// The octant a family of leaves came from.
+template <int Dim>
+typename Octree<Dim>::Leaf parent_of(const typename Octree<Dim>::Leaf *family) {
+  typename Octree<Dim>::Leaf p = family[0];
+  p.level -= 1;
+  return p;
+}
+
+template <int Dim>
+int step(Octree<Dim> &tree, double t, int level) {
+  int rc = tree.coarsen([&](const typename Octree<Dim>::Leaf *f) { return !near_moving_sphere<Dim>(parent_of<Dim>(f), t); });
+  for (int l = 0; l < level && rc == HM_OK; ++l)
+    rc = tree.refine([&](const typename Octree<Dim>::Leaf &x) { return x.level < static_cast<uint32_t>(level) && near_moving_sphere<Dim>(x, t); });
+  if (rc == HM_OK) rc = tree.balance();
+  double p[3] = {0.2 + 0.6 * t, 0.5, 0.5};
+  for (int k = 0; k < 20 && rc == HM_OK; ++k) {
+    p[1] = 0.4 + 0.01 * k;
+    rc = tree.set_value(p, t + k);
+  }
+  return rc;
+}
+
+TYPED_TEST(Tiers, C0GivesTheSameTreesAsThePoolAlone) {
+  constexpr int Dim = TypeParam::value;
+  std::unique_ptr<Octree<Dim>> fast, plain;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 32 << 20, &fast, this->with_fast(150)), HM_OK) << hm_last_error();
+  ASSERT_EQ(Octree<Dim>::create(this->path_ + ".plain", 32 << 20, &plain), HM_OK);
+  const int level = Dim == 2 ? 7 : 5;
+  for (int s = 0; s < 12; ++s) {
+    const double t = s / 12.0;
+    ASSERT_EQ(step(*fast, t, level), HM_OK) << hm_last_error();
+    ASSERT_EQ(step(*plain, t, level), HM_OK);
+    ASSERT_EQ(fast->checksum(), plain->checksum()) << "step " << s;
+    ASSERT_EQ(fast->persist(), HM_OK);
+    ASSERT_EQ(plain->persist(), HM_OK);
+    std::string why;
+    ASSERT_TRUE(fast->valid(&why)) << why;
+    const auto st = fast->stats();
+    ASSERT_LE(st.fast_families, st.fast_capacity);
+  }
+  const auto st = fast->stats();
+  EXPECT_GT(st.fast_writes, 0u);
+  EXPECT_GT(st.merges, 0u) << "a budget of 150 families must overflow and merge subtrees out";
+  EXPECT_LT(st.pool_writes, plain->stats().pool_writes) << "C0 absorbs repeated writes";
+  const uint64_t sum = fast->checksum();
+  fast.reset();
+  std::unique_ptr<Octree<Dim>> back;
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &back), HM_OK);
+  EXPECT_EQ(back->checksum(), sum) << "the persisted version holds what C0 held";
+}
+
+TYPED_TEST(Tiers, PersistFreesWhatOnlyTheOldVersionUsed) {
+  constexpr int Dim = TypeParam::value;
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 32 << 20, &tree), HM_OK);
+  const int level = Dim == 2 ? 7 : 5;
+  uint64_t most = 0;
+  for (int s = 0; s < 40; ++s) {
+    ASSERT_EQ(step(*tree, (s % 10) / 10.0, level), HM_OK);
+    ASSERT_EQ(tree->persist(), HM_OK);
+    if (s >= 10) most = std::max(most, tree->stats().pool_families);
+  }
+  const uint64_t families = (tree->leaf_count() - 1) / (Octree<Dim>::kChildren - 1);
+  EXPECT_LT(most, 3 * families) << "the pool holds about two versions, not forty";
+  // After a restart nothing is known free until a mark-and-sweep: it finds exactly the garbage.
+  const uint64_t below_top = tree->pool().top();
+  tree.reset();
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_OK);
+  ASSERT_EQ(tree->collect(), HM_OK);
+  const auto st = tree->stats();
+  EXPECT_EQ(st.gc_runs, 1u);
+  EXPECT_EQ(st.pool_families, families + 1) << "live: the tree's families and its root object";
+  EXPECT_EQ(st.gc_freed + st.pool_families, (below_top - hm::persist::kHeaderBytes) / ((sizeof(typename Octree<Dim>::Family) + 63) / 64 * 64));
+  const uint64_t sum = tree->checksum();
+  ASSERT_EQ(step(*tree, 0.55, level), HM_OK);
+  ASSERT_EQ(tree->persist(), HM_OK);
+  EXPECT_LE(tree->pool().top(), below_top) << "the new version went into freed slots";
+  EXPECT_NE(tree->checksum(), sum);
+}
+
+TYPED_TEST(Tiers, ReplicaGetsDeltasAndRestoresALostPool) {
+  constexpr int Dim = TypeParam::value;
+  OctreeOptions o;
+  o.replica = this->path_ + ".replica";
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 16 << 20, &tree, o), HM_OK) << hm_last_error();
+  const int level = Dim == 2 ? 7 : 5;
+  ASSERT_EQ(step(*tree, 0.0, level), HM_OK);
+  ASSERT_EQ(tree->persist(), HM_OK);
+  const uint64_t first = tree->stats().replica_bytes;
+  ASSERT_EQ(step(*tree, 0.05, level), HM_OK);
+  ASSERT_EQ(tree->persist(), HM_OK);
+  const uint64_t delta = tree->stats().replica_bytes - first;
+  EXPECT_GT(delta, 0u);
+  EXPECT_LT(delta, tree->pool().top() / 2) << "only the slots the version wrote are sent";
+  const uint64_t sum = tree->checksum(), version = tree->version();
+  tree.reset();
+  ASSERT_EQ(unlink(this->path_.c_str()), 0);
+  std::unique_ptr<Octree<Dim>> back;
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &back, o), HM_OK) << hm_last_error();
+  EXPECT_EQ(back->checksum(), sum);
+  EXPECT_EQ(back->version(), version);
+  std::string why;
+  EXPECT_TRUE(back->valid(&why)) << why;
+  ASSERT_EQ(step(*back, 0.1, level), HM_OK) << "and the simulation continues";
+  ASSERT_EQ(back->persist(), HM_OK);
+}
+
+TYPED_TEST(Tiers, TransformationFollowsTheFeatures) {
+  constexpr int Dim = TypeParam::value;
+  const int level = Dim == 2 ? 8 : 6;
+  uint64_t writes[2] = {0, 0};
+  for (int transform = 0; transform < 2; ++transform) {
+    OctreeOptions o = this->with_fast(Dim == 2 ? 200 : 400);
+    o.transform = transform == 1;
+    std::unique_ptr<Octree<Dim>> tree;
+    unlink(this->path_.c_str());
+    ASSERT_EQ(Octree<Dim>::create(this->path_, 64 << 20, &tree, o), HM_OK) << hm_last_error();
+    double next = 0;
+    tree->set_features([&](const typename Octree<Dim>::Leaf &l) { return near_moving_sphere<Dim>(l, next); });
+    for (int s = 0; s < 10; ++s) {
+      next = (s + 1) / 10.0;
+      ASSERT_EQ(step(*tree, s / 10.0, level), HM_OK);
+      ASSERT_EQ(tree->persist(), HM_OK);
+    }
+    writes[transform] = tree->stats().pool_writes;
+    if (transform) {
+      EXPECT_GT(tree->stats().transforms, 1u) << "the hot subtree moved with the sphere";
+      const auto hot = tree->hot_subtrees();
+      ASSERT_EQ(hot.size(), 1u);
+      EXPECT_TRUE(near_moving_sphere<Dim>(hot[0], next)) << "C0 is for where the features point";
+    }
+  }
+  EXPECT_LT(writes[1], writes[0]) << "following the features takes writes off the persistent tier";
+}
+
+TYPED_TEST(Tiers, IncrementalAdaptationEqualsARebuild) {
+  // Adapting step by step to the sphere at t (coarsen and refine to a fixed point, balance) gives
+  // the tree a fresh build for t gives.
+  constexpr int Dim = TypeParam::value;
+  using Leaf = typename Octree<Dim>::Leaf;
+  const uint32_t level = Dim == 2 ? 7 : 5;
+  auto adapt = [&](Octree<Dim> &tree, double t) {
+    for (bool changed = true; changed;) {
+      const size_t before = tree.leaf_count();
+      EXPECT_EQ(tree.coarsen([&](const Leaf *f) { return !near_moving_sphere<Dim>(parent_of<Dim>(f), t); }), HM_OK);
+      changed = tree.leaf_count() != before;
+    }
+    for (bool changed = true; changed;) {
+      const size_t before = tree.leaf_count();
+      EXPECT_EQ(tree.refine([&](const Leaf &x) { return x.level < level && near_moving_sphere<Dim>(x, t); }), HM_OK);
+      changed = tree.leaf_count() != before;
+    }
+    EXPECT_EQ(tree.balance(), HM_OK);
+  };
+  std::unique_ptr<Octree<Dim>> steps, fresh;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 32 << 20, &steps, this->with_fast(100)), HM_OK);
+  for (int s = 0; s <= 6; ++s) {
+    adapt(*steps, s / 6.0);
+    ASSERT_EQ(steps->persist(), HM_OK);
+  }
+  ASSERT_EQ(Octree<Dim>::create(this->path_ + ".plain", 32 << 20, &fresh), HM_OK);
+  adapt(*fresh, 1.0);
+  EXPECT_EQ(steps->leaf_count(), fresh->leaf_count());
+  EXPECT_EQ(steps->checksum(), fresh->checksum());
+  EXPECT_TRUE(steps->balanced());
+}
+
+}  // namespace
