@@ -1,7 +1,8 @@
-// hetmem-amr: drives a persistent octree the way an adaptive flow solver does. Spheres move along
-// a circle; every step refines the leaves their surfaces cross, coarsens complete families far
-// from them, restores 2:1 balance and persists. Per-routine times are printed as a table and
-// written as JSON; --restore continues a run from the last persisted step.
+// hetmem-amr: drives a persistent octree the way an adaptive flow solver does. An interface moves
+// (spheres along a circle, or a droplet pinching off a jet); every step refines the leaves it
+// crosses, coarsens complete families away from it, restores 2:1 balance, sets the values of the
+// leaves the "solver" works on, and persists. Per-routine times and what the tree did to the
+// tiers are printed as a table and written as JSON; --restore continues a run.
 #include <hetmem/pm_octree.h>
 
 #include <chrono>
@@ -26,6 +27,11 @@ struct Options {
   bool overwrite = false;
   std::string json;
   int progress = 10;
+  bool droplet = false;
+  uint64_t fast_kib = 4096;
+  bool transform = true;
+  std::string replica;
+  bool emulate = false;
 };
 
 const char kUsage[] =
@@ -35,6 +41,12 @@ const char kUsage[] =
     "  --level N       finest level at the interface, 2..12; default 6\n"
     "  --spheres N     spheres moving along a circle, 1..16; default 1\n"
     "  --radius R      sphere radius, 0 < R < 0.5; default 0.15\n"
+    "  --shape S       spheres (default) or droplet (a droplet pinching off a jet)\n"
+    "  --fast-kib N    C0: fast-tier KiB for hot subtrees (0: none); default 4096\n"
+    "  --no-transform  keep C0 where it first was (no feature-directed sampling)\n"
+    "  --replica PATH  send each version's delta to a second pool; --restore uses it\n"
+    "                  when the pool file is gone\n"
+    "  --emulate-nvbm  charge pool accesses as the emulated nvbm device (seed 003)\n"
     "  --pool PATH     pool file (on a DAX mount for real persistent memory);\n"
     "                  default $TMPDIR/hetmem-amr.pool\n"
     "  --pool-mib N    pool size for a new run; default 1024\n"
@@ -79,6 +91,15 @@ Options parse(int argc, char **argv) {
     else if (a == "--pool") o.pool = take();
     else if (a == "--json") o.json = take();
     else if (a == "--restore") o.restore = true;
+    else if (a == "--fast-kib") o.fast_kib = static_cast<uint64_t>(parse_int("--fast-kib", take(), 0, 1l << 30));
+    else if (a == "--no-transform") o.transform = false;
+    else if (a == "--replica") o.replica = take();
+    else if (a == "--emulate-nvbm") o.emulate = true;
+    else if (a == "--shape") {
+      std::string v = take();
+      if (v != "spheres" && v != "droplet") usage_error("--shape is spheres or droplet, got '" + v + "'");
+      o.droplet = v == "droplet";
+    }
     else if (a == "--overwrite") o.overwrite = true;
     else if (a == "--radius") {
       const char *r = take();
@@ -97,21 +118,47 @@ Options parse(int argc, char **argv) {
   return o;
 }
 
-// The interface at step s: sphere k's centre goes round a circle of radius 0.25 once per 100 steps.
+// The interface at step s. Spheres: sphere k's centre goes round a circle of radius 0.25 once per
+// 100 steps. Droplet: a jet rises from the bottom face, a droplet detaches from it and moves up
+// while it oscillates, every 100 steps (the axis is y in 2D, z in 3D).
 struct Interface {
   int dim, level, spheres;
   double radius, centre[16][3];
+  bool droplet = false;
+  double jet_top = 0, drop_z = 0, drop_r = 0;
   void at(int step) {
+    const double tau = (step % 100) / 100.0;
     for (int k = 0; k < spheres; ++k) {
       double phase = 2 * M_PI * (step / 100.0 + static_cast<double>(k) / spheres);
       centre[k][0] = 0.5 + 0.25 * std::cos(phase);
       centre[k][1] = 0.5 + 0.25 * std::sin(phase);
       centre[k][2] = 0.5;
     }
+    jet_top = 0.25 + 0.1 * std::sin(2 * M_PI * tau);
+    drop_z = 0.4 + 0.45 * tau;
+    drop_r = 0.08 * (1 + 0.2 * std::sin(4 * M_PI * tau));
   }
-  // Whether any sphere's surface passes through the leaf's box.
+  // Signed distance to the droplet and jet (negative inside).
+  double droplet_phi(const double *x) const {
+    const int up = dim - 1;
+    double side = 0, drop = 0;
+    for (int d = 0; d < dim; ++d) {
+      const double dx = x[d] - 0.5, dz = x[d] - drop_z;
+      if (d != up) side += dx * dx;
+      drop += d == up ? dz * dz : dx * dx;
+    }
+    const double along = std::min(std::max(x[up], 0.0), jet_top) - x[up];
+    const double jet = std::sqrt(side + along * along) - 0.05;
+    return std::min(jet, std::sqrt(drop) - drop_r);
+  }
+  // Whether the interface passes through the leaf's box.
   bool crosses(const pm_leaf_t &l) const {
     const double size = std::ldexp(1.0, -static_cast<int>(l.level));
+    if (droplet) {
+      double c[3] = {0, 0, 0};
+      for (int d = 0; d < dim; ++d) c[d] = std::ldexp(static_cast<double>(l.coord[d]), -20) + size / 2;
+      return std::fabs(droplet_phi(c)) <= size * std::sqrt(static_cast<double>(dim)) / 2;
+    }
     for (int k = 0; k < spheres; ++k) {
       double nearest = 0, farthest = 0;
       for (int d = 0; d < dim; ++d) {
@@ -130,6 +177,21 @@ int refine_fn(const pm_leaf_t *l, void *arg) {
   auto *in = static_cast<Interface *>(arg);
   return static_cast<int>(l->level) < in->level && in->crosses(*l);
 }
+// The feature for the transformation: where the interface will be at the next step.
+int feature_fn(const pm_leaf_t *l, void *arg) { return static_cast<Interface *>(arg)->crosses(*l); }
+
+// The solver's touch: the leaves at the finest level near the interface get a new value.
+struct Solve {
+  pm_octree_t *tree;
+  Interface *in;
+  int step;
+  std::vector<pm_leaf_t> touched;
+};
+void collect_fine(const pm_leaf_t *l, void *arg) {
+  auto *s = static_cast<Solve *>(arg);
+  if (static_cast<int>(l->level) == s->in->level) s->touched.push_back(*l);
+}
+
 int coarsen_fn(const pm_leaf_t *family, int count, void *arg) {
   auto *in = static_cast<Interface *>(arg);
   if (family[0].level <= 2) return 0;
@@ -151,12 +213,20 @@ int fail(const char *what) {
 int main(int argc, char **argv) {
   Options o = parse(argc, argv);
   Interface in{o.dim, o.level, o.spheres, o.radius, {}};
-  double t_construct = 0, t_adapt = 0, t_balance = 0, t_persist = 0, t_restore = 0;
+  in.droplet = o.droplet;
+  Interface next = in;  // the interface one step ahead: the transformation's feature
+  pm_options_t options;
+  pm_options_init(&options);
+  options.fast_bytes = o.fast_kib << 10;
+  options.transform = o.transform;
+  options.replica = o.replica.empty() ? nullptr : o.replica.c_str();
+  options.emulate_nvbm = o.emulate;
+  double t_construct = 0, t_adapt = 0, t_balance = 0, t_solve = 0, t_persist = 0, t_restore = 0;
   pm_octree_t *tree = nullptr;
   int first = 0;
   auto t0 = Clock::now();
   if (o.restore) {
-    if (pm_restore(o.pool.c_str(), &tree) != HM_OK) return fail("--restore");
+    if (pm_restore_ex(o.pool.c_str(), &options, &tree) != HM_OK) return fail("--restore");
     if (pm_dim(tree) != o.dim) {
       std::fprintf(stderr, "hetmem-amr: the pool holds a %dD tree; run with --dim %d\n", pm_dim(tree), pm_dim(tree));
       pm_close(tree);
@@ -178,7 +248,7 @@ int main(int argc, char **argv) {
       }
       std::remove(o.pool.c_str());
     }
-    if (pm_create(o.pool.c_str(), o.dim, o.pool_mib << 20, &tree) != HM_OK) return fail("creating the pool");
+    if (pm_create_ex(o.pool.c_str(), o.dim, o.pool_mib << 20, &options, &tree) != HM_OK) return fail("creating the pool");
     in.at(0);
     for (int l = 0; l < o.level; ++l)
       if (pm_refine(tree, refine_fn, &in) != HM_OK) return fail("construct");
@@ -189,17 +259,32 @@ int main(int argc, char **argv) {
     first = 1;
   }
   const int last = first + o.steps - 1;
+  pm_set_features(tree, feature_fn, &next);
+  Solve solve{tree, &in, 0, {}};
   for (int step = first; step <= last; ++step) {
     in.at(step);
+    next.at(step + 1);
     auto t = Clock::now();
     for (int l = 0; l < o.level; ++l)
       if (pm_refine(tree, refine_fn, &in) != HM_OK) return fail("refine");
     for (int l = 0; l < o.level; ++l)
-      if (pm_coarsen(tree, coarsen_fn, &in) != HM_OK) return fail("coarsen");
+      if (pm_coarsen_balanced(tree, coarsen_fn, &in) != HM_OK) return fail("coarsen");
     t_adapt += since(t);
     t = Clock::now();
     if (pm_balance(tree) != HM_OK) return fail("balance");
     t_balance += since(t);
+    // The solver: the finest leaves (at the interface) are updated twice, as the finest level
+    // sub-cycles against the next coarser one.
+    t = Clock::now();
+    solve.touched.clear();
+    pm_leaves(tree, collect_fine, &solve);
+    for (int sweep = 0; sweep < 2; ++sweep)
+      for (const pm_leaf_t &l : solve.touched) {
+        double c[3] = {0, 0, 0};
+        for (int d = 0; d < o.dim; ++d) c[d] = std::ldexp(l.coord[d] + 0.5 * (1u << (20 - l.level)), -20);
+        if (pm_set_value(tree, c, step + 0.5 * sweep) != HM_OK) return fail("solve");
+      }
+    t_solve += since(t);
     t = Clock::now();
     if (pm_persistent(tree) != HM_OK) return fail("persist");
     t_persist += since(t);
@@ -209,10 +294,12 @@ int main(int argc, char **argv) {
     std::fflush(stdout);
   }
   const uint64_t leaves = pm_leaf_count(tree), version = pm_version(tree), sum = pm_checksum(tree);
+  pm_stats_t st;
+  pm_stats(tree, &st);
   pm_close(tree);
   // Restore what was persisted, as a restart would, and check it is the tree the run ended with.
   auto t = Clock::now();
-  if (pm_restore(o.pool.c_str(), &tree) != HM_OK) return fail("restore");
+  if (pm_restore_ex(o.pool.c_str(), &options, &tree) != HM_OK) return fail("restore");
   const double t_final_restore = since(t);
   const bool same = pm_version(tree) == version && pm_checksum(tree) == sum && pm_valid(tree) == HM_OK;
   pm_close(tree);
@@ -225,10 +312,17 @@ int main(int argc, char **argv) {
   std::printf("%-16s %12.4f %14s\n", "construct", t_construct, "-");
   std::printf("%-16s %12.4f %14.3f\n", "refine/coarsen", t_adapt, 1e3 * t_adapt / n);
   std::printf("%-16s %12.4f %14.3f\n", "balance", t_balance, 1e3 * t_balance / n);
+  std::printf("%-16s %12.4f %14.3f\n", "solve", t_solve, 1e3 * t_solve / n);
   std::printf("%-16s %12.4f %14.3f\n", "persist", t_persist, 1e3 * t_persist / n);
   std::printf("%-16s %12.4f %14s\n", "restore", t_final_restore, "-");
   std::printf("final: version %llu, %llu leaves; restore returned exactly the persisted tree\n",
               static_cast<unsigned long long>(version), static_cast<unsigned long long>(leaves));
+  auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  std::printf("tiers: %llu family writes to the pool (%s), %llu in C0 (%llu of %llu families), %llu merges, "
+              "%llu transformations, %.1f MiB flushed, %llu collections%s%s\n",
+              u(st.pool_writes), o.emulate ? "emulated nvbm" : "not emulated", u(st.fast_writes), u(st.fast_families),
+              u(st.fast_capacity), u(st.merges), u(st.transforms), st.flushed_bytes / 1048576.0, u(st.gc_runs),
+              o.replica.empty() ? "" : ", replica ", o.replica.empty() ? "" : (std::to_string(st.replica_bytes >> 10) + " KiB sent").c_str());
   if (!o.json.empty()) {
     FILE *f = std::fopen(o.json.c_str(), "w");
     if (!f) {
@@ -237,10 +331,14 @@ int main(int argc, char **argv) {
     }
     std::fprintf(f,
                  "{\"dim\": %d, \"level\": %d, \"spheres\": %d, \"steps\": %d, \"leaves\": %llu, \"version\": %llu,\n"
-                 " \"seconds\": {\"construct\": %.6f, \"refine_coarsen\": %.6f, \"balance\": %.6f, \"persist\": %.6f, "
-                 "\"restore\": %.6f}}\n",
-                 o.dim, o.level, o.spheres, n, static_cast<unsigned long long>(leaves),
-                 static_cast<unsigned long long>(version), t_construct, t_adapt, t_balance, t_persist, t_final_restore);
+                 " \"seconds\": {\"construct\": %.6f, \"refine_coarsen\": %.6f, \"balance\": %.6f, \"solve\": %.6f, "
+                 "\"persist\": %.6f, \"restore\": %.6f},\n"
+                 " \"tiers\": {\"emulated\": %s, \"pool_writes\": %llu, \"fast_writes\": %llu, \"merges\": %llu, "
+                 "\"transforms\": %llu, \"flushed_bytes\": %llu, \"gc_runs\": %llu, \"replica_bytes\": %llu, "
+                 "\"emul_charged_ns\": %llu}}\n",
+                 o.dim, o.level, o.spheres, n, u(leaves), u(version), t_construct, t_adapt, t_balance, t_solve, t_persist,
+                 t_final_restore, o.emulate ? "true" : "false", u(st.pool_writes), u(st.fast_writes), u(st.merges),
+                 u(st.transforms), u(st.flushed_bytes), u(st.gc_runs), u(st.replica_bytes), u(st.emul_charged_ns));
     std::fclose(f);
   }
   return 0;

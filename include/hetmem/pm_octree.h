@@ -36,12 +36,51 @@ typedef int (*pm_refine_fn)(const pm_leaf_t *leaf, void *arg);
 typedef int (*pm_coarsen_fn)(const pm_leaf_t *family, int count, void *arg);
 typedef void (*pm_visit_fn)(const pm_leaf_t *leaf, void *arg);
 
+/* How a tree uses the tiers (seed 003 §3). Start from pm_options_init(). */
+typedef struct pm_options {
+  uint64_t fast_bytes;     /* C0: bytes of the fast tier for hot subtrees; 0 (default): none */
+  double fast_threshold;   /* C0 fuller than this share of its budget: subtrees merge out (0.9) */
+  double gc_threshold;     /* free pool space under this share: mark-and-sweep first (0.1) */
+  int transform;           /* feature-directed transformation after each persist (1) */
+  double t_transform;      /* access ratio needed to swap a subtree into C0 (1.5) */
+  const char *replica;     /* a second pool that receives each version's delta; NULL: none */
+  int emulate_nvbm;        /* charge pool accesses as the emulated `nvbm` device (0) */
+} pm_options_t;
+
+/* What a tree did to the tiers since it was opened. */
+typedef struct pm_stats {
+  uint64_t pool_writes;      /* family writes into the pool (persistent tier) */
+  uint64_t pool_write_bytes;
+  uint64_t pool_reads;       /* family reads from the pool */
+  uint64_t fast_writes;      /* family writes in C0 */
+  uint64_t flushed_bytes;    /* bytes persists flushed */
+  uint64_t merges;           /* C0 subtrees merged out because C0 was full */
+  uint64_t transforms;       /* hot subtrees swapped into C0 */
+  uint64_t gc_runs, gc_freed;
+  uint64_t replica_bytes;    /* bytes sent to the replica */
+  uint64_t fast_families, fast_capacity, pool_families;
+  uint64_t emul_charged_ns;  /* delay charged by the nvbm emulation */
+} pm_stats_t;
+
+void pm_options_init(pm_options_t *options);
+
 /* Creates a pool file of `bytes` at `path` holding a tree of dimension `dim` (2 or 3) with one
  * root leaf, persisted as version 1. HM_EINVAL (bad dim, size or arguments), HM_EIO, HM_EBUSY. */
 int pm_create(const char *path, int dim, uint64_t bytes, pm_octree_t **out);
+/* pm_create with options (NULL: the defaults). HM_ENOMEM when the fast tier has no room for C0. */
+int pm_create_ex(const char *path, int dim, uint64_t bytes, const pm_options_t *options, pm_octree_t **out);
 /* Opens a pool and returns its last persisted version; the dimension is read from the pool.
  * HM_EFORMAT (not a tree pool, damaged), HM_EBUSY (open elsewhere), HM_EIO. */
 int pm_restore(const char *path, pm_octree_t **out);
+/* pm_restore with options. With options->replica set and the pool file missing, the replica's
+ * last version is copied back to `path` and restored; a replica is attached either way. */
+int pm_restore_ex(const char *path, const pm_options_t *options, pm_octree_t **out);
+/* The application's features for the transformation: non-zero where it will work next (its
+ * refine predicate for the next step, say). NULL turns sampling off. */
+int pm_set_features(pm_octree_t *tree, pm_refine_fn feature, void *arg);
+/* A mark-and-sweep of the pool now (it also runs by itself when free space runs low). */
+int pm_collect(pm_octree_t *tree);
+int pm_stats(const pm_octree_t *tree, pm_stats_t *out);
 /* Commits the working version: after it returns, a crash restores this version. */
 int pm_persistent(pm_octree_t *tree);
 /* Closes the tree; the pool file keeps the last persisted version. NULL is ignored. */
@@ -62,6 +101,10 @@ uint64_t pm_version(const pm_octree_t *tree);
 
 int pm_refine(pm_octree_t *tree, pm_refine_fn refine, void *arg);
 int pm_coarsen(pm_octree_t *tree, pm_coarsen_fn coarsen, void *arg);
+/* pm_coarsen that merges a family only if no leaf touching its parent is finer than the family
+ * (Gerris' rule): a 2:1 balanced tree stays balanced, and pm_balance does not refine again what
+ * was just coarsened. The predicates must not call back into the tree. */
+int pm_coarsen_balanced(pm_octree_t *tree, pm_coarsen_fn coarsen, void *arg);
 /* 2:1 balance across faces, edges and corners (refines only). */
 int pm_balance(pm_octree_t *tree);
 /* Sets the value of the leaf containing `point` (dim coordinates in [0, 1)). */

@@ -357,7 +357,8 @@ int Octree<Dim>::refine(const std::function<bool(const Leaf &)> &fn) {
 }
 
 template <int Dim>
-int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool *changed, uint64_t *out) {
+int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool keep_balance,
+                                bool *changed, uint64_t *out) {
   const Family *f = read(ref);
   uint64_t kids[kChildren];
   double values[kChildren];
@@ -371,7 +372,7 @@ int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Lea
     for (int k = 0; k < kChildren; ++k) family &= g->child[k] == 0;
     if (!family) {
       bool ch = false;
-      int rc = coarsen_family(kids[c], fn, &ch, &kids[c]);
+      int rc = coarsen_family(kids[c], fn, keep_balance, &ch, &kids[c]);
       if (rc != HM_OK) return rc;
       any |= ch;
       continue;
@@ -385,6 +386,11 @@ int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Lea
       mean += g->value[k] / kChildren;
     }
     if (!fn(leaves)) continue;
+    if (keep_balance) {
+      Leaf parent = leaves[0];
+      parent.level -= 1;
+      if (finer_leaf_touches(parent)) continue;
+    }
     drop_family(kids[c]);
     kids[c] = 0;
     values[c] = mean;
@@ -398,7 +404,7 @@ int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Lea
 }
 
 template <int Dim>
-int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn) {
+int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn, bool keep_balance) {
   maybe_collect();
   int rc = HM_OK;
   if (root_child_ != 0) {
@@ -414,7 +420,7 @@ int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn) {
         for (int d = 0; d < Dim; ++d) leaves[k].coord[d] = ((k >> d) & 1) ? size : 0;
         mean += f->value[k] / kChildren;
       }
-      if (fn(leaves)) {
+      if (fn(leaves)) {  // level-1 leaves: nothing touching the root can be finer than 2:1 allows
         drop_family(root_child_);
         root_child_ = 0;
         root_value_ = mean;
@@ -423,7 +429,7 @@ int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn) {
     } else {
       bool changed = false;
       uint64_t root = root_child_;
-      if ((rc = coarsen_family(root_child_, fn, &changed, &root)) == HM_OK) root_child_ = root;
+      if ((rc = coarsen_family(root_child_, fn, keep_balance, &changed, &root)) == HM_OK) root_child_ = root;
     }
   }
   return after_change(rc, "coarsen");
@@ -527,38 +533,115 @@ int Octree<Dim>::split_leaf(const Leaf &leaf, std::vector<Leaf> *children) {
   return HM_OK;
 }
 
+// 2:1 balance holds when, for every family with a leaf among its children (level l), the octants
+// of level l-1 around its parent all exist (as leaves or refined): every leaf that could touch
+// those children lies in that neighbourhood. One pass over the tree (neighbours found from the
+// nearest common ancestor on the path) lists the octants missing; splitting the leaves that
+// cover them may leave new octants missing around the leaves split, which are checked in turn.
+template <int Dim>
+void Octree<Dim>::balance_requests(uint64_t ref, std::array<uint64_t, kMaxLevel + 2> &path,
+                                   std::vector<std::pair<std::array<uint32_t, 3>, uint32_t>> &out) const {
+  const Family *f = read(ref);
+  path[f->level] = ref;
+  bool leaf_child = false;
+  for (int c = 0; c < kChildren; ++c) {
+    if (f->child[c] == 0) leaf_child = true;
+    else balance_requests(f->child[c], path, out);
+  }
+  if (!leaf_child || f->level < 2) return;
+  const uint32_t level = f->level - 1;  // the parent octant's
+  const uint32_t size = 1u << (kMaxLevel - level);
+  const uint32_t extent = 1u << kMaxLevel;
+  int delta[3] = {-1, -1, Dim == 3 ? -1 : 0};
+  for (;;) {
+    bool self = true, inside = true;
+    std::array<uint32_t, 3> q{0, 0, 0};
+    for (int d = 0; d < Dim; ++d) {
+      self &= delta[d] == 0;
+      const int64_t x = static_cast<int64_t>(f->coord[d]) + static_cast<int64_t>(delta[d]) * size;
+      inside &= x >= 0 && x < extent;
+      q[d] = static_cast<uint32_t>(x);
+    }
+    // The parent's siblings exist (families are complete): only octants beyond its parent's box
+    // can be missing.
+    bool sibling = true;
+    for (int d = 0; d < Dim; ++d) sibling &= (q[d] >> (kMaxLevel - level + 1)) == (f->coord[d] >> (kMaxLevel - level + 1));
+    if (!self && inside && !sibling) {
+      // The lowest family on the path whose box holds q, then down to level `level`.
+      uint32_t k = level - 1;
+      for (; k > 1; --k) {
+        const Family *a = read(path[k]);
+        const uint32_t box = 2u << (kMaxLevel - k);
+        bool holds = true;
+        for (int d = 0; d < Dim; ++d) holds &= q[d] >= a->coord[d] && q[d] < a->coord[d] + box;
+        if (holds) break;
+      }
+      const Family *g = read(path[k]);
+      for (;;) {
+        const uint32_t half = 1u << (kMaxLevel - g->level);
+        int c = 0;
+        for (int d = 0; d < Dim; ++d)
+          if (q[d] >= g->coord[d] + half) c |= 1 << d;
+        if (g->level == level) break;  // the octant exists
+        if (g->child[c] == 0) {
+          out.emplace_back(q, level);  // a leaf coarser than `level` covers it
+          break;
+        }
+        g = read(g->child[c]);
+      }
+    }
+    int d = 0;
+    for (; d < Dim && ++delta[d] > 1; ++d) delta[d] = -1;
+    if (d == Dim) break;
+  }
+}
+
 template <int Dim>
 int Octree<Dim>::balance() {
-  // Ripple refinement: split every leaf that touches one more than a level finer, until none
-  // does. The first pass looks at every leaf; later passes only around the leaves just made,
-  // since only they can make new violations (either side may be the coarse one).
   maybe_collect();
-  std::vector<Leaf> split, made;
-  leaves([&](const Leaf &l) {
-    if (l.level < 2) return;
-    neighbours(l, [&](const Leaf &n) {
-      if (n.level + 1 < l.level) split.push_back(n);
-    });
-  });
-  auto order = [](const Leaf &a, const Leaf &b) {
-    return std::tie(a.level, a.coord[0], a.coord[1], a.coord[2]) < std::tie(b.level, b.coord[0], b.coord[1], b.coord[2]);
-  };
-  auto same = [](const Leaf &a, const Leaf &b) {
-    return a.level == b.level && a.coord[0] == b.coord[0] && a.coord[1] == b.coord[1] && a.coord[2] == b.coord[2];
-  };
+  std::vector<std::pair<std::array<uint32_t, 3>, uint32_t>> wanted, next;
+  std::array<uint64_t, kMaxLevel + 2> path{};
+  if (root_child_) balance_requests(root_child_, path, wanted);
   int rc = HM_OK;
-  while (!split.empty() && rc == HM_OK) {
-    std::sort(split.begin(), split.end(), order);
-    split.erase(std::unique(split.begin(), split.end(), same), split.end());
-    made.clear();
-    for (const Leaf &s : split)
-      if ((rc = split_leaf(s, &made)) != HM_OK) break;
-    split.clear();
-    for (const Leaf &x : made)
-      neighbours(x, [&](const Leaf &y) {
-        if (y.level + 1 < x.level) split.push_back(y);
-        if (y.level > x.level + 1) split.push_back(x);
-      });
+  std::vector<Leaf> made;
+  while (!wanted.empty() && rc == HM_OK) {
+    next.clear();
+    for (const auto &[q, level] : wanted) {
+      // Split the leaf covering q until the octant of `level` exists; each leaf split needs its
+      // own neighbourhood at its level.
+      for (;;) {
+        Leaf leaf{};
+        leaf_at(q.data(), &leaf);
+        if (leaf.level >= level) break;
+        made.clear();
+        if ((rc = split_leaf(leaf, &made)) != HM_OK) break;
+        if (leaf.level < 1) continue;
+        const uint32_t size = 1u << (kMaxLevel - leaf.level);
+        int delta[3] = {-1, -1, Dim == 3 ? -1 : 0};
+        for (;;) {
+          bool self = true, inside = true;
+          std::array<uint32_t, 3> p{0, 0, 0};
+          for (int d = 0; d < Dim; ++d) {
+            self &= delta[d] == 0;
+            const int64_t x = static_cast<int64_t>(leaf.coord[d]) + static_cast<int64_t>(delta[d]) * size;
+            inside &= x >= 0 && x < (int64_t{1} << kMaxLevel);
+            p[d] = static_cast<uint32_t>(x);
+          }
+          bool sibling = true;
+          for (int d = 0; d < Dim; ++d) sibling &= (p[d] >> (kMaxLevel - leaf.level + 1)) == (leaf.coord[d] >> (kMaxLevel - leaf.level + 1));
+          if (!self && inside && !sibling) {
+            Leaf n{};
+            leaf_at(p.data(), &n);
+            if (n.level < leaf.level) next.emplace_back(p, leaf.level);
+          }
+          int d = 0;
+          for (; d < Dim && ++delta[d] > 1; ++d) delta[d] = -1;
+          if (d == Dim) break;
+        }
+      }
+      if (rc != HM_OK) break;
+    }
+    wanted.swap(next);
   }
   return after_change(rc, "balance");
 }
@@ -645,6 +728,23 @@ void Octree<Dim>::neighbours(const Leaf &leaf, const std::function<void(const Le
   });
 }
 
+// Whether a leaf more than one level finer than `octant` touches it (so merging the family
+// below `octant` into it would break 2:1 balance). The tree may be half-way through a coarsen
+// pass: every family reachable from the root is intact, either as it was or as changed.
+template <int Dim>
+bool Octree<Dim>::finer_leaf_touches(const Leaf &octant) const {
+  const uint32_t size = 1u << (kMaxLevel - octant.level);
+  uint32_t lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+  for (int d = 0; d < Dim; ++d) lo[d] = octant.coord[d], hi[d] = octant.coord[d] + size;
+  bool finer = false;
+  touching_below(root_child_, lo, hi, [&](const Leaf &l) {
+    bool inside = true;
+    for (int d = 0; d < Dim; ++d) inside &= l.coord[d] >= lo[d] && l.coord[d] < hi[d];
+    finer |= !inside && l.level > octant.level + 1;
+  });
+  return finer;
+}
+
 template <int Dim>
 bool Octree<Dim>::find(const double *point, Leaf *out) const {
   uint32_t at[3] = {0, 0, 0};
@@ -652,9 +752,15 @@ bool Octree<Dim>::find(const double *point, Leaf *out) const {
     if (!(point[d] >= 0 && point[d] < 1)) return false;
     at[d] = static_cast<uint32_t>(point[d] * (1u << kMaxLevel));
   }
+  leaf_at(at, out);
+  return true;
+}
+
+template <int Dim>
+void Octree<Dim>::leaf_at(const uint32_t *at, Leaf *out) const {
   if (root_child_ == 0) {
     *out = Leaf{{0, 0, 0}, 0, root_value_};
-    return true;
+    return;
   }
   uint64_t ref = root_child_;
   for (;;) {
@@ -669,7 +775,7 @@ bool Octree<Dim>::find(const double *point, Leaf *out) const {
     }
     *out = Leaf{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
     for (int d = 0; d < Dim; ++d) out->coord[d] += ((c >> d) & 1) ? size : 0;
-    return true;
+    return;
   }
 }
 

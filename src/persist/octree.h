@@ -15,6 +15,7 @@
 // value and the offset of its own children (0 for a leaf). Pool offsets are relative to the
 // pool's start, so a pool maps at any address; references to C0 carry a tag bit.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -98,8 +99,11 @@ class Octree {
   // Splits every leaf for which refine(leaf) is true (one level); children inherit the value.
   int refine(const std::function<bool(const Leaf &)> &refine);
   // Merges every family of leaves for which coarsen(family) is true into their parent, whose
-  // value becomes the family's mean.
-  int coarsen(const std::function<bool(const Leaf *family)> &coarsen);
+  // value becomes the family's mean. With keep_balance, a family is merged only if no leaf
+  // touching its parent is finer than the family (Gerris' rule), so a 2:1 balanced tree stays
+  // balanced and balance() does not refine again what coarsening removed. Predicates must not
+  // call back into the tree.
+  int coarsen(const std::function<bool(const Leaf *family)> &coarsen, bool keep_balance = false);
   // Sets the value of the leaf containing the point (coordinates in [0, 1)).
   int set_value(const double *point, double value);
   // 2:1 balance across faces, edges and corners: refines until no two touching leaves differ by
@@ -181,7 +185,12 @@ class Octree {
   int relink(uint64_t ref, uint64_t *kids, uint64_t *out, const Edit &edit);
   void maybe_collect();
   int refine_family(uint64_t ref, const std::function<bool(const Leaf &)> &fn, bool *changed, uint64_t *out);
-  int coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool *changed, uint64_t *out);
+  int coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool keep_balance, bool *changed,
+                     uint64_t *out);
+  bool finer_leaf_touches(const Leaf &octant) const;
+  void leaf_at(const uint32_t *at, Leaf *out) const;
+  void balance_requests(uint64_t ref, std::array<uint64_t, kMaxLevel + 2> &path,
+                        std::vector<std::pair<std::array<uint32_t, 3>, uint32_t>> &out) const;
   void leaves_below(uint64_t ref, const std::function<void(const Leaf &)> &visit) const;
   void touching_below(uint64_t ref, const uint32_t *lo, const uint32_t *hi,
                       const std::function<void(const Leaf &)> &visit) const;

@@ -2,6 +2,8 @@
 // Octree<2> or an Octree<3>, with every call dispatched on the dimension.
 #include "hetmem/pm_octree.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -50,14 +52,30 @@ int no_tree(const char *fn) { return fail(HM_EINVAL, "%s: the tree is NULL", fn)
 // new one loaded from a snapshot file.
 enum class Open { create, restore, snapshot };
 
+// The C options as the tree's own.
+hm::persist::OctreeOptions to_options(const pm_options_t *o) {
+  hm::persist::OctreeOptions r;
+  if (!o) return r;
+  r.fast_bytes = o->fast_bytes;
+  r.fast_threshold = o->fast_threshold;
+  r.gc_threshold = o->gc_threshold;
+  r.transform = o->transform != 0;
+  r.t_transform = o->t_transform;
+  r.replica = o->replica ? o->replica : "";
+  r.emulate_nvbm = o->emulate_nvbm != 0;
+  return r;
+}
+
 template <int Dim>
-int open_tree(const char *path, uint64_t bytes, Open how, pm_octree_t **out, const char *snapshot = nullptr) {
+int open_tree(const char *path, uint64_t bytes, Open how, pm_octree_t **out, const char *snapshot = nullptr,
+              const pm_options_t *options = nullptr) {
   auto handle = std::make_unique<pm_octree>();
   handle->dim = Dim;
   std::unique_ptr<Octree<Dim>> tree;
-  int rc = how == Open::create    ? Octree<Dim>::create(path, bytes, &tree)
-           : how == Open::restore ? Octree<Dim>::restore(path, &tree)
-                                  : Octree<Dim>::load_snapshot(snapshot, path, bytes, &tree);
+  const hm::persist::OctreeOptions o = to_options(options);
+  int rc = how == Open::create    ? Octree<Dim>::create(path, bytes, &tree, o)
+           : how == Open::restore ? Octree<Dim>::restore(path, &tree, o)
+                                  : Octree<Dim>::load_snapshot(snapshot, path, bytes, &tree, o);
   if (rc != HM_OK) return rc;
   if constexpr (Dim == 2) handle->quad = std::move(tree);
   else handle->oct = std::move(tree);
@@ -69,35 +87,93 @@ int open_tree(const char *path, uint64_t bytes, Open how, pm_octree_t **out, con
 
 extern "C" {
 
+void pm_options_init(pm_options_t *o) {
+  if (!o) return;
+  std::memset(o, 0, sizeof *o);
+  const hm::persist::OctreeOptions d;
+  o->fast_threshold = d.fast_threshold;
+  o->gc_threshold = d.gc_threshold;
+  o->transform = d.transform;
+  o->t_transform = d.t_transform;
+}
+
 int pm_create(const char *path, int dim, uint64_t bytes, pm_octree_t **out) {
+  return pm_create_ex(path, dim, bytes, nullptr, out);
+}
+
+int pm_create_ex(const char *path, int dim, uint64_t bytes, const pm_options_t *options, pm_octree_t **out) {
   if (!path || !*path || !out) return fail(HM_EINVAL, "pm_create: the path and the result must be given");
   *out = nullptr;
   if (dim != 2 && dim != 3) return fail(HM_EINVAL, "pm_create: dimension %d; a tree has 2 or 3 dimensions", dim);
   try {
-    return dim == 2 ? open_tree<2>(path, bytes, Open::create, out) : open_tree<3>(path, bytes, Open::create, out);
+    return dim == 2 ? open_tree<2>(path, bytes, Open::create, out, nullptr, options)
+                    : open_tree<3>(path, bytes, Open::create, out, nullptr, options);
   } catch (...) {
     return fail(HM_ENOMEM, "pm_create: out of memory");
   }
 }
 
-int pm_restore(const char *path, pm_octree_t **out) {
+int pm_restore(const char *path, pm_octree_t **out) { return pm_restore_ex(path, nullptr, out); }
+
+int pm_restore_ex(const char *path, const pm_options_t *options, pm_octree_t **out) {
   if (!path || !*path || !out) return fail(HM_EINVAL, "pm_restore: the path and the result must be given");
   *out = nullptr;
   std::string content;
   {
-    std::unique_ptr<Pool> pool;  // read what the pool holds, then let it go (one opener at a time)
-    int rc = Pool::open(path, &pool);
+    // Read what the pool holds (the replica's, when the pool is gone and a replica is named),
+    // then let it go: one opener at a time.
+    const bool from_replica = options && options->replica && *options->replica && access(path, F_OK) != 0;
+    std::unique_ptr<Pool> pool;
+    int rc = Pool::open(from_replica ? options->replica : path, &pool);
     if (rc != HM_OK) return rc;
     content = pool->content();
   }
   try {
-    if (content == "octree2") return open_tree<2>(path, 0, Open::restore, out);
-    if (content == "octree3") return open_tree<3>(path, 0, Open::restore, out);
+    if (content == "octree2") return open_tree<2>(path, 0, Open::restore, out, nullptr, options);
+    if (content == "octree3") return open_tree<3>(path, 0, Open::restore, out, nullptr, options);
   } catch (...) {
     return fail(HM_ENOMEM, "pm_restore: out of memory");
   }
   return fail(HM_EFORMAT, "persistent pool '%s' holds %s, not an octree; the file was left as it is", path,
               content.empty() ? "no tree" : ("'" + content + "'").c_str());
+}
+
+int pm_set_features(pm_octree_t *t, pm_refine_fn feature, void *arg) {
+  if (!t) return no_tree(__func__);
+  with(t, [&](auto &tree) {
+    using Leaf = typename std::remove_reference_t<decltype(tree)>::Leaf;
+    if (!feature) tree.set_features(nullptr);
+    else tree.set_features([feature, arg](const Leaf &l) {
+      pm_leaf_t c = to_c(l);
+      return feature(&c, arg) != 0;
+    });
+  });
+  return HM_OK;
+}
+
+int pm_collect(pm_octree_t *t) {
+  if (!t) return no_tree(__func__);
+  return with(t, [](auto &tree) { return tree.collect(); });
+}
+
+int pm_stats(const pm_octree_t *t, pm_stats_t *out) {
+  if (!t || !out) return fail(HM_EINVAL, "pm_stats: the tree and the result must be given");
+  const hm::persist::OctreeStats s = with(t, [](const auto &tree) { return tree.stats(); });
+  out->pool_writes = s.pool_writes;
+  out->pool_write_bytes = s.pool_write_bytes;
+  out->pool_reads = s.pool_reads;
+  out->fast_writes = s.fast_writes;
+  out->flushed_bytes = s.flushed_bytes;
+  out->merges = s.merges;
+  out->transforms = s.transforms;
+  out->gc_runs = s.gc_runs;
+  out->gc_freed = s.gc_freed;
+  out->replica_bytes = s.replica_bytes;
+  out->fast_families = s.fast_families;
+  out->fast_capacity = s.fast_capacity;
+  out->pool_families = s.pool_families;
+  out->emul_charged_ns = s.emul_charged_ns;
+  return HM_OK;
 }
 
 int pm_persistent(pm_octree_t *t) {
@@ -152,16 +228,26 @@ int pm_refine(pm_octree_t *t, pm_refine_fn refine, void *arg) {
   });
 }
 
-int pm_coarsen(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg) {
-  if (!t || !coarsen) return fail(HM_EINVAL, "pm_coarsen: the tree and the predicate must be given");
+namespace {
+int coarsen_with(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg, bool keep_balance, const char *fn) {
+  if (!t || !coarsen) return fail(HM_EINVAL, "%s: the tree and the predicate must be given", fn);
   return with(t, [&](auto &tree) {
     using Tree = std::remove_reference_t<decltype(tree)>;
-    return tree.coarsen([&](const auto *family) {
-      pm_leaf_t f[Tree::kChildren];
-      for (int c = 0; c < Tree::kChildren; ++c) f[c] = to_c(family[c]);
-      return coarsen(f, Tree::kChildren, arg) != 0;
-    });
+    return tree.coarsen(
+        [&](const auto *family) {
+          pm_leaf_t f[Tree::kChildren];
+          for (int c = 0; c < Tree::kChildren; ++c) f[c] = to_c(family[c]);
+          return coarsen(f, Tree::kChildren, arg) != 0;
+        },
+        keep_balance);
   });
+}
+}  // namespace
+
+int pm_coarsen(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg) { return coarsen_with(t, coarsen, arg, false, __func__); }
+
+int pm_coarsen_balanced(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg) {
+  return coarsen_with(t, coarsen, arg, true, __func__);
 }
 
 int pm_balance(pm_octree_t *t) {

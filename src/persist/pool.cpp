@@ -200,6 +200,13 @@ int Pool::commit(uint64_t root, uint64_t sequence) {
                 static_cast<unsigned long long>(top_));
   // 1. Everything the new version wrote is durable before 2. the slot that names it. Ranges are
   // merged in offset order, so a line (a page, when msync does the flushing) is flushed once.
+  std::sort(dirty_.begin(), dirty_.end());
+  for (size_t i = 0, line_end = 0; i < dirty_.size(); ++i) {
+    // Cache lines this version wrote (what reaches the medium on persistent memory).
+    uint64_t lo = std::max<uint64_t>(dirty_[i].first & ~uint64_t{63}, line_end);
+    uint64_t hi = (dirty_[i].second + 63) & ~uint64_t{63};
+    if (hi > lo) written_line_bytes_ += hi - lo, line_end = hi;
+  }
   if (!map_sync_)
     for (auto &r : dirty_) {
       r.first &= ~uint64_t{prim::kPageSize - 1};

@@ -79,6 +79,8 @@ class Pool {
   int set_top(uint64_t top);
   // Bytes flushed by commits since the pool was opened (what persisting has written).
   uint64_t flushed_bytes() const { return flushed_bytes_; }
+  // Cache-line bytes the committed versions wrote (the data, without the msync page rounding).
+  uint64_t written_line_bytes() const { return written_line_bytes_; }
   // Forgets everything the working version allocated since the last commit.
   void rollback();
 
@@ -111,6 +113,7 @@ class Pool {
   uint64_t top_ = kHeaderBytes;
   std::vector<std::pair<uint64_t, uint64_t>> dirty_;  // [offset, end) written since the last commit
   uint64_t flushed_bytes_ = 0;
+  uint64_t written_line_bytes_ = 0;
   PersistObserver *observer_ = nullptr;
 };
 
