@@ -4,6 +4,7 @@
 // leaves the "solver" works on, and persists. Per-routine times and what the tree did to the
 // tiers are printed as a table and written as JSON; --restore continues a run.
 #include <hetmem/pm_octree.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -12,6 +13,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "sqlite_store.h"
 
 namespace {
 
@@ -32,6 +35,8 @@ struct Options {
   bool transform = true;
   std::string replica;
   bool emulate = false;
+  std::string store = "pm";  // pm, incore or sqlite
+  int snapshot_every = 10;
 };
 
 const char kUsage[] =
@@ -47,6 +52,12 @@ const char kUsage[] =
     "  --replica PATH  send each version's delta to a second pool; --restore uses it\n"
     "                  when the pool file is gone\n"
     "  --emulate-nvbm  charge pool accesses as the emulated nvbm device (seed 003)\n"
+    "  --store S       pm (default): the persistent octree, a persist every step;\n"
+    "                  incore: the tree in DRAM, a snapshot file (POOL.snap) every\n"
+    "                  --snapshot-every steps (Gerris-like); sqlite: the leaves in a\n"
+    "                  Morton-keyed SQLite B-tree (POOL.sqlite), a transaction per step\n"
+    "                  (Etree-like out-of-core octree)\n"
+    "  --snapshot-every N  steps between snapshots of --store incore; default 10\n"
     "  --pool PATH     pool file (on a DAX mount for real persistent memory);\n"
     "                  default $TMPDIR/hetmem-amr.pool\n"
     "  --pool-mib N    pool size for a new run; default 1024\n"
@@ -95,6 +106,12 @@ Options parse(int argc, char **argv) {
     else if (a == "--no-transform") o.transform = false;
     else if (a == "--replica") o.replica = take();
     else if (a == "--emulate-nvbm") o.emulate = true;
+    else if (a == "--snapshot-every") o.snapshot_every = static_cast<int>(parse_int("--snapshot-every", take(), 1, 1000000));
+    else if (a == "--store") {
+      o.store = take();
+      if (o.store != "pm" && o.store != "incore" && o.store != "sqlite")
+        usage_error("--store is pm, incore or sqlite, got '" + o.store + "'");
+    }
     else if (a == "--shape") {
       std::string v = take();
       if (v != "spheres" && v != "droplet") usage_error("--shape is spheres or droplet, got '" + v + "'");
@@ -111,6 +128,8 @@ Options parse(int argc, char **argv) {
     }
   }
   if (o.restore && o.overwrite) usage_error("--restore and --overwrite exclude each other");
+  if (o.store != "pm" && (o.restore || !o.replica.empty()))
+    usage_error("--restore and --replica need --store pm (the baselines start a new run each time)");
   if (o.pool.empty()) {
     const char *dir = std::getenv("TMPDIR");
     o.pool = std::string(dir && *dir ? dir : "/tmp") + "/hetmem-amr.pool";
@@ -222,6 +241,13 @@ int main(int argc, char **argv) {
   options.replica = o.replica.empty() ? nullptr : o.replica.c_str();
   options.emulate_nvbm = o.emulate;
   double t_construct = 0, t_adapt = 0, t_balance = 0, t_solve = 0, t_persist = 0, t_restore = 0;
+  // The baselines keep the tree in DRAM (a pool on /dev/shm that is never persisted).
+  const bool pm = o.store == "pm";
+  const std::string work = std::string(access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") + "/hetmem-amr-" +
+                           std::to_string(getpid()) + ".pool";
+  const std::string snapshot = o.pool + ".snap";
+  uint64_t snapshot_sum = 0;
+  amr::SqliteStore db;
   pm_octree_t *tree = nullptr;
   int first = 0;
   auto t0 = Clock::now();
@@ -248,11 +274,23 @@ int main(int argc, char **argv) {
       }
       std::remove(o.pool.c_str());
     }
-    if (pm_create_ex(o.pool.c_str(), o.dim, o.pool_mib << 20, &options, &tree) != HM_OK) return fail("creating the pool");
+    if (pm) {
+      if (pm_create_ex(o.pool.c_str(), o.dim, o.pool_mib << 20, &options, &tree) != HM_OK) return fail("creating the pool");
+    } else if (pm_create(work.c_str(), o.dim, o.pool_mib << 20, &tree) != HM_OK) {
+      return fail("creating the in-memory tree");
+    } else if (o.store == "sqlite" && !db.create(o.pool + ".sqlite")) {
+      std::fprintf(stderr, "hetmem-amr: sqlite: %s\n", db.error().c_str());
+      return 1;
+    }
     in.at(0);
     for (int l = 0; l < o.level; ++l)
       if (pm_refine(tree, refine_fn, &in) != HM_OK) return fail("construct");
-    if (pm_balance(tree) != HM_OK || pm_persistent(tree) != HM_OK) return fail("construct");
+    if (pm_balance(tree) != HM_OK) return fail("construct");
+    if (pm && pm_persistent(tree) != HM_OK) return fail("construct");
+    if (o.store == "sqlite" && db.apply(amr::stored_leaves(tree)) < 0) {
+      std::fprintf(stderr, "hetmem-amr: sqlite: %s\n", db.error().c_str());
+      return 1;
+    }
     t_construct = since(t0);
     std::printf("constructed a %dD tree to level %d around %d sphere(s): %llu leaves in %.3f s\n", o.dim, o.level,
                 o.spheres, static_cast<unsigned long long>(pm_leaf_count(tree)), t_construct);
@@ -286,7 +324,17 @@ int main(int argc, char **argv) {
       }
     t_solve += since(t);
     t = Clock::now();
-    if (pm_persistent(tree) != HM_OK) return fail("persist");
+    if (pm) {
+      if (pm_persistent(tree) != HM_OK) return fail("persist");
+    } else if (o.store == "incore") {
+      if ((step - first + 1) % o.snapshot_every == 0) {
+        if (pm_snapshot_save(tree, snapshot.c_str()) != HM_OK) return fail("snapshot");
+        snapshot_sum = pm_checksum(tree);
+      }
+    } else if (db.apply(amr::stored_leaves(tree)) < 0) {
+      std::fprintf(stderr, "hetmem-amr: sqlite: %s\n", db.error().c_str());
+      return 1;
+    }
     t_persist += since(t);
     if (o.progress && ((step - first + 1) % o.progress == 0 || step == last))
       std::printf("step %5d/%d: %llu leaves, version %llu\n", step, last,
@@ -296,13 +344,41 @@ int main(int argc, char **argv) {
   const uint64_t leaves = pm_leaf_count(tree), version = pm_version(tree), sum = pm_checksum(tree);
   pm_stats_t st;
   pm_stats(tree, &st);
-  pm_close(tree);
-  // Restore what was persisted, as a restart would, and check it is the tree the run ended with.
-  auto t = Clock::now();
-  if (pm_restore_ex(o.pool.c_str(), &options, &tree) != HM_OK) return fail("restore");
-  const double t_final_restore = since(t);
-  const bool same = pm_version(tree) == version && pm_checksum(tree) == sum && pm_valid(tree) == HM_OK;
-  pm_close(tree);
+  // Restore what was persisted, as a restart would, and check it is the tree the run persisted
+  // last: the pool's last version, the last snapshot, or the database's leaves.
+  bool same = true;
+  double t_final_restore = 0;
+  if (pm) {
+    pm_close(tree);
+    auto t = Clock::now();
+    if (pm_restore_ex(o.pool.c_str(), &options, &tree) != HM_OK) return fail("restore");
+    t_final_restore = since(t);
+    same = pm_version(tree) == version && pm_checksum(tree) == sum && pm_valid(tree) == HM_OK;
+    pm_close(tree);
+  } else if (o.store == "incore") {
+    pm_delete(tree);
+    if (snapshot_sum) {
+      pm_octree_t *loaded = nullptr;
+      auto t = Clock::now();
+      if (pm_snapshot_load(snapshot.c_str(), work.c_str(), o.pool_mib << 20, &loaded) != HM_OK) return fail("restore");
+      t_final_restore = since(t);
+      same = pm_checksum(loaded) == snapshot_sum;
+      pm_delete(loaded);
+    }
+  } else {
+    const std::vector<amr::StoredLeaf> now = amr::stored_leaves(tree);
+    pm_delete(tree);
+    std::vector<amr::StoredLeaf> back;
+    auto t = Clock::now();
+    if (!db.read_all(&back)) {
+      std::fprintf(stderr, "hetmem-amr: sqlite: %s\n", db.error().c_str());
+      return 1;
+    }
+    t_final_restore = since(t);
+    same = back.size() == now.size();
+    for (size_t i = 0; same && i < now.size(); ++i)
+      same = back[i].key == now[i].key && back[i].level == now[i].level && back[i].value == now[i].value;
+  }
   if (!same) {
     std::fprintf(stderr, "hetmem-amr: the restored tree differs from the persisted one\n");
     return 1;
@@ -313,12 +389,15 @@ int main(int argc, char **argv) {
   std::printf("%-16s %12.4f %14.3f\n", "refine/coarsen", t_adapt, 1e3 * t_adapt / n);
   std::printf("%-16s %12.4f %14.3f\n", "balance", t_balance, 1e3 * t_balance / n);
   std::printf("%-16s %12.4f %14.3f\n", "solve", t_solve, 1e3 * t_solve / n);
-  std::printf("%-16s %12.4f %14.3f\n", "persist", t_persist, 1e3 * t_persist / n);
+  std::printf("%-16s %12.4f %14.3f\n", pm ? "persist" : o.store == "incore" ? "snapshot" : "sqlite commit", t_persist,
+              1e3 * t_persist / n);
   std::printf("%-16s %12.4f %14s\n", "restore", t_final_restore, "-");
-  std::printf("final: version %llu, %llu leaves; restore returned exactly the persisted tree\n",
-              static_cast<unsigned long long>(version), static_cast<unsigned long long>(leaves));
+  std::printf("final: %s %llu, %llu leaves; restore returned exactly the persisted tree\n",
+              pm ? "version" : "step", static_cast<unsigned long long>(pm ? version : last),
+              static_cast<unsigned long long>(leaves));
   auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
-  std::printf("tiers: %llu family writes to the pool (%s), %llu in C0 (%llu of %llu families), %llu merges, "
+  if (pm)
+    std::printf("tiers: %llu family writes to the pool (%s), %llu in C0 (%llu of %llu families), %llu merges, "
               "%llu transformations, %.1f MiB flushed, %llu collections%s%s\n",
               u(st.pool_writes), o.emulate ? "emulated nvbm" : "not emulated", u(st.fast_writes), u(st.fast_families),
               u(st.fast_capacity), u(st.merges), u(st.transforms), st.flushed_bytes / 1048576.0, u(st.gc_runs),
@@ -330,13 +409,13 @@ int main(int argc, char **argv) {
       return 1;
     }
     std::fprintf(f,
-                 "{\"dim\": %d, \"level\": %d, \"spheres\": %d, \"steps\": %d, \"leaves\": %llu, \"version\": %llu,\n"
+                 "{\"store\": \"%s\", \"dim\": %d, \"level\": %d, \"spheres\": %d, \"steps\": %d, \"leaves\": %llu, \"version\": %llu,\n"
                  " \"seconds\": {\"construct\": %.6f, \"refine_coarsen\": %.6f, \"balance\": %.6f, \"solve\": %.6f, "
                  "\"persist\": %.6f, \"restore\": %.6f},\n"
                  " \"tiers\": {\"emulated\": %s, \"pool_writes\": %llu, \"fast_writes\": %llu, \"merges\": %llu, "
                  "\"transforms\": %llu, \"flushed_bytes\": %llu, \"gc_runs\": %llu, \"replica_bytes\": %llu, "
                  "\"emul_charged_ns\": %llu}}\n",
-                 o.dim, o.level, o.spheres, n, u(leaves), u(version), t_construct, t_adapt, t_balance, t_solve, t_persist,
+                 o.store.c_str(), o.dim, o.level, o.spheres, n, u(leaves), u(version), t_construct, t_adapt, t_balance, t_solve, t_persist,
                  t_final_restore, o.emulate ? "true" : "false", u(st.pool_writes), u(st.fast_writes), u(st.merges),
                  u(st.transforms), u(st.flushed_bytes), u(st.gc_runs), u(st.replica_bytes), u(st.emul_charged_ns));
     std::fclose(f);

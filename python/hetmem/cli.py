@@ -105,6 +105,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "pic":
         from .bench_pic import main as bench_pic
         return bench_pic(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-pic.json", args.quick)
+    if args.what == "octree":
+        from .bench_octree import main as bench_octree
+        return bench_octree(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-octree.json",
+                            args.quick)
     if args.what == "profiler":
         from .bench_profiler import main as bench_profiler
         return bench_profiler(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-profiler.json",
@@ -248,10 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
     rn.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="run a benchmark of the library")
-    b.add_argument("what", choices=["alloc", "profiler", "pic"],
+    b.add_argument("what", choices=["alloc", "profiler", "pic", "octree"],
                    help="alloc: allocation, free, arena, copy and emulation figures; "
                         "profiler: profiling overhead, heaptrack comparison, rules-only cost; "
-                        "pic: the WarpX comparison problem, ns per particle-step for 1 and 2 threads")
+                        "pic: the WarpX comparison problem, ns per particle-step for 1 and 2 threads; "
+                        "octree: PM-octree restart, persist bytes, refine/balance vs p4est, transformation, "
+                        "per-step time vs snapshot and SQLite baselines")
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     b.add_argument("--out", default="hetmem-bench-alloc.json", help="JSON results file")
     b.set_defaults(func=cmd_bench)

@@ -108,7 +108,7 @@ def find_preload() -> str:
 def find_program(name: str) -> str:
     """A binary of the project: from the build tree (bench/, examples/) or from PATH."""
     for d in build_dirs():
-        for sub in ("bench", "examples", "apps/pic", "."):
+        for sub in ("bench", "examples", "apps/pic", "apps/amr", "."):
             candidate = d / sub / name
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return str(candidate)

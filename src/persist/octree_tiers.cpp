@@ -274,7 +274,12 @@ void Octree<Dim>::transform() {
   const bool sampling = options_.transform && feature_;
   if (hot_chosen_ && !sampling) return;
   const double octants = static_cast<double>(fast_cap_) * kChildren;
-  const int lsub = std::max(0, static_cast<int>(depth()) - static_cast<int>(std::floor(std::log(octants) / std::log(kChildren))));
+  // Eq. 1 assumes full subtrees; when C0 holds the whole tree (with room to grow), the whole
+  // tree is its subtree.
+  const uint64_t families = (leaves_ - 1) / (kChildren - 1), usable = fast_cap_ - (kMaxLevel + 2);
+  const int lsub = families <= 0.7 * options_.fast_threshold * usable
+                       ? 0
+                       : std::max(0, static_cast<int>(depth()) - static_cast<int>(std::floor(std::log(octants) / std::log(kChildren))));
   // The octants at level L_sub that have children, with their families.
   std::vector<std::pair<Leaf, uint64_t>> subtrees;
   std::function<void(uint64_t)> collect_level = [&](uint64_t ref) {
