@@ -52,7 +52,7 @@ Octree<Dim>::~Octree() {
 template <int Dim>
 int Octree<Dim>::setup() {
   fast_cap_ = options_.fast_bytes / sizeof(Family);
-  if (fast_cap_ > 0 && fast_cap_ < 4 * (kMaxLevel + 2))
+  if (options_.fast_bytes > 0 && fast_cap_ < 4 * (kMaxLevel + 2))
     return fail(HM_EINVAL, "PM-octree: a fast-tier budget of %llu bytes holds %llu families; give 0 (no C0) or at least %zu bytes",
                 static_cast<unsigned long long>(options_.fast_bytes), static_cast<unsigned long long>(fast_cap_),
                 4 * (kMaxLevel + 2) * sizeof(Family));

@@ -109,3 +109,76 @@ TEST_F(PmApi, BadArgumentsAndPoolsGetClearErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// A corner refined deep, so coarsening elsewhere must respect 2:1.
+int towards_origin(const pm_leaf_t *l, void *) { return l->level < 6 && l->coord[0] == 0 && l->coord[1] == 0 ? 1 : 0; }
+int everything(const pm_leaf_t *, int, void *) { return 1; }
+int near_origin(const pm_leaf_t *l, void *) { return l->coord[0] < (1u << 18) && l->coord[1] < (1u << 18) ? 1 : 0; }
+
+TEST_F(PmApi, OptionsStatsFeaturesCollectAndBalancedCoarsening) {
+  pm_options_t o;
+  pm_options_init(&o);
+  EXPECT_EQ(o.fast_bytes, 0u);
+  EXPECT_EQ(o.transform, 1);
+  o.fast_bytes = 100;  // holds no useful C0
+  pm_octree_t *t = nullptr;
+  EXPECT_EQ(pm_create_ex(path_.c_str(), 3, 16 << 20, &o, &t), HM_EINVAL);
+  EXPECT_TRUE(has("fast-tier budget")) << hm_last_error();
+  EXPECT_NE(access(path_.c_str(), F_OK), 0) << "a refused create leaves no pool behind";
+  o.fast_bytes = 64 << 10;
+  o.gc_threshold = 1.5;
+  EXPECT_EQ(pm_create_ex(path_.c_str(), 3, 16 << 20, &o, &t), HM_EINVAL);
+  EXPECT_TRUE(has("gc_threshold")) << hm_last_error();
+  o.gc_threshold = 0.1;
+  ASSERT_EQ(pm_create_ex(path_.c_str(), 2, 16 << 20, &o, &t), HM_OK) << hm_last_error();
+  ASSERT_EQ(pm_set_features(t, near_origin, nullptr), HM_OK);
+  for (int k = 0; k < 6; ++k) ASSERT_EQ(pm_refine(t, towards_origin, nullptr), HM_OK);
+  ASSERT_EQ(pm_balance(t), HM_OK);
+  const uint64_t balanced = pm_leaf_count(t);
+  ASSERT_EQ(pm_persistent(t), HM_OK);
+  pm_stats_t st{};
+  ASSERT_EQ(pm_stats(t, &st), HM_OK);
+  EXPECT_GT(st.fast_writes, 0u) << "the tree was built in C0";
+  EXPECT_GT(st.pool_writes, 0u) << "and merged into the pool at the persist";
+  EXPECT_EQ(st.fast_capacity, (64u << 10) / 80u);
+  // Gerris' rule: only families whose coarsening keeps 2:1 go; plain coarsening takes more.
+  ASSERT_EQ(pm_coarsen_balanced(t, everything, nullptr), HM_OK);
+  const uint64_t kept = pm_leaf_count(t);
+  EXPECT_LT(kept, balanced);
+  ASSERT_EQ(pm_balance(t), HM_OK);
+  EXPECT_EQ(pm_leaf_count(t), kept) << "nothing to refine again after balanced coarsening";
+  ASSERT_EQ(pm_coarsen(t, everything, nullptr), HM_OK);
+  EXPECT_LT(pm_leaf_count(t), kept);
+  ASSERT_EQ(pm_collect(t), HM_OK);
+  ASSERT_EQ(pm_stats(t, &st), HM_OK);
+  EXPECT_EQ(st.gc_runs, 1u);
+  EXPECT_EQ(pm_set_features(nullptr, near_origin, nullptr), HM_EINVAL);
+  EXPECT_EQ(pm_stats(t, nullptr), HM_EINVAL);
+  EXPECT_EQ(pm_delete(t), HM_OK);
+}
+
+TEST_F(PmApi, RestoreFromTheReplicaWhenThePoolIsGone) {
+  const std::string replica = path_ + ".replica";
+  unlink(replica.c_str());
+  pm_options_t o;
+  pm_options_init(&o);
+  o.replica = replica.c_str();
+  pm_octree_t *t = nullptr;
+  ASSERT_EQ(pm_create_ex(path_.c_str(), 3, 16 << 20, &o, &t), HM_OK) << hm_last_error();
+  for (int k = 0; k < 4; ++k) ASSERT_EQ(pm_refine(t, towards_origin, nullptr), HM_OK);
+  ASSERT_EQ(pm_persistent(t), HM_OK);
+  const uint64_t sum = pm_checksum(t);
+  pm_close(t);
+  ASSERT_EQ(unlink(path_.c_str()), 0);
+  EXPECT_EQ(pm_restore(path_.c_str(), &t), HM_EIO) << "without the replica named, a missing pool is an error";
+  ASSERT_EQ(pm_restore_ex(path_.c_str(), &o, &t), HM_OK) << hm_last_error();
+  EXPECT_EQ(pm_dim(t), 3);
+  EXPECT_EQ(pm_checksum(t), sum);
+  EXPECT_EQ(pm_version(t), 2u);
+  pm_close(t);
+  unlink(replica.c_str());
+}
+
+}  // namespace

@@ -4,6 +4,7 @@ persisted, --restore continues from the last step, and bad input gets a clear me
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,3 +87,38 @@ def test_an_existing_pool_is_never_overwritten_unasked(tmp_path):
     assert r.returncode == 0 and "final: version 3," in r.stdout
     r = amr("--restore", "--overwrite", "--pool", str(pool))
     assert r.returncode == 2 and "exclude each other" in r.stderr
+
+
+def test_baselines_and_the_droplet_run_and_restore(tmp_path):
+    for store in ("incore", "sqlite"):
+        out = tmp_path / f"{store}.json"
+        r = amr("--store", store, "--steps", "12", "--level", "5", "--snapshot-every", "5",
+                "--pool", str(tmp_path / store), "--progress", "0", "--json", str(out))
+        assert r.returncode == 0, r.stderr
+        assert "restore returned exactly the persisted tree" in r.stdout
+        assert ("snapshot" if store == "incore" else "sqlite commit") in r.stdout
+        assert json.loads(out.read_text())["store"] == store
+    assert (tmp_path / "incore.snap").exists() and (tmp_path / "sqlite.sqlite").exists()
+    r = amr("--store", "sqlite", "--restore", "--pool", str(tmp_path / "x"))
+    assert r.returncode == 2 and "need --store pm" in r.stderr
+    r = amr("--shape", "droplet", "--steps", "5", "--level", "5", "--pool", str(tmp_path / "drop.pool"),
+            "--replica", str(tmp_path / "drop.replica"), "--progress", "0")
+    assert r.returncode == 0, r.stderr
+    assert "replica" in r.stdout and (tmp_path / "drop.replica").exists()
+    r = amr("--shape", "bubble")
+    assert r.returncode == 2 and "--shape is spheres or droplet" in r.stderr
+
+
+def test_octree_benchmark_quick(tmp_path):
+    out = tmp_path / "octree.json"
+    r = subprocess.run([sys.executable, "-m", "hetmem", "bench", "octree", "--quick", "--out", str(out)],
+                       capture_output=True, text=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    assert r.returncode == 0, r.stderr
+    figures = json.loads(out.read_text())
+    core = figures["core"]
+    assert core["restart"]["speedup"] > 1 and core["persist"]["refine_changed_fraction"] <= 0.05
+    if "p4est_balanced_octants" in core["adapt"]:
+        assert core["adapt"]["p4est_balanced_octants"] == core["adapt"]["balanced_octants"], "the same tree as p4est"
+    assert set(figures["per_step"]) == {"PM-octree (nvbm emulated)", "in-core + snapshot every 10",
+                                        "SQLite B-tree (Etree-like)"}
+    assert "dynamic transformation" in r.stdout
