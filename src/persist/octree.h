@@ -21,6 +21,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "persist/pool.h"
@@ -145,7 +146,8 @@ class Octree {
   uint64_t version() const { return pool_->sequence(); }
   Pool &pool() { return *pool_; }
   OctreeStats stats() const;
-  // The hot subtrees C0 is for (octants as leaves: coordinates and level).
+  // The hot subtrees C0 is for (octants as leaves: coordinates and level; the root octant until
+  // the first persist).
   std::vector<Leaf> hot_subtrees() const { return hot_; }
 
  private:
@@ -172,8 +174,11 @@ class Octree {
   int merge_out_if_full();
   void transform();
   void drop_cold();
+  void set_hot(std::vector<Leaf> hot);
+  static uint64_t hot_key(const uint32_t *coord, uint32_t level);
+  uint64_t families_below(uint64_t ref) const;
   uint32_t depth() const;
-  int sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng) const;
+  double sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng) const;
   void count_write(uint64_t ref);
   void charge() const;
   int after_change(int rc, const char *op);
@@ -216,6 +221,9 @@ class Octree {
   std::vector<uint8_t> fast_live_;
   std::vector<uint64_t> fast_free_;
   std::vector<Leaf> hot_;
+  // The hot subtrees' roots and all their ancestors, keyed by level and corner (hot_key).
+  std::unordered_set<uint64_t> hot_keys_;
+  uint32_t hot_level_ = 0;
   bool merging_ = false;
   bool hot_chosen_ = false;
   Feature feature_;

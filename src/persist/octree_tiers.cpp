@@ -216,10 +216,10 @@ uint32_t Octree<Dim>::depth() const {
   return deepest;
 }
 
-// Feature-directed sampling (seed 003 §3.3): how many of N_sample = min(100, leaves) leaves of
-// the subtree the application's features select.
+// Feature-directed sampling (seed 003 §3.3): the share of N_sample = min(100, leaves) leaves of
+// the subtree that the application's features select.
 template <int Dim>
-int Octree<Dim>::sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng) const {
+double Octree<Dim>::sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng) const {
   if (ref == 0) return feature_(subtree) ? 1 : 0;
   std::vector<Leaf> few;
   bool small = true;
@@ -241,7 +241,7 @@ int Octree<Dim>::sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng)
   int hits = 0;
   if (small) {
     for (const Leaf &l : few) hits += feature_(l) ? 1 : 0;
-    return hits;
+    return static_cast<double>(hits) / few.size();
   }
   // A random descent per sample: a random child at each level down to a leaf.
   for (int s = 0; s < 100; ++s) {
@@ -260,14 +260,25 @@ int Octree<Dim>::sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng)
       break;
     }
   }
-  return hits;
+  return hits / 100.0;
 }
 
-// After a persist: pick the subtree C0 is for. Subtrees are taken at level L_sub = depth -
-// floor(log_fanout(C0's octants)) (Eq. 1); the one whose sampled access frequency is highest
-// replaces the current hot subtree when their ratio exceeds T_transform. Without the
-// transformation (or without features) the first subtree in Morton order is kept for good, the
-// locality-oblivious layout of seed 003 Fig. 5a.
+template <int Dim>
+uint64_t Octree<Dim>::families_below(uint64_t ref) const {
+  uint64_t n = 1;
+  const Family *f = read(ref);
+  for (int c = 0; c < kChildren; ++c)
+    if (f->child[c]) n += families_below(f->child[c]);
+  return n;
+}
+
+// After a persist: pick the subtrees C0 is for. Subtrees are taken at level L_sub = depth -
+// floor(log_fanout(C0's octants)) (Eq. 1). Adaptive trees are sparse, so one subtree of that level
+// holds far less than C0 can; the hottest subtrees (by sampled access frequency) are taken
+// until their families fill 70% of what C0 may use. They replace the current ones when the ratio
+// of the two sets' frequencies exceeds T_transform. Without the transformation (or without
+// features) C0 keeps the first subtrees in Morton order for good, the locality-oblivious layout
+// of seed 003 Fig. 5a.
 template <int Dim>
 void Octree<Dim>::transform() {
   if (fast_cap_ == 0 || root_child_ == 0) return;
@@ -277,11 +288,18 @@ void Octree<Dim>::transform() {
   // Eq. 1 assumes full subtrees; when C0 holds the whole tree (with room to grow), the whole
   // tree is its subtree.
   const uint64_t families = (leaves_ - 1) / (kChildren - 1), usable = fast_cap_ - (kMaxLevel + 2);
-  const int lsub = families <= 0.7 * options_.fast_threshold * usable
-                       ? 0
-                       : std::max(0, static_cast<int>(depth()) - static_cast<int>(std::floor(std::log(octants) / std::log(kChildren))));
-  // The octants at level L_sub that have children, with their families.
-  std::vector<std::pair<Leaf, uint64_t>> subtrees;
+  const double room = 0.7 * options_.fast_threshold * usable;
+  const int lsub = families <= room ? 0
+                                    : std::min(19, std::max(0, static_cast<int>(depth()) -
+                                                                   static_cast<int>(std::floor(std::log(octants) / std::log(kChildren)))));
+  struct Candidate {
+    Leaf octant;
+    uint64_t ref;
+    double share;   // of its leaves the features select
+    uint64_t size;  // families
+    double freq() const { return share * size; }  // expected families accessed
+  };
+  std::vector<Candidate> subtrees;
   std::function<void(uint64_t)> collect_level = [&](uint64_t ref) {
     const Family *f = read(ref);
     const uint32_t size = 1u << (kMaxLevel - f->level);
@@ -290,36 +308,52 @@ void Octree<Dim>::transform() {
       if (static_cast<int>(f->level) == lsub) {
         Leaf l{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
         for (int d = 0; d < Dim; ++d) l.coord[d] += ((c >> d) & 1) ? size : 0;
-        subtrees.emplace_back(l, f->child[c]);
+        subtrees.push_back({l, f->child[c], 0, 0});
       } else {
         collect_level(f->child[c]);
       }
     }
   };
-  if (lsub == 0) subtrees.emplace_back(Leaf{{0, 0, 0}, 0, 0}, root_child_);
+  if (lsub == 0) subtrees.push_back({Leaf{{0, 0, 0}, 0, 0}, root_child_, 0, 0});
   else collect_level(root_child_);
   if (subtrees.empty()) return;
+  for (Candidate &c : subtrees) c.size = families_below(c.ref);
+  // Fills C0's room with candidates in the given order.
+  auto fill = [&](std::vector<Candidate> &order, std::vector<Leaf> *hot, double *freq) {
+    uint64_t used = 0;
+    *freq = 0;
+    for (const Candidate &c : order) {
+      if (used + c.size > room || (sampling && c.share == 0)) continue;
+      used += c.size;
+      *freq += c.freq();
+      hot->push_back(c.octant);
+    }
+  };
+  std::vector<Leaf> chosen;
+  double chosen_freq = 0;
   if (!sampling) {
-    hot_.assign(1, subtrees.front().first);
+    fill(subtrees, &chosen, &chosen_freq);
+    if (chosen.empty()) chosen.push_back(subtrees.front().octant);
+    set_hot(std::move(chosen));
     hot_chosen_ = true;
     drop_cold();
     return;
   }
   std::mt19937_64 rng(pool_->sequence());
-  auto same = [](const Leaf &a, const Leaf &b) {
-    return a.level == b.level && a.coord[0] == b.coord[0] && a.coord[1] == b.coord[1] && a.coord[2] == b.coord[2];
-  };
-  int hot_freq = 0, best = -1, best_freq = -1;
-  for (size_t s = 0; s < subtrees.size(); ++s) {
-    const int freq = sample(subtrees[s].first, subtrees[s].second, rng);
-    bool is_hot = hot_chosen_ && std::any_of(hot_.begin(), hot_.end(), [&](const Leaf &h) { return same(h, subtrees[s].first); });
-    if (is_hot) hot_freq = std::max(hot_freq, freq);
-    else if (freq > best_freq) best = static_cast<int>(s), best_freq = freq;
+  double current_freq = 0;
+  for (Candidate &c : subtrees) {
+    c.share = sample(c.octant, c.ref, rng);
+    uint32_t at[3] = {c.octant.coord[0], c.octant.coord[1], c.octant.coord[2]};
+    if (hot_chosen_ && hot_level_ == c.octant.level && hot_keys_.count(hot_key(at, c.octant.level))) current_freq += c.freq();
   }
-  if (best < 0 || best_freq <= 0) return;
-  const double ratio = hot_freq > 0 ? static_cast<double>(best_freq) / hot_freq : HUGE_VAL;
+  std::stable_sort(subtrees.begin(), subtrees.end(), [](const Candidate &a, const Candidate &b) {
+    return a.share > b.share || (a.share == b.share && a.size > b.size);
+  });
+  fill(subtrees, &chosen, &chosen_freq);
+  if (chosen.empty()) return;
+  const double ratio = current_freq > 0 ? chosen_freq / current_freq : HUGE_VAL;
   if (hot_chosen_ && ratio <= options_.t_transform) return;
-  hot_.assign(1, subtrees[best].first);
+  set_hot(std::move(chosen));
   hot_chosen_ = true;
   ++stats_.transforms;
   drop_cold();

@@ -192,8 +192,8 @@ TYPED_TEST(Tiers, TransformationFollowsTheFeatures) {
     if (transform) {
       EXPECT_GT(tree->stats().transforms, 1u) << "the hot subtree moved with the sphere";
       const auto hot = tree->hot_subtrees();
-      ASSERT_EQ(hot.size(), 1u);
-      EXPECT_TRUE(near_moving_sphere<Dim>(hot[0], next)) << "C0 is for where the features point";
+      ASSERT_GE(hot.size(), 1u);
+      for (const auto &h : hot) EXPECT_TRUE(near_moving_sphere<Dim>(h, next)) << "C0 is for where the features point";
     }
   }
   EXPECT_LT(writes[1], writes[0]) << "following the features takes writes off the persistent tier";
