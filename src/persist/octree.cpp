@@ -332,7 +332,6 @@ int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf
   const Family *f = read(ref);
   uint64_t kids[kChildren];
   bool any = false;
-  const uint32_t size = 1u << (kMaxLevel - f->level);
   for (int c = 0; c < kChildren; ++c) {
     kids[c] = f->child[c];
     if (kids[c] != 0) {
@@ -342,8 +341,7 @@ int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf
       any |= ch;
       continue;
     }
-    Leaf leaf{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
-    for (int d = 0; d < Dim; ++d) leaf.coord[d] += ((c >> d) & 1) ? size : 0;
+    Leaf leaf = child_leaf(f, c);
     if (leaf.level >= static_cast<uint32_t>(kMaxLevel) || !fn(leaf)) continue;
     int rc = new_family(leaf.coord, leaf.level, &kids[c]);
     if (rc != HM_OK) return rc;
@@ -477,10 +475,7 @@ int Octree<Dim>::edit_leaf(const uint32_t *coord, int level, bool *found, const 
   uint64_t ref = root_child_;
   for (;;) {
     const Family *f = read(ref);
-    const uint32_t size = 1u << (kMaxLevel - f->level);
-    int c = 0;
-    for (int d = 0; d < Dim; ++d)
-      if (coord[d] >= f->coord[d] + size) c |= 1 << d;
+    const int c = child_index(f, coord);
     path[depth++] = {ref, c};
     if (f->child[c] == 0) {
       if (level >= 0 && f->level != static_cast<uint32_t>(level)) return HM_OK;
@@ -562,6 +557,30 @@ int Octree<Dim>::split_leaf(const Leaf &leaf, std::vector<Leaf> *children) {
 // those children lies in that neighbourhood. One pass over the tree (neighbours found from the
 // nearest common ancestor on the path) lists the octants missing; splitting the leaves that
 // cover them may leave new octants missing around the leaves split, which are checked in turn.
+// Calls visit(corner) for each octant of `level` touching the octant at `corner`, inside the
+// domain and outside the octant's parent (its siblings always exist: families are complete).
+template <int Dim>
+template <class Visit>
+void Octree<Dim>::around(const uint32_t *corner, uint32_t level, const Visit &visit) {
+  const uint32_t size = 1u << (kMaxLevel - level);
+  const int parent_shift = kMaxLevel - static_cast<int>(level) + 1;
+  int delta[3] = {-1, -1, Dim == 3 ? -1 : 0};
+  for (;;) {
+    bool inside = true, sibling = true;
+    std::array<uint32_t, 3> q{0, 0, 0};
+    for (int d = 0; d < Dim; ++d) {
+      const int64_t x = static_cast<int64_t>(corner[d]) + static_cast<int64_t>(delta[d]) * size;
+      inside &= x >= 0 && x < (int64_t{1} << kMaxLevel);
+      q[d] = static_cast<uint32_t>(x);
+      sibling &= (q[d] >> parent_shift) == (corner[d] >> parent_shift);
+    }
+    if (inside && !sibling) visit(q);
+    int d = 0;
+    for (; d < Dim && ++delta[d] > 1; ++d) delta[d] = -1;
+    if (d == Dim) return;
+  }
+}
+
 template <int Dim>
 void Octree<Dim>::balance_requests(uint64_t ref, std::array<uint64_t, kMaxLevel + 2> &path,
                                    std::vector<std::pair<std::array<uint32_t, 3>, uint32_t>> &out) const {
@@ -574,50 +593,27 @@ void Octree<Dim>::balance_requests(uint64_t ref, std::array<uint64_t, kMaxLevel 
   }
   if (!leaf_child || f->level < 2) return;
   const uint32_t level = f->level - 1;  // the parent octant's
-  const uint32_t size = 1u << (kMaxLevel - level);
-  const uint32_t extent = 1u << kMaxLevel;
-  int delta[3] = {-1, -1, Dim == 3 ? -1 : 0};
-  for (;;) {
-    bool self = true, inside = true;
-    std::array<uint32_t, 3> q{0, 0, 0};
-    for (int d = 0; d < Dim; ++d) {
-      self &= delta[d] == 0;
-      const int64_t x = static_cast<int64_t>(f->coord[d]) + static_cast<int64_t>(delta[d]) * size;
-      inside &= x >= 0 && x < extent;
-      q[d] = static_cast<uint32_t>(x);
+  around(f->coord, level, [&](const std::array<uint32_t, 3> &q) {
+    // The lowest family on the path whose box holds q, then down to level `level`.
+    uint32_t k = level - 1;
+    for (; k > 1; --k) {
+      const Family *a = read(path[k]);
+      const uint32_t box = 2u << (kMaxLevel - k);
+      bool holds = true;
+      for (int d = 0; d < Dim; ++d) holds &= q[d] >= a->coord[d] && q[d] < a->coord[d] + box;
+      if (holds) break;
     }
-    // The parent's siblings exist (families are complete): only octants beyond its parent's box
-    // can be missing.
-    bool sibling = true;
-    for (int d = 0; d < Dim; ++d) sibling &= (q[d] >> (kMaxLevel - level + 1)) == (f->coord[d] >> (kMaxLevel - level + 1));
-    if (!self && inside && !sibling) {
-      // The lowest family on the path whose box holds q, then down to level `level`.
-      uint32_t k = level - 1;
-      for (; k > 1; --k) {
-        const Family *a = read(path[k]);
-        const uint32_t box = 2u << (kMaxLevel - k);
-        bool holds = true;
-        for (int d = 0; d < Dim; ++d) holds &= q[d] >= a->coord[d] && q[d] < a->coord[d] + box;
-        if (holds) break;
+    const Family *g = read(path[k]);
+    for (;;) {
+      const int c = child_index(g, q.data());
+      if (g->level == level) break;  // the octant exists
+      if (g->child[c] == 0) {
+        out.emplace_back(q, level);  // a leaf coarser than `level` covers it
+        break;
       }
-      const Family *g = read(path[k]);
-      for (;;) {
-        const uint32_t half = 1u << (kMaxLevel - g->level);
-        int c = 0;
-        for (int d = 0; d < Dim; ++d)
-          if (q[d] >= g->coord[d] + half) c |= 1 << d;
-        if (g->level == level) break;  // the octant exists
-        if (g->child[c] == 0) {
-          out.emplace_back(q, level);  // a leaf coarser than `level` covers it
-          break;
-        }
-        g = read(g->child[c]);
-      }
+      g = read(g->child[c]);
     }
-    int d = 0;
-    for (; d < Dim && ++delta[d] > 1; ++d) delta[d] = -1;
-    if (d == Dim) break;
-  }
+  });
 }
 
 template <int Dim>
@@ -640,28 +636,11 @@ int Octree<Dim>::balance() {
         made.clear();
         if ((rc = split_leaf(leaf, &made)) != HM_OK) break;
         if (leaf.level < 1) continue;
-        const uint32_t size = 1u << (kMaxLevel - leaf.level);
-        int delta[3] = {-1, -1, Dim == 3 ? -1 : 0};
-        for (;;) {
-          bool self = true, inside = true;
-          std::array<uint32_t, 3> p{0, 0, 0};
-          for (int d = 0; d < Dim; ++d) {
-            self &= delta[d] == 0;
-            const int64_t x = static_cast<int64_t>(leaf.coord[d]) + static_cast<int64_t>(delta[d]) * size;
-            inside &= x >= 0 && x < (int64_t{1} << kMaxLevel);
-            p[d] = static_cast<uint32_t>(x);
-          }
-          bool sibling = true;
-          for (int d = 0; d < Dim; ++d) sibling &= (p[d] >> (kMaxLevel - leaf.level + 1)) == (leaf.coord[d] >> (kMaxLevel - leaf.level + 1));
-          if (!self && inside && !sibling) {
-            Leaf n{};
-            leaf_at(p.data(), &n);
-            if (n.level < leaf.level) next.emplace_back(p, leaf.level);
-          }
-          int d = 0;
-          for (; d < Dim && ++delta[d] > 1; ++d) delta[d] = -1;
-          if (d == Dim) break;
-        }
+        around(leaf.coord, leaf.level, [&](const std::array<uint32_t, 3> &p) {
+          Leaf n{};
+          leaf_at(p.data(), &n);
+          if (n.level < leaf.level) next.emplace_back(p, leaf.level);
+        });
       }
       if (rc != HM_OK) break;
     }
@@ -701,14 +680,12 @@ int Octree<Dim>::after_change(int rc, const char *op) {
 template <int Dim>
 void Octree<Dim>::leaves_below(uint64_t ref, const std::function<void(const Leaf &)> &visit) const {
   const Family *f = read(ref);
-  const uint32_t size = 1u << (kMaxLevel - f->level);
   for (int c = 0; c < kChildren; ++c) {
     if (f->child[c] != 0) {
       leaves_below(f->child[c], visit);
       continue;
     }
-    Leaf leaf{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
-    for (int d = 0; d < Dim; ++d) leaf.coord[d] += ((c >> d) & 1) ? size : 0;
+    Leaf leaf = child_leaf(f, c);
     visit(leaf);
   }
 }
@@ -790,9 +767,7 @@ void Octree<Dim>::leaf_at(const uint32_t *at, Leaf *out) const {
   for (;;) {
     const Family *f = read(ref);
     const uint32_t size = 1u << (kMaxLevel - f->level);
-    int c = 0;
-    for (int d = 0; d < Dim; ++d)
-      if (at[d] >= f->coord[d] + size) c |= 1 << d;
+    const int c = child_index(f, at);
     if (f->child[c] != 0) {
       ref = f->child[c];
       continue;

@@ -157,6 +157,21 @@ class Octree {
   static const char *content_name() { return Dim == 2 ? "octree2" : "octree3"; }
   int setup();
   static bool is_fast(uint64_t ref) { return (ref & kFast) != 0; }
+  // Child c of a family as a leaf (its corner, level and value).
+  static Leaf child_leaf(const Family *f, int c) {
+    Leaf l{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    for (int d = 0; d < Dim; ++d) l.coord[d] += ((c >> d) & 1) ? size : 0;
+    return l;
+  }
+  // The index of the child of a family that holds point `at`.
+  static int child_index(const Family *f, const uint32_t *at) {
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    int c = 0;
+    for (int d = 0; d < Dim; ++d)
+      if (at[d] >= f->coord[d] + size) c |= 1 << d;
+    return c;
+  }
   const Family *read(uint64_t ref) const;
   Family *mut(uint64_t ref) { return const_cast<Family *>(read(ref)); }
   // A reference to a family that may be written: C0 families and fresh pool families as they are,
@@ -194,6 +209,8 @@ class Octree {
                      uint64_t *out);
   bool finer_leaf_touches(const Leaf &octant) const;
   void leaf_at(const uint32_t *at, Leaf *out) const;
+  template <class Visit>
+  static void around(const uint32_t *corner, uint32_t level, const Visit &visit);
   void balance_requests(uint64_t ref, std::array<uint64_t, kMaxLevel + 2> &path,
                         std::vector<std::pair<std::array<uint32_t, 3>, uint32_t>> &out) const;
   void leaves_below(uint64_t ref, const std::function<void(const Leaf &)> &visit) const;

@@ -225,14 +225,12 @@ double Octree<Dim>::sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &r
   bool small = true;
   std::function<void(uint64_t)> gather = [&](uint64_t r) {
     const Family *f = read(r);
-    const uint32_t size = 1u << (kMaxLevel - f->level);
     for (int c = 0; c < kChildren && small; ++c) {
       if (f->child[c]) {
         gather(f->child[c]);
         continue;
       }
-      Leaf l{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
-      for (int d = 0; d < Dim; ++d) l.coord[d] += ((c >> d) & 1) ? size : 0;
+      Leaf l = child_leaf(f, c);
       few.push_back(l);
       if (few.size() > 100) small = false;
     }
@@ -253,9 +251,7 @@ double Octree<Dim>::sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &r
         r = f->child[c];
         continue;
       }
-      const uint32_t size = 1u << (kMaxLevel - f->level);
-      Leaf l{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
-      for (int d = 0; d < Dim; ++d) l.coord[d] += ((c >> d) & 1) ? size : 0;
+      Leaf l = child_leaf(f, c);
       hits += feature_(l) ? 1 : 0;
       break;
     }
@@ -302,12 +298,10 @@ void Octree<Dim>::transform() {
   std::vector<Candidate> subtrees;
   std::function<void(uint64_t)> collect_level = [&](uint64_t ref) {
     const Family *f = read(ref);
-    const uint32_t size = 1u << (kMaxLevel - f->level);
     for (int c = 0; c < kChildren; ++c) {
       if (!f->child[c]) continue;
       if (static_cast<int>(f->level) == lsub) {
-        Leaf l{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
-        for (int d = 0; d < Dim; ++d) l.coord[d] += ((c >> d) & 1) ? size : 0;
+        Leaf l = child_leaf(f, c);
         subtrees.push_back({l, f->child[c], 0, 0});
       } else {
         collect_level(f->child[c]);
