@@ -11,6 +11,9 @@
 // step), and then may transform the layout: feature-directed sampling finds the subtree the
 // application will touch most, which then moves into C0 copy-on-write as it is written.
 //
+// A tree is used by one thread at a time (its counters and C0 bookkeeping are not shared-safe);
+// the pool admits one process.
+//
 // Storage unit: a family, the 2^Dim children of one octant (like Gerris' oct), with each child's
 // value and the offset of its own children (0 for a leaf). Pool offsets are relative to the
 // pool's start, so a pool maps at any address; references to C0 carry a tag bit.
