@@ -168,8 +168,7 @@ void Octree<Dim>::charge() const {
   uncharged_ = 0;
 }
 
-// Where a family may live: C0 when the octant whose children it holds overlaps a hot subtree
-// (inside one, or an ancestor of one), so that C0 is closed upwards.
+// A key for an octant of level <= 19 in the set of hot subtrees and their ancestors.
 template <int Dim>
 uint64_t Octree<Dim>::hot_key(const uint32_t *coord, uint32_t level) {
   // level in the top 5 bits, then the corner in units of the level's size (3 x 19 bits at most).
