@@ -232,3 +232,32 @@ TYPED_TEST(Tiers, IncrementalAdaptationEqualsARebuild) {
 }
 
 }  // namespace
+
+namespace {
+
+TYPED_TEST(Tiers, AReplicaThatDoesNotMatchIsRefused) {
+  constexpr int Dim = TypeParam::value;
+  const std::string replica = this->path_ + ".replica";
+  {
+    std::unique_ptr<Octree<Dim>> other;  // a pool of another size where the replica should go
+    ASSERT_EQ(Octree<Dim>::create(replica, 4 << 20, &other), HM_OK);
+  }
+  OctreeOptions o;
+  o.replica = replica;
+  std::unique_ptr<Octree<Dim>> tree;
+  EXPECT_EQ(Octree<Dim>::create(this->path_, 8 << 20, &tree, o), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("does not match"), std::string::npos) << hm_last_error();
+  EXPECT_FALSE(std::filesystem::exists(this->path_)) << "no pool is left behind";
+  std::unique_ptr<Octree<Dim>> untouched;
+  EXPECT_EQ(Octree<Dim>::restore(replica, &untouched), HM_OK) << "the mismatched replica was left as it was";
+  untouched.reset();
+  ASSERT_EQ(unlink(replica.c_str()), 0);
+  std::FILE *f = std::fopen(replica.c_str(), "w");  // not a pool at all
+  ASSERT_NE(f, nullptr);
+  std::fputs("not a pool\n", f);
+  std::fclose(f);
+  EXPECT_EQ(Octree<Dim>::create(this->path_, 8 << 20, &tree, o), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("truncated"), std::string::npos) << hm_last_error();
+}
+
+}  // namespace
