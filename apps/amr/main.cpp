@@ -392,9 +392,11 @@ int main(int argc, char **argv) {
   std::printf("%-16s %12.4f %14.3f\n", pm ? "persist" : o.store == "incore" ? "snapshot" : "sqlite commit", t_persist,
               1e3 * t_persist / n);
   std::printf("%-16s %12.4f %14s\n", "restore", t_final_restore, "-");
-  std::printf("final: %s %llu, %llu leaves; restore returned exactly the persisted tree\n",
-              pm ? "version" : "step", static_cast<unsigned long long>(pm ? version : last),
-              static_cast<unsigned long long>(leaves));
+  const bool restored = pm || o.store == "sqlite" || snapshot_sum != 0;
+  std::printf("final: %s %llu, %llu leaves; %s\n", pm ? "version" : "step",
+              static_cast<unsigned long long>(pm ? version : last), static_cast<unsigned long long>(leaves),
+              restored ? "restore returned exactly the persisted tree"
+                       : "no snapshot was written (fewer steps than --snapshot-every), nothing to restore");
   auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
   if (pm)
     std::printf("tiers: %llu family writes to the pool (%s), %llu in C0 (%llu of %llu families), %llu merges, "
