@@ -1,5 +1,5 @@
-// The C interface of the persistent octree: the same operations as the C++ class, and clear
-// errors for bad arguments and bad pools.
+// The C interface of the persistent octree and its C++ layer: the same operations as the C++
+// class, and clear errors for bad arguments and bad pools.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hetmem/pm_octree.h"
+#include "hetmem/pm_octree.hpp"
 #include "persist/pool.h"
 #include "../support.h"
 
@@ -179,6 +180,42 @@ TEST_F(PmApi, RestoreFromTheReplicaWhenThePoolIsGone) {
   EXPECT_EQ(pm_version(t), 2u);
   pm_close(t);
   unlink(replica.c_str());
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(PmApi, CxxLayerOwnsTheTreeAndThrowsWithTheMessage) {
+  unlink(path_.c_str());
+  uint64_t sum = 0;
+  {
+    auto tree = hm::PmOctree::restore_or_create(path_, 3, 16 << 20);  // first run: created
+    EXPECT_EQ(tree.version(), 1u);
+    for (int k = 0; k < 3; ++k) tree.refine([](const pm_leaf_t &l) { return l.level < 3; });  // a level per call
+    EXPECT_EQ(tree.leaf_count(), 512u);
+    tree.coarsen_balanced([](const pm_leaf_t *family, int) { return family[0].coord[0] >= (1u << 19); });
+    tree.balance();
+    const double p[3] = {0.1, 0.2, 0.3};
+    tree.set_value(p, 4.0);
+    EXPECT_EQ(tree.find(p).value, 4.0);
+    int n = 0;
+    tree.leaves([&](const pm_leaf_t &) { ++n; });
+    EXPECT_EQ(static_cast<uint64_t>(n), tree.leaf_count());
+    tree.persist();
+    sum = tree.checksum();
+    EXPECT_TRUE(tree.valid());
+  }  // closed, the pool kept
+  auto again = hm::PmOctree::restore_or_create(path_, 3, 16 << 20);  // a restart: restored
+  EXPECT_EQ(again.version(), 2u);
+  EXPECT_EQ(again.checksum(), sum);
+  try {
+    auto second = hm::PmOctree::restore(path_);  // the pool is open above
+    FAIL() << "a second opener must be refused";
+  } catch (const hm::Error &e) {
+    EXPECT_EQ(e.code(), HM_EBUSY);
+    EXPECT_NE(std::string(e.what()).find("open in another process"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
