@@ -49,8 +49,9 @@ const char kUsage[] =
     "  --shape S       spheres (default) or droplet (a droplet pinching off a jet)\n"
     "  --fast-kib N    C0: fast-tier KiB for hot subtrees (0: none); default 4096\n"
     "  --no-transform  keep C0 where it first was (no feature-directed sampling)\n"
-    "  --replica PATH  send each version's delta to a second pool; --restore uses it\n"
-    "                  when the pool file is gone\n"
+    "  --replica R     send each version's delta to a second pool: a path, or\n"
+    "                  tcp://HOST:PORT for a hetmem-replica server on another host;\n"
+    "                  --restore fetches from it when the pool file is gone\n"
     "  --emulate-nvbm  charge pool accesses as the emulated nvbm device (seed 003)\n"
     "  --store S       pm (default): the persistent octree, a persist every step;\n"
     "                  incore: the tree in DRAM, a snapshot file (POOL.snap) every\n"
@@ -292,8 +293,9 @@ int main(int argc, char **argv) {
       return 1;
     }
     t_construct = since(t0);
-    std::printf("constructed a %dD tree to level %d around %d sphere(s): %llu leaves in %.3f s\n", o.dim, o.level,
-                o.spheres, static_cast<unsigned long long>(pm_leaf_count(tree)), t_construct);
+    const std::string around = o.droplet ? "the droplet and jet" : std::to_string(o.spheres) + " sphere(s)";
+    std::printf("constructed a %dD tree to level %d around %s: %llu leaves in %.3f s\n", o.dim, o.level, around.c_str(),
+                static_cast<unsigned long long>(pm_leaf_count(tree)), t_construct);
     first = 1;
   }
   const int last = first + o.steps - 1;

@@ -74,14 +74,9 @@ int Octree<Dim>::setup() {
     for (uint64_t i = fast_cap_; i-- > 0;) fast_free_.push_back(i);
   }
   if (!options_.replica.empty()) {
-    std::unique_ptr<Pool> replica;
-    int rc = std::filesystem::exists(options_.replica)
-                 ? Pool::open(options_.replica, &replica)
-                 : Pool::create(options_.replica, pool_->capacity(), &replica, content_name());
+    std::unique_ptr<ReplicaSink> replica;
+    int rc = ReplicaSink::open(options_.replica, *pool_, &replica);
     if (rc != HM_OK) return rc;
-    if (replica->content() != content_name() || replica->capacity() != pool_->capacity())
-      return fail(HM_EFORMAT, "replica '%s' does not match pool '%s' (content '%s', %llu bytes)", options_.replica.c_str(),
-                  pool_->path().c_str(), replica->content().c_str(), static_cast<unsigned long long>(replica->capacity()));
     replica_ = std::move(replica);
   }
   return HM_OK;
@@ -105,15 +100,11 @@ int Octree<Dim>::create(const std::string &path, uint64_t bytes, std::unique_ptr
 
 template <int Dim>
 int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out, const OctreeOptions &options) {
-  if (!options.replica.empty() && !std::filesystem::exists(path) && std::filesystem::exists(options.replica)) {
+  if (!options.replica.empty() && !std::filesystem::exists(path)) {
     // The pool is gone: the replica's last version comes back in its place.
-    std::error_code ec;
-    const std::string part = path + ".from-replica";
-    std::filesystem::copy_file(options.replica, part, std::filesystem::copy_options::overwrite_existing, ec);
-    if (!ec) std::filesystem::rename(part, path, ec);
-    if (ec)
-      return fail(HM_EIO, "persistent pool '%s' is missing and its replica '%s' could not be copied back: %s", path.c_str(),
-                  options.replica.c_str(), ec.message().c_str());
+    int rc = ReplicaSink::fetch(options.replica, path);
+    if (rc != HM_OK)
+      return fail(rc, "persistent pool '%s' is missing and its replica could not be fetched: %s", path.c_str(), hm_last_error());
   }
   std::unique_ptr<Pool> pool;
   int rc = Pool::open(path, &pool);

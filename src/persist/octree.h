@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "persist/pool.h"
+#include "persist/replica.h"
 #include "persist/slot_space.h"
 #include "tier/emul.h"
 
@@ -43,7 +44,8 @@ struct OctreeOptions {
   double gc_threshold = 0.1;      // free pool space under this fraction: mark-and-sweep first
   bool transform = true;          // feature-directed transformation after each persist
   double t_transform = 1.5;       // Ratio_access needed to swap a C1 subtree into C0
-  std::string replica;            // a second pool receiving each version's delta ("": none)
+  std::string replica;            // where each version's delta goes: a pool path or tcp://HOST:PORT
+                                  // (a hetmem-replica server); "": none
   bool emulate_nvbm = false;      // charge pool accesses as the emulated `nvbm` device
 };
 
@@ -247,7 +249,7 @@ class Octree {
   bool merging_ = false;
   bool hot_chosen_ = false;
   Feature feature_;
-  std::unique_ptr<Pool> replica_;
+  std::unique_ptr<ReplicaSink> replica_;
   mutable OctreeStats stats_;
   mutable uint64_t uncharged_ = 0;
   mutable EmulState emul_state_;

@@ -382,20 +382,16 @@ void Octree<Dim>::drop_cold() {
 template <int Dim>
 int Octree<Dim>::sync_replica() {
   if (!replica_) return HM_OK;
-  const bool whole = replica_->sequence() + 1 != pool_->sequence();
-  uint64_t sent = 0;
-  auto send = [&](uint64_t off, uint64_t bytes) {
-    std::memcpy(replica_->template at<char>(off), pool_->template at<char>(off), bytes);
-    replica_->written(replica_->template at<char>(off), bytes);
-    sent += bytes;
-  };
-  const uint64_t top = std::max(pool_->top(), replica_->committed_top());
-  int rc = replica_->set_top(top);
+  Ranges ranges;
+  if (replica_->sequence() + 1 != pool_->sequence()) {
+    ranges.emplace_back(kHeaderBytes, pool_->top() - kHeaderBytes);
+  } else {
+    slots_.each_fresh([&](uint64_t off) { ranges.emplace_back(off, sizeof(Family)); });
+    std::sort(ranges.begin(), ranges.end());
+  }
+  int rc = replica_->send(*pool_, ranges, pool_->root(), pool_->top(), pool_->sequence());
   if (rc != HM_OK) return rc;
-  if (whole) send(kHeaderBytes, pool_->top() - kHeaderBytes);
-  else slots_.each_fresh([&](uint64_t off) { send(off, sizeof(Family)); });
-  if ((rc = replica_->commit(pool_->root(), pool_->sequence())) != HM_OK) return rc;
-  stats_.replica_bytes += sent;
+  for (const auto &r : ranges) stats_.replica_bytes += r.second;
   return HM_OK;
 }
 

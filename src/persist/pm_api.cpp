@@ -13,6 +13,7 @@
 #include "base/error.h"
 #include "persist/octree.h"
 #include "persist/pool.h"
+#include "persist/replica.h"
 
 using hm::fail;
 using hm::persist::Octree;
@@ -120,11 +121,15 @@ int pm_restore_ex(const char *path, const pm_options_t *options, pm_octree_t **o
   *out = nullptr;
   std::string content;
   {
-    // Read what the pool holds (the replica's, when the pool is gone and a replica is named),
-    // then let it go: one opener at a time.
-    const bool from_replica = options && options->replica && *options->replica && access(path, F_OK) != 0;
+    // Read what the pool holds (fetched from the replica first when the pool is gone and a
+    // replica is named), then let it go: one opener at a time.
+    if (options && options->replica && *options->replica && access(path, F_OK) != 0) {
+      int rc = hm::persist::ReplicaSink::fetch(options->replica, path);
+      if (rc != HM_OK)
+        return fail(rc, "persistent pool '%s' is missing and its replica could not be fetched: %s", path, hm_last_error());
+    }
     std::unique_ptr<Pool> pool;
-    int rc = Pool::open(from_replica ? options->replica : path, &pool);
+    int rc = Pool::open(path, &pool);
     if (rc != HM_OK) return rc;
     content = pool->content();
   }

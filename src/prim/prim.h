@@ -63,6 +63,13 @@ bool write_text_atomic(const std::string &path, const std::string &text);  // an
 bool list_dir(const std::string &path, std::string *names);  // newline-separated entries
 bool make_dirs(const std::string &path);
 
+// TCP byte streams (replicas on another host). HM_OK or HM_EIO (errno's text in *why when given).
+int tcp_connect(const std::string &host, int port, int *fd, std::string *why = nullptr);
+int tcp_listen(int port, int *fd, int *bound_port);  // port 0: any free one, told in *bound_port
+int tcp_accept(int listen_fd, int *fd);
+int send_all(int fd, const void *data, size_t bytes);  // never raises SIGPIPE
+int recv_all(int fd, void *data, size_t bytes);        // HM_EIO also when the peer closed early
+
 // Environment (the only getenv in the library).
 const char *env(const char *name);
 

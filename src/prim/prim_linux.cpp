@@ -7,7 +7,11 @@
 #include <numa.h>
 #include <numaif.h>
 #include <sched.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #define UNW_LOCAL_ONLY
@@ -218,6 +222,88 @@ int map_file(int fd, uint64_t size, bool try_sync, void **out, bool *synced) {
   if (p == MAP_FAILED) p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return errno_code(errno);
   *out = p;
+  return HM_OK;
+}
+
+int tcp_connect(const std::string &host, int port, int *fd, std::string *why) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (rc != 0) {
+    if (why) *why = gai_strerror(rc);
+    return HM_EIO;
+  }
+  int s = -1;
+  for (addrinfo *a = found; a && s < 0; a = a->ai_next) {
+    s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (s >= 0 && connect(s, a->ai_addr, a->ai_addrlen) != 0) {
+      if (why) *why = std::strerror(errno);
+      close(s);
+      s = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (s < 0) return HM_EIO;
+  int one = 1;
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  *fd = s;
+  return HM_OK;
+}
+
+int tcp_listen(int port, int *fd, int *bound_port) {
+  int s = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return HM_EIO;
+  int one = 1, zero = 0;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // IPv4 clients too
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_any;
+  a.sin6_port = htons(static_cast<uint16_t>(port));
+  socklen_t len = sizeof a;
+  if (bind(s, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 || listen(s, 4) != 0 ||
+      getsockname(s, reinterpret_cast<sockaddr *>(&a), &len) != 0) {
+    close(s);
+    return HM_EIO;
+  }
+  *fd = s;
+  *bound_port = ntohs(a.sin6_port);
+  return HM_OK;
+}
+
+int tcp_accept(int listen_fd, int *fd) {
+  int s = -1;
+  do s = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  while (s < 0 && errno == EINTR);
+  if (s < 0) return HM_EIO;
+  int one = 1;
+  setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  *fd = s;
+  return HM_OK;
+}
+
+int send_all(int fd, const void *data, size_t bytes) {
+  const char *p = static_cast<const char *>(data);
+  while (bytes > 0) {
+    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return HM_EIO;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return HM_OK;
+}
+
+int recv_all(int fd, void *data, size_t bytes) {
+  char *p = static_cast<char *>(data);
+  while (bytes > 0) {
+    ssize_t n = recv(fd, p, bytes, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return HM_EIO;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
   return HM_OK;
 }
 

@@ -261,3 +261,64 @@ TYPED_TEST(Tiers, AReplicaThatDoesNotMatchIsRefused) {
 }
 
 }  // namespace
+
+#include <thread>
+
+#include "persist/replica.h"
+#include "prim/prim.h"
+
+namespace {
+
+TYPED_TEST(Tiers, ARemoteReplicaGetsDeltasAndRestoresALostPool) {
+  // A replica server in a thread of this process, on a free localhost port, serving three
+  // connections: the primary's run, the restore's fetch, the restored tree's own replica.
+  constexpr int Dim = TypeParam::value;
+  const std::string served = this->path_ + ".replica";
+  unlink(served.c_str());
+  int listener = -1, port = 0;
+  ASSERT_EQ(hm::prim::tcp_listen(0, &listener, &port), HM_OK);
+  std::thread server([&] {
+    for (int connection = 0; connection < 3; ++connection) {
+      int fd = -1;
+      if (hm::prim::tcp_accept(listener, &fd) != HM_OK) return;
+      hm::persist::serve_replica(fd, served);
+    }
+  });
+  OctreeOptions o;
+  o.replica = "tcp://127.0.0.1:" + std::to_string(port);
+  uint64_t sum = 0, version = 0, first = 0, delta = 0;
+  {
+    std::unique_ptr<Octree<Dim>> tree;
+    ASSERT_EQ(Octree<Dim>::create(this->path_, 16 << 20, &tree, o), HM_OK) << hm_last_error();
+    const int level = Dim == 2 ? 7 : 5;
+    ASSERT_EQ(step(*tree, 0.0, level), HM_OK);
+    ASSERT_EQ(tree->persist(), HM_OK) << hm_last_error();
+    first = tree->stats().replica_bytes;
+    ASSERT_EQ(step(*tree, 0.05, level), HM_OK);
+    ASSERT_EQ(tree->persist(), HM_OK) << hm_last_error();
+    delta = tree->stats().replica_bytes - first;
+    EXPECT_LT(delta, tree->pool().top() / 2) << "only the delta crosses the network";
+    sum = tree->checksum();
+    version = tree->version();
+  }
+  ASSERT_EQ(unlink(this->path_.c_str()), 0);
+  std::unique_ptr<Octree<Dim>> back;
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &back, OctreeOptions{}), HM_EIO) << "without the replica: gone";
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &back, o), HM_OK) << hm_last_error();
+  EXPECT_EQ(back->checksum(), sum);
+  EXPECT_EQ(back->version(), version);
+  ASSERT_EQ(back->persist(), HM_OK) << "and the restored tree goes on sending to the replica";
+  back.reset();
+  server.join();
+  hm::prim::close_fd(listener);
+  unlink(served.c_str());
+  // Nobody listening: a clear error, and no pool is made.
+  o.replica = "tcp://127.0.0.1:" + std::to_string(port);
+  unlink(this->path_.c_str());
+  std::unique_ptr<Octree<Dim>> none;
+  EXPECT_EQ(Octree<Dim>::create(this->path_, 16 << 20, &none, o), HM_EIO);
+  EXPECT_NE(std::string(hm_last_error()).find("cannot be reached"), std::string::npos) << hm_last_error();
+  EXPECT_FALSE(std::filesystem::exists(this->path_));
+}
+
+}  // namespace

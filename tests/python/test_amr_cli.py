@@ -122,3 +122,30 @@ def test_octree_benchmark_quick(tmp_path):
     assert set(figures["per_step"]) == {"PM-octree (nvbm emulated)", "in-core + snapshot every 10",
                                         "SQLite B-tree (Etree-like)"}
     assert "dynamic transformation" in r.stdout
+
+
+def test_a_replica_on_another_host_restores_a_lost_pool(tmp_path):
+    # hetmem-replica stands in for the other host; localhost carries the deltas.
+    server = subprocess.Popen([str(BUILD / "apps" / "replica" / "hetmem-replica"), "--pool",
+                               str(tmp_path / "replica.pool")], stdout=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        assert "listening on port" in line, line
+        where = "tcp://127.0.0.1:" + line.split("port ")[1].split(",")[0]
+        pool = tmp_path / "run.pool"
+        r = amr("--steps", "5", "--level", "5", "--pool", str(pool), "--replica", where, "--progress", "0")
+        assert r.returncode == 0, r.stderr
+        assert "KiB sent" in r.stdout
+        pool.unlink()
+        r = amr("--restore", "--steps", "1", "--level", "5", "--pool", str(pool), "--replica", where,
+                "--progress", "0")
+        assert r.returncode == 0, r.stderr
+        assert ": version 7 (step 5)" in r.stdout, r.stdout
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    r = amr("--steps", "1", "--pool", str(tmp_path / "other.pool"), "--replica", "tcp://127.0.0.1:1")
+    assert r.returncode == 1 and "cannot be reached" in r.stderr
+    r = subprocess.run([str(BUILD / "apps" / "replica" / "hetmem-replica"), "--port", "70000", "--pool", "x"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--port wants 0..65535" in r.stderr

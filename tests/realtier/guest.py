@@ -126,6 +126,7 @@ mkdir -p /proc /sys /dev /tmp /root /mnt
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up  # the replica tests talk over localhost
 status=0
 run() {
   echo "== guest: $*"
