@@ -216,7 +216,7 @@ int serve_replica(int fd, const std::string &path) {
       for (uint32_t i = 0; i < n; ++i) {
         uint64_t off = 0, bytes = 0;
         if (!s.get(&off) || !s.get(&bytes)) return HM_EIO;
-        if (rc == HM_OK && (off < kHeaderBytes || off + bytes > pool->capacity() || bytes > pool->capacity()))
+        if (rc == HM_OK && (off < kHeaderBytes || bytes > pool->capacity() || off > pool->capacity() - bytes))
           rc = fail(HM_EFORMAT, "a delta range [%llu, +%llu) lies outside the replica", static_cast<unsigned long long>(off),
                     static_cast<unsigned long long>(bytes));
         std::string sink;
