@@ -69,13 +69,15 @@ std::unique_ptr<Tree> make(const std::string &path, uint64_t bytes) {
   return t;
 }
 
-// Refine around the sphere to `level`, pass by pass, then balance. Returns the two times.
-std::pair<double, double> adapt_sphere(Tree &t, int level, double cx) {
+// Refine around the sphere to `level`, pass by pass, then balance. Returns the two times; the
+// leaves before balancing go to *refined when given.
+std::pair<double, double> adapt_sphere(Tree &t, int level, double cx, uint64_t *refined = nullptr) {
   double t0 = bench::now();
   for (int l = 0; l < level; ++l)
     if (t.refine([&](const Leaf &x) { return static_cast<int>(x.level) < level && leaf_crosses(x, cx); }) != HM_OK)
       die("refine");
   double t1 = bench::now();
+  if (refined) *refined = t.leaf_count();
   if (t.balance() != HM_OK) die("balance");
   return {t1 - t0, bench::now() - t1};
 }
@@ -147,18 +149,10 @@ int main(int argc, char **argv) {
     uint64_t refined = 0, balanced = 0;
     for (int rep = 0; rep < 3; ++rep) {
       auto t = make(pool, uint64_t{4} << 30);
-      size_t before = 0;
-      double t0 = bench::now();
-      for (int l = 0; l < level; ++l)
-        if (t->refine([&](const Leaf &x) { return static_cast<int>(x.level) < level && leaf_crosses(x, 0.5); }) != HM_OK)
-          die("refine");
-      ref.push_back(bench::now() - t0);
-      refined = before = t->leaf_count();
-      t0 = bench::now();
-      if (t->balance() != HM_OK) die("balance");
-      bal.push_back(bench::now() - t0);
+      const auto [refine_s, balance_s] = adapt_sphere(*t, level, 0.5, &refined);
+      ref.push_back(refine_s);
+      bal.push_back(balance_s);
       balanced = t->leaf_count();
-      (void)before;
     }
     unlink(pool.c_str());
     const double rr = refined / bench::median(ref), br = balanced / bench::median(bal);

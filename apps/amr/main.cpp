@@ -202,9 +202,7 @@ int feature_fn(const pm_leaf_t *l, void *arg) { return static_cast<Interface *>(
 
 // The solver's touch: the leaves at the finest level near the interface get a new value.
 struct Solve {
-  pm_octree_t *tree;
   Interface *in;
-  int step;
   std::vector<pm_leaf_t> touched;
 };
 void collect_fine(const pm_leaf_t *l, void *arg) {
@@ -300,7 +298,7 @@ int main(int argc, char **argv) {
   }
   const int last = first + o.steps - 1;
   pm_set_features(tree, feature_fn, &next);
-  Solve solve{tree, &in, 0, {}};
+  Solve solve{&in, {}};
   for (int step = first; step <= last; ++step) {
     in.at(step);
     next.at(step + 1);

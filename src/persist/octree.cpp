@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 
 #include "base/error.h"
 #include "hetmem/hetmem.h"
@@ -100,12 +99,7 @@ int Octree<Dim>::create(const std::string &path, uint64_t bytes, std::unique_ptr
 
 template <int Dim>
 int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out, const OctreeOptions &options) {
-  if (!options.replica.empty() && !std::filesystem::exists(path)) {
-    // The pool is gone: the replica's last version comes back in its place.
-    int rc = ReplicaSink::fetch(options.replica, path);
-    if (rc != HM_OK)
-      return fail(rc, "persistent pool '%s' is missing and its replica could not be fetched: %s", path.c_str(), hm_last_error());
-  }
+  if (int rc = ReplicaSink::fetch_if_missing(options.replica, path); rc != HM_OK) return rc;
   std::unique_ptr<Pool> pool;
   int rc = Pool::open(path, &pool);
   if (rc != HM_OK) return rc;
@@ -306,8 +300,7 @@ int Octree<Dim>::relink(uint64_t ref, uint64_t *kids, uint64_t *out, const Edit 
       if (is_fast(kids[c])) {
         bool moved = false;
         uint64_t home = 0;
-        if ((rc = merge(kids[c], &home, &moved)) != HM_OK) return rc;
-        free_fast_subtree(kids[c]);
+        if ((rc = merge_out(kids[c], &home, &moved)) != HM_OK) return rc;
         kids[c] = home;
       }
   Family *g = mut(w);

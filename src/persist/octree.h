@@ -190,6 +190,7 @@ class Octree {
   int fast_take(uint64_t *ref);
   // Writes C0 family `ref` (and its C0 descendants) into the pool; returns its pool offset.
   int merge(uint64_t ref, uint64_t *home, bool *moved);
+  int merge_out(uint64_t ref, uint64_t *home, bool *moved);
   void free_fast_subtree(uint64_t ref);
   int merge_out_if_full();
   void transform();

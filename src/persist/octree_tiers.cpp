@@ -46,6 +46,15 @@ int Octree<Dim>::merge(uint64_t ref, uint64_t *home, bool *moved) {
   return HM_OK;
 }
 
+// Moves C0 subtree `ref` out to the pool: merged, then its C0 slots given back. `*home` is where
+// its root now is; `*moved` whether that differs from the root's previous pool copy.
+template <int Dim>
+int Octree<Dim>::merge_out(uint64_t ref, uint64_t *home, bool *moved) {
+  int rc = merge(ref, home, moved);
+  if (rc == HM_OK) free_fast_subtree(ref);
+  return rc;
+}
+
 // Gives the C0 slots of a merged subtree back (their pool copies are the live ones now).
 template <int Dim>
 void Octree<Dim>::free_fast_subtree(uint64_t ref) {
@@ -96,9 +105,8 @@ int Octree<Dim>::merge_out_if_full() {
     if (!fast_live_[k.parent & ~kFast]) continue;  // inside a subtree merged out already
     uint64_t home = 0;
     bool moved = false;
-    int rc = merge(k.ref, &home, &moved);
+    int rc = merge_out(k.ref, &home, &moved);
     if (rc != HM_OK) return rc;
-    free_fast_subtree(k.ref);
     parent.child[k.index] = home;
     if (moved) fast_dirty_[k.parent & ~kFast] = 1;
     ++stats_.merges;

@@ -2,8 +2,6 @@
 // Octree<2> or an Octree<3>, with every call dispatched on the dimension.
 #include "hetmem/pm_octree.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -123,13 +121,10 @@ int pm_restore_ex(const char *path, const pm_options_t *options, pm_octree_t **o
   {
     // Read what the pool holds (fetched from the replica first when the pool is gone and a
     // replica is named), then let it go: one opener at a time.
-    if (options && options->replica && *options->replica && access(path, F_OK) != 0) {
-      int rc = hm::persist::ReplicaSink::fetch(options->replica, path);
-      if (rc != HM_OK)
-        return fail(rc, "persistent pool '%s' is missing and its replica could not be fetched: %s", path, hm_last_error());
-    }
+    int rc = hm::persist::ReplicaSink::fetch_if_missing(options && options->replica ? options->replica : "", path);
+    if (rc != HM_OK) return rc;
     std::unique_ptr<Pool> pool;
-    int rc = Pool::open(path, &pool);
+    rc = Pool::open(path, &pool);
     if (rc != HM_OK) return rc;
     content = pool->content();
   }

@@ -191,6 +191,15 @@ int ReplicaSink::fetch(const std::string &where, const std::string &path) {
   return HM_OK;
 }
 
+int ReplicaSink::fetch_if_missing(const std::string &where, const std::string &path) {
+  if (where.empty() || std::filesystem::exists(path)) return HM_OK;
+  int rc = fetch(where, path);
+  if (rc != HM_OK)
+    return fail(rc, "persistent pool '%s' is missing and its replica could not be fetched: %s", path.c_str(),
+                hm_last_error());
+  return HM_OK;
+}
+
 int serve_replica(int fd, const std::string &path) {
   Stream s(fd);
   std::unique_ptr<Pool> pool;

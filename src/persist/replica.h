@@ -35,6 +35,8 @@ class ReplicaSink {
   // Writes the replica's pool file to `path` (synced, renamed into place): a restore on a node
   // whose pool is gone.
   static int fetch(const std::string &where, const std::string &path);
+  // fetch() when a replica is named ("" : none) and the pool file at `path` is missing.
+  static int fetch_if_missing(const std::string &where, const std::string &path);
 };
 
 // The server side: answers requests on a connected stream `fd`, keeping its replica in the pool

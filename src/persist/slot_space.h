@@ -60,7 +60,6 @@ class SlotSpace {
   uint64_t capacity_slots() const { return (pool_.capacity() - kHeaderBytes) / slot_bytes_; }
   // Slots below the top that are not free (either version's, or deletion-marked).
   uint64_t in_use() const { return slots_below_top() - free_.size(); }
-  uint64_t marked_deleted() const { return deleted_.size(); }
 
  private:
   void set_fresh(uint64_t offset, bool on);
