@@ -272,19 +272,94 @@ int hm_profile_start(const char *path, int stack_depth, uint64_t large_threshold
 int hm_profile_stop(void);
 
 /* ---------------------------------------------------------------------------------------------
- * The emulated slow tier
+ * The emulated slow tier (docs/emulation.md)
+ *
+ * A tier of kind emul:PROFILE is ordinary memory for which hetmem charges, as real time on the
+ * thread that caused the access, what the emulated device would cost beyond DRAM:
+ *   extra = R (1/bw_read_slow - 1/bw_read_dram) + W (1/bw_write_slow - 1/bw_write_dram)
+ *         + N (lat_slow - lat_dram)
+ * for R bytes read, W bytes written and N dependent accesses, with the device bandwidth shared by
+ * the threads charging the tier at the same time. The access volume comes from (1) hetmem's own
+ * copies and moves, (2) accesses the program declares with hm_access(), (3) for memory whose
+ * accesses nobody declares, the pages referenced during a phase, sampled at a bounded rate.
+ * On real tiers (NUMA nodes, DAX files) nothing is charged and these calls cost a lookup.
  * ------------------------------------------------------------------------------------------- */
+
+/* What a kernel does to the bytes it declares (hm_access, hm_access_scattered). */
+#define HM_ACCESS_READ 1u       /* reads them */
+#define HM_ACCESS_WRITE 2u      /* writes them */
+#define HM_ACCESS_RW 3u         /* reads and writes each byte (read-modify-write) */
+#define HM_ACCESS_DEPENDENT 4u  /* hm_access_scattered only: each access waits for the previous one
+                                   (pointer chasing); charged the device's extra latency too */
+
+/* Declares that the calling thread's kernel touched `bytes` bytes of the allocation holding `ptr`
+ * in order (streaming), reading, writing or both (`how`). The bytes need not be contiguous: a
+ * kernel that reads a box of a 3D array declares the box's volume. On an emulated tier the
+ * extra device time is charged on the calling thread (small charges are gathered per thread and
+ * paid once they reach a microsecond, and at the next phase end); elsewhere nothing happens.
+ * Declared allocations are left out of referenced-page sampling, so nothing is charged twice:
+ * declaring covers the allocation's own mapping (1 MiB or more, or HM_MOVABLE), or the 2 MiB
+ * segment that smaller allocations share. Returns HM_OK, also for memory hetmem does not own
+ * (which counts as DRAM); HM_EINVAL for a NULL ptr or a `how` without READ or WRITE. */
+int hm_access(const void *ptr, size_t bytes, unsigned how);
+
+/* Declares `count` accesses of `size` bytes each at scattered places of the allocation holding
+ * `ptr` (gathers, scatters, hash lookups): each moves the whole cache lines it touches. With
+ * HM_ACCESS_DEPENDENT they are a chain (each address comes from the previous load) and each is
+ * also charged the device's extra latency. Same returns as hm_access. */
+int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned how);
 
 /* Charges, as real time on the calling thread, the difference between the emulated device of
  * `tier` and DRAM for `read_bytes` read, `write_bytes` written and `dependent_accesses`
- * pointer-chasing accesses (DESIGN.md formula; bandwidth shared by the threads charging the same
- * tier at the same time). No-op (returns 0) on a non-emulated tier. Writes the charged delay in
- * nanoseconds to *charged_ns when not NULL. */
+ * pointer-chasing accesses (counted as declared). No-op (returns 0) on a non-emulated tier.
+ * Writes the charged delay in nanoseconds to *charged_ns when not NULL. Prefer hm_access(), which
+ * finds the tier and keeps the allocation out of sampling. */
 int hm_emul_charge(hm_tier_t tier, uint64_t read_bytes, uint64_t write_bytes,
                    uint64_t dependent_accesses, uint64_t *charged_ns);
 
-/* The DRAM figures the emulation uses, from the calibration cache (measured on first use if
- * absent). */
+/* Where a charge's access volume came from. */
+typedef enum hm_emul_source {
+  HM_EMUL_COPY = 0,      /* hm_copy, hm_move, hm_realloc: exact */
+  HM_EMUL_DECLARED = 1,  /* hm_access, hm_access_scattered, hm_emul_charge */
+  HM_EMUL_SAMPLED = 2,   /* pages referenced during a phase (measured or carried over) */
+  HM_EMUL_SOURCES = 3
+} hm_emul_source_t;
+
+/* What an emulated tier charged since start or hm_stats_reset(), per source. */
+typedef struct hm_emul_stats {
+  uint64_t charged_ns[HM_EMUL_SOURCES];   /* modelled device delay charged */
+  uint64_t read_bytes[HM_EMUL_SOURCES];   /* volume charged */
+  uint64_t write_bytes[HM_EMUL_SOURCES];
+  uint64_t accesses[HM_EMUL_SOURCES];     /* dependent accesses charged */
+  int charges;                            /* 0: the profile charges nothing (emul:dram) or HM_EMUL=0 */
+} hm_emul_stats_t;
+/* HM_ENOTIER for an invalid handle; all zero for a tier that is not emulated. */
+int hm_emul_stats(hm_tier_t tier, hm_emul_stats_t *stats);
+
+/* The referenced-page sampler shared by the profiler and the emulated tier: at a phase begin it
+ * clears the kernel's referenced bits (/proc/self/clear_refs), at the phase end it reads them
+ * (/proc/self/smaps). Both cost time, and so does every 4 KiB page the program touches again
+ * afterwards, so phases are sampled at a bounded rate (HM_SAMPLE_BUDGET, a fraction of the run
+ * time): the first of each phase name always, later ones while the budget allows. */
+typedef struct hm_sampler_stats {
+  uint64_t phases_sampled;    /* phase instances whose referenced pages were read */
+  uint64_t phases_carried;    /* instances charged with the last sample of the same phase name */
+  uint64_t phases_skipped;    /* instances that needed no sampling (nothing undeclared, no profile) */
+  uint64_t own_ns;            /* time spent clearing and reading the kernel's bits */
+  uint64_t inflicted_ns;      /* estimate of what the cleared bits cost the program afterwards */
+  double page_cost_ns;        /* the estimate's cost per 4 KiB page touched after a clear */
+  double budget;              /* HM_SAMPLE_BUDGET */
+} hm_sampler_stats_t;
+int hm_sampler_stats(hm_sampler_stats_t *stats);
+
+/* How the DRAM figures of a calibration were made. */
+#define HM_CALIBRATION_UNKNOWN 0  /* a cache file written by an older hetmem */
+#define HM_CALIBRATION_QUICK 1    /* measured on first use: one thread, about half a second */
+#define HM_CALIBRATION_FULL 2     /* `hetmem tiers --bench`: every thread count, STREAM sizes */
+
+/* The DRAM figures the emulation uses, from the calibration cache (measured quickly on first use
+ * if absent or made on another machine). A run that charges with a quick, old or partial
+ * calibration says so on stderr once. */
 typedef struct hm_calibration {
   double read_bw_mbps[64];   /* index t-1: aggregate read bandwidth with t threads */
   double write_bw_mbps[64];
@@ -293,10 +368,20 @@ typedef struct hm_calibration {
   double latency_ns;         /* dependent-load latency */
   int from_cache;            /* 1 if read from the cache file, 0 if just measured */
   char path[512];            /* the cache file */
+  int method;                /* HM_CALIBRATION_QUICK, _FULL or _UNKNOWN */
+  int64_t measured_unix;     /* when it was measured (seconds since 1970; 0 if unknown) */
+  char cpu[128];             /* the CPU model it was measured on */
+  double gather_ns;          /* one thread, independent random 8-byte loads: time per load (the
+                                memory-level parallelism is latency_ns / gather_ns) */
 } hm_calibration_t;
 int hm_calibration_get(hm_calibration_t *cal);
-/* Replaces the calibration with new figures and writes the cache file. */
+/* Replaces the calibration with new figures and writes the cache file (method as given, 0 = full;
+ * the time and CPU are filled in). */
 int hm_calibration_store(const hm_calibration_t *cal);
+/* Writes to buf (when not NULL) a sentence saying why the calibration should not be trusted
+ * (quick, older than 30 days, fewer threads than cores), or "" if it can be; returns 1 if there is
+ * such a problem, 0 if not, or a negative code. */
+int hm_calibration_problem(char *buf, size_t len);
 
 #pragma GCC visibility pop
 #ifdef __cplusplus

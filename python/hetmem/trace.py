@@ -1,4 +1,4 @@
-"""Reads hetmem trace files (format version 1, docs/trace-format.md)."""
+"""Reads hetmem trace files (format versions 1 and 2, docs/trace-format.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import numpy as np
 import zstandard
 
 MAGIC = b"HMTRACE\0"
-VERSION = 1
+VERSION = 2  # also reads 1 (every phase instance sampled)
+PHASE_SAMPLED = 1 << 16
 HEADER = struct.Struct("<8sIIQQIIQ16s")  # 64 bytes
 RECORD = struct.Struct("<II")
 EVENTS_HEADER = struct.Struct("<IIII")
@@ -87,8 +88,8 @@ def read_trace(path: str | os.PathLike) -> Trace:
     if len(data) < 12 or data[:8] != MAGIC:
         raise TraceError(f"{path}: not a hetmem trace (the file does not start with {MAGIC[:7].decode()})")
     version = struct.unpack_from("<I", data, 8)[0]
-    if version != VERSION:
-        raise TraceError(f"{path}: trace format version {version}; this hetmem reads version {VERSION} "
+    if version not in (1, VERSION):
+        raise TraceError(f"{path}: trace format version {version}; this hetmem reads versions 1 and {VERSION} "
                          f"(record it again with this hetmem, or report it with the hetmem that wrote it)")
     if len(data) < HEADER.size:
         raise TraceError(f"{path}: the trace ends inside its header ({len(data)} of {HEADER.size} bytes)")
@@ -122,10 +123,11 @@ def read_trace(path: str | os.PathLike) -> Trace:
                 pid_ = struct.unpack_from("<I", body, 0)[0]
                 trace.phase_names[pid_] = body[4:].decode(errors="replace")
             elif rtype == PHASE:
-                phase, iteration, begin, end, thread, n = PHASE_HEADER.unpack_from(body, 0)
+                word, iteration, begin, end, thread, n = PHASE_HEADER.unpack_from(body, 0)
                 objects = [OBJECT.unpack_from(body, PHASE_HEADER.size + i * OBJECT.size) for i in range(n)]
-                trace.phases.append({"phase": phase, "iteration": iteration, "begin_ns": begin, "end_ns": end,
-                                     "thread": thread, "objects": objects})
+                trace.phases.append({"phase": word & 0xFFFF, "iteration": iteration, "begin_ns": begin,
+                                     "end_ns": end, "thread": thread, "objects": objects,
+                                     "sampled": version == 1 or bool(word & PHASE_SAMPLED)})
             elif rtype == ITERATION_MARK:
                 iteration, _, t = ITERATION.unpack_from(body, 0)
                 trace.iterations.append((iteration, t))

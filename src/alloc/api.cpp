@@ -30,6 +30,7 @@ char g_init_message[512];
 TierHeap *g_heaps[kMaxTiers] = {};
 HugePool *g_huge_2m = nullptr, *g_huge_1g = nullptr;
 bool g_thp = true;
+double g_sample_budget = 0.01;
 uint64_t g_retain = 256ull << 20;
 int g_default_tier = 0;
 
@@ -56,6 +57,7 @@ int init_locked() {
   emul_set_enabled(emul != 0);
   if ((rc = option_int("HM_THP", &thp)) != HM_OK) return rc;
   g_thp = thp != 0;
+  if ((rc = option_fraction("HM_SAMPLE_BUDGET", &g_sample_budget)) != HM_OK) return rc;
   uint64_t nt = 0, pool_2m = 0, pool_1g = 0, dummy = 0;
   if ((rc = option_size("HM_NT_THRESHOLD", &nt)) != HM_OK) return rc;
   set_nt_threshold(nt);
@@ -187,6 +189,7 @@ void set_alloc_observer(AllocObserver observer) { g_observer.store(observer); }
 
 TierHeap *heap_of(int tier) { return tier >= 0 && tier < kMaxTiers ? g_heaps[tier] : nullptr; }
 bool thp_enabled() { return g_thp; }
+double sample_budget() { return g_sample_budget; }
 uint64_t retain_limit() { return g_retain; }
 
 TierHeap *heap_for(const void *ptr, SlotOwner **owner) {
@@ -315,7 +318,7 @@ void hm_stats_reset(void) {
     c.failures = 0;
     c.moves_in = 0;
     c.bytes_copied_in = 0;
-    g_heaps[i]->tier()->emul.charged_ns = 0;
+    g_heaps[i]->tier()->emul.reset();
   }
 }
 
@@ -482,16 +485,6 @@ hm_tier_t hm_mode_current(void) {
   return current_tier();
 }
 
-int hm_emul_charge(hm_tier_t tier, uint64_t r, uint64_t w, uint64_t n, uint64_t *charged_ns) {
-  int rc = runtime_ensure();
-  if (rc != HM_OK) return rc;
-  Tier *t = tier_get(tier);
-  if (!t) return fail(HM_ENOTIER, "hm_emul_charge: unknown tier %d", tier);
-  uint64_t ns = t->emulated() ? emul_charge(*t->profile, t->emul, r, w, n) : 0;
-  if (charged_ns) *charged_ns = ns;
-  return HM_OK;
-}
-
 int hm_calibration_get(hm_calibration_t *cal) {
   int rc = runtime_ensure();
   if (rc != HM_OK) return rc;
@@ -505,6 +498,14 @@ int hm_calibration_store(const hm_calibration_t *cal) {
   if (rc != HM_OK) return rc;
   if (!cal) return fail(HM_EINVAL, "hm_calibration_store: cal is NULL");
   return calibration_replace(*cal);
+}
+
+int hm_calibration_problem(char *buf, size_t len) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  std::string problem = calibration_problem(calibration());
+  if (buf && len) std::snprintf(buf, len, "%s", problem.c_str());
+  return problem.empty() ? 0 : 1;
 }
 
 }  // extern "C"

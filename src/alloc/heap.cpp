@@ -436,6 +436,7 @@ Segment *TierHeap::new_segment() {
   seg->next = segments_;
   segments_ = seg;
   counters_.reserved.fetch_add(kSlotSize, std::memory_order_relaxed);
+  counters_.undeclared_records.fetch_add(1, std::memory_order_relaxed);
   return seg;
 }
 
@@ -485,11 +486,13 @@ void TierHeap::release_medium(Segment *seg, size_t page) {
 
 void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
   bool guarded = (flags & HM_GUARDED) && align <= prim::kPageSize;
-  bool want_huge = !(flags & HM_NO_HUGE) && !guarded && len >= prim::kHugePage2M && !tier_->backing->is_file();
+  // Guarded mappings get transparent huge pages like every other large allocation (their 2 MiB-
+  // aligned interior), but never hugetlb pages: they need a mapping of their own.
+  bool want_huge = !(flags & HM_NO_HUGE) && len >= prim::kHugePage2M && !tier_->backing->is_file();
   Extent e;
   HugePool *pool = nullptr;
   bool fresh = false;
-  if (want_huge && tier_->kind == HM_KIND_DRAM && align <= prim::kHugePage2M) {
+  if (want_huge && !guarded && tier_->kind == HM_KIND_DRAM && align <= prim::kHugePage2M) {
     HugePool *order[2] = {len >= prim::kHugePage1G ? huge_1g_ : nullptr, huge_2m_};
     for (HugePool *hp : order) {
       if (!hp) continue;
@@ -539,6 +542,7 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
     return fail_null(HM_ENOMEM, "cannot record a large block");
   }
   lb->owner = SlotOwner{OwnerKind::kLarge, tier_->id};
+  counters_.undeclared_records.fetch_add(1, std::memory_order_relaxed);
   lb->extent = e;
   lb->usable = len;
   lb->pool = pool;
@@ -548,9 +552,16 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
   return e.addr;
 }
 
+bool TierHeap::declare(SlotOwner *owner) {
+  if (owner->is_declared() || __atomic_exchange_n(&owner->declared, 1u, __ATOMIC_RELAXED) != 0) return false;
+  counters_.undeclared_records.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
 void TierHeap::release_large(LargeBlock *lb) {
   Extent e = lb->extent;
   slot_map().clear(e.addr, e.size);
+  if (!lb->owner.is_declared()) counters_.undeclared_records.fetch_sub(1, std::memory_order_relaxed);
   uncharge(lb->usable);
   counters_.frees.fetch_add(1, std::memory_order_relaxed);
   if (lb->pool) {
@@ -679,8 +690,8 @@ int TierHeap::move_to(void *ptr, SlotOwner *owner, TierHeap &dst) {
     if (dt->node >= 0 && dt->node != st->node && prim::numa_node_count() > 1)
       rc = prim::bind_node(lb->extent.addr, lb->extent.size, dt->node, true);
     if (rc == HM_OK) {
-      if (st->emulated()) emul_charge(*st->profile, st->emul, len, 0, 0);
-      if (dt->emulated()) emul_charge(*dt->profile, dt->emul, 0, len, 0);
+      if (st->emulated()) emul_charge(*st->profile, st->emul, len, 0, 0, kEmulCopy);
+      if (dt->emulated()) emul_charge(*dt->profile, dt->emul, 0, len, 0, kEmulCopy);
     }
   } else {
     // A file on either side: copy into fresh storage of the destination, then map it at the
@@ -709,6 +720,10 @@ int TierHeap::move_to(void *ptr, SlotOwner *owner, TierHeap &dst) {
   dst.counters_.reserved.fetch_add(lb->extent.size, std::memory_order_relaxed);
   dst.counters_.moves_in.fetch_add(1, std::memory_order_relaxed);
   dst.counters_.bytes_copied_in.fetch_add(len, std::memory_order_relaxed);
+  if (!lb->owner.is_declared()) {
+    counters_.undeclared_records.fetch_sub(1, std::memory_order_relaxed);
+    dst.counters_.undeclared_records.fetch_add(1, std::memory_order_relaxed);
+  }
   lb->owner.tier = dt->id;
   return HM_OK;
 }

@@ -28,6 +28,9 @@ struct TierCounters {
   std::atomic<uint64_t> allocs{0}, frees{0}, fallbacks_in{0}, fallbacks_out{0}, failures{0};
   std::atomic<uint64_t> moves_in{0}, bytes_copied_in{0}, huge_bytes{0};
   std::atomic<uint64_t> allocs_base{0}, frees_base{0};  // event counts at the last reset
+  // Live records (segments, large blocks) whose accesses nobody has declared: the referenced-page
+  // sampler is needed on an emulated tier only while this is above zero.
+  std::atomic<int64_t> undeclared_records{0};
 };
 
 class HugePool;
@@ -48,6 +51,8 @@ class TierHeap {
   // Frees a block this heap owns (`owner` from the slot map).
   void release(void *ptr, SlotOwner *owner);
   static size_t usable_size(const void *ptr, SlotOwner *owner);
+  // Marks the record as declared (hm_access); true the first time.
+  bool declare(SlotOwner *owner);
   int move_to(void *ptr, SlotOwner *owner, TierHeap &dst);
 
   Tier *tier() const { return tier_; }

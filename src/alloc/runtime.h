@@ -22,6 +22,7 @@ TierHeap *heap_of(int tier);   // nullptr if no such tier
 extern std::atomic<uint64_t> g_runtime_epoch;
 inline uint64_t runtime_epoch() { return g_runtime_epoch.load(std::memory_order_relaxed); }
 bool thp_enabled();
+double sample_budget();  // HM_SAMPLE_BUDGET: fraction of the run time the page sampler may cost
 uint64_t retain_limit();
 // An observer of the C API's allocations and frees (the profiler registers one); the alloc layer
 // calls it without knowing what is above. `caller` is the return address into the application.

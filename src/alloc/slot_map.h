@@ -17,6 +17,10 @@ enum class OwnerKind : uint32_t { kSegment = 0x5e65e601, kLarge = 0x1a46e001 };
 struct SlotOwner {
   OwnerKind kind;
   int tier;
+  // Set (atomically, once) by the first hm_access on memory of this record: its accesses are
+  // declared, so the referenced-page sampler leaves it out.
+  uint32_t declared = 0;
+  bool is_declared() const { return __atomic_load_n(&declared, __ATOMIC_RELAXED) != 0; }
 };
 
 class SlotMap {

@@ -26,6 +26,9 @@ const OptionSpec kOptions[] = {
     {"HM_HUGETLB_1G", "0", "bytes of 1 GiB hugetlb pages reserved at start for allocations of 1 GiB or more"},
     {"HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free"},
     {"HM_EMUL", "1", "1: charge the emulated tier's delay; 0: emulated tiers behave as DRAM"},
+    {"HM_SAMPLE_BUDGET", "0.01",
+     "fraction of the run time the referenced-page sampler (profiler, emulated tier) may cost; "
+     "the first instance of every phase is sampled regardless"},
     {"HM_CALIBRATION", "", "calibration cache file (default $XDG_CACHE_HOME/hetmem/calibration or ~/.cache/...)"},
     {"HM_NT_THRESHOLD", "8M", "copies at least this large use non-temporal stores"},
     {"HM_RETAIN", "256M", "freed large mappings kept per tier for reuse before being returned to the OS"},
@@ -138,6 +141,17 @@ int option_int(const char *name, long *value) {
   char *end = nullptr;
   long v = std::strtol(t->c_str(), &end, 10);
   if (t->empty() || *end != '\0') return fail(HM_EFORMAT, "%s='%s': expected an integer", name, t->c_str());
+  *value = v;
+  return HM_OK;
+}
+
+int option_fraction(const char *name, double *value) {
+  const std::string *t = option_text(name);
+  if (!t) return fail(HM_EINVAL, "unknown option %s", name);
+  char *end = nullptr;
+  double v = std::strtod(t->c_str(), &end);
+  if (t->empty() || *end != '\0' || !(v >= 0 && v <= 1))
+    return fail(HM_EFORMAT, "%s='%s': expected a fraction between 0 and 1 (0.01 = 1%%)", name, t->c_str());
   *value = v;
   return HM_OK;
 }

@@ -27,6 +27,8 @@ bool parse_size(const std::string &text, uint64_t *bytes, std::string *error);
 // Reads a size option; on malformed text fails with HM_EFORMAT naming the variable and the text.
 int option_size(const char *name, uint64_t *bytes);
 int option_int(const char *name, long *value);
+// Reads a number in [0, 1]; HM_EFORMAT naming the variable otherwise.
+int option_fraction(const char *name, double *value);
 std::string format_size(uint64_t bytes);
 
 }  // namespace hm

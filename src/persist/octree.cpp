@@ -149,7 +149,7 @@ template <int Dim>
 void Octree<Dim>::charge() const {
   if (!options_.emulate_nvbm || uncharged_ == 0) return;
   static const EmulProfile *nvbm = emul_profile("nvbm");
-  stats_.emul_charged_ns += emul_charge(*nvbm, emul_state_, 0, 0, uncharged_);
+  stats_.emul_charged_ns += emul_charge(*nvbm, emul_state_, 0, 0, uncharged_, kEmulDeclared);
   uncharged_ = 0;
 }
 

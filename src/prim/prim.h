@@ -82,6 +82,7 @@ int clear_referenced();
 struct MappingUse {
   uintptr_t start, end;
   uint64_t referenced_bytes;
+  uint64_t anon_huge_bytes;  // of it, transparent huge pages (AnonHugePages:)
 };
 // Calls fn(use) for every mapping of the process, from /proc/self/smaps.
 template <class Fn>
@@ -94,6 +95,8 @@ int thread_id();
 
 // Time.
 uint64_t now_ns();
+// Seconds since 1970 (CLOCK_REALTIME): for records of when something was made.
+int64_t wall_seconds();
 // A cheaper monotonic clock for per-event timestamps: the invariant TSC scaled to nanoseconds
 // (calibrated against CLOCK_MONOTONIC on first use), or now_ns() where there is none.
 uint64_t fast_now_ns();
@@ -105,21 +108,24 @@ int for_each_mapping(Fn fn) {
   std::string text;
   int rc = read_smaps(&text);
   if (rc != 0) return rc;
-  MappingUse cur{0, 0, 0};
+  MappingUse cur{0, 0, 0, 0};
   bool have = false;
   size_t pos = 0;
   while (pos < text.size()) {
     size_t eol = text.find('\n', pos);
     if (eol == std::string::npos) eol = text.size();
     const char *line = text.c_str() + pos;
-    unsigned long lo = 0, hi = 0;
-    char dash = 0;
-    if (std::sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-') {
+    // A mapping's first line is "start-end perms ..."; its fields are "Name:   value kB".
+    char *dash = nullptr;
+    unsigned long lo = std::strtoul(line, &dash, 16);
+    if (dash != line && *dash == '-') {
       if (have) fn(cur);
-      cur = MappingUse{lo, hi, 0};
+      cur = MappingUse{lo, std::strtoul(dash + 1, nullptr, 16), 0, 0};
       have = true;
     } else if (have && std::strncmp(line, "Referenced:", 11) == 0) {
       cur.referenced_bytes = std::strtoull(line + 11, nullptr, 10) * 1024;
+    } else if (have && std::strncmp(line, "AnonHugePages:", 14) == 0) {
+      cur.anon_huge_bytes = std::strtoull(line + 14, nullptr, 10) * 1024;
     }
     pos = eol + 1;
   }

@@ -1,21 +1,21 @@
 // Phases and iterations: hm_phase_begin/hm_phase_end/hm_iteration_next. A phase records its wall
-// time and, for every large object, the bytes the kernel reports as referenced during it
-// (/proc/self/clear_refs at the start, Referenced: in /proc/self/smaps at the end). The same
-// reading is the emulated tier's third charge point: referenced bytes of emulated-tier mappings
-// are charged at the phase end (DESIGN.md).
+// time and, when the sampler takes it (profile/sampler.h), the bytes the kernel reports as
+// referenced during it for every large object. The same sample is the emulated tier's third
+// charge point: referenced bytes of emulated memory whose accesses nobody declares (DESIGN.md).
 #include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "alloc/access.h"
 #include "alloc/hook.h"
 #include "alloc/runtime.h"
 #include "base/error.h"
 #include "hetmem/hetmem.h"
 #include "prim/prim.h"
 #include "profile/profiler.h"
-#include "tier/emul.h"
+#include "profile/sampler.h"
 
 namespace hm::profile {
 namespace {
@@ -24,6 +24,7 @@ struct Open {
   uint16_t phase;
   uint32_t iteration;
   uint64_t begin_ns;  // profile::now() at the start
+  SampleMode sample;
 };
 
 struct PhaseTotals {
@@ -36,35 +37,6 @@ std::mutex g_phase_mutex;
 std::vector<PhaseTotals> g_phases(1, PhaseTotals{"(none)"});  // id 0: outside any phase
 std::vector<Open> g_open;
 uint32_t g_iteration = 0;
-
-// The referenced-bytes reading costs a pass over the page tables: only when an emulated tier
-// holds memory (its third charge point) or the profiler records.
-bool emulated_tier_in_use() {
-  for (int t = 0; t < tier_count(); ++t)
-    if (tier_get(t)->emulated() && heap_of(t)->counters().in_use.load(std::memory_order_relaxed) > 0) return true;
-  return false;
-}
-
-// Reads smaps once: referenced bytes of the live large objects, and charges the emulated tiers.
-void account_references(std::vector<trace::ObjectReference> *objects) {
-  std::vector<std::pair<uintptr_t, size_t>> large = active() ? large_objects() : decltype(large_objects()){};
-  std::sort(large.begin(), large.end());
-  uint64_t charge[kMaxTiers] = {};
-  prim::for_each_mapping([&](const prim::MappingUse &m) {
-    auto it = std::lower_bound(large.begin(), large.end(), std::make_pair(m.start, size_t{0}));
-    for (; it != large.end() && it->first < m.end; ++it)
-      objects->push_back({it->first, it->second, std::min<uint64_t>(m.referenced_bytes, it->second)});
-    if (m.referenced_bytes == 0) return;
-    SlotOwner *owner = nullptr;
-    TierHeap *h = heap_for(reinterpret_cast<void *>(m.start), &owner);
-    if (h && h->tier()->emulated()) charge[h->tier()->id] += m.referenced_bytes;
-  });
-  for (int t = 0; t < kMaxTiers; ++t)
-    if (charge[t]) {
-      Tier *tier = tier_get(t);
-      emul_charge(*tier->profile, tier->emul, charge[t], 0, 0);
-    }
-}
 
 }  // namespace
 }  // namespace hm::profile
@@ -93,9 +65,9 @@ int hm_phase_begin(const char *name) {
         write_record(trace::kPhaseName, &pid, sizeof pid, name, std::strlen(name));
       }
     }
-    g_open.push_back(Open{id, g_iteration, now()});
+    g_open.push_back(Open{id, g_iteration, now(), SampleMode::kNone});
+    g_open.back().sample = sampler_begin(id);
     set_current_phase(id);
-    if (active() || emulated_tier_in_use()) prim::clear_referenced();
     return HM_OK;
   } catch (...) {
     return fail(HM_ENOMEM, "hm_phase_begin: out of memory");
@@ -104,6 +76,7 @@ int hm_phase_begin(const char *name) {
 
 int hm_phase_end(void) {
   InternalScope internal;
+  access_pay_pending();  // this thread's declarations belong to the phase that ends
   try {
     std::lock_guard<std::mutex> lock(g_phase_mutex);
     if (g_open.empty()) return fail(HM_EINVAL, "hm_phase_end: no phase is open (unbalanced begin/end)");
@@ -111,12 +84,13 @@ int hm_phase_end(void) {
     g_open.pop_back();
     uint64_t end = now();
     std::vector<trace::ObjectReference> objects;
-    if (active() || emulated_tier_in_use()) account_references(&objects);
+    sampler_end(open.phase, open.sample, &objects);
     PhaseTotals &t = g_phases[open.phase];
     t.calls += 1;
     t.total_ns += end - open.begin_ns;
     if (active()) {
-      trace::PhaseHeader ph{open.phase, open.iteration, open.begin_ns, end,
+      uint32_t phase_word = open.phase | (open.sample == SampleMode::kSampled ? trace::kPhaseSampled : 0u);
+      trace::PhaseHeader ph{phase_word, open.iteration, open.begin_ns, end,
                             static_cast<uint32_t>(prim::thread_id()), static_cast<uint32_t>(objects.size())};
       write_record(trace::kPhase, &ph, sizeof ph, objects.data(), objects.size() * sizeof(trace::ObjectReference));
     }
@@ -140,6 +114,15 @@ int hm_iteration_next(void) {
 }
 
 int hm_iteration_current(void) { return static_cast<int>(g_iteration); }
+
+int hm_sampler_stats(hm_sampler_stats_t *stats) {
+  if (!stats) return fail(HM_EINVAL, "hm_sampler_stats: stats is NULL");
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  std::lock_guard<std::mutex> lock(g_phase_mutex);
+  *stats = sampler_stats();
+  return HM_OK;
+}
 
 int hm_phase_stats(const char *name, uint64_t *calls, double *seconds) {
   if (!name) return fail(HM_EINVAL, "hm_phase_stats: name is NULL");

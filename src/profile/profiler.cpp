@@ -391,6 +391,11 @@ void forget_large(const void *ptr) {
     }
 }
 
+size_t large_object_count() {
+  std::lock_guard<std::mutex> guard(g_mutex);
+  return g_large ? g_large->size() : 0;
+}
+
 // Snapshot of the live large objects (for the phase records).
 std::vector<std::pair<uintptr_t, size_t>> large_objects() {
   InternalScope internal;

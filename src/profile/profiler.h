@@ -36,6 +36,7 @@ void note_large(const void *ptr, size_t size);
 void forget_large(const void *ptr);
 uint64_t large_threshold();
 std::vector<std::pair<uintptr_t, size_t>> large_objects();  // a snapshot
+size_t large_object_count();
 // In a child after fork: the parent's buffers are dropped; with follow = true the child starts its
 // own trace (path.PID), else it records nothing.
 void after_fork_in_child(bool follow);

@@ -7,7 +7,7 @@
 namespace hm::trace {
 
 constexpr char kMagic[8] = {'H', 'M', 'T', 'R', 'A', 'C', 'E', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: PhaseHeader.phase carries kPhaseSampled
 
 struct FileHeader {  // 64 bytes
   char magic[8];
@@ -73,8 +73,14 @@ struct SiteHeader {
   uint32_t depth;
 };
 
+// Version 2: bit 16 of PhaseHeader.phase says the instance was sampled (its object references
+// are the kernel's referenced bytes); unsampled instances carry no references. Version 1 sampled
+// every instance.
+constexpr uint32_t kPhaseSampled = 1u << 16;
+
 struct PhaseHeader {
-  uint32_t phase;
+  uint32_t phase;  // phase id in the low 16 bits, kPhaseSampled
+
   uint32_t iteration;
   uint64_t begin_ns;
   uint64_t end_ns;

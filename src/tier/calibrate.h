@@ -37,6 +37,22 @@ inline void stream_triad(double *__restrict a, const double *__restrict b, const
                          size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
 }
+// Sums `count` elements of a[0..n) at pseudo-random indices: independent loads (the next index
+// comes from a cheap generator, not from the loaded value), so the memory system overlaps them.
+// n must be a power of two. Time per load over the dependent-load latency gives the memory-level
+// parallelism that the emulated tier's charge for scattered accesses uses.
+inline double gather_sum(const double *__restrict a, size_t n, size_t count, uint64_t seed) {
+  double s0 = 0, s1 = 0;
+  uint64_t x = seed | 1;
+  const uint64_t mask = n - 1;
+  for (size_t i = 0; i + 1 < count; i += 2) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    s0 += a[(x >> 24) & mask];
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    s1 += a[(x >> 24) & mask];
+  }
+  return s0 + s1;
+}
 // Builds a random single cycle over `n` slots of `stride` bytes in `buf` (Sattolo's algorithm).
 void chase_build(void *buf, size_t n, size_t stride, uint64_t seed);
 // Follows `steps` dependent loads starting at buf; returns the final pointer (keeps it live).

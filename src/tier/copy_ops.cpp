@@ -48,21 +48,21 @@ void copy_plain(void *dst, const void *src, size_t n, Tier *, Tier *) { fast_cop
 
 void copy_from_emulated(void *dst, const void *src, size_t n, Tier *, Tier *src_tier) {
   fast_copy(dst, src, n);
-  emul_charge(*src_tier->profile, src_tier->emul, n, 0, 0);
+  emul_charge(*src_tier->profile, src_tier->emul, n, 0, 0, kEmulCopy);
 }
 
 void copy_to_emulated(void *dst, const void *src, size_t n, Tier *dst_tier, Tier *) {
   fast_copy(dst, src, n);
-  emul_charge(*dst_tier->profile, dst_tier->emul, 0, n, 0);
+  emul_charge(*dst_tier->profile, dst_tier->emul, 0, n, 0, kEmulCopy);
 }
 
 void copy_emulated_both(void *dst, const void *src, size_t n, Tier *dst_tier, Tier *src_tier) {
   fast_copy(dst, src, n);
   if (dst_tier == src_tier) {
-    emul_charge(*src_tier->profile, src_tier->emul, n, n, 0);
+    emul_charge(*src_tier->profile, src_tier->emul, n, n, 0, kEmulCopy);
   } else {
-    emul_charge(*src_tier->profile, src_tier->emul, n, 0, 0);
-    emul_charge(*dst_tier->profile, dst_tier->emul, 0, n, 0);
+    emul_charge(*src_tier->profile, src_tier->emul, n, 0, 0, kEmulCopy);
+    emul_charge(*dst_tier->profile, dst_tier->emul, 0, n, 0, kEmulCopy);
   }
 }
 

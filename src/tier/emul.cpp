@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -22,14 +23,17 @@ const EmulProfile kProfiles[] = {
      "Optane DCPMM App Direct vs DRAM (seed 004, from Peng et al. 2019)"},
     {"cxl", 2.0, 2.0, 0.50, 0.50, "CXL Type-3 expander: +70-90 ns over local DRAM (Pond), 140-410 ns (Melody)"},
     {"nvbm", 100.0 / 60.0, 100.0 / 60.0, 1.0, 1.0, "NVBM of seed 003 Table 2: per-access latency only"},
+    // Everything the emulator does except waiting: measures the bookkeeping's own cost.
+    {"dram", 1.0, 1.0, 1.0, 1.0, "DRAM's own figures: the emulator's bookkeeping runs, nothing is charged"},
 };
+constexpr int64_t kStaleSeconds = 30 * 24 * 3600;
 
 std::atomic<bool> g_enabled{true};
 std::atomic<bool> g_cal_ready{false};
 std::mutex g_cal_mutex;
 hm_calibration_t g_cal;
 
-std::string machine_key() {
+std::string cpu_model() {
   std::string cpuinfo, model = "unknown";
   if (prim::read_text("/proc/cpuinfo", &cpuinfo)) {
     auto pos = cpuinfo.find("model name");
@@ -38,6 +42,11 @@ std::string machine_key() {
       if (colon != std::string::npos && eol != std::string::npos) model = cpuinfo.substr(colon + 2, eol - colon - 2);
     }
   }
+  return model;
+}
+
+std::string machine_key() {
+  std::string model = cpu_model();
   uint64_t total = 0, fr = 0;
   prim::node_size(0, &total, &fr);
   return model + "|cpus=" + std::to_string(prim::cpu_count()) + "|node0=" + std::to_string(total >> 30) + "G";
@@ -77,13 +86,19 @@ bool load_cache(const std::string &path, hm_calibration_t *cal) {
   int nr = 0, nw = 0, nc = 0, nl = 0;
   double lat[64];
   bool header = false;
+  cal->method = HM_CALIBRATION_UNKNOWN;
   while (std::getline(in, line)) {
-    if (line == "# hetmem calibration v1") header = true;
+    if (line == "# hetmem calibration v1" || line == "# hetmem calibration v2") header = true;
     if (line.rfind("machine = ", 0) == 0) machine = line.substr(10);
+    if (line == "method = quick") cal->method = HM_CALIBRATION_QUICK;
+    if (line == "method = full") cal->method = HM_CALIBRATION_FULL;
+    if (line.rfind("measured_unix = ", 0) == 0) cal->measured_unix = std::strtoll(line.c_str() + 16, nullptr, 10);
+    if (line.rfind("cpu = ", 0) == 0) std::snprintf(cal->cpu, sizeof cal->cpu, "%s", line.c_str() + 6);
     parse_row(line, "read_bw_mbps", cal->read_bw_mbps, &nr);
     parse_row(line, "write_bw_mbps", cal->write_bw_mbps, &nw);
     parse_row(line, "copy_bw_mbps", cal->copy_bw_mbps, &nc);
     parse_row(line, "latency_ns", lat, &nl);
+    if (line.rfind("gather_ns = ", 0) == 0) cal->gather_ns = std::strtod(line.c_str() + 12, nullptr);
   }
   if (!header || machine != machine_key() || nr == 0 || nr != nw || nr != nc || nl != 1) return false;
   for (int i = 0; i < nr; ++i)
@@ -94,18 +109,37 @@ bool load_cache(const std::string &path, hm_calibration_t *cal) {
   return true;
 }
 
+std::string format_time(int64_t unix_seconds) {
+  if (unix_seconds <= 0) return "unknown";
+  time_t t = static_cast<time_t>(unix_seconds);
+  struct tm utc;
+  char buf[64];
+  if (!gmtime_r(&t, &utc) || std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &utc) == 0) return "unknown";
+  return buf;
+}
+
+void stamp(hm_calibration_t *cal) {
+  cal->measured_unix = static_cast<int64_t>(prim::wall_seconds());
+  std::snprintf(cal->cpu, sizeof cal->cpu, "%s", cpu_model().c_str());
+}
+
 bool save_cache(const hm_calibration_t &cal) {
   std::string path = cal.path;
   auto slash = path.rfind('/');
   if (slash != std::string::npos) prim::make_dirs(path.substr(0, slash));
   std::ostringstream out;
-  out << "# hetmem calibration v1\n";
-  out << "# DRAM figures for the emulated tier; written by `hetmem tiers --bench` or on first use\n";
+  out << "# hetmem calibration v2\n";
+  out << "# DRAM figures for the emulated tier; written by `hetmem tiers --bench` (full) or on first use (quick)\n";
   out << "machine = " << machine_key() << '\n';
+  out << "method = " << (cal.method == HM_CALIBRATION_FULL ? "full" : "quick") << '\n';
+  out << "measured_unix = " << cal.measured_unix << '\n';
+  out << "measured = " << format_time(cal.measured_unix) << '\n';
+  out << "cpu = " << cal.cpu << '\n';
   write_row(out, "read_bw_mbps", cal.read_bw_mbps, cal.threads);
   write_row(out, "write_bw_mbps", cal.write_bw_mbps, cal.threads);
   write_row(out, "copy_bw_mbps", cal.copy_bw_mbps, cal.threads);
   out << "latency_ns = " << cal.latency_ns << '\n';
+  if (cal.gather_ns > 0) out << "gather_ns = " << cal.gather_ns << '\n';
   return prim::write_text_atomic(path, out.str());
 }
 
@@ -138,11 +172,16 @@ void measure_quick(hm_calibration_t *cal) {
     best_c = std::fmax(best_c, bytes * 1e3 / static_cast<double>(t3 - t2));
   }
   const size_t stride = 64, slots = (size_t{64} << 20) / stride, steps = size_t{1} << 21;
+  const size_t gathers = size_t{1} << 21;
+  uint64_t g0 = prim::now_ns();
+  sink = sink + kernels::gather_sum(da, size_t{1} << 24, gathers, 7);  // 128 MiB of doubles
+  uint64_t g1 = prim::now_ns();
   kernels::chase_build(a, slots, stride, 42);
   uint64_t t0 = prim::now_ns();
   void *end = kernels::chase_run(a, steps);
   uint64_t t1 = prim::now_ns();
   sink = sink + (end ? 1 : 0);
+  cal->gather_ns = static_cast<double>(g1 - g0) / static_cast<double>(gathers);
   prim::unmap(a, bytes);
   prim::unmap(b, bytes);
   cal->threads = 1;
@@ -150,6 +189,8 @@ void measure_quick(hm_calibration_t *cal) {
   cal->write_bw_mbps[0] = best_w;
   cal->copy_bw_mbps[0] = best_c;
   cal->latency_ns = static_cast<double>(t1 - t0) / static_cast<double>(steps);
+  cal->method = HM_CALIBRATION_QUICK;
+  stamp(cal);
 }
 
 void calibration_init() {
@@ -159,7 +200,7 @@ void calibration_init() {
   if (load_cache(path, &cal)) {
     cal.from_cache = 1;
   } else {
-    log(2, "no valid calibration in %s: measuring DRAM (one thread)", path.c_str());
+    log(2, "no valid calibration in %s: measuring DRAM quickly (one thread)", path.c_str());
     measure_quick(&cal);
     cal.from_cache = 0;
     if (!save_cache(cal)) log(1, "could not write the calibration cache %s", path.c_str());
@@ -176,9 +217,51 @@ const EmulProfile *emul_profile(const char *name) {
   return nullptr;
 }
 
-const char *emul_profile_names() { return "optane, cxl, nvbm"; }
+const char *emul_profile_names() { return "optane, cxl, nvbm, dram"; }
 
 void emul_set_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+bool emul_enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+void EmulState::reset() {
+  charged_ns = 0;
+  for (int s = 0; s < kEmulSources; ++s) source_ns[s] = read_bytes[s] = write_bytes[s] = accesses[s] = 0;
+}
+
+std::string calibration_problem(const hm_calibration_t &cal) {
+  const char *fix = "run `hetmem tiers --bench` to measure every thread count";
+  std::string when = format_time(cal.measured_unix);
+  char buf[512];
+  if (cal.method == HM_CALIBRATION_QUICK) {
+    std::snprintf(buf, sizeof buf, "the DRAM calibration (%s) is a quick one-thread measurement from %s; %s",
+                  cal.path, when.c_str(), fix);
+    return buf;
+  }
+  if (cal.method != HM_CALIBRATION_FULL) {
+    std::snprintf(buf, sizeof buf, "the DRAM calibration (%s) was written by an older hetmem and does not say "
+                  "how it was made; %s", cal.path, fix);
+    return buf;
+  }
+  int64_t age = static_cast<int64_t>(prim::wall_seconds()) - cal.measured_unix;
+  if (cal.measured_unix <= 0 || age > kStaleSeconds) {
+    std::snprintf(buf, sizeof buf, "the DRAM calibration (%s) is from %s, more than 30 days ago; %s", cal.path,
+                  when.c_str(), fix);
+    return buf;
+  }
+  if (cal.threads < prim::cpu_count()) {
+    std::snprintf(buf, sizeof buf, "the DRAM calibration (%s) covers 1..%d threads of this machine's %d cores; "
+                  "charges for more threads use the %d-thread figures; %s", cal.path, cal.threads,
+                  prim::cpu_count(), cal.threads, fix);
+    return buf;
+  }
+  return "";
+}
+
+void calibration_warn_once() {
+  static std::atomic<bool> warned{false};
+  if (warned.load(std::memory_order_relaxed) || warned.exchange(true)) return;
+  std::string problem = calibration_problem(calibration());
+  if (!problem.empty()) log(0, "warning: emulated-tier charges may be off: %s", problem.c_str());
+}
 
 const hm_calibration_t &calibration() {
   if (!g_cal_ready.load(std::memory_order_acquire)) {
@@ -204,6 +287,8 @@ int calibration_replace(const hm_calibration_t &in) {
       return fail(HM_EINVAL, "calibration: bandwidth for %d threads is not positive", i + 1);
   std::snprintf(cal.path, sizeof cal.path, "%s", g_cal.path);
   cal.from_cache = 0;
+  if (cal.method == HM_CALIBRATION_UNKNOWN) cal.method = HM_CALIBRATION_FULL;
+  stamp(&cal);
   if (!save_cache(cal)) return fail(HM_EIO, "cannot write the calibration cache %s", cal.path);
   std::lock_guard<std::mutex> lock(g_cal_mutex);
   g_cal = cal;
@@ -230,9 +315,14 @@ double emul_extra_ns(const EmulProfile &p, const hm_calibration_t &cal, int thre
 }
 
 uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes, uint64_t write_bytes,
-                     uint64_t dependent) {
+                     uint64_t dependent, EmulSource source) {
   if (!g_enabled.load(std::memory_order_relaxed)) return 0;
   if (read_bytes == 0 && write_bytes == 0 && dependent == 0) return 0;
+  state.read_bytes[source].fetch_add(read_bytes, std::memory_order_relaxed);
+  state.write_bytes[source].fetch_add(write_bytes, std::memory_order_relaxed);
+  state.accesses[source].fetch_add(dependent, std::memory_order_relaxed);
+  if (!emul_charges(p)) return 0;
+  calibration_warn_once();
   const hm_calibration_t &cal = calibration();
   uint64_t start = prim::now_ns();
   state.charging.fetch_add(1, std::memory_order_acq_rel);
@@ -265,6 +355,7 @@ uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes
   state.charging.fetch_sub(1, std::memory_order_acq_rel);
   uint64_t ns = static_cast<uint64_t>(std::llround(charged));
   state.charged_ns.fetch_add(ns, std::memory_order_relaxed);
+  state.source_ns[source].fetch_add(ns, std::memory_order_relaxed);
   return ns;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "hetmem/hetmem.h"
 
@@ -21,10 +22,19 @@ struct EmulProfile {
 const EmulProfile *emul_profile(const char *name);
 const char *emul_profile_names();
 
-// Per-tier state of the charge: how many threads charge now, and the total charged.
+// Where a charge's access volume came from, from the most precise to the least (DESIGN.md).
+enum EmulSource { kEmulCopy = 0, kEmulDeclared = 1, kEmulSampled = 2, kEmulSources = 3 };
+
+// Per-tier state of the charge: how many threads charge now, the total charged, and per source
+// the volume and the delay charged.
 struct EmulState {
   std::atomic<int> charging{0};
   std::atomic<uint64_t> charged_ns{0};
+  std::atomic<uint64_t> source_ns[kEmulSources] = {};
+  std::atomic<uint64_t> read_bytes[kEmulSources] = {};
+  std::atomic<uint64_t> write_bytes[kEmulSources] = {};
+  std::atomic<uint64_t> accesses[kEmulSources] = {};
+  void reset();
 };
 
 // Extra nanoseconds the model charges (no waiting): the DESIGN.md formula with `threads` threads
@@ -35,12 +45,22 @@ double emul_extra_ns(const EmulProfile &p, const hm_calibration_t &cal, int thre
 // threads charging the same tier meanwhile. Returns the delay charged (the modelled device time;
 // the wall time can be longer if the scheduler preempts the thread).
 uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes, uint64_t write_bytes,
-                     uint64_t dependent);
+                     uint64_t dependent, EmulSource source);
 // Whether charges are made (HM_EMUL); set at initialisation.
 void emul_set_enabled(bool on);
+bool emul_enabled();
+// Whether a profile charges anything at all (`dram` does not: the bookkeeping runs, nothing waits).
+inline bool emul_charges(const EmulProfile &p) {
+  return p.read_bw != 1.0 || p.write_bw != 1.0 || p.random_latency != 1.0;
+}
 
-// DRAM calibration: loaded from the cache file, measured quickly if absent or stale.
+// DRAM calibration: loaded from the cache file, measured quickly if absent or from another machine.
 const hm_calibration_t &calibration();
+// Empty when the calibration is a full one from the last 30 days covering every core; otherwise a
+// sentence saying what is wrong with it and how to fix it.
+std::string calibration_problem(const hm_calibration_t &cal);
+// Prints calibration_problem() once per process, the first time an emulated tier charges.
+void calibration_warn_once();
 int calibration_replace(const hm_calibration_t &cal);
 // Makes the next use read the cache again (after hm_finalize; HM_CALIBRATION may have changed).
 void calibration_forget();

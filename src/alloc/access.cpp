@@ -1,0 +1,149 @@
+// Declared accesses (hm_access, hm_access_scattered): the emulated tier's second and most used
+// charge point. A kernel that works on hetmem memory in place says what it did to it; on an
+// emulated tier the extra device time is charged on the calling thread and the allocation's
+// record is marked declared, so the referenced-page sampler leaves it out.
+//
+// Small declarations are gathered per thread and tier and paid once they are worth a
+// microsecond of device time (or a few MiB of volume, so that the zero-charge profile still
+// reports its volume): a wait costs two clock reads, which must stay small beside what it charges.
+#include <algorithm>
+#include <cstdint>
+
+#include "alloc/access.h"
+#include "alloc/runtime.h"
+#include "base/error.h"
+#include "hetmem/hetmem.h"
+#include "tier/emul.h"
+
+namespace hm {
+namespace {
+
+constexpr double kPayAtNs = 1000;
+constexpr uint64_t kPayAtBytes = uint64_t{4} << 20;
+constexpr uint64_t kPayAtAccesses = 4096;
+constexpr uint64_t kLine = 64;
+
+struct Pending {
+  uint64_t read = 0, write = 0, dependent = 0;
+  double extra_ns = 0;  // the one-thread estimate that decides when to pay
+};
+thread_local Pending t_pending[kMaxTiers];
+thread_local bool t_any_pending = false;
+
+void pay(int tier, Pending &p) {
+  Tier *t = tier_get(tier);
+  if (t && t->emulated()) emul_charge(*t->profile, t->emul, p.read, p.write, p.dependent, kEmulDeclared);
+  p = Pending{};
+}
+
+int declare(const void *ptr, uint64_t read, uint64_t write, uint64_t dependent) {
+  SlotOwner *owner = slot_map().get(ptr);
+  if (!owner) return HM_OK;  // not hetmem's: DRAM as far as the emulation is concerned
+  TierHeap *heap = heap_of(owner->tier);
+  if (!heap) return HM_OK;
+  Tier *t = heap->tier();
+  if (!t->emulated() || !emul_enabled()) return HM_OK;
+  heap->declare(owner);
+  Pending &p = t_pending[owner->tier];
+  p.read += read;
+  p.write += write;
+  p.dependent += dependent;
+  p.extra_ns += emul_extra_ns(*t->profile, calibration(), 1, read, write, dependent);
+  t_any_pending = true;
+  if (p.extra_ns >= kPayAtNs || p.read + p.write >= kPayAtBytes || p.dependent >= kPayAtAccesses)
+    pay(owner->tier, p);
+  return HM_OK;
+}
+
+}  // namespace
+
+void access_pay_pending() {
+  if (!t_any_pending) return;
+  for (int t = 0; t < kMaxTiers; ++t)
+    if (t_pending[t].read || t_pending[t].write || t_pending[t].dependent) pay(t, t_pending[t]);
+  t_any_pending = false;
+}
+
+uint64_t scattered_dependent_equivalent(const hm_calibration_t &cal, uint64_t count) {
+  // Independent accesses overlap in the memory system: count of them take as long as
+  // count / MLP dependent ones, with the parallelism MLP = latency / (time per gather) measured on
+  // this machine's DRAM. A device with a longer latency keeps the same parallelism.
+  if (!(cal.gather_ns > 0) || !(cal.latency_ns > 0)) return 0;
+  double mlp = std::max(1.0, cal.latency_ns / cal.gather_ns);
+  return static_cast<uint64_t>(static_cast<double>(count) / mlp + 0.5);
+}
+
+}  // namespace hm
+
+using namespace hm;
+
+extern "C" {
+
+int hm_access(const void *ptr, size_t bytes, unsigned how) {
+  if (!ptr) return fail(HM_EINVAL, "hm_access: ptr is NULL");
+  if (how & HM_ACCESS_DEPENDENT)
+    return fail(HM_EINVAL, "hm_access: HM_ACCESS_DEPENDENT describes scattered accesses; use hm_access_scattered");
+  if (!(how & HM_ACCESS_RW) || (how & ~HM_ACCESS_RW))
+    return fail(HM_EINVAL, "hm_access: how is %#x; give HM_ACCESS_READ, HM_ACCESS_WRITE or HM_ACCESS_RW", how);
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  if (bytes == 0) return HM_OK;
+  return declare(ptr, (how & HM_ACCESS_READ) ? bytes : 0, (how & HM_ACCESS_WRITE) ? bytes : 0, 0);
+}
+
+int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned how) {
+  if (!ptr) return fail(HM_EINVAL, "hm_access_scattered: ptr is NULL");
+  if (!(how & HM_ACCESS_RW) || (how & ~(HM_ACCESS_RW | HM_ACCESS_DEPENDENT)))
+    return fail(HM_EINVAL, "hm_access_scattered: how is %#x; give HM_ACCESS_READ, HM_ACCESS_WRITE or HM_ACCESS_RW, "
+                "optionally with HM_ACCESS_DEPENDENT", how);
+  if (size == 0) return fail(HM_EINVAL, "hm_access_scattered: an access of 0 bytes");
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  if (count == 0) return HM_OK;
+  // A chain of dependent loads is bound by latency: the device's extra latency per access, and
+  // no bandwidth on top (the loads do not overlap). Independent ones move whole lines and overlap.
+  if (how & HM_ACCESS_DEPENDENT) return declare(ptr, 0, 0, count);
+  uint64_t lines = (size + kLine - 1) / kLine;
+  uint64_t bytes = count * lines * kLine;
+  // Each pays the larger of its lines' bandwidth and its share of the latency (see above).
+  SlotOwner *owner = slot_map().get(ptr);
+  Tier *t = owner ? tier_get(owner->tier) : nullptr;
+  if (!t || !t->emulated()) return HM_OK;
+  const hm_calibration_t &cal = calibration();
+  uint64_t r = (how & HM_ACCESS_READ) ? bytes : 0, w = (how & HM_ACCESS_WRITE) ? bytes : 0;
+  uint64_t n = scattered_dependent_equivalent(cal, count);
+  double by_bandwidth = emul_extra_ns(*t->profile, cal, 1, r, w, 0);
+  double by_latency = emul_extra_ns(*t->profile, cal, 1, 0, 0, n);
+  return by_latency > by_bandwidth ? declare(ptr, 0, 0, n) : declare(ptr, r, w, 0);
+}
+
+int hm_emul_charge(hm_tier_t tier, uint64_t r, uint64_t w, uint64_t n, uint64_t *charged_ns) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  Tier *t = tier_get(tier);
+  if (!t) return fail(HM_ENOTIER, "hm_emul_charge: unknown tier %d", tier);
+  uint64_t ns = t->emulated() ? emul_charge(*t->profile, t->emul, r, w, n, kEmulDeclared) : 0;
+  if (charged_ns) *charged_ns = ns;
+  return HM_OK;
+}
+
+int hm_emul_stats(hm_tier_t tier, hm_emul_stats_t *out) {
+  if (!out) return fail(HM_EINVAL, "hm_emul_stats: stats is NULL");
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  Tier *t = tier_get(tier);
+  if (!t) return fail(HM_ENOTIER, "hm_emul_stats: unknown tier %d", tier);
+  *out = hm_emul_stats_t{};
+  if (!t->emulated()) return HM_OK;
+  access_pay_pending();  // the caller's own gathered declarations belong in the figures
+  for (int s = 0; s < kEmulSources; ++s) {
+    out->charged_ns[s] = t->emul.source_ns[s].load();
+    out->read_bytes[s] = t->emul.read_bytes[s].load();
+    out->write_bytes[s] = t->emul.write_bytes[s].load();
+    out->accesses[s] = t->emul.accesses[s].load();
+  }
+  out->charges = emul_enabled() && emul_charges(*t->profile);
+  return HM_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,15 @@
+// Declared accesses: what the C API's hm_access gathers per thread, and what phases need of it.
+#pragma once
+#include <cstdint>
+
+#include "hetmem/hetmem.h"
+
+namespace hm {
+
+// Pays the calling thread's gathered declarations (at a phase end, before statistics).
+void access_pay_pending();
+// How many dependent accesses `count` independent scattered ones are worth (count / MLP, with
+// the memory-level parallelism of this machine's DRAM from the calibration).
+uint64_t scattered_dependent_equivalent(const hm_calibration_t &cal, uint64_t count);
+
+}  // namespace hm

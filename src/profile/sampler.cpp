@@ -1,0 +1,168 @@
+#include "profile/sampler.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "alloc/runtime.h"
+#include "prim/prim.h"
+#include "profile/profiler.h"
+#include "tier/emul.h"
+
+namespace hm::profile {
+namespace {
+
+// What the last sample of a phase name found, and what it cost.
+struct PhaseSample {
+  bool seen = false;
+  uint64_t undeclared[kMaxTiers] = {};  // referenced bytes of undeclared emulated memory
+  uint64_t cost_ns = 0;                 // own time plus the estimated cost to the program
+};
+
+std::vector<PhaseSample> g_samples;  // by phase id (guarded by the phase mutex)
+bool g_in_flight = false;            // a sample is open (phases nest; one sample at a time)
+uint64_t g_begin_own_ns = 0;         // the open sample's clear time
+uint64_t g_start_ns = 0;             // when the sampler was first asked
+uint64_t g_spent_ns = 0;             // estimated total cost so far
+double g_page_cost_ns = -1;          // per 4 KiB page touched after a clear; < 0: not measured
+hm_sampler_stats_t g_stats{};
+
+bool profiler_wants() { return active() && large_object_count() > 0; }
+
+bool emulation_wants() {
+  if (!emul_enabled()) return false;
+  for (int t = 0; t < tier_count(); ++t) {
+    if (!tier_get(t)->emulated()) continue;
+    TierCounters &c = heap_of(t)->counters();
+    if (c.undeclared_records.load(std::memory_order_relaxed) > 0 && c.in_use.load(std::memory_order_relaxed) > 0)
+      return true;
+  }
+  return false;
+}
+
+// The cost of one accessed-bit update on a 4 KiB page: time to touch 1024 pages again after a
+// clear, over touching them again without one. Measured once, at the first sample, around the
+// clear that sample needs anyway.
+void clear_with_page_cost() {
+  if (g_page_cost_ns >= 0) {
+    prim::clear_referenced();
+    return;
+  }
+  constexpr size_t kPages = 1024, kBytes = kPages * prim::kPageSize;
+  void *mem = nullptr;
+  if (prim::map_anon(kBytes, prim::kPageSize, 0, &mem) != HM_OK) {
+    g_page_cost_ns = 0;
+    prim::clear_referenced();
+    return;
+  }
+  prim::advise_huge(mem, kBytes, false);
+  volatile char *p = static_cast<volatile char *>(mem);
+  auto touch = [&] {
+    uint64_t t0 = prim::now_ns();
+    for (size_t i = 0; i < kPages; ++i) p[i * prim::kPageSize] = static_cast<char>(p[i * prim::kPageSize] + 1);
+    return prim::now_ns() - t0;
+  };
+  touch();
+  uint64_t warm = touch();
+  prim::clear_referenced();
+  uint64_t cold = touch();
+  g_page_cost_ns = cold > warm ? static_cast<double>(cold - warm) / kPages : 0;
+  prim::unmap(mem, kBytes);
+}
+
+// Referenced bytes of the undeclared records of emulated tiers inside one mapping: the mapping's
+// referenced bytes shared out over its 2 MiB slots (adjacent mappings merge, so one can hold
+// several records).
+void attribute(const prim::MappingUse &m, uint64_t *undeclared) {
+  const uintptr_t slot = kSlotSize;
+  uintptr_t first = m.start & ~(slot - 1);
+  uint64_t slots = 0, counted[kMaxTiers] = {};
+  bool any = false;
+  for (uintptr_t a = first; a < m.end; a += slot) {
+    ++slots;
+    SlotOwner *owner = slot_map().get(reinterpret_cast<void *>(a));
+    if (!owner || owner->is_declared()) continue;
+    Tier *t = tier_get(owner->tier);
+    if (t && t->emulated()) {
+      ++counted[owner->tier];
+      any = true;
+    }
+  }
+  if (!any) return;
+  for (int t = 0; t < kMaxTiers; ++t)
+    if (counted[t]) undeclared[t] += m.referenced_bytes * counted[t] / slots;
+}
+
+void charge(const uint64_t *bytes) {
+  for (int t = 0; t < tier_count(); ++t)
+    if (bytes[t]) {
+      Tier *tier = tier_get(t);
+      if (tier->emulated()) emul_charge(*tier->profile, tier->emul, bytes[t], 0, 0, kEmulSampled);
+    }
+}
+
+}  // namespace
+
+SampleMode sampler_begin(uint16_t phase) {
+  if (g_in_flight) return SampleMode::kNested;
+  bool profile = profiler_wants(), emulation = emulation_wants();
+  if (!profile && !emulation) {
+    ++g_stats.phases_skipped;
+    return SampleMode::kNone;
+  }
+  if (g_samples.size() <= phase) g_samples.resize(phase + size_t{1});
+  const PhaseSample &ps = g_samples[phase];
+  uint64_t now = prim::now_ns();
+  if (g_start_ns == 0) g_start_ns = now;
+  double allowed = sample_budget() * static_cast<double>(now - g_start_ns);
+  if (ps.seen && static_cast<double>(g_spent_ns + ps.cost_ns) > allowed) return SampleMode::kCarried;
+  clear_with_page_cost();
+  g_begin_own_ns = prim::now_ns() - now;
+  g_in_flight = true;
+  return SampleMode::kSampled;
+}
+
+void sampler_end(uint16_t phase, SampleMode mode, std::vector<trace::ObjectReference> *objects) {
+  if (mode == SampleMode::kCarried) {
+    ++g_stats.phases_carried;
+    if (phase < g_samples.size() && emulation_wants()) charge(g_samples[phase].undeclared);
+    return;
+  }
+  if (mode != SampleMode::kSampled) return;
+  uint64_t t0 = prim::now_ns();
+  std::vector<std::pair<uintptr_t, size_t>> large = active() ? large_objects() : decltype(large_objects()){};
+  std::sort(large.begin(), large.end());
+  uint64_t undeclared[kMaxTiers] = {};
+  uint64_t small_pages = 0;  // referenced 4 KiB pages: what the clear costs the program
+  prim::for_each_mapping([&](const prim::MappingUse &m) {
+    auto it = std::lower_bound(large.begin(), large.end(), std::make_pair(m.start, size_t{0}));
+    for (; it != large.end() && it->first < m.end; ++it)
+      objects->push_back({it->first, it->second, std::min<uint64_t>(m.referenced_bytes, it->second)});
+    if (m.referenced_bytes == 0) return;
+    small_pages += (m.referenced_bytes - std::min(m.referenced_bytes, m.anon_huge_bytes)) / prim::kPageSize;
+    attribute(m, undeclared);
+  });
+  uint64_t own = g_begin_own_ns + (prim::now_ns() - t0);
+  uint64_t inflicted = static_cast<uint64_t>(static_cast<double>(small_pages) * std::max(0.0, g_page_cost_ns));
+  PhaseSample &ps = g_samples[phase];
+  ps.seen = true;
+  std::copy(undeclared, undeclared + kMaxTiers, ps.undeclared);
+  ps.cost_ns = own + inflicted;
+  g_spent_ns += ps.cost_ns;
+  g_in_flight = false;
+  ++g_stats.phases_sampled;
+  g_stats.own_ns += own;
+  g_stats.inflicted_ns += inflicted;
+  charge(undeclared);
+}
+
+hm_sampler_stats_t sampler_stats() {
+  hm_sampler_stats_t s = g_stats;
+  s.page_cost_ns = std::max(0.0, g_page_cost_ns);
+  s.budget = sample_budget();
+  return s;
+}
+
+void sampler_reset_stats() { g_stats = hm_sampler_stats_t{}; }
+
+}  // namespace hm::profile

@@ -1,0 +1,33 @@
+// The referenced-page sampler, shared by the profiler (per-phase referenced bytes of large
+// objects) and the emulated tier (its third charge point: memory whose accesses nobody declares).
+// A sample clears the kernel's referenced bits at a phase begin and reads them at its end. That
+// costs the clear and the read, and afterwards every 4 KiB page the program touches again (an
+// accessed-bit update the hardware makes slowly, worse in virtual machines); transparent huge
+// pages cost 512 times less. So phases are sampled at a bounded rate: the first instance of each
+// phase name always, later ones only while the sampler's estimated cost stays under
+// HM_SAMPLE_BUDGET of the run time. An instance that is not sampled charges the emulated tier
+// what the last sample of the same phase name found.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "hetmem/hetmem.h"
+#include "profile/trace_format.h"
+
+namespace hm::profile {
+
+enum class SampleMode : uint8_t {
+  kNone,     // nothing needs referenced bytes (no profile, no undeclared emulated memory)
+  kSampled,  // referenced bits cleared at the begin, read at the end
+  kCarried,  // over budget: the emulated tier is charged the last sample of this phase name
+  kNested,   // inside a sampled phase: that sample covers it
+};
+
+// Both are called with the phase mutex held, in begin/end order.
+SampleMode sampler_begin(uint16_t phase);
+// `objects` receives the large objects' referenced bytes when the instance was sampled.
+void sampler_end(uint16_t phase, SampleMode mode, std::vector<trace::ObjectReference> *objects);
+hm_sampler_stats_t sampler_stats();
+void sampler_reset_stats();
+
+}  // namespace hm::profile
