@@ -35,6 +35,7 @@ struct TierResult {
   hm_tier_info_t info;
   std::vector<std::vector<double>> mbps;  // [threads-1][kernel]
   double latency_ns = 0;
+  double gather_ns = 0;  // one thread, independent random 8-byte loads, per load
 };
 
 volatile double g_sink;
@@ -106,6 +107,8 @@ void store_calibration(const TierResult &r) {
     cal.copy_bw_mbps[t] = r.mbps[t][kCopy] / 2;  // bytes copied, counted once
   }
   cal.latency_ns = r.latency_ns;
+  cal.gather_ns = r.gather_ns;
+  cal.method = HM_CALIBRATION_FULL;
   if (hm_calibration_store(&cal) == HM_OK) {
     hm_calibration_t stored;
     hm_calibration_get(&stored);
@@ -128,6 +131,26 @@ double chase_latency(hm_tier_t tier, bool emulated, size_t bytes, size_t steps) 
   g_sink = g_sink + (end ? 1 : 0);
   hm_free(buf);
   return t * 1e9 / static_cast<double>(steps);
+}
+
+// Independent random 8-byte loads over an array much larger than the caches (declared as
+// scattered accesses on an emulated tier): time per load on one thread, best of three.
+double gather_time(hm_tier_t tier, bool emulated, size_t bytes, size_t loads) {
+  size_t n = 1;
+  while (n * 2 * sizeof(double) <= bytes) n *= 2;
+  auto *a = static_cast<double *>(hm_tier_alloc(tier, n * sizeof(double), 4096, HM_STRICT));
+  if (!a) return 0;
+  hm::kernels::write_fill(a, n, 1.0);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    double t0 = bench::now();
+    g_sink = g_sink + hm::kernels::gather_sum(a, n, loads, 11 + rep);
+    if (emulated) hm_access_scattered(a, loads, sizeof(double), HM_ACCESS_READ);
+    double t = bench::now() - t0;
+    if (rep == 0 || t < best) best = t;
+  }
+  hm_free(a);
+  return best * 1e9 / static_cast<double>(loads);
 }
 
 // The last-level cache from sysfs (sysconf reports nonsense on some virtual machines).
@@ -218,19 +241,20 @@ int main(int argc, char **argv) {
     hm_free(b);
     hm_free(c);
     r.latency_ns = chase_latency(t, emulated, size_t{64} << 20, size_t{1} << 21);
+    r.gather_ns = gather_time(t, emulated, std::max<size_t>(n * 8, size_t{64} << 20), size_t{1} << 22);
     if (r.info.kind == HM_KIND_DRAM && !args.has("--no-store")) store_calibration(r);
     results.push_back(r);
   }
 
   std::printf("\n%-26s %-9s %7s", "tier", "figures", "threads");
   for (const char *k : kNames) std::printf(" %9s", k);
-  std::printf(" %11s\n", "latency ns");
+  std::printf(" %11s %10s\n", "latency ns", "gather ns");
   for (const TierResult &r : results) {
     const char *src = r.info.kind == HM_KIND_EMUL ? "emulated" : "measured";
     for (size_t t = 0; t < r.mbps.size(); ++t) {
       std::printf("%-26s %-9s %7zu", t == 0 ? r.info.name : "", t == 0 ? src : "", t + 1);
       for (double v : r.mbps[t]) std::printf(" %9.0f", v);
-      if (t == 0) std::printf(" %11.1f", r.latency_ns);
+      if (t == 0) std::printf(" %11.1f %10.2f", r.latency_ns, r.gather_ns);
       std::printf("\n");
     }
   }
@@ -243,7 +267,8 @@ int main(int argc, char **argv) {
   j.open().str("benchmark", "hetmem-bench-tiers").num("array_mib", static_cast<double>(mib)).num("reps", reps);
   j.open_array("tiers");
   for (const TierResult &r : results) {
-    j.open().str("name", r.info.name).boolean("emulated", r.info.kind == HM_KIND_EMUL).num("latency_ns", r.latency_ns);
+    j.open().str("name", r.info.name).boolean("emulated", r.info.kind == HM_KIND_EMUL).num("latency_ns", r.latency_ns)
+        .num("gather_ns", r.gather_ns);
     j.open_array("threads");
     for (size_t t = 0; t < r.mbps.size(); ++t) {
       j.open().num("threads", static_cast<double>(t + 1));

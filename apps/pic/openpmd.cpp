@@ -154,6 +154,7 @@ bool write_openpmd(Simulation &sim, const std::string &dir, std::string *error) 
                                                    : std::vector<double>{0, 1, -2, -1, 0, 0, 0});
     for (const Comp &c : comps) {
       if (c.record[0] != rec[0]) continue;
+      hm::access(&c.field->at(0, 0, 0), static_cast<size_t>(g.cells()), hm::Access::read);
       for (int k = 0; k < g.nz; ++k)
         for (int j = 0; j < g.ny; ++j)
           for (int i = 0; i < g.nx; ++i) buf[(static_cast<size_t>(k) * g.ny + j) * g.nx + i] = c.field->at(i, j, k);
@@ -176,13 +177,16 @@ bool write_openpmd(Simulation &sim, const std::string &dir, std::string *error) 
     std::vector<uint64_t> ids;
     for (auto &c : cols) c.reserve(n);
     ids.reserve(n);
-    for (const Tile &t : sp.tiles)
+    for (const Tile &t : sp.tiles) {
+      for (const TierVector<double> *v : {&t.x, &t.y, &t.z, &t.ux, &t.uy, &t.uz, &t.w}) hm::access(*v, hm::Access::read);
+      hm::access(t.id, hm::Access::read);
       for (size_t k = 0; k < t.size(); ++k) {
         cols[0].push_back(t.x[k]), cols[1].push_back(t.y[k]), cols[2].push_back(t.z[k]);
         cols[3].push_back(t.ux[k] * sp.params.mass), cols[4].push_back(t.uy[k] * sp.params.mass);
         cols[5].push_back(t.uz[k] * sp.params.mass), cols[6].push_back(t.w[k]);
         ids.push_back(t.id[k]);
       }
+    }
     hid_t s = group(particles, sp.params.name);
     attr_string(s, "particleShape", "1");
     hsize_t count = n;

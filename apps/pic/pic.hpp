@@ -9,6 +9,7 @@
 #include <hetmem/hetmem.hpp>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,7 @@ class Field {
   double *data() { return data_.data(); }
   const double *data() const { return data_.data(); }
   long stride_y() const { return sx_; }
+  long guard_cells() const;  // cells of the guard layer
   long stride_z() const { return static_cast<long>(sx_) * sy_; }
 
  private:
@@ -137,6 +139,8 @@ class Simulation {
   int tiles_z() const { return ntz_; }
 
  private:
+  void declare_planes(std::initializer_list<const Field *> in, std::initializer_list<const Field *> out,
+                      long planes) const;
   void half_b(double h);
   void full_e(double dt);
   void push_and_deposit();

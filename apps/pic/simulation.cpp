@@ -28,6 +28,20 @@ double gaussian(uint64_t key) {
 
 int wrap(int i, int n) { return ((i % n) + n) % n; }
 
+// Every kernel below declares what it does to the particle and field arrays (hm::access), so
+// that an emulated slow tier charges the device time for it (docs/emulation.md); on DRAM and
+// real tiers a declaration is a lookup. Particle arrays are declared per tile by the thread that
+// works on the tile, field arrays per thread for the planes it sweeps.
+using hm::Access;
+
+void declare_particles(const Tile &t, Access how, bool with_weights_and_ids) {
+  for (const TierVector<double> *v : {&t.x, &t.y, &t.z, &t.ux, &t.uy, &t.uz}) hm::access(*v, how);
+  if (with_weights_and_ids) {
+    hm::access(t.w, how);
+    hm::access(t.id, how);
+  }
+}
+
 // Vay's pusher (Phys. Plasmas 15, 056701, 2008): correct E x B drift at any gamma, where Boris
 // is off. u = gamma v; qmdt2 = q dt / 2m.
 inline void push_vay(double &ux, double &uy, double &uz, double ex, double ey, double ez, double bx, double by,
@@ -59,9 +73,17 @@ Field::Field(const Grid &g, hm::Tier tier)
     : nx_(g.nx), ny_(g.ny), nz_(g.nz), sx_(g.nx + 2 * kGuard), sy_(g.ny + 2 * kGuard), sz_(g.nz + 2 * kGuard),
       data_(static_cast<size_t>(sx_) * sy_ * sz_, 0.0, hm::TierAllocator<double>(tier)) {}
 
-void Field::zero() { std::fill(data_.begin(), data_.end(), 0.0); }
+void Field::zero() {
+  std::fill(data_.begin(), data_.end(), 0.0);
+  hm::access(data_, Access::write);
+}
+
+long Field::guard_cells() const {
+  return static_cast<long>(sx_) * sy_ * sz_ - static_cast<long>(nx_) * ny_ * nz_;
+}
 
 void Field::fill_guards() {
+  hm::access(data_.data(), static_cast<size_t>(2 * guard_cells()), Access::read_write);  // images and guards
   for (int k = -kGuard; k < nz_ + kGuard; ++k)
     for (int j = -kGuard; j < ny_ + kGuard; ++j)
       for (int i = -kGuard; i < nx_ + kGuard; ++i) {
@@ -71,6 +93,7 @@ void Field::fill_guards() {
 }
 
 void Field::fold_guards() {
+  hm::access(data_.data(), static_cast<size_t>(2 * guard_cells()), Access::read_write);
   for (int k = -kGuard; k < nz_ + kGuard; ++k)
     for (int j = -kGuard; j < ny_ + kGuard; ++j)
       for (int i = -kGuard; i < nx_ + kGuard; ++i) {
@@ -168,8 +191,16 @@ Simulation::Simulation(const Params &p) : p_(p) {
                 }
                 species.tiles[tile_of(x, y, z)].push_back(x, y, z, u[0], u[1], u[2], weight, next_id++);
               }
+    for (const Tile &t : species.tiles) declare_particles(t, Access::write, true);
     species_.push_back(std::move(species));
   }
+  for (const Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz})
+    hm::access(f->data(), static_cast<size_t>(f->stride_z()) * (g.nz + 2 * Field::kGuard), Access::write);
+  for (const auto &buf : tile_j_) hm::access(buf, Access::write);
+  // The arena's first chunk is written by every redistribution: declared from the start.
+  void *first = arena_->allocate(1);
+  hm::access(static_cast<const char *>(first), 1, Access::write);
+  arena_->reset();
 }
 
 int Simulation::tile_of(double x, double y, double z) const {
@@ -183,22 +214,41 @@ void Simulation::half_b(double h) {
   const Grid &g = p_.grid;
   f_.ex.fill_guards(), f_.ey.fill_guards(), f_.ez.fill_guards();
   const double rx = h / g.dx, ry = h / g.dy, rz = h / g.dz;
-#pragma omp parallel for schedule(static)
-  for (int k = 0; k < g.nz; ++k)
-    for (int j = 0; j < g.ny; ++j)
-      for (int i = 0; i < g.nx; ++i) {
-        f_.bx.at(i, j, k) -= ry * (f_.ez.at(i, j + 1, k) - f_.ez.at(i, j, k)) - rz * (f_.ey.at(i, j, k + 1) - f_.ey.at(i, j, k));
-        f_.by.at(i, j, k) -= rz * (f_.ex.at(i, j, k + 1) - f_.ex.at(i, j, k)) - rx * (f_.ez.at(i + 1, j, k) - f_.ez.at(i, j, k));
-        f_.bz.at(i, j, k) -= rx * (f_.ey.at(i + 1, j, k) - f_.ey.at(i, j, k)) - ry * (f_.ex.at(i, j + 1, k) - f_.ex.at(i, j, k));
-      }
+#pragma omp parallel
+  {
+    long planes = 0;
+#pragma omp for schedule(static)
+    for (int k = 0; k < g.nz; ++k) {
+      ++planes;
+      for (int j = 0; j < g.ny; ++j)
+        for (int i = 0; i < g.nx; ++i) {
+          f_.bx.at(i, j, k) -= ry * (f_.ez.at(i, j + 1, k) - f_.ez.at(i, j, k)) - rz * (f_.ey.at(i, j, k + 1) - f_.ey.at(i, j, k));
+          f_.by.at(i, j, k) -= rz * (f_.ex.at(i, j, k + 1) - f_.ex.at(i, j, k)) - rx * (f_.ez.at(i + 1, j, k) - f_.ez.at(i, j, k));
+          f_.bz.at(i, j, k) -= rx * (f_.ey.at(i + 1, j, k) - f_.ey.at(i, j, k)) - ry * (f_.ex.at(i, j + 1, k) - f_.ex.at(i, j, k));
+        }
+    }
+    declare_planes({&f_.ex, &f_.ey, &f_.ez}, {&f_.bx, &f_.by, &f_.bz}, planes);
+  }
+}
+
+// A thread swept `planes` z-planes: read the `in` components, read and updated the `out` ones.
+void Simulation::declare_planes(std::initializer_list<const Field *> in, std::initializer_list<const Field *> out,
+                                long planes) const {
+  const size_t cells = static_cast<size_t>(planes) * p_.grid.nx * p_.grid.ny;
+  for (const Field *f : in) hm::access(f->data(), cells, Access::read);
+  for (const Field *f : out) hm::access(f->data(), cells, Access::read_write);
 }
 
 void Simulation::full_e(double dt) {
   const Grid &g = p_.grid;
   f_.bx.fill_guards(), f_.by.fill_guards(), f_.bz.fill_guards();
   const double c2 = kC * kC, rx = c2 * dt / g.dx, ry = c2 * dt / g.dy, rz = c2 * dt / g.dz, rj = dt / kEps0;
-#pragma omp parallel for schedule(static)
-  for (int k = 0; k < g.nz; ++k)
+#pragma omp parallel
+  {
+    long planes = 0;
+#pragma omp for schedule(static)
+  for (int k = 0; k < g.nz; ++k) {
+    ++planes;
     for (int j = 0; j < g.ny; ++j)
       for (int i = 0; i < g.nx; ++i) {
         f_.ex.at(i, j, k) += ry * (f_.bz.at(i, j, k) - f_.bz.at(i, j - 1, k)) - rz * (f_.by.at(i, j, k) - f_.by.at(i, j, k - 1)) -
@@ -208,6 +258,9 @@ void Simulation::full_e(double dt) {
         f_.ez.at(i, j, k) += rx * (f_.by.at(i, j, k) - f_.by.at(i - 1, j, k)) - ry * (f_.bx.at(i, j, k) - f_.bx.at(i, j - 1, k)) -
                              rj * f_.jz.at(i, j, k);
       }
+  }
+    declare_planes({&f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}, {&f_.ex, &f_.ey, &f_.ez}, planes);
+  }
 }
 
 void Simulation::field_step_vacuum() {
@@ -224,7 +277,11 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::pus
   for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz}) f->fill_guards();
   const int ntiles = ntx_ * nty_ * ntz_;
   const long plane = static_cast<long>(bx_) * by_, comp = plane * bz_;
-  for (auto &buf : tile_j_) std::fill(buf.begin(), buf.end(), 0.0);
+  for (auto &buf : tile_j_) {
+    std::fill(buf.begin(), buf.end(), 0.0);
+    hm::access(buf, Access::write);
+  }
+  const size_t tile_cells = static_cast<size_t>(p_.tile[0]) * p_.tile[1] * p_.tile[2];
   for (Species &sp : species_) {
     const double q = sp.params.charge, m = sp.params.mass, qmdt2 = q * dt_ / (2 * m);
     const double jfx = q / (dt_ * g.dy * g.dz), jfy = q / (dt_ * g.dx * g.dz), jfz = q / (dt_ * g.dx * g.dy);
@@ -339,6 +396,12 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::pus
         tile.y[n] = y1 < 0 ? y1 + g.ly() : (y1 >= g.ly() ? y1 - g.ly() : y1);
         tile.z[n] = z1 < 0 ? z1 + g.lz() : (z1 >= g.lz() ? z1 - g.lz() : z1);
       }
+      // Positions and momenta read and written, weights read; the tile's current buffer updated;
+      // the field values around the tile's cells gathered (its share of each component).
+      declare_particles(tile, Access::read_write, false);
+      hm::access(tile.w, Access::read);
+      hm::access(tile_j_[t], Access::read_write);
+      for (const double *f : {pex, pey, pez, pbx, pby, pbz}) hm::access(f, tile_cells, Access::read);
     }
   }
 }
@@ -358,6 +421,8 @@ void Simulation::reduce_current() {
     for (int b = 0; b < by_; ++b) wy[b] = wrap(oy + b, g.ny);
     for (int c = 0; c < bz_; ++c) wz[c] = wrap(oz + c, g.nz);
     const double *jb = tile_j_[t].data();
+    hm::access(tile_j_[t], Access::read);
+    for (const Field *f : J) hm::access(f->data(), static_cast<size_t>(comp), Access::read_write);
     for (int d = 0; d < 3; ++d)
       for (int c = 0; c < bz_; ++c)
         for (int b = 0; b < by_; ++b) {
@@ -390,10 +455,14 @@ void Simulation::redistribute() {
       uint32_t m = 0;
       for (size_t i = 0; i < n; ++i) m += (dest[i] = tile_of(tile.x[i], tile.y[i], tile.z[i])) != t;
       count[t] = m;
+      for (const TierVector<double> *v : {&tile.x, &tile.y, &tile.z}) hm::access(*v, Access::read);
+      hm::access(dest, n, Access::write);
       if (m == 0) continue;
       leaving[t] = static_cast<Leaver *>(arena_->allocate(m * sizeof(Leaver), alignof(Leaver)));
       for (size_t i = 0, k = 0; i < n; ++i)
         if (dest[i] != t) leaving[t][k++] = Leaver{dest[i], static_cast<uint32_t>(i)};
+      hm::access(dest, n, Access::read);
+      hm::access(leaving[t], m, Access::write);
     }
     for (int t = 0; t < ntiles; ++t) {
       Tile &src = sp.tiles[t];
@@ -403,6 +472,15 @@ void Simulation::redistribute() {
                                                 src.id[n]);
       }
       for (uint32_t k = count[t]; k-- > 0;) src.remove(leaving[t][k].index);
+      if (count[t] == 0) continue;
+      // Each leaver: its 8 values read, appended to its tile (8 writes), the hole filled from the
+      // end (8 reads and 8 writes): scattered 8-byte accesses.
+      hm::access(leaving[t], count[t], Access::read);
+      hm::access_scattered(src.x.data(), 8 * uint64_t{count[t]}, sizeof(double), Access::read_write);
+      for (uint32_t k = 0; k < count[t]; ++k) {
+        const Tile &dst = sp.tiles[leaving[t][k].dest];
+        hm::access_scattered(dst.x.data(), 8, sizeof(double), Access::write);
+      }
     }
   }
   arena_->reset();
@@ -452,6 +530,9 @@ void Simulation::sort_by_cell() {
       };
       permute(tile.x), permute(tile.y), permute(tile.z), permute(tile.ux), permute(tile.uy), permute(tile.uz);
       permute(tile.w), permute(tile.id);
+      // Positions read for the keys; every array copied out and gathered back in key order.
+      declare_particles(tile, Access::read_write, true);
+      hm::access_scattered(tile.x.data(), 8 * uint64_t{n}, sizeof(double), Access::read);
     }
   }
 }
@@ -462,7 +543,8 @@ void Simulation::deposit_charge(Field &rho) const {
   rho.zero();
   const double dv = g.dx * g.dy * g.dz;
   for (const Species &sp : species_)
-    for (const Tile &tile : sp.tiles)
+    for (const Tile &tile : sp.tiles) {
+      for (const TierVector<double> *v : {&tile.x, &tile.y, &tile.z, &tile.w}) hm::access(*v, Access::read);
       for (size_t n = 0; n < tile.size(); ++n) {
         double xn = tile.x[n] / g.dx, yn = tile.y[n] / g.dy, zn = tile.z[n] / g.dz;
         int i = static_cast<int>(std::floor(xn)), j = static_cast<int>(std::floor(yn)), k = static_cast<int>(std::floor(zn));
@@ -472,6 +554,7 @@ void Simulation::deposit_charge(Field &rho) const {
           for (int b = 0; b < 2; ++b)
             for (int a = 0; a < 2; ++a) rho.at(i + a, j + b, k + c) += q * sx[a] * sy[b] * sz[c];
       }
+    }
   rho.fold_guards();
 }
 
@@ -502,6 +585,8 @@ double Simulation::gauss_error() const {
 double Simulation::field_energy() const {
   const Grid &g = p_.grid;
   double e2 = 0, b2 = 0;
+  for (const Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz})
+    hm::access(f->data(), static_cast<size_t>(g.cells()), Access::read);
   for (int k = 0; k < g.nz; ++k)
     for (int j = 0; j < g.ny; ++j)
       for (int i = 0; i < g.nx; ++i) {
@@ -515,11 +600,13 @@ double Simulation::field_energy() const {
 double Simulation::kinetic_energy(int s) const {
   const Species &sp = species_[static_cast<size_t>(s)];
   double e = 0;
-  for (const Tile &t : sp.tiles)
+  for (const Tile &t : sp.tiles) {
+    for (const TierVector<double> *v : {&t.ux, &t.uy, &t.uz, &t.w}) hm::access(*v, Access::read);
     for (size_t n = 0; n < t.size(); ++n) {
       double u2 = t.ux[n] * t.ux[n] + t.uy[n] * t.uy[n] + t.uz[n] * t.uz[n];
       e += t.w[n] * sp.params.mass * kC * kC * (std::sqrt(1 + u2 / (kC * kC)) - 1);
     }
+  }
   return e;
 }
 

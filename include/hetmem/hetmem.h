@@ -340,11 +340,14 @@ int hm_emul_stats(hm_tier_t tier, hm_emul_stats_t *stats);
  * clears the kernel's referenced bits (/proc/self/clear_refs), at the phase end it reads them
  * (/proc/self/smaps). Both cost time, and so does every 4 KiB page the program touches again
  * afterwards, so phases are sampled at a bounded rate (HM_SAMPLE_BUDGET, a fraction of the run
- * time): the first of each phase name always, later ones while the budget allows. */
+ * time, counted from the library's load); a recording profiler gets the first instance of every
+ * phase name regardless. */
 typedef struct hm_sampler_stats {
   uint64_t phases_sampled;    /* phase instances whose referenced pages were read */
   uint64_t phases_carried;    /* instances charged with the last sample of the same phase name */
-  uint64_t phases_skipped;    /* instances that needed no sampling (nothing undeclared, no profile) */
+                              /* (one that found undeclared memory in use) */
+  uint64_t phases_skipped;    /* instances charged nothing: no undeclared memory on an emulated tier
+                                 (or its last sample found none in use), and no profile recording */
   uint64_t own_ns;            /* time spent clearing and reading the kernel's bits */
   uint64_t inflicted_ns;      /* estimate of what the cleared bits cost the program afterwards */
   double page_cost_ns;        /* the estimate's cost per 4 KiB page touched after a clear */

@@ -16,6 +16,7 @@
 
 #include <cctype>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <memory_resource>
@@ -281,6 +282,23 @@ class Phase {
   Phase &operator=(const Phase &) = delete;
 };
 inline void next_iteration() { check(hm_iteration_next()); }
+
+// Declared accesses (hm_access): what a kernel did in place to data on a tier, so that an
+// emulated tier charges it (a lookup on real tiers). Counts are in elements of T.
+enum class Access : unsigned { read = HM_ACCESS_READ, write = HM_ACCESS_WRITE, read_write = HM_ACCESS_RW };
+template <class T>
+inline void access(const T *p, std::size_t count, Access how) {
+  if (p && count) hm_access(p, count * sizeof(T), static_cast<unsigned>(how));
+}
+// The whole of a contiguous container (std::vector with any allocator, std::span, ...).
+template <class C>
+inline auto access(const C &c, Access how) -> decltype(c.data(), c.size(), void()) {
+  access(c.data(), c.size(), how);
+}
+// `count` scattered accesses of `size` bytes each to the allocation holding p (gathers, lookups).
+inline void access_scattered(const void *p, std::uint64_t count, std::size_t size, Access how, bool dependent = false) {
+  if (p && count) hm_access_scattered(p, count, size, static_cast<unsigned>(how) | (dependent ? HM_ACCESS_DEPENDENT : 0u));
+}
 
 // RAII iteration arena.
 class Arena {

@@ -1,6 +1,6 @@
 """The ``hetmem`` command.
 
-    hetmem tiers [--json] [--bench [--quick] [--threads N] [--size-mib N] [--out PATH]]
+    hetmem tiers [--json] [--bench [--quick] [--threads N] [--size-mib N] [--out PATH]] [--validate]
     hetmem options [--json]
     hetmem profile [-o TRACE] [--depth N] [--large SIZE] [--children] -- CMD ARGS
     hetmem report TRACE [--out DIR] [--json] [--top N]
@@ -63,6 +63,25 @@ def cmd_tiers(args: argparse.Namespace) -> int:
         if rc != 0:
             return rc
         print()
+    if args.validate:
+        env = dict(os.environ)
+        # Validate every profile that charges unless the configuration names emulated tiers itself.
+        if "emul:" not in env.get("HM_TIERS", ""):
+            env["HM_TIERS"] = (env["HM_TIERS"] + "," if env.get("HM_TIERS") else "") + "capacity=emul:optane,emul:cxl"
+        cmd = [find_program("hetmem-validate-emul"), "--json", args.validate_out]
+        if args.quick:
+            cmd += ["--reps", "3", "--size-mib", "64"]
+        if args.size_mib:
+            cmd += ["--size-mib", str(args.size_mib)]
+        try:
+            rc = subprocess.call(cmd, env=env)
+        except OSError as exc:
+            raise HetmemError(f"cannot run {cmd[0]}: {exc}") from None
+        if rc == 2:
+            return rc
+        print()
+        if rc != 0 and not args.bench:
+            return rc
     lib = Library()
     tiers = lib.tiers()
     if args.json:
@@ -82,6 +101,8 @@ def cmd_tiers(args: argparse.Namespace) -> int:
     console.print(table)
     for t in tiers:
         console.print(f"  {t.name}: {t.detail}")
+    if any(t.kind == "emul" for t in tiers):
+        console.print(f"calibration: {lib.calibration_summary()}")
     console.print("figures: 'measured' = DRAM calibration on this machine, 'emulated' = a fixed profile ratio "
                   "applied to it, 'hwloc'/'sysfs' = the firmware's HMAT table")
     return 0
@@ -225,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=int, help="with --bench: largest thread count (default: all cores)")
     t.add_argument("--size-mib", type=int, help="with --bench: array size (default: 4x the last-level cache)")
     t.add_argument("--out", default="hetmem-bench-tiers.json", help="with --bench: JSON results file")
+    t.add_argument("--validate", action="store_true",
+                   help="check each emulated tier against its model: microkernels (sequential read/write, "
+                        "read-modify-write, triad, random gathers, pointer chase) on DRAM and the tier, measured "
+                        "against predicted slowdown; exit 1 if a kernel is off by more than 10%%")
+    t.add_argument("--validate-out", default="hetmem-validate-emul.json", help="with --validate: JSON results file")
     t.set_defaults(func=cmd_tiers)
 
     o = sub.add_parser("options", help="print every HM_* option, its effective value and where it came from")

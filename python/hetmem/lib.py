@@ -41,6 +41,22 @@ class _TierStats(ctypes.Structure):
         "failures", "moves_in", "bytes_copied_in", "emul_charged_ns", "huge_bytes")]
 
 
+class _Calibration(ctypes.Structure):
+    _fields_ = [
+        ("read_bw_mbps", ctypes.c_double * 64),
+        ("write_bw_mbps", ctypes.c_double * 64),
+        ("copy_bw_mbps", ctypes.c_double * 64),
+        ("threads", ctypes.c_int),
+        ("latency_ns", ctypes.c_double),
+        ("from_cache", ctypes.c_int),
+        ("path", ctypes.c_char * 512),
+        ("method", ctypes.c_int),
+        ("measured_unix", ctypes.c_int64),
+        ("cpu", ctypes.c_char * 128),
+        ("gather_ns", ctypes.c_double),
+    ]
+
+
 @dataclass
 class Tier:
     """One tier as libhetmem describes it."""
@@ -140,6 +156,8 @@ class Library:
         c.hm_option_get.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
                                     ctypes.c_size_t]
         c.hm_rules_check.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        c.hm_calibration_get.argtypes = [ctypes.POINTER(_Calibration)]
+        c.hm_calibration_problem.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         rc = c.hm_init()
         if rc != 0:
             raise HetmemError(self.last_error() or c.hm_strerror(rc).decode())
@@ -167,6 +185,22 @@ class Library:
         if self._c.hm_tier_stats(tier, ctypes.byref(s)) != 0:
             raise HetmemError(self.last_error())
         return {name: getattr(s, name) for name, _ in _TierStats._fields_}
+
+    def calibration_summary(self) -> str:
+        """How the DRAM figures the emulated tiers scale were made, and any reason to distrust them."""
+        import time
+
+        cal = _Calibration()
+        if self._c.hm_calibration_get(ctypes.byref(cal)) != 0:
+            raise HetmemError(self.last_error())
+        method = {1: "quick (one thread)", 2: "full"}.get(cal.method, "unknown method")
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(cal.measured_unix)) if cal.measured_unix else "unknown"
+        text = (f"{method}, 1..{cal.threads} threads, measured {when} on {cal.cpu.decode(errors='replace') or '?'} "
+                f"({cal.path.decode(errors='replace')})")
+        buf = ctypes.create_string_buffer(512)
+        if self._c.hm_calibration_problem(buf, 512) == 1:
+            text += "\n  warning: " + buf.value.decode(errors="replace")
+        return text
 
     def check_rules(self, path: str) -> str | None:
         """None if the rules file is valid, else the message (FILE:LINE:COLUMN: what)."""

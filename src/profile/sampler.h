@@ -3,10 +3,11 @@
 // A sample clears the kernel's referenced bits at a phase begin and reads them at its end. That
 // costs the clear and the read, and afterwards every 4 KiB page the program touches again (an
 // accessed-bit update the hardware makes slowly, worse in virtual machines); transparent huge
-// pages cost 512 times less. So phases are sampled at a bounded rate: the first instance of each
-// phase name always, later ones only while the sampler's estimated cost stays under
-// HM_SAMPLE_BUDGET of the run time. An instance that is not sampled charges the emulated tier
-// what the last sample of the same phase name found.
+// pages cost 512 times less. So phases are sampled at a bounded rate: only while the sampler's
+// estimated cost stays under HM_SAMPLE_BUDGET of the run time (counted from the library's load),
+// except that a recording profiler gets the first instance of every phase name regardless. An
+// instance that is not sampled charges the emulated tier what the last sample of the same phase
+// name found (nothing before its first sample).
 #pragma once
 #include <cstdint>
 #include <vector>
