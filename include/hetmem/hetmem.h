@@ -228,8 +228,11 @@ hm_tier_t hm_mode_current(void);
 typedef struct hm_arena hm_arena_t;
 
 #define HM_ARENA_CONCURRENT 1u /* several threads may allocate at once (atomic bump) */
+#define HM_ARENA_STRICT 2u     /* chunks only on the arena's tier: NULL when its budget is full */
 
-/* Creates an arena whose chunks live on `tier`; initial chunk of `initial_bytes` (0 = 1 MiB). */
+/* Creates an arena whose chunks live on `tier`; initial chunk of `initial_bytes` (0 = 1 MiB).
+ * When the tier's budget cannot hold a new chunk, the chunk falls back along the role chain
+ * (fast -> capacity), counted in hm_arena_stats().fallbacks, unless HM_ARENA_STRICT. */
 int hm_arena_create(hm_tier_t tier, size_t initial_bytes, unsigned flags, hm_arena_t **arena);
 /* Bump-allocates; grows by a new chunk when exhausted. align 0 = 16. NULL only if the tier
  * refuses the new chunk. */
@@ -246,6 +249,7 @@ typedef struct hm_arena_stats {
   uint64_t chunks;     /* number of chunks now */
   uint64_t grows;      /* times a chunk was added */
   uint64_t resets;
+  uint64_t fallbacks;  /* chunks placed on another tier because the arena's tier was full */
 } hm_arena_stats_t;
 int hm_arena_stats(const hm_arena_t *arena, hm_arena_stats_t *stats);
 

@@ -23,9 +23,11 @@ def run(threads: int, steps: int, tmp: str) -> dict:
     if r.returncode != 0:
         raise HetmemError(f"hetmem-pic failed: {r.stderr.strip()}")
     m = re.search(r"([\d.]+) ns wall per particle-step, ([\d.]+) ns core time", r.stdout)
-    phases = {name.strip(): float(ns) for name, ns in
+    # hetmem-pic prints each phase's wall time per particle-step; core time is wall time x threads,
+    # the unit of the headline, so the split adds up to it (less the time outside the phases).
+    phases = {name.strip(): float(ns) * threads for name, ns in
               re.findall(r"^  (\S[^\n]*?)\s+[\d.]+ s\s+[\d.]+%\s+([\d.]+) ns per particle-step", r.stdout, re.M)}
-    return {"threads": threads, "wall_ns": float(m.group(1)), "core_ns": float(m.group(2)), "phases_ns": phases}
+    return {"threads": threads, "wall_ns": float(m.group(1)), "core_ns": float(m.group(2)), "phases_core_ns": phases}
 
 
 def machine_scaling() -> float:
@@ -48,8 +50,9 @@ def main(out: str, quick: bool) -> int:
     machine = machine_scaling()
     print(f"hetmem-pic, WarpX comparison problem (64^3 cells, 8 particles per cell, {steps} steps)")
     for r in rows:
-        split = ", ".join(f"{k} {v:.0f}" for k, v in r["phases_ns"].items())
-        print(f"  {r['threads']} thread(s): {r['core_ns']:.0f} ns core time per particle-step ({split})")
+        split = ", ".join(f"{k} {v:.0f}" for k, v in r["phases_core_ns"].items())
+        print(f"  {r['threads']} thread(s): {r['core_ns']:.0f} ns core time per particle-step (by phase, core time: "
+              f"{split})")
     print(f"  2 threads / 1 thread throughput: {scaling:.2f}x (asked: at least 1.9x); this machine's own "
           f"2-thread scaling on a compute loop: {machine:.2f}x")
     print(f"  target: at most 150 ns core time per particle-step (WarpX 24.10: {WARPX_NS[0]}-{WARPX_NS[1]} ns): "

@@ -5,7 +5,7 @@
     hetmem profile [-o TRACE] [--depth N] [--large SIZE] [--children] -- CMD ARGS
     hetmem report TRACE [--out DIR] [--json] [--top N]
     hetmem run --rules FILE -- CMD ARGS
-    hetmem bench alloc [--quick] [--out PATH]
+    hetmem bench alloc|emul|profiler|pic|octree [--quick] [--out PATH]
     hetmem demo
 """
 
@@ -130,6 +130,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .bench_octree import main as bench_octree
         return bench_octree(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-octree.json",
                             args.quick)
+    if args.what == "emul":
+        from .bench_emul import main as bench_emul
+        return bench_emul(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-emul.json", args.quick)
     if args.what == "profiler":
         from .bench_profiler import main as bench_profiler
         return bench_profiler(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-profiler.json",
@@ -278,8 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     rn.set_defaults(func=cmd_run)
 
     b = sub.add_parser("bench", help="run a benchmark of the library")
-    b.add_argument("what", choices=["alloc", "profiler", "pic", "octree"],
+    b.add_argument("what", choices=["alloc", "emul", "profiler", "pic", "octree"],
                    help="alloc: allocation, free, arena, copy and emulation figures; "
+                        "emul: the emulated tier's bookkeeping overhead (PIC, stencil) and its fidelity to the model; "
                         "profiler: profiling overhead, heaptrack comparison, rules-only cost; "
                         "pic: the WarpX comparison problem, ns per particle-step for 1 and 2 threads; "
                         "octree: PM-octree restart, persist bytes, refine/balance vs p4est, transformation, "

@@ -21,7 +21,7 @@ struct hm_arena {
   std::atomic<size_t> offset{0};         // bump pointer inside `chunk`
   size_t used_before = 0;                // bytes handed out from older chunks
   size_t capacity = 0;
-  uint64_t chunks = 0, grows = 0, resets = 0, peak = 0;
+  uint64_t chunks = 0, grows = 0, resets = 0, peak = 0, fallbacks = 0;
   std::mutex grow_mutex;
 };
 
@@ -29,14 +29,20 @@ namespace {
 
 size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
 
+// A chunk comes from the arena's tier, or, when that tier's budget is full, from the next tier of
+// the fallback chain (counted here and in the tiers' fallback counters): a full fast tier slows
+// temporaries down, it never stops the run. HM_ARENA_STRICT arenas refuse instead.
 bool add_chunk(hm_arena *a, size_t size) {
-  auto *c = static_cast<hm_arena::Chunk *>(hm_tier_alloc(a->tier, sizeof(hm_arena::Chunk), 16, HM_STRICT));
+  unsigned placement = (a->flags & HM_ARENA_STRICT) ? HM_STRICT : HM_PREFERRED;
+  auto *c = static_cast<hm_arena::Chunk *>(hm_tier_alloc(a->tier, sizeof(hm_arena::Chunk), 16, placement));
   if (!c) return false;
-  c->base = static_cast<char *>(hm_tier_alloc(a->tier, size, 64, HM_STRICT));
+  c->base = static_cast<char *>(hm_tier_alloc(a->tier, size, 64, placement));
   if (!c->base) {
     hm_free(c);
     return false;
   }
+  hm_tier_t got = a->tier;
+  if (hm_ptr_tier(c->base, &got) == HM_OK && got != a->tier) ++a->fallbacks;
   c->size = size;
   c->prev = a->chunk;
   if (a->chunk) a->used_before += a->offset.load(std::memory_order_relaxed);
@@ -94,7 +100,10 @@ int hm_arena_create(hm_tier_t tier, size_t initial_bytes, unsigned flags, hm_are
   if (rc != HM_OK) return rc;
   if (!out) return fail(HM_EINVAL, "hm_arena_create: arena is NULL");
   if (!heap_of(tier)) return fail(HM_ENOTIER, "hm_arena_create: unknown tier %d", tier);
-  void *mem = hm_tier_alloc(tier, sizeof(hm_arena), alignof(hm_arena), HM_STRICT);
+  if (flags & ~(HM_ARENA_CONCURRENT | HM_ARENA_STRICT))
+    return fail(HM_EINVAL, "hm_arena_create: unknown flags %#x (HM_ARENA_CONCURRENT, HM_ARENA_STRICT)", flags);
+  void *mem = hm_tier_alloc(tier, sizeof(hm_arena), alignof(hm_arena),
+                            (flags & HM_ARENA_STRICT) ? HM_STRICT : HM_PREFERRED);
   if (!mem) return hm_last_error_code();
   auto *a = new (mem) hm_arena();
   a->tier = tier;
@@ -161,6 +170,7 @@ int hm_arena_stats(const hm_arena_t *a, hm_arena_stats_t *s) {
   s->chunks = a->chunks;
   s->grows = a->grows;
   s->resets = a->resets;
+  s->fallbacks = a->fallbacks;
   return HM_OK;
 }
 

@@ -1,0 +1,154 @@
+"""`hetmem bench emul`: the emulated slow tier as an instrument, measured in one run.
+
+1. overhead: the same program with everything on DRAM and with everything on `emul:dram`, an
+   emulated tier whose device is DRAM itself (the emulator's bookkeeping runs, nothing is
+   charged), runs alternating, medians. The PIC code on preset:L2 declares its accesses; the
+   stencil program runs unchanged under the preload library (`all -> fast` vs `all -> capacity`),
+   so the referenced-page sampler does its work. Target: within 1.02x.
+2. fidelity: `hetmem-validate-emul` on emul:optane and emul:cxl, every microkernel within 10% of
+   the model's prediction.
+3. for scale: the PIC code with everything on emul:optane against DRAM (the slowdown the model
+   charges, emulated).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from .lib import HetmemError, build_dirs, find_preload, find_program
+
+
+def _bench_program(name: str) -> str:
+    for d in build_dirs():
+        p = d / "bench" / name
+        if p.is_file():
+            return str(p)
+    raise HetmemError(f"{name} not found: build the project (scripts/setup.sh)")
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_") and k != "LD_PRELOAD"}
+    if os.environ.get("HM_CALIBRATION"):
+        env["HM_CALIBRATION"] = os.environ["HM_CALIBRATION"]
+    env.update(extra)
+    return env
+
+
+def _run(cmd: list[str], env: dict) -> str:
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise HetmemError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+    return r.stdout
+
+
+def _pic(preset: str, steps: int, tiers: str | None, tmp: str) -> tuple[float, str]:
+    """ns wall per particle-step of one run; everything on `capacity` when tiers is given."""
+    env = _env(OMP_NUM_THREADS="2")
+    cmd = [find_program("hetmem-pic"), f"preset:{preset}", f"max_step={steps}", f"diag.directory={tmp}",
+           "diag.progress=0"]
+    if tiers:
+        env["HM_TIERS"] = tiers
+        cmd += ["hetmem.fields=capacity", "hetmem.particles=capacity"]
+    out = _run(cmd, env)
+    m = re.search(r"([\d.]+) ns wall per particle-step", out)
+    if not m:
+        raise HetmemError(f"hetmem-pic printed no timing:\n{out[-400:]}")
+    own = re.search(r"emulator's own time: .*", out)
+    return float(m.group(1)), own.group(0) if own else ""
+
+
+def _ratio_row(name: str, base: list[float], emul: list[float], unit: str, target: float, note: str) -> dict:
+    b, e = statistics.median(base), statistics.median(emul)
+    return {"name": name, "dram": b, "emulated": e, "unit": unit, "ratio": e / b, "runs": len(base),
+            "target": f"at most {target:.2f}x", "met": e / b <= target, "note": note}
+
+
+def pic_overhead(preset: str, steps: int, reps: int, tmp: str) -> dict:
+    base, emul, note = [], [], ""
+    for _ in range(reps):
+        base.append(_pic(preset, steps, None, tmp)[0])
+        t, note = _pic(preset, steps, "capacity=emul:dram", tmp)
+        emul.append(t)
+    return _ratio_row(f"PIC preset:{preset}, {steps} steps, 2 threads: everything on emul:dram vs DRAM",
+                      base, emul, "ns per particle-step", 1.02, note)
+
+
+def stencil_overhead(reps: int, tmp: str) -> dict:
+    prog = _bench_program("bench_stencil")
+    args = ["192", "8", "4"]
+    rules = {}
+    for target in ("fast", "capacity"):
+        rules[target] = os.path.join(tmp, f"{target}.rules")
+        with open(rules[target], "w") as f:
+            f.write(f"all -> {target}\n")
+    preload = find_preload()
+    base, emul = [], []
+    for _ in range(reps):
+        env = _env(LD_PRELOAD=preload, HM_RULES=rules["fast"])
+        base.append(float(_run([prog, *args], env).split()[0]))
+        env = _env(LD_PRELOAD=preload, HM_RULES=rules["capacity"], HM_TIERS="capacity=emul:dram")
+        emul.append(float(_run([prog, *args], env).split()[0]))
+    return _ratio_row("stencil 192^3 (unchanged program, preload library): all -> emul:dram vs all -> DRAM",
+                      base, emul, "s", 1.02, "sampled: the program declares nothing")
+
+
+def fidelity(quick: bool, tmp: str) -> dict:
+    out_json = os.path.join(tmp, "validate.json")
+    cmd = [find_program("hetmem-validate-emul"), "--json", out_json]
+    if quick:
+        cmd += ["--reps", "3", "--size-mib", "64"]
+    r = subprocess.run(cmd, env=_env(HM_TIERS="capacity=emul:optane,emul:cxl"), capture_output=True, text=True)
+    if r.returncode not in (0, 1):
+        raise HetmemError(f"hetmem-validate-emul failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+    with open(out_json) as f:
+        result = json.load(f)
+    rows = result["rows"]
+    worst = max(rows, key=lambda row: abs(row["error"]))
+    return {"name": "fidelity: validation microkernels on emul:optane and emul:cxl", "rows": rows,
+            "within": sum(row["within_tolerance"] for row in rows), "count": len(rows),
+            "worst": f"{worst['tier']} {worst['kernel']} ({worst['access']}): {100 * worst['error']:+.1f}%",
+            "target": "every kernel within 10% of its prediction", "met": result["met"]}
+
+
+def optane_scale(preset: str, steps: int, reps: int, tmp: str) -> dict:
+    base, emul = [], []
+    for _ in range(reps):
+        base.append(_pic(preset, steps, None, tmp)[0])
+        emul.append(_pic(preset, steps, "capacity=emul:optane", tmp)[0])
+    b, e = statistics.median(base), statistics.median(emul)
+    return {"name": f"PIC preset:{preset}, everything on emul:optane vs DRAM (emulated)", "dram": b, "emulated": e,
+            "unit": "ns per particle-step", "ratio": e / b}
+
+
+def main(out: str, quick: bool) -> int:
+    preset, steps, reps = ("L1", 20, 3) if quick else ("L2", 5, 5)
+    with tempfile.TemporaryDirectory(prefix="hetmem-bench-emul-") as tmp:
+        rows = [pic_overhead(preset, steps, reps, tmp), stencil_overhead(3 if quick else 7, tmp)]
+        fid = fidelity(quick, tmp)
+        scale = optane_scale("L1", 20, 3, tmp)
+    print("hetmem emulated-tier benchmark (medians of alternating runs; emul:* figures are emulated)")
+    print(f"  {'overhead':<92} {'DRAM':>10} {'emulated':>10} {'ratio':>7}")
+    for r in rows:
+        print(f"  {r['name']:<92} {r['dram']:>10.3f} {r['emulated']:>10.3f} {r['ratio']:>6.3f}x "
+              f"{'MET' if r['met'] else 'NOT MET'} ({r['target']}; {r['unit']}, {r['runs']} runs each)")
+        if r["note"]:
+            print(f"    {r['note']}")
+    print(f"  {fid['name']}: {fid['within']} of {fid['count']} within 10%, worst {fid['worst']} "
+          f"({'MET' if fid['met'] else 'NOT MET'}: {fid['target']})")
+    print(f"  {scale['name']}: {scale['dram']:.1f} vs {scale['emulated']:.1f} ns per particle-step, "
+          f"{scale['ratio']:.2f}x")
+    with open(out, "w") as f:
+        json.dump({"benchmark": "hetmem-bench-emul", "quick": quick, "overhead": rows, "fidelity": fid,
+                   "optane_scale": scale}, f, indent=1)
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main("hetmem-bench-emul.json", "--quick" in sys.argv))
