@@ -46,19 +46,26 @@ def _run(cmd: list[str], env: dict) -> tuple[float, str]:
 
 
 def overhead(reps: int, tmp: str) -> dict:
+    """The profiler gives objects of HM_PROFILE_LARGE or more mappings of their own with transparent
+    huge pages (so that clearing their referenced bits costs nothing), as hetmem does for all its
+    large allocations. The overhead is measured against the plain program with the same page size
+    (glibc's own THP tunable); the plain program with glibc's default 4 KiB pages is shown beside."""
     prog = _program("bench_stencil")
     args = ["192", "8", "4"]
     preload = find_preload()
-    plain, profiled = [], []
+    plain, plain_thp, profiled = [], [], []
     for i in range(reps):
         _, out = _run([prog, *args], _clean_env())
         plain.append(float(out.split()[0]))
+        _, out = _run([prog, *args], _clean_env(GLIBC_TUNABLES="glibc.malloc.hugetlb=1"))
+        plain_thp.append(float(out.split()[0]))
         trace = os.path.join(tmp, f"stencil-{i}.hmtrace")
         _, out = _run([prog, *args], _clean_env(LD_PRELOAD=preload, HM_PROFILE=trace))
         profiled.append(float(out.split()[0]))
-    p, q = statistics.median(plain), statistics.median(profiled)
-    return {"name": "profiling overhead, stencil with phases", "plain_s": p, "profiled_s": q,
-            "overhead": q / p - 1, "target": "at most 3%", "met": q / p - 1 <= 0.03}
+    p, t, q = statistics.median(plain), statistics.median(plain_thp), statistics.median(profiled)
+    return {"name": "profiling overhead, stencil with phases", "plain_s": p, "plain_thp_s": t, "profiled_s": q,
+            "overhead": q / t - 1, "overhead_vs_4k_pages": q / p - 1, "target": "at most 3%",
+            "met": q / t - 1 <= 0.03}
 
 
 def versus_heaptrack(reps: int, tmp: str) -> dict:
@@ -117,8 +124,9 @@ def main(out: str, quick: bool) -> int:
         rows = [overhead(reps, tmp), versus_heaptrack(3 if quick else 5, tmp), rules_only(reps, tmp)]
     o, h, r = rows
     print("hetmem profiler benchmark (medians; programs run alternately)")
-    print(f"  {o['name']:<48} plain {o['plain_s']:.3f} s, profiled {o['profiled_s']:.3f} s: "
-          f"overhead {100 * o['overhead']:+.1f}% ({'MET' if o['met'] else 'NOT MET'}: {o['target']})")
+    print(f"  {o['name']:<48} plain {o['plain_thp_s']:.3f} s (THP), profiled {o['profiled_s']:.3f} s: "
+          f"overhead {100 * o['overhead']:+.1f}% ({'MET' if o['met'] else 'NOT MET'}: {o['target']}); "
+          f"plain with 4 KiB pages {o['plain_s']:.3f} s ({100 * o['overhead_vs_4k_pages']:+.1f}%)")
     if "heaptrack_s" in h:
         print(f"  {h['name']:<48} hetmem {h['hetmem_s']:.3f} s, heaptrack {h['heaptrack_s']:.3f} s: "
               f"{h['speedup']:.2f}x faster (whole command {h['wall_speedup']:.2f}x); trace "

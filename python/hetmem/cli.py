@@ -70,9 +70,9 @@ def cmd_tiers(args: argparse.Namespace) -> int:
             env["HM_TIERS"] = (env["HM_TIERS"] + "," if env.get("HM_TIERS") else "") + "capacity=emul:optane,emul:cxl"
         cmd = [find_program("hetmem-validate-emul"), "--json", args.validate_out]
         if args.quick:
-            cmd += ["--reps", "3", "--size-mib", "64"]
-        if args.size_mib:
-            cmd += ["--size-mib", str(args.size_mib)]
+            cmd += ["--reps", "3"]
+        if args.size_mib or args.quick:
+            cmd += ["--size-mib", str(args.size_mib or 64)]
         try:
             rc = subprocess.call(cmd, env=env)
         except OSError as exc:

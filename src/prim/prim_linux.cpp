@@ -65,18 +65,29 @@ int map_anon(size_t size, size_t align, size_t huge_page, void **out) {
 }
 
 int map_anon_guarded(size_t size, size_t align, void **out) {
+  // Data of 2 MiB or more starts on a 2 MiB boundary, so that its transparent huge pages cover
+  // the object exactly (the kernel's referenced bytes are then exact in 2 MiB units); the guard
+  // page sits just below it, the surplus of the reservation is returned.
+  size = (size + kPageSize - 1) & ~(kPageSize - 1);
+  size_t data_align = size >= kHugePage2M ? kHugePage2M : kPageSize;
+  if (align > data_align) data_align = align;
+  size_t total = size + data_align + 2 * kPageSize;
   void *p = nullptr;
-  int rc = map_anon(size + 2 * kPageSize, align, 0, &p);
+  int rc = map_anon(total, kPageSize, 0, &p);
   if (rc != HM_OK) return rc;
-  // The data starts one page in; alignments beyond a page are not kept (profiling use only).
-  char *base = static_cast<char *>(p);
-  mprotect(base, kPageSize, PROT_NONE);
-  mprotect(base + kPageSize + size, kPageSize, PROT_NONE);
-  *out = base + kPageSize;
+  uintptr_t base = reinterpret_cast<uintptr_t>(p);
+  uintptr_t data = (base + kPageSize + data_align - 1) & ~(data_align - 1);
+  uintptr_t lead = data - kPageSize, tail = data + size + kPageSize;
+  if (lead > base) munmap(p, lead - base);
+  if (base + total > tail) munmap(reinterpret_cast<void *>(tail), base + total - tail);
+  mprotect(reinterpret_cast<void *>(lead), kPageSize, PROT_NONE);
+  mprotect(reinterpret_cast<void *>(data + size), kPageSize, PROT_NONE);
+  *out = reinterpret_cast<void *>(data);
   return HM_OK;
 }
 
 int unmap_guarded(void *addr, size_t size) {
+  size = (size + kPageSize - 1) & ~(kPageSize - 1);
   return unmap(static_cast<char *>(addr) - kPageSize, size + 2 * kPageSize);
 }
 

@@ -92,3 +92,40 @@ TEST(Arena, OnTheCapacityTier) {
   hm_arena_destroy(a);
   EXPECT_EQ(hm_arena_create(99, 0, 0, &a), HM_ENOTIER);
 }
+
+// A full fast budget slows temporaries down (their chunks go to the capacity tier, counted); it
+// never stops the run. A strict arena refuses instead.
+TEST(Arena, AFullTierSendsNewChunksDownTheChain) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", "4M"), HM_OK);
+  hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity");
+  void *filler = hm_tier_alloc(fast, size_t{3} << 20, 64, HM_STRICT);  // leaves less than 1 MiB
+  ASSERT_NE(filler, nullptr);
+  hm_arena_t *a = nullptr;
+  ASSERT_EQ(hm_arena_create(fast, 512 << 10, HM_ARENA_CONCURRENT, &a), HM_OK);
+  uint64_t fallbacks_before = hm_test::stats(fast).fallbacks_out;
+  void *big = hm_arena_alloc(a, size_t{2} << 20, 64);  // does not fit the fast budget
+  ASSERT_NE(big, nullptr) << hm_last_error();
+  std::memset(big, 1, size_t{2} << 20);
+  hm_tier_t where = -1;
+  ASSERT_EQ(hm_ptr_tier(big, &where), HM_OK);
+  EXPECT_EQ(where, capacity);
+  hm_arena_stats_t s;
+  ASSERT_EQ(hm_arena_stats(a, &s), HM_OK);
+  EXPECT_GE(s.fallbacks, 1u);
+  EXPECT_GT(hm_test::stats(fast).fallbacks_out, fallbacks_before);
+  EXPECT_LE(hm_test::stats(fast).in_use, uint64_t{4} << 20) << "the budget is never exceeded";
+  hm_arena_reset(a);  // merges into one chunk; still usable
+  EXPECT_NE(hm_arena_alloc(a, 1000, 0), nullptr);
+  hm_arena_destroy(a);
+
+  hm_arena_t *strict = nullptr;
+  ASSERT_EQ(hm_arena_create(fast, 256 << 10, HM_ARENA_STRICT, &strict), HM_OK);
+  EXPECT_EQ(hm_arena_alloc(strict, size_t{2} << 20, 64), nullptr);
+  EXPECT_EQ(hm_last_error_code(), HM_EBUDGET);
+  hm_arena_destroy(strict);
+  hm_arena_t *bad = nullptr;
+  EXPECT_EQ(hm_arena_create(fast, 0, 0x80u, &bad), HM_EINVAL);
+  hm_free(filler);
+  unsetenv("HM_FAST_BUDGET");
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+}

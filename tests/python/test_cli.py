@@ -87,9 +87,28 @@ def test_bench_writes_table_json_and_calibration(tmp_path):
     dram = next(t for t in data["tiers"] if t["name"] == "dram")
     assert all(row["triad_mbps"] > 0 for row in dram["threads"])
     text = cal.read_text()
-    assert text.startswith("# hetmem calibration v1")
+    assert text.startswith("# hetmem calibration v2")
+    assert "method = full" in text and "gather_ns = " in text and "measured = 20" in text
     read_row = [line for line in text.splitlines() if line.startswith("read_bw_mbps")][0]
     assert len(read_row.split("=")[1].split()) == len(dram["threads"])
+    assert "calibration: full" in r.stdout
+
+
+def test_validate_compares_each_kernel_with_the_model(tmp_path):
+    out = tmp_path / "validate.json"
+    r = run("tiers", "--validate", "--quick", "--size-mib", "16", "--validate-out", str(out))
+    # Exit 1 would mean a kernel off by more than 10% on a noisy machine: the table still says which.
+    assert r.returncode in (0, 1), r.stderr
+    assert "predicted" in r.stdout and "pointer chase" in r.stdout
+    data = json.loads(out.read_text())
+    tiers = {row["tier"] for row in data["rows"]}
+    assert tiers == {"emul:optane", "emul:cxl"}
+    kernels = {row["kernel"] for row in data["rows"]}
+    assert {"sequential read", "sequential write", "read-modify-write", "STREAM triad", "random 8-byte gathers",
+            "pointer chase"} <= kernels
+    assert {row["access"] for row in data["rows"]} == {"declared", "sampled"}
+    assert all(row["measured"] > 1.0 for row in data["rows"] if row["access"] == "declared")
+    assert data["met"] == (r.returncode == 0)
 
 
 def test_demo_runs_and_frees_everything():

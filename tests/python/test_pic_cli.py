@@ -76,3 +76,31 @@ def test_problem_that_does_not_fit_a_strict_budget_says_how_much(tmp_path):
 def test_missing_input_file(tmp_path):
     r = pic(str(tmp_path / "none.in"))
     assert r.returncode == 2 and "cannot read the input file" in r.stderr
+
+
+def test_emulated_run_reports_charges_and_the_emulators_own_time(tmp_path):
+    """Everything on the emulated tier: the PIC code declares its accesses, so the charges come from
+    declarations (none from sampling), and the zero-charge profile counts the same volume for free."""
+    args = ("preset:L0", "max_step=3", f"diag.directory={tmp_path}", "hetmem.fields=capacity",
+            "hetmem.particles=capacity")
+    r = pic(*args, env_extra={"HM_TIERS": "capacity=emul:optane"})
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if "emul:optane (emulated)" in l)
+    declared = float(line.split("declared ")[1].split(" s")[0])
+    sampled = float(line.split("sampled ")[1].split(" s")[0])
+    assert declared > 0 and sampled == 0, line
+    assert "emulator's own time" in r.stdout
+    r = pic(*args, env_extra={"HM_TIERS": "capacity=emul:dram"})
+    assert r.returncode == 0, r.stderr
+    line = next(l for l in r.stdout.splitlines() if "emul:dram (emulated)" in l)
+    assert "0.000 s device time charged" in line and "bookkeeping only" in line, line
+    assert " GiB read" in line
+
+
+def test_a_full_fast_budget_does_not_stop_the_run(tmp_path):
+    """Preferred placement with a fast budget of a quarter of the footprint: tiles and the iteration
+    arena's chunks fall back to the capacity tier instead of aborting."""
+    r = pic("preset:L0", "max_step=2", f"diag.directory={tmp_path}", "diag.progress=0",
+            env_extra={"HM_TIERS": "capacity=emul:optane", "HM_FAST_BUDGET": "6M"})
+    assert r.returncode == 0, r.stderr
+    assert "particle-step" in r.stdout
