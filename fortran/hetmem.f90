@@ -19,6 +19,9 @@ module hetmem
   integer(c_int), parameter, public :: HM_FAST = 0, HM_CAPACITY = 1, HM_PERSISTENT = 2
   integer(c_int), parameter, public :: HM_PREFERRED = 0, HM_STRICT = 1, HM_ZERO = 2, HM_MOVABLE = 4, &
        HM_HUGE = 8, HM_NO_HUGE = 16
+  !> What a kernel did to the bytes it declares (hm_access, hm_access_scattered; docs/emulation.md).
+  integer(c_int), parameter, public :: HM_ACCESS_READ = 1, HM_ACCESS_WRITE = 2, HM_ACCESS_RW = 3, &
+       HM_ACCESS_DEPENDENT = 4
 
   !> Per-tier accounting; same layout as hm_tier_stats_t.
   type, bind(C), public :: hm_tier_stats_t
@@ -29,7 +32,7 @@ module hetmem
   public :: hm_init, hm_finalize, hm_alloc, hm_tier_alloc, hm_free, hm_usable_size, hm_mode_push, &
        hm_mode_push_tier, hm_mode_pop, hm_mode_current, hm_role_tier, hm_tier_stats, hm_tier_set_budget, &
        hm_ptr_tier, hm_tier_find_f, hm_last_error_f, hm_allocate, hm_deallocate, hm_phase_begin_f, &
-       hm_phase_end, hm_iteration_next
+       hm_phase_end, hm_iteration_next, hm_access, hm_access_scattered
 
   interface
      integer(c_int) function hm_init() bind(C, name="hm_init")
@@ -95,6 +98,22 @@ module hetmem
        import :: c_int, c_char
        character(kind=c_char), dimension(*), intent(in) :: name
      end function c_hm_phase_begin
+     !> Declares that a kernel touched `bytes` bytes of the allocation holding `ptr` in order:
+     !>   rc = hm_access(c_loc(u), int(size(u), c_size_t) * 8, HM_ACCESS_RW)
+     integer(c_int) function hm_access(ptr, bytes, how) bind(C, name="hm_access")
+       import :: c_int, c_ptr, c_size_t
+       type(c_ptr), value :: ptr
+       integer(c_size_t), value :: bytes
+       integer(c_int), value :: how
+     end function hm_access
+     !> Declares `count` scattered accesses of `size` bytes (HM_ACCESS_DEPENDENT: a chain of them).
+     integer(c_int) function hm_access_scattered(ptr, count, size, how) bind(C, name="hm_access_scattered")
+       import :: c_int, c_ptr, c_size_t, c_int64_t
+       type(c_ptr), value :: ptr
+       integer(c_int64_t), value :: count
+       integer(c_size_t), value :: size
+       integer(c_int), value :: how
+     end function hm_access_scattered
      integer(c_int) function hm_phase_end() bind(C, name="hm_phase_end")
        import :: c_int
      end function hm_phase_end

@@ -342,6 +342,19 @@ void hm_stats_print(int fd) {
             static_cast<unsigned long long>(s.allocs), static_cast<unsigned long long>(s.frees),
             static_cast<unsigned long long>(s.fallbacks_in));
   }
+  for (int i = 0; i < tier_count(); ++i) {
+    Tier *t = tier_get(i);
+    if (!t->emulated()) continue;
+    hm_emul_stats_t e;
+    if (hm_emul_stats(i, &e) != HM_OK) continue;
+    dprintf(fd, "%-*s emulated: charged %.3f s (copies %.3f, declared %.3f, sampled %.3f); %s read, %s written%s\n",
+            width, t->name.c_str(), (e.charged_ns[0] + e.charged_ns[1] + e.charged_ns[2]) * 1e-9,
+            e.charged_ns[HM_EMUL_COPY] * 1e-9, e.charged_ns[HM_EMUL_DECLARED] * 1e-9,
+            e.charged_ns[HM_EMUL_SAMPLED] * 1e-9,
+            format_size(e.read_bytes[0] + e.read_bytes[1] + e.read_bytes[2]).c_str(),
+            format_size(e.write_bytes[0] + e.write_bytes[1] + e.write_bytes[2]).c_str(),
+            e.charges ? "" : " (nothing charged: HM_EMUL=0 or a profile without cost)");
+  }
 }
 
 void *hm_tier_alloc(hm_tier_t tier, size_t size, size_t align, unsigned flags) {

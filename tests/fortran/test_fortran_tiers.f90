@@ -28,6 +28,11 @@ program test_fortran_tiers
   rc = hm_mode_pop()
   fast_a = 1.0d0
   cap_a = 2.0d0
+  call check(hm_access(c_loc(cap_a), int(size(cap_a), c_size_t) * 8_c_size_t, HM_ACCESS_WRITE) == HM_OK, &
+       "a kernel's writes are declared from Fortran")
+  call check(hm_access_scattered(c_loc(cap_a), 100_c_int64_t, 8_c_size_t, &
+       ior(HM_ACCESS_READ, HM_ACCESS_DEPENDENT)) == HM_OK, "a pointer chase is declared from Fortran")
+  call check(hm_access(c_loc(cap_a), 8_c_size_t, 0) == HM_EINVAL, "a declaration without a direction is refused")
   idx = [(i, i = 1, 10)]
 
   call check(hm_phase_end() == HM_OK .and. hm_iteration_next() == HM_OK, "the phase ends, the iteration advances")
