@@ -139,8 +139,8 @@ class Simulation {
   int tiles_z() const { return ntz_; }
 
  private:
-  void declare_planes(std::initializer_list<const Field *> in, std::initializer_list<const Field *> out,
-                      long planes) const;
+  template <class Plane>
+  void sweep_planes(std::initializer_list<const Field *> in, std::initializer_list<const Field *> out, Plane plane);
   void half_b(double h);
   void full_e(double dt);
   void push_and_deposit();

@@ -214,41 +214,40 @@ void Simulation::half_b(double h) {
   const Grid &g = p_.grid;
   f_.ex.fill_guards(), f_.ey.fill_guards(), f_.ez.fill_guards();
   const double rx = h / g.dx, ry = h / g.dy, rz = h / g.dz;
-#pragma omp parallel
-  {
-    long planes = 0;
-#pragma omp for schedule(static)
-    for (int k = 0; k < g.nz; ++k) {
-      ++planes;
-      for (int j = 0; j < g.ny; ++j)
-        for (int i = 0; i < g.nx; ++i) {
-          f_.bx.at(i, j, k) -= ry * (f_.ez.at(i, j + 1, k) - f_.ez.at(i, j, k)) - rz * (f_.ey.at(i, j, k + 1) - f_.ey.at(i, j, k));
-          f_.by.at(i, j, k) -= rz * (f_.ex.at(i, j, k + 1) - f_.ex.at(i, j, k)) - rx * (f_.ez.at(i + 1, j, k) - f_.ez.at(i, j, k));
-          f_.bz.at(i, j, k) -= rx * (f_.ey.at(i + 1, j, k) - f_.ey.at(i, j, k)) - ry * (f_.ex.at(i, j + 1, k) - f_.ex.at(i, j, k));
-        }
-    }
-    declare_planes({&f_.ex, &f_.ey, &f_.ez}, {&f_.bx, &f_.by, &f_.bz}, planes);
-  }
+  sweep_planes({&f_.ex, &f_.ey, &f_.ez}, {&f_.bx, &f_.by, &f_.bz}, [&](int k) {
+    for (int j = 0; j < g.ny; ++j)
+      for (int i = 0; i < g.nx; ++i) {
+        f_.bx.at(i, j, k) -= ry * (f_.ez.at(i, j + 1, k) - f_.ez.at(i, j, k)) - rz * (f_.ey.at(i, j, k + 1) - f_.ey.at(i, j, k));
+        f_.by.at(i, j, k) -= rz * (f_.ex.at(i, j, k + 1) - f_.ex.at(i, j, k)) - rx * (f_.ez.at(i + 1, j, k) - f_.ez.at(i, j, k));
+        f_.bz.at(i, j, k) -= rx * (f_.ey.at(i + 1, j, k) - f_.ey.at(i, j, k)) - ry * (f_.ex.at(i, j + 1, k) - f_.ex.at(i, j, k));
+      }
+  });
 }
 
-// A thread swept `planes` z-planes: read the `in` components, read and updated the `out` ones.
-void Simulation::declare_planes(std::initializer_list<const Field *> in, std::initializer_list<const Field *> out,
-                                long planes) const {
-  const size_t cells = static_cast<size_t>(planes) * p_.grid.nx * p_.grid.ny;
-  for (const Field *f : in) hm::access(f->data(), cells, Access::read);
-  for (const Field *f : out) hm::access(f->data(), cells, Access::read_write);
+// Runs plane(k) for every z-plane, in parallel over static chunks; each thread then declares what
+// it did to the planes it swept: read the `in` components, read and updated the `out` ones.
+template <class Plane>
+void Simulation::sweep_planes(std::initializer_list<const Field *> in, std::initializer_list<const Field *> out,
+                              Plane plane) {
+  const size_t plane_cells = static_cast<size_t>(p_.grid.nx) * p_.grid.ny;
+#pragma omp parallel
+  {
+    size_t planes = 0;
+#pragma omp for schedule(static)
+    for (int k = 0; k < p_.grid.nz; ++k) {
+      plane(k);
+      ++planes;
+    }
+    for (const Field *f : in) hm::access(f->data(), planes * plane_cells, Access::read);
+    for (const Field *f : out) hm::access(f->data(), planes * plane_cells, Access::read_write);
+  }
 }
 
 void Simulation::full_e(double dt) {
   const Grid &g = p_.grid;
   f_.bx.fill_guards(), f_.by.fill_guards(), f_.bz.fill_guards();
   const double c2 = kC * kC, rx = c2 * dt / g.dx, ry = c2 * dt / g.dy, rz = c2 * dt / g.dz, rj = dt / kEps0;
-#pragma omp parallel
-  {
-    long planes = 0;
-#pragma omp for schedule(static)
-  for (int k = 0; k < g.nz; ++k) {
-    ++planes;
+  sweep_planes({&f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}, {&f_.ex, &f_.ey, &f_.ez}, [&](int k) {
     for (int j = 0; j < g.ny; ++j)
       for (int i = 0; i < g.nx; ++i) {
         f_.ex.at(i, j, k) += ry * (f_.bz.at(i, j, k) - f_.bz.at(i, j - 1, k)) - rz * (f_.by.at(i, j, k) - f_.by.at(i, j, k - 1)) -
@@ -258,9 +257,7 @@ void Simulation::full_e(double dt) {
         f_.ez.at(i, j, k) += rx * (f_.by.at(i, j, k) - f_.by.at(i - 1, j, k)) - ry * (f_.bx.at(i, j, k) - f_.bx.at(i, j - 1, k)) -
                              rj * f_.jz.at(i, j, k);
       }
-  }
-    declare_planes({&f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}, {&f_.ex, &f_.ey, &f_.ez}, planes);
-  }
+  });
 }
 
 void Simulation::field_step_vacuum() {

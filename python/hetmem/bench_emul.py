@@ -21,15 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from .lib import HetmemError, build_dirs, find_preload, find_program
-
-
-def _bench_program(name: str) -> str:
-    for d in build_dirs():
-        p = d / "bench" / name
-        if p.is_file():
-            return str(p)
-    raise HetmemError(f"{name} not found: build the project (scripts/setup.sh)")
+from .lib import HetmemError, find_bench_program, find_preload, find_program
 
 
 def _env(**extra) -> dict:
@@ -80,7 +72,7 @@ def pic_overhead(preset: str, steps: int, reps: int, tmp: str) -> dict:
 
 
 def stencil_overhead(reps: int, tmp: str) -> dict:
-    prog = _bench_program("bench_stencil")
+    prog = find_bench_program("bench_stencil")
     args = ["192", "8", "4"]
     rules = {}
     for target in ("fast", "capacity"):

@@ -19,15 +19,7 @@ import sys
 import tempfile
 import time
 
-from .lib import HetmemError, build_dirs, find_preload
-
-
-def _program(name: str) -> str:
-    for d in build_dirs():
-        p = d / "bench" / name
-        if p.is_file():
-            return str(p)
-    raise HetmemError(f"{name} not found: build the project (scripts/setup.sh)")
+from .lib import HetmemError, find_bench_program, find_preload
 
 
 def _clean_env(**extra) -> dict:
@@ -50,7 +42,7 @@ def overhead(reps: int, tmp: str) -> dict:
     huge pages (so that clearing their referenced bits costs nothing), as hetmem does for all its
     large allocations. The overhead is measured against the plain program with the same page size
     (glibc's own THP tunable); the plain program with glibc's default 4 KiB pages is shown beside."""
-    prog = _program("bench_stencil")
+    prog = find_bench_program("bench_stencil")
     args = ["192", "8", "4"]
     preload = find_preload()
     plain, plain_thp, profiled = [], [], []
@@ -69,7 +61,7 @@ def overhead(reps: int, tmp: str) -> dict:
 
 
 def versus_heaptrack(reps: int, tmp: str) -> dict:
-    prog = _program("bench_alloc_heavy")
+    prog = find_bench_program("bench_alloc_heavy")
     preload = find_preload()
     heaptrack = shutil.which("heaptrack")
     ours, ours_wall, theirs, theirs_wall = [], [], [], []
@@ -104,7 +96,7 @@ def versus_heaptrack(reps: int, tmp: str) -> dict:
 
 
 def rules_only(reps: int, tmp: str) -> dict:
-    prog = _program("bench_pairs")
+    prog = find_bench_program("bench_pairs")
     preload = find_preload()
     rules = os.path.join(tmp, "bench.rules")
     with open(rules, "w") as f:

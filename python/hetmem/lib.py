@@ -121,6 +121,15 @@ def find_preload() -> str:
     raise HetmemError("libhetmem_preload.so not found next to libhetmem.so: build the project (scripts/run)")
 
 
+def find_bench_program(name: str) -> str:
+    """A helper program the benchmarks run (built into <build>/bench)."""
+    for d in build_dirs():
+        p = d / "bench" / name
+        if p.is_file():
+            return str(p)
+    raise HetmemError(f"{name} not found: build the project (scripts/setup.sh)")
+
+
 def find_program(name: str) -> str:
     """A binary of the project: from the build tree (bench/, examples/) or from PATH."""
     for d in build_dirs():
