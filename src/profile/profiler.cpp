@@ -290,6 +290,7 @@ int write_record(uint32_t type, const void *payload, size_t bytes, const void *e
 
 int start(const Options &options) {
   InternalScope internal;
+  install_phase_trace();  // before g_mutex: phase events take the phase lock, then the profiler's
   std::lock_guard<std::mutex> guard(g_mutex);
   if (g_active.load()) return fail(HM_EINVAL, "the profiler is already recording to %s", g_options.path.c_str());
   if (options.depth < 0 || options.depth > kMaxDepth)

@@ -22,6 +22,8 @@ struct Options {
 extern std::atomic<bool> g_active;
 inline bool active() { return g_active.load(std::memory_order_relaxed); }
 
+// Subscribes the profiler to phase and iteration events (alloc/phases.h); idempotent.
+void install_phase_trace();
 // Opens the trace and starts recording. HM_EIO if the file cannot be written.
 int start(const Options &options);
 // Flushes every thread's buffer, writes the module map and the end record, closes the trace.

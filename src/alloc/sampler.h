@@ -1,5 +1,6 @@
-// The referenced-page sampler, shared by the profiler (per-phase referenced bytes of large
-// objects) and the emulated tier (its third charge point: memory whose accesses nobody declares).
+// The referenced-page sampler, shared by the emulated tier (its third charge point: memory whose
+// accesses nobody declares) and, through the phase observers, the profiler (per-phase referenced
+// bytes of large objects).
 // A sample clears the kernel's referenced bits at a phase begin and reads them at its end. That
 // costs the clear and the read, and afterwards every 4 KiB page the program touches again (an
 // accessed-bit update the hardware makes slowly, worse in virtual machines); transparent huge
@@ -13,9 +14,9 @@
 #include <vector>
 
 #include "hetmem/hetmem.h"
-#include "profile/trace_format.h"
+#include "prim/prim.h"
 
-namespace hm::profile {
+namespace hm {
 
 enum class SampleMode : uint8_t {
   kNone,     // nothing needs referenced bytes (no profile, no undeclared emulated memory)
@@ -24,11 +25,12 @@ enum class SampleMode : uint8_t {
   kNested,   // inside a sampled phase: that sample covers it
 };
 
-// Both are called with the phase mutex held, in begin/end order.
-SampleMode sampler_begin(uint16_t phase);
-// `objects` receives the large objects' referenced bytes when the instance was sampled.
-void sampler_end(uint16_t phase, SampleMode mode, std::vector<trace::ObjectReference> *objects);
+// Both are called with the phase mutex held, in begin/end order. `every_phase`: an observer needs
+// the first instance of every phase name sampled.
+SampleMode sampler_begin(uint16_t phase, bool every_phase);
+// `mappings` receives every mapping with its referenced bytes when the instance was sampled.
+void sampler_end(uint16_t phase, SampleMode mode, std::vector<prim::MappingUse> *mappings);
 hm_sampler_stats_t sampler_stats();
 void sampler_reset_stats();
 
-}  // namespace hm::profile
+}  // namespace hm

@@ -1,4 +1,4 @@
-#include "profile/sampler.h"
+#include "alloc/sampler.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,10 +6,9 @@
 
 #include "alloc/runtime.h"
 #include "prim/prim.h"
-#include "profile/profiler.h"
 #include "tier/emul.h"
 
-namespace hm::profile {
+namespace hm {
 namespace {
 
 // What the last sample of a phase name found, and what it cost.
@@ -26,8 +25,6 @@ const uint64_t g_start_ns = prim::now_ns();  // the budget counts run time from 
 uint64_t g_spent_ns = 0;             // estimated total cost so far
 double g_page_cost_ns = -1;          // per 4 KiB page touched after a clear; < 0: not measured
 hm_sampler_stats_t g_stats{};
-
-bool profiler_wants() { return active() && large_object_count() > 0; }
 
 bool emulation_wants() {
   if (!emul_enabled()) return false;
@@ -103,9 +100,9 @@ void charge(const uint64_t *bytes) {
 
 }  // namespace
 
-SampleMode sampler_begin(uint16_t phase) {
+SampleMode sampler_begin(uint16_t phase, bool every_phase) {
   if (g_in_flight) return SampleMode::kNested;
-  bool profile = profiler_wants(), emulation = emulation_wants();
+  bool profile = every_phase, emulation = emulation_wants();
   if (!profile && !emulation) {
     ++g_stats.phases_skipped;
     return SampleMode::kNone;
@@ -125,7 +122,7 @@ SampleMode sampler_begin(uint16_t phase) {
   return SampleMode::kSampled;
 }
 
-void sampler_end(uint16_t phase, SampleMode mode, std::vector<trace::ObjectReference> *objects) {
+void sampler_end(uint16_t phase, SampleMode mode, std::vector<prim::MappingUse> *mappings) {
   if (mode == SampleMode::kCarried) {
     const PhaseSample *ps = phase < g_samples.size() && g_samples[phase].seen ? &g_samples[phase] : nullptr;
     bool anything = ps && std::any_of(ps->undeclared, ps->undeclared + kMaxTiers, [](uint64_t b) { return b > 0; });
@@ -139,14 +136,10 @@ void sampler_end(uint16_t phase, SampleMode mode, std::vector<trace::ObjectRefer
   }
   if (mode != SampleMode::kSampled) return;
   uint64_t t0 = prim::now_ns();
-  std::vector<std::pair<uintptr_t, size_t>> large = active() ? large_objects() : decltype(large_objects()){};
-  std::sort(large.begin(), large.end());
   uint64_t undeclared[kMaxTiers] = {};
   uint64_t small_pages = 0;  // referenced 4 KiB pages: what the clear costs the program
   prim::for_each_mapping([&](const prim::MappingUse &m) {
-    auto it = std::lower_bound(large.begin(), large.end(), std::make_pair(m.start, size_t{0}));
-    for (; it != large.end() && it->first < m.end; ++it)
-      objects->push_back({it->first, it->second, std::min<uint64_t>(m.referenced_bytes, it->second)});
+    mappings->push_back(m);
     if (m.referenced_bytes == 0) return;
     small_pages += (m.referenced_bytes - std::min(m.referenced_bytes, m.anon_huge_bytes)) / prim::kPageSize;
     attribute(m, undeclared);
@@ -174,4 +167,4 @@ hm_sampler_stats_t sampler_stats() {
 
 void sampler_reset_stats() { g_stats = hm_sampler_stats_t{}; }
 
-}  // namespace hm::profile
+}  // namespace hm

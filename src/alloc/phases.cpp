@@ -1,9 +1,9 @@
-// Phases and iterations: hm_phase_begin/hm_phase_end/hm_iteration_next. A phase records its wall
-// time and, when the sampler takes it (profile/sampler.h), the bytes the kernel reports as
-// referenced during it for every large object. The same sample is the emulated tier's third
-// charge point: referenced bytes of emulated memory whose accesses nobody declares (DESIGN.md).
-#include <algorithm>
-#include <cstring>
+// Phases and iterations (seed 000 §3): names, the stack of open phases, wall-time totals, the
+// referenced-page sampler between begin and end, and the observers that the profiler and the
+// placement runtime register.
+#include "alloc/phases.h"
+
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -11,19 +11,17 @@
 #include "alloc/access.h"
 #include "alloc/hook.h"
 #include "alloc/runtime.h"
+#include "alloc/sampler.h"
 #include "base/error.h"
 #include "hetmem/hetmem.h"
-#include "prim/prim.h"
-#include "profile/profiler.h"
-#include "profile/sampler.h"
 
-namespace hm::profile {
+namespace hm {
 namespace {
 
 struct Open {
   uint16_t phase;
   uint32_t iteration;
-  uint64_t begin_ns;  // profile::now() at the start
+  uint64_t begin_ns;
   SampleMode sample;
 };
 
@@ -38,11 +36,36 @@ std::vector<PhaseTotals> g_phases(1, PhaseTotals{"(none)"});  // id 0: outside a
 std::vector<Open> g_open;
 uint32_t g_iteration = 0;
 
+constexpr int kMaxObservers = 8;
+PhaseObserver *g_observers[kMaxObservers] = {};
+std::atomic<int> g_observer_count{0};
+
+template <class Fn>
+void notify(Fn fn) {
+  int n = g_observer_count.load(std::memory_order_acquire);
+  for (int i = 0; i < n; ++i) fn(*g_observers[i]);
+}
+
+bool every_phase_wanted() {
+  bool wanted = false;
+  notify([&](PhaseObserver &o) { wanted = wanted || o.wants_every_phase_sampled(); });
+  return wanted;
+}
+
 }  // namespace
-}  // namespace hm::profile
+
+void add_phase_observer(PhaseObserver *observer) {
+  std::lock_guard<std::mutex> lock(g_phase_mutex);
+  int n = g_observer_count.load(std::memory_order_relaxed);
+  if (n < kMaxObservers) {
+    g_observers[n] = observer;
+    g_observer_count.store(n + 1, std::memory_order_release);
+  }
+}
+
+}  // namespace hm
 
 using namespace hm;
-using namespace hm::profile;
 
 extern "C" {
 
@@ -60,14 +83,11 @@ int hm_phase_begin(const char *name) {
       if (g_phases.size() >= 65535) return fail(HM_EINVAL, "hm_phase_begin: more than 65534 phase names");
       id = static_cast<uint16_t>(g_phases.size());
       g_phases.push_back(PhaseTotals{name});
-      if (active()) {
-        uint32_t pid = id;
-        write_record(trace::kPhaseName, &pid, sizeof pid, name, std::strlen(name));
-      }
+      notify([&](PhaseObserver &o) { o.phase_named(id, name); });
     }
-    g_open.push_back(Open{id, g_iteration, now(), SampleMode::kNone});
-    g_open.back().sample = sampler_begin(id);
-    set_current_phase(id);
+    g_open.push_back(Open{id, g_iteration, prim::now_ns(), SampleMode::kNone});
+    notify([&](PhaseObserver &o) { o.phase_begun(id); });
+    g_open.back().sample = sampler_begin(id, every_phase_wanted());
     return HM_OK;
   } catch (...) {
     return fail(HM_ENOMEM, "hm_phase_begin: out of memory");
@@ -82,19 +102,15 @@ int hm_phase_end(void) {
     if (g_open.empty()) return fail(HM_EINVAL, "hm_phase_end: no phase is open (unbalanced begin/end)");
     Open open = g_open.back();
     g_open.pop_back();
-    uint64_t end = now();
-    std::vector<trace::ObjectReference> objects;
-    sampler_end(open.phase, open.sample, &objects);
+    uint64_t end = prim::now_ns();
+    std::vector<prim::MappingUse> mappings;
+    sampler_end(open.phase, open.sample, &mappings);
     PhaseTotals &t = g_phases[open.phase];
     t.calls += 1;
     t.total_ns += end - open.begin_ns;
-    if (active()) {
-      uint32_t phase_word = open.phase | (open.sample == SampleMode::kSampled ? trace::kPhaseSampled : 0u);
-      trace::PhaseHeader ph{phase_word, open.iteration, open.begin_ns, end,
-                            static_cast<uint32_t>(prim::thread_id()), static_cast<uint32_t>(objects.size())};
-      write_record(trace::kPhase, &ph, sizeof ph, objects.data(), objects.size() * sizeof(trace::ObjectReference));
-    }
-    set_current_phase(g_open.empty() ? 0 : g_open.back().phase);
+    PhaseEnd e{open.phase, g_open.empty() ? uint16_t{0} : g_open.back().phase, open.iteration,
+               open.sample == SampleMode::kSampled, &mappings};
+    notify([&](PhaseObserver &o) { o.phase_ended(e); });
     return HM_OK;
   } catch (...) {
     return fail(HM_ENOMEM, "hm_phase_end: out of memory");
@@ -105,24 +121,11 @@ int hm_iteration_next(void) {
   InternalScope internal;
   std::lock_guard<std::mutex> lock(g_phase_mutex);
   ++g_iteration;
-  if (active()) {
-    flush(false);
-    trace::IterationRecord r{g_iteration, 0, now()};
-    write_record(trace::kIteration, &r, sizeof r);
-  }
+  notify([&](PhaseObserver &o) { o.iteration_begun(g_iteration); });
   return HM_OK;
 }
 
 int hm_iteration_current(void) { return static_cast<int>(g_iteration); }
-
-int hm_sampler_stats(hm_sampler_stats_t *stats) {
-  if (!stats) return fail(HM_EINVAL, "hm_sampler_stats: stats is NULL");
-  int rc = runtime_ensure();
-  if (rc != HM_OK) return rc;
-  std::lock_guard<std::mutex> lock(g_phase_mutex);
-  *stats = sampler_stats();
-  return HM_OK;
-}
 
 int hm_phase_stats(const char *name, uint64_t *calls, double *seconds) {
   if (!name) return fail(HM_EINVAL, "hm_phase_stats: name is NULL");
@@ -134,6 +137,15 @@ int hm_phase_stats(const char *name, uint64_t *calls, double *seconds) {
       return HM_OK;
     }
   return fail(HM_EINVAL, "hm_phase_stats: no phase named '%s'", name);
+}
+
+int hm_sampler_stats(hm_sampler_stats_t *stats) {
+  if (!stats) return fail(HM_EINVAL, "hm_sampler_stats: stats is NULL");
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  std::lock_guard<std::mutex> lock(g_phase_mutex);
+  *stats = sampler_stats();
+  return HM_OK;
 }
 
 }  // extern "C"
