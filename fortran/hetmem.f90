@@ -19,6 +19,9 @@ module hetmem
   integer(c_int), parameter, public :: HM_FAST = 0, HM_CAPACITY = 1, HM_PERSISTENT = 2
   integer(c_int), parameter, public :: HM_PREFERRED = 0, HM_STRICT = 1, HM_ZERO = 2, HM_MOVABLE = 4, &
        HM_HUGE = 8, HM_NO_HUGE = 16
+  !> Object classes (hm_class_define): the active policy (HM_POLICY) decides their tier.
+  integer(c_int), parameter, public :: HM_CLASS_METADATA = 0, HM_CLASS_TEMPORARY = 1, HM_CLASS_HOT = 2, &
+       HM_CLASS_STREAMING = 3, HM_CLASS_COLD = 4
   !> What a kernel did to the bytes it declares (hm_access, hm_access_scattered; docs/emulation.md).
   integer(c_int), parameter, public :: HM_ACCESS_READ = 1, HM_ACCESS_WRITE = 2, HM_ACCESS_RW = 3, &
        HM_ACCESS_DEPENDENT = 4
@@ -32,7 +35,7 @@ module hetmem
   public :: hm_init, hm_finalize, hm_alloc, hm_tier_alloc, hm_free, hm_usable_size, hm_mode_push, &
        hm_mode_push_tier, hm_mode_pop, hm_mode_current, hm_role_tier, hm_tier_stats, hm_tier_set_budget, &
        hm_ptr_tier, hm_tier_find_f, hm_last_error_f, hm_allocate, hm_deallocate, hm_phase_begin_f, &
-       hm_phase_end, hm_iteration_next, hm_access, hm_access_scattered
+       hm_phase_end, hm_iteration_next, hm_access, hm_access_scattered, hm_class_define_f, hm_class_alloc
 
   interface
      integer(c_int) function hm_init() bind(C, name="hm_init")
@@ -114,6 +117,19 @@ module hetmem
        integer(c_size_t), value :: size
        integer(c_int), value :: how
      end function hm_access_scattered
+     integer(c_int) function c_hm_class_define(name, kind, priority, cls) bind(C, name="hm_class_define")
+       import :: c_int, c_char
+       character(kind=c_char), dimension(*), intent(in) :: name
+       integer(c_int), value :: kind, priority
+       integer(c_int), intent(out) :: cls
+     end function c_hm_class_define
+     !> Allocates `size` bytes for a class, on the tier the active policy chooses (free with hm_free).
+     type(c_ptr) function hm_class_alloc(cls, size, align, flags) bind(C, name="hm_class_alloc")
+       import :: c_int, c_ptr, c_size_t
+       integer(c_int), value :: cls
+       integer(c_size_t), value :: size, align
+       integer(c_int), value :: flags
+     end function hm_class_alloc
      integer(c_int) function hm_phase_end() bind(C, name="hm_phase_end")
        import :: c_int
      end function hm_phase_end
@@ -145,6 +161,14 @@ module hetmem
 contains
 
   !> Finds a tier by name ("dram", "emul:optane", "capacity", ...). Returns an HM_* code.
+  !> Defines (or finds) the class `name` of `kind` (HM_CLASS_*); `priority` orders hot classes.
+  integer(c_int) function hm_class_define_f(name, kind, priority, cls)
+    character(len=*), intent(in) :: name
+    integer(c_int), intent(in) :: kind, priority
+    integer(c_int), intent(out) :: cls
+    hm_class_define_f = c_hm_class_define(trim(name) // c_null_char, kind, priority, cls)
+  end function hm_class_define_f
+
   integer(c_int) function hm_tier_find_f(name, tier)
     character(len=*), intent(in) :: name
     integer(c_int), intent(out) :: tier

@@ -41,6 +41,25 @@ const char *kPhases[] = {"gather+push+deposit", "current reduction", "field solv
 
 }  // namespace
 
+// Where each object class landed under the active policy (bytes allocated per tier).
+void report_placement() {
+  std::printf("  placement (policy %s):", hm_policy_name());
+  const char *kinds[] = {"metadata", "temporary", "hot", "streaming", "cold"};
+  for (hm_class_t c = 0; c < hm_class_count(); ++c) {
+    hm_class_info_t info;
+    if (hm_class_info(c, &info) != HM_OK || info.bytes == 0) continue;
+    std::printf(" %s (%s) %.1f MiB:", info.name, kinds[info.kind], info.bytes / 1048576.0);
+    for (hm_tier_t t = 0; t < hm_tier_count() && t < 16; ++t) {
+      if (!info.bytes_on_tier[t]) continue;
+      hm_tier_info_t ti;
+      hm_tier_info(t, &ti);
+      std::printf(" %s %.0f%%", ti.name, 100.0 * info.bytes_on_tier[t] / info.bytes);
+    }
+    std::printf(";");
+  }
+  std::printf("\n");
+}
+
 // What the emulated tiers charged during the run, by where the volume came from, beside what the
 // emulator spent on its own bookkeeping (docs/emulation.md). Silent when no tier is emulated.
 void report_emulation(double run_seconds) {
@@ -96,16 +115,33 @@ int main(int argc, char **argv) {
 
   // What the problem needs, against the budgets, before anything is allocated.
   pic::Footprint need = pic::estimate(p);
-  std::printf("hetmem-pic: %d x %d x %d cells, %zu species, %d steps; fields %.1f MiB on '%s', particles %.1f MiB on '%s'\n",
+  // Fields and particles go where the placement policy puts their classes, unless the input pins
+  // them to a role or tier; the strict check uses the policy's first choice.
+  auto where = [](const std::string &pinned, const char *cls, hm_class_kind_t kind, int priority, std::string *name) {
+    hm_tier_t t = -1;
+    hm_class_t c;
+    if (!pinned.empty()) {
+      if (hm_tier_find(pinned.c_str(), &t) != HM_OK) return -1;
+      *name = "'" + pinned + "'";
+    } else {
+      if (hm_class_define(cls, kind, priority, &c) != HM_OK || hm_class_tier(c, &t) != HM_OK) return -1;
+      *name = std::string("class ") + cls + ", policy " + hm_policy_name();
+    }
+    return t;
+  };
+  std::string field_where, particle_where;
+  hm_tier_t field_tier = where(p.field_role, "pic.fields", HM_CLASS_HOT, 100, &field_where);
+  if (field_tier < 0) return die(hm_last_error());
+  hm_tier_t particle_tier = where(p.particle_role, "pic.tiles", HM_CLASS_STREAMING, 0, &particle_where);
+  if (particle_tier < 0) return die(hm_last_error());
+  std::printf("hetmem-pic: %d x %d x %d cells, %zu species, %d steps; fields %.1f MiB (%s), particles %.1f MiB (%s)\n",
               p.grid.nx, p.grid.ny, p.grid.nz, p.species.size(), p.steps, need.fields / 1048576.0,
-              p.field_role.c_str(), need.particles / 1048576.0, p.particle_role.c_str());
+              field_where.c_str(), need.particles / 1048576.0, particle_where.c_str());
   if (p.strict) {
-    for (auto [role, bytes] : {std::pair<std::string, uint64_t>{p.field_role, need.fields}, {p.particle_role, need.particles}}) {
-      hm_tier_t t;
-      if (hm_tier_find(role.c_str(), &t) != HM_OK) return die(hm_last_error());
+    for (auto [t, bytes] : {std::pair<hm_tier_t, uint64_t>{field_tier, need.fields}, {particle_tier, need.particles}}) {
       hm_tier_stats_t s;
       hm_tier_stats(t, &s);
-      uint64_t total = role == p.field_role && role == p.particle_role ? need.fields + need.particles : bytes;
+      uint64_t total = field_tier == particle_tier ? need.fields + need.particles : bytes;
       if (s.budget && s.budget - std::min(s.budget, s.in_use) < total) {
         hm_tier_info_t info;
         hm_tier_info(t, &info);
@@ -179,6 +215,7 @@ int main(int argc, char **argv) {
                       secs / (static_cast<double>(particles) * p.steps) * 1e9);
       }
     }
+    report_placement();
     report_emulation(seconds);
     std::printf("energy log: %s\n", energy_path.c_str());
   } catch (const std::exception &e) {

@@ -23,6 +23,9 @@ constexpr double kMe = 9.1093837015e-31;
 
 template <class T>
 using TierVector = std::vector<T, hm::TierAllocator<T>>;
+// Where an object goes: a tier (pinned by hetmem.fields / hetmem.particles) or a class placed by
+// the active policy.
+using Where = hm::TierAllocator<double>;
 
 struct Grid {
   int nx = 0, ny = 0, nz = 0;     // cells
@@ -38,7 +41,7 @@ class Field {
  public:
   static constexpr int kGuard = 1;
   Field() = default;
-  Field(const Grid &g, hm::Tier tier);
+  Field(const Grid &g, const Where &where);
   double &at(int i, int j, int k) { return data_[index(i, j, k)]; }
   double at(int i, int j, int k) const { return data_[index(i, j, k)]; }
   long index(int i, int j, int k) const {
@@ -86,8 +89,8 @@ struct Params {
   int sort_interval = 0;                // sort tiles by cell every N steps (0: never)
   bool static_fields = false;           // fields stay as set (pusher tests): no deposit effect, no solve
   std::vector<SpeciesParams> species;
-  std::string field_role = "fast";      // where the field arrays live
-  std::string particle_role = "fast";   // where the particle tiles live
+  std::string field_role;               // pins the field arrays to a role or tier ("": their class)
+  std::string particle_role;            // pins the particle tiles likewise
   bool strict = false;                  // refuse to start if the problem does not fit the budgets
   // Diagnostics (the CLI's; the library ignores them)
   int output_interval = 0;              // openPMD output every N steps (0: none)
@@ -106,7 +109,7 @@ Footprint estimate(const Params &p);
 struct Tile {
   TierVector<double> x, y, z, ux, uy, uz, w;
   TierVector<uint64_t> id;
-  explicit Tile(hm::Tier tier);
+  explicit Tile(const Where &where);
   size_t size() const { return x.size(); }
   void push_back(double px, double py, double pz, double qx, double qy, double qz, double pw, uint64_t pid);
   void remove(size_t i);  // swap with the last

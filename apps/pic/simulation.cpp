@@ -11,7 +11,10 @@ namespace pic {
 
 namespace {
 
-hm::Tier tier_for(const std::string &role) { return hm::Tier::find(role); }
+// A pinned role or tier when the input names one, else the class, placed by the active policy.
+Where where_for(const std::string &pinned, hm::Class cls) {
+  return pinned.empty() ? Where(cls) : Where(hm::Tier::find(pinned));
+}
 
 // A counter-based generator: the same particle gets the same numbers whatever the thread count.
 uint64_t mix(uint64_t x) {
@@ -69,9 +72,9 @@ inline void push_vay(double &ux, double &uy, double &uz, double ex, double ey, d
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
-Field::Field(const Grid &g, hm::Tier tier)
+Field::Field(const Grid &g, const Where &where)
     : nx_(g.nx), ny_(g.ny), nz_(g.nz), sx_(g.nx + 2 * kGuard), sy_(g.ny + 2 * kGuard), sz_(g.nz + 2 * kGuard),
-      data_(static_cast<size_t>(sx_) * sy_ * sz_, 0.0, hm::TierAllocator<double>(tier)) {}
+      data_(static_cast<size_t>(sx_) * sy_ * sz_, 0.0, where) {}
 
 void Field::zero() {
   std::fill(data_.begin(), data_.end(), 0.0);
@@ -106,10 +109,8 @@ void Field::fold_guards() {
 }
 
 // ------------------------------------------------------------------------------------------------
-Tile::Tile(hm::Tier tier)
-    : x(hm::TierAllocator<double>(tier)), y(hm::TierAllocator<double>(tier)), z(hm::TierAllocator<double>(tier)),
-      ux(hm::TierAllocator<double>(tier)), uy(hm::TierAllocator<double>(tier)), uz(hm::TierAllocator<double>(tier)),
-      w(hm::TierAllocator<double>(tier)), id(hm::TierAllocator<uint64_t>(tier)) {}
+Tile::Tile(const Where &where)
+    : x(where), y(where), z(where), ux(where), uy(where), uz(where), w(where), id(hm::TierAllocator<uint64_t>(where)) {}
 
 void Tile::push_back(double px, double py, double pz, double qx, double qy, double qz, double pw, uint64_t pid) {
   x.push_back(px);
@@ -144,26 +145,32 @@ Simulation::Simulation(const Params &p) : p_(p) {
   ntx_ = g.nx / p_.tile[0];
   nty_ = g.ny / p_.tile[1];
   ntz_ = g.nz / p_.tile[2];
-  // The classes of seed 000 Table 2, as named allocators that placement (and users) can look up:
-  // fields are hot, particle tiles streamed, per-step temporaries come from the iteration arena.
-  hm::Tier ftier = hm::Allocator::define("pic.hot", tier_for(p_.field_role)).tier();
-  hm::Tier ptier = hm::Allocator::define("pic.streaming", tier_for(p_.particle_role)).tier();
-  hm::Allocator::define("pic.temporary", ftier);
-  arena_ = std::make_unique<hm::Arena>(ftier, size_t{1} << 20, HM_ARENA_CONCURRENT);
-  for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(g, ftier);
+  // The classes of seed 000 Table 2: fields are hot, particle tiles and their current buffers
+  // streamed, per-step temporaries come from an iteration arena. The active policy places them
+  // (HM_POLICY), unless hetmem.fields / hetmem.particles pin fields or particles to a tier.
+  const Where fields = where_for(p_.field_role, hm::Class::define("pic.fields", hm::ClassKind::hot, 100));
+  const Where tiles = where_for(p_.particle_role, hm::Class::define("pic.tiles", hm::ClassKind::streaming));
+  const Where currents =
+      where_for(p_.particle_role, hm::Class::define("pic.tile_currents", hm::ClassKind::streaming));
+  hm::Class temporary = hm::Class::define("pic.temporary", hm::ClassKind::temporary);
+  hm_tier_t arena_tier;
+  if (!p_.field_role.empty()) arena_tier = hm::Tier::find(p_.field_role).id();
+  else hm::check(hm_class_tier(temporary.id(), &arena_tier));
+  arena_ = std::make_unique<hm::Arena>(hm::Tier(arena_tier), size_t{1} << 20, HM_ARENA_CONCURRENT);
+  for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(g, fields);
   bx_ = p_.tile[0] + 4;
   by_ = p_.tile[1] + 4;
   bz_ = p_.tile[2] + 4;
   int ntiles = ntx_ * nty_ * ntz_;
   for (int t = 0; t < ntiles; ++t)
-    tile_j_.emplace_back(static_cast<size_t>(3) * bx_ * by_ * bz_, 0.0, hm::TierAllocator<double>(ptier));
+    tile_j_.emplace_back(static_cast<size_t>(3) * bx_ * by_ * bz_, 0.0, currents);
 
   uint64_t next_id = 1;
   for (size_t s = 0; s < p_.species.size(); ++s) {
     const SpeciesParams &sp = p_.species[s];
     Species species;
     species.params = sp;
-    for (int t = 0; t < ntiles; ++t) species.tiles.emplace_back(ptier);
+    for (int t = 0; t < ntiles; ++t) species.tiles.emplace_back(tiles);
     int per_cell = sp.ppc[0] * sp.ppc[1] * sp.ppc[2];
     double weight = per_cell > 0 ? sp.density * g.dx * g.dy * g.dz / per_cell : 0;
     double k[3] = {2 * M_PI * sp.langmuir_modes[0] / g.lx(), 2 * M_PI * sp.langmuir_modes[1] / g.ly(),
@@ -557,7 +564,7 @@ void Simulation::deposit_charge(Field &rho) const {
 
 double Simulation::gauss_error() const {
   const Grid &g = p_.grid;
-  Field rho(g, hm::Tier::of(hm::Role::fast));
+  Field rho(g, Where(hm::Tier::of(hm::Role::fast)));
   deposit_charge(rho);
   Fields &f = const_cast<Fields &>(f_);
   f.ex.fill_guards(), f.ey.fill_guards(), f.ez.fill_guards();

@@ -254,6 +254,58 @@ typedef struct hm_arena_stats {
 int hm_arena_stats(const hm_arena_t *arena, hm_arena_stats_t *stats);
 
 /* ---------------------------------------------------------------------------------------------
+ * Object classes and placement policies (seed 000 §4; docs/placement.md)
+ *
+ * Code says what a data object is for; the active policy (HM_POLICY, or hm_policy_select before
+ * the first class allocation) decides which tier it lands on, so one binary runs under every
+ * policy. Policies: "first-touch" (the default: the fast tier until its budget is used up, in
+ * allocation order, then the capacity tier, as NUMA first-touch does), "all-fast" (everything on
+ * the fast tier, strictly: the upper bound, for problems whose footprint fits), "slow-only"
+ * (everything on the capacity tier).
+ * ------------------------------------------------------------------------------------------- */
+typedef enum hm_class_kind {
+  HM_CLASS_METADATA = 0,   /* long-lived, small, accessed often: grid and tile bookkeeping */
+  HM_CLASS_TEMPORARY = 1,  /* allocated and freed within one iteration */
+  HM_CLASS_HOT = 2,        /* long-lived, used in every phase (fields); priority orders them */
+  HM_CLASS_STREAMING = 3,  /* large, swept piece by piece (particle tiles) */
+  HM_CLASS_COLD = 4,       /* rarely touched */
+  HM_CLASS_KIND_COUNT = 5
+} hm_class_kind_t;
+
+typedef int hm_class_t;
+
+/* Defines the class `name` (at most 63 bytes) of `kind`, or returns the one already defined under
+ * that name (HM_EINVAL if it has another kind). `priority` orders hot classes (higher: placed
+ * fast first); ignored for other kinds. */
+int hm_class_define(const char *name, hm_class_kind_t kind, int priority, hm_class_t *cls);
+/* HM_EINVAL, listing the defined classes, if there is no class of that name. */
+int hm_class_find(const char *name, hm_class_t *cls);
+/* Allocates for a class where the active policy places it. `flags` may add HM_ZERO, HM_MOVABLE,
+ * HM_HUGE, HM_NO_HUGE; HM_PREFERRED/HM_STRICT are the policy's. NULL on failure (a message names
+ * the class, the policy and the tier). Free with hm_free. */
+void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags);
+
+typedef struct hm_class_info {
+  char name[64];
+  hm_class_kind_t kind;
+  int priority;
+  uint64_t allocs;                 /* allocations made for the class */
+  uint64_t bytes;                  /* bytes requested by them */
+  uint64_t bytes_on_tier[16];      /* of those, bytes placed on each tier (index: hm_tier_t) */
+} hm_class_info_t;
+/* The tier the active policy gives the class's next allocation (its first choice: a preferred
+ * placement can still fall back). For code that must pick a tier itself, such as an arena. */
+int hm_class_tier(hm_class_t cls, hm_tier_t *tier);
+int hm_class_count(void);
+int hm_class_info(hm_class_t cls, hm_class_info_t *info);
+
+/* The active policy's name ("first-touch", ...). */
+const char *hm_policy_name(void);
+/* Selects the policy for this process. HM_EINVAL, listing the policies, for an unknown name;
+ * HM_EBUSY once a class allocation has been made under another policy. */
+int hm_policy_select(const char *name);
+
+/* ---------------------------------------------------------------------------------------------
  * Phases and iterations (seed 000 §3): mark the stretches of the main loop. Cheap when nobody
  * profiles; with the profiler recording, each phase writes its wall time and, for every large
  * object, the bytes the kernel reports as referenced during it. Referenced bytes of mappings on

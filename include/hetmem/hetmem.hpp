@@ -8,7 +8,8 @@
 // - hm::ModeScope       RAII for hm_mode_push/hm_mode_pop;  hm::Arena  RAII iteration arena
 // - hm::Phase           RAII for hm_phase_begin/hm_phase_end; hm::next_iteration()
 //
-// Errors throw hm::Error (code + hetmem's message); allocation failures throw std::bad_alloc
+// Errors throw hm::Error (code + hetmem's message); allocation failures throw hm::BadAlloc, a
+// std::bad_alloc whose what() is hetmem's message,
 // from allocator interfaces, as the standard requires.
 #pragma once
 
@@ -46,6 +47,17 @@ inline void check(int rc) {
   if (rc != HM_OK) throw Error(rc);
 }
 
+// An allocation hetmem refused: a std::bad_alloc (as containers expect) whose what() is hetmem's
+// message (which tier, class or policy, how many bytes, what budget).
+class BadAlloc : public std::bad_alloc {
+ public:
+  BadAlloc() : message_(std::string("allocation refused: ") + hm_last_error()) {}
+  const char *what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
 enum class Role { fast = HM_FAST, capacity = HM_CAPACITY, persistent = HM_PERSISTENT };
 
 class Tier {
@@ -81,32 +93,73 @@ class Tier {
   hm_tier_t id_;
 };
 
-// Allocator for standard containers. Preferred placement by default (falls back when over
-// budget); pass HM_STRICT to fail with std::bad_alloc instead.
+// What a data object is for (hm_class_define); the active policy decides its tier.
+enum class ClassKind {
+  metadata = HM_CLASS_METADATA,
+  temporary = HM_CLASS_TEMPORARY,
+  hot = HM_CLASS_HOT,
+  streaming = HM_CLASS_STREAMING,
+  cold = HM_CLASS_COLD
+};
+
+class Class {
+ public:
+  constexpr explicit Class(hm_class_t id = -1) : id_(id) {}
+  static Class define(const std::string &name, ClassKind kind, int priority = 0) {
+    hm_class_t c;
+    check(hm_class_define(name.c_str(), static_cast<hm_class_kind_t>(kind), priority, &c));
+    return Class(c);
+  }
+  static Class find(const std::string &name) {
+    hm_class_t c;
+    check(hm_class_find(name.c_str(), &c));
+    return Class(c);
+  }
+  hm_class_t id() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+  hm_class_info_t info() const {
+    hm_class_info_t i;
+    check(hm_class_info(id_, &i));
+    return i;
+  }
+  friend bool operator==(Class a, Class b) { return a.id_ == b.id_; }
+
+ private:
+  hm_class_t id_;
+};
+
+// Allocator for standard containers, on a tier or for an object class (placed by the active
+// policy). Preferred placement by default on a tier (falls back when over budget); pass
+// HM_STRICT to fail with std::bad_alloc instead. A class's placement flags are its policy's.
 template <class T>
 class TierAllocator {
  public:
   using value_type = T;
   explicit TierAllocator(Tier tier = Tier::of(Role::fast), unsigned flags = HM_PREFERRED) noexcept
       : tier_(tier), flags_(flags) {}
+  explicit TierAllocator(Class cls, unsigned flags = 0) noexcept : tier_(Tier(-1)), cls_(cls), flags_(flags) {}
   template <class U>
-  TierAllocator(const TierAllocator<U> &o) noexcept : tier_(o.tier()), flags_(o.flags()) {}
+  TierAllocator(const TierAllocator<U> &o) noexcept : tier_(o.tier()), cls_(o.object_class()), flags_(o.flags()) {}
   T *allocate(std::size_t n) {
     if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
-    void *p = hm_tier_alloc(tier_.id(), n * sizeof(T), alignof(T) > 16 ? alignof(T) : 16, flags_);
-    if (!p) throw std::bad_alloc();
+    std::size_t align = alignof(T) > 16 ? alignof(T) : 16;
+    void *p = cls_.valid() ? hm_class_alloc(cls_.id(), n * sizeof(T), align, flags_)
+                           : hm_tier_alloc(tier_.id(), n * sizeof(T), align, flags_);
+    if (!p) throw BadAlloc();
     return static_cast<T *>(p);
   }
   void deallocate(T *p, std::size_t) noexcept { hm_free(p); }
-  Tier tier() const noexcept { return tier_; }
+  Tier tier() const noexcept { return tier_; }        // Tier(-1) for a class allocator
+  Class object_class() const noexcept { return cls_; }
   unsigned flags() const noexcept { return flags_; }
   template <class U>
   bool operator==(const TierAllocator<U> &o) const noexcept {
-    return tier_ == o.tier();  // any instance frees any hetmem pointer
+    return tier_ == o.tier() && cls_ == o.object_class();  // any instance frees any hetmem pointer
   }
 
  private:
   Tier tier_;
+  Class cls_;
   unsigned flags_;
 };
 
@@ -119,7 +172,7 @@ class MemoryResource final : public std::pmr::memory_resource {
  private:
   void *do_allocate(std::size_t bytes, std::size_t align) override {
     void *p = hm_tier_alloc(tier_.id(), bytes, align > 16 ? align : 16, flags_);
-    if (!p) throw std::bad_alloc();
+    if (!p) throw BadAlloc();
     return p;
   }
   void do_deallocate(void *p, std::size_t, std::size_t) override { hm_free(p); }
@@ -311,7 +364,7 @@ class Arena {
   Arena &operator=(const Arena &) = delete;
   void *allocate(std::size_t bytes, std::size_t align = 16) {
     void *p = hm_arena_alloc(arena_, bytes, align);
-    if (!p) throw std::bad_alloc();
+    if (!p) throw BadAlloc();
     return p;
   }
   template <class T>

@@ -33,6 +33,17 @@ program test_fortran_tiers
   call check(hm_access_scattered(c_loc(cap_a), 100_c_int64_t, 8_c_size_t, &
        ior(HM_ACCESS_READ, HM_ACCESS_DEPENDENT)) == HM_OK, "a pointer chase is declared from Fortran")
   call check(hm_access(c_loc(cap_a), 8_c_size_t, 0) == HM_EINVAL, "a declaration without a direction is refused")
+  block
+    integer(c_int) :: cls, cls_again, where
+    type(c_ptr) :: obj
+    call check(hm_class_define_f("fortran.field", HM_CLASS_HOT, 5, cls) == HM_OK, "a class is defined from Fortran")
+    call check(hm_class_define_f("fortran.field", HM_CLASS_HOT, 5, cls_again) == HM_OK .and. cls_again == cls, &
+         "defining it again gives the same class")
+    obj = hm_class_alloc(cls, 4096_c_size_t, 0_c_size_t, 0)
+    call check(c_associated(obj), "an object of the class is allocated")
+    call check(hm_ptr_tier(obj, where) == HM_OK .and. where == fast, "first-touch puts it on the fast tier")
+    call hm_free(obj)
+  end block
   idx = [(i, i = 1, 10)]
 
   call check(hm_phase_end() == HM_OK .and. hm_iteration_next() == HM_OK, "the phase ends, the iteration advances")

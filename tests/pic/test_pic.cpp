@@ -152,8 +152,9 @@ TEST_F(Pic, LangmuirFrequencyIsTheNumericalPlasmaFrequency) {
   EXPECT_NEAR(measured / numerical, 1.0, 0.01);
 }
 
-TEST_F(Pic, OneAndTwoThreadsGiveBitwiseIdenticalResults) {
-  auto run = [](int threads) {
+namespace {
+// Fields and particles after 10 steps of a thermal plasma, as raw doubles.
+std::vector<double> thermal_state(int threads) {
     omp_set_num_threads(threads);
     Params p = cube(16, 16e-6);
     SpeciesParams e;
@@ -171,13 +172,42 @@ TEST_F(Pic, OneAndTwoThreadsGiveBitwiseIdenticalResults) {
     for (const Tile &t : sim.species()[0].tiles)
       for (size_t n = 0; n < t.size(); ++n) state.push_back(t.x[n]), state.push_back(t.uz[n]), state.push_back(double(t.id[n]));
     return state;
-  };
-  std::vector<double> one = run(1), two = run(2);
+}
+
+size_t bitwise_differences(const std::vector<double> &a, const std::vector<double> &b) {
+  size_t differ = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(double)) != 0;
+  return differ;
+}
+}  // namespace
+
+TEST_F(Pic, OneAndTwoThreadsGiveBitwiseIdenticalResults) {
+  std::vector<double> one = thermal_state(1), two = thermal_state(2);
   omp_set_num_threads(omp_get_num_procs());
   ASSERT_EQ(one.size(), two.size());
-  size_t differ = 0;
-  for (size_t i = 0; i < one.size(); ++i) differ += std::memcmp(&one[i], &two[i], sizeof(double)) != 0;
-  EXPECT_EQ(differ, 0u) << "values that differ between 1 and 2 threads";
+  EXPECT_EQ(bitwise_differences(one, two), 0u) << "values that differ between 1 and 2 threads";
+}
+
+// Placement changes where the bytes live, never the physics: every policy, with a fast budget
+// that holds only part of the problem, gives the same fields and particles to the bit.
+TEST_F(Pic, EveryPolicyGivesBitwiseIdenticalResults) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
+  std::vector<double> reference = thermal_state(2);
+  for (const char *policy : {"first-touch", "slow-only", "all-fast"}) {
+    // all-fast is the upper bound: it runs without the budget; the others with a quarter of it.
+    ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", std::string(policy) == "all-fast" ? "0" : "1M"),
+              HM_OK);
+    ASSERT_EQ(hm_policy_select(policy), HM_OK) << hm_last_error();
+    std::vector<double> state = thermal_state(2);
+    EXPECT_EQ(bitwise_differences(reference, state), 0u) << "policy " << policy;
+    hm_tier_t capacity = hm_test::tier("capacity");
+    if (std::string(policy) != "all-fast") {
+      EXPECT_GT(hm_test::stats(capacity).allocs, 0u) << policy << " put part of the problem on the capacity tier";
+    }
+  }
+  unsetenv("HM_FAST_BUDGET");
+  omp_set_num_threads(omp_get_num_procs());
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
 }
 
 TEST_F(Pic, TotalEnergyDriftsLessThanOnePercentOver1000Steps) {
