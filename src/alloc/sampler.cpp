@@ -165,6 +165,4 @@ hm_sampler_stats_t sampler_stats() {
   return s;
 }
 
-void sampler_reset_stats() { g_stats = hm_sampler_stats_t{}; }
-
 }  // namespace hm

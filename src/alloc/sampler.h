@@ -31,6 +31,5 @@ SampleMode sampler_begin(uint16_t phase, bool every_phase);
 // `mappings` receives every mapping with its referenced bytes when the instance was sampled.
 void sampler_end(uint16_t phase, SampleMode mode, std::vector<prim::MappingUse> *mappings);
 hm_sampler_stats_t sampler_stats();
-void sampler_reset_stats();
 
 }  // namespace hm

@@ -110,11 +110,10 @@ TEST_F(Access, RealTiersAreNeverCharged) {
   hm_tier_t dram = hm_test::tier("dram");
   void *a = hm_tier_alloc(dram, size_t{8} << 20, 64, HM_STRICT);
   ASSERT_NE(a, nullptr);
-  uint64_t t0 = hm::prim::now_ns();
   ASSERT_EQ(hm_access(a, size_t{8} << 20, HM_ACCESS_RW), HM_OK);
-  EXPECT_LT(hm::prim::now_ns() - t0, 1000000u);
   hm_emul_stats_t s = emul_stats(dram);
   EXPECT_EQ(s.read_bytes[HM_EMUL_DECLARED], 0u);
+  EXPECT_EQ(s.charged_ns[HM_EMUL_DECLARED], 0u);
   EXPECT_EQ(s.charges, 0);
   hm_free(a);
 }
@@ -239,9 +238,7 @@ TEST(AccessProfile, TheDramProfileKeepsTheBookkeepingAndChargesNothing) {
   const size_t bytes = size_t{64} << 20;
   void *a = hm_tier_alloc(t, bytes, 64, HM_STRICT);
   ASSERT_NE(a, nullptr);
-  uint64_t t0 = hm::prim::now_ns();
   ASSERT_EQ(hm_access(a, bytes, HM_ACCESS_RW), HM_OK);
-  EXPECT_LT(hm::prim::now_ns() - t0, 1000000u) << "nothing waits";
   hm_emul_stats_t s = emul_stats(t);
   EXPECT_EQ(s.read_bytes[HM_EMUL_DECLARED], bytes) << "the volume is still counted";
   EXPECT_EQ(s.charged_ns[HM_EMUL_DECLARED], 0u);
