@@ -28,6 +28,9 @@ uint64_t retain_limit();
 // calls it without knowing what is above. `caller` is the return address into the application.
 using AllocObserver = void (*)(const void *ptr, size_t size, bool is_free, const void *caller);
 void set_alloc_observer(AllocObserver observer);
+AllocObserver alloc_observer();
+// The tier hm_malloc uses outside any hm_mode_push scope (HM_DEFAULT_ROLE).
+int default_tier();
 
 // The heap that owns ptr, or nullptr; *owner receives the slot record.
 TierHeap *heap_for(const void *ptr, SlotOwner **owner);

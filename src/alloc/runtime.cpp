@@ -1,0 +1,153 @@
+// The allocation runtime: initialisation from the options (tiers, heaps, budgets, huge-page
+// pools), the process-wide settings the layers read, and finalisation.
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "alloc/runtime.h"
+#include "base/error.h"
+#include "base/options.h"
+#include "prim/prim.h"
+#include "tier/copy_ops.h"
+
+namespace hm {
+
+void modes_reset();  // api.cpp: the calling thread's hm_mode_push stack
+
+std::atomic<uint64_t> g_runtime_epoch{1};
+
+namespace {
+
+std::mutex g_init_mutex;
+std::atomic<int> g_state{0};  // 0: not initialised, 1: ready, 2: failed
+int g_init_code = HM_OK;
+char g_init_message[512];
+TierHeap *g_heaps[kMaxTiers] = {};
+HugePool *g_huge_2m = nullptr, *g_huge_1g = nullptr;
+bool g_thp = true;
+double g_sample_budget = 0.01;
+uint64_t g_retain = 256ull << 20;
+int g_default_tier = 0;
+
+std::atomic<AllocObserver> g_observer{nullptr};
+
+int init_locked() {
+  options_load();
+  long verbose = 0, emul = 1, thp = 1;
+  int rc;
+  if ((rc = option_int("HM_VERBOSE", &verbose)) != HM_OK) return rc;
+  set_log_level(static_cast<int>(verbose));
+  if ((rc = option_int("HM_EMUL", &emul)) != HM_OK) return rc;
+  emul_set_enabled(emul != 0);
+  if ((rc = option_int("HM_THP", &thp)) != HM_OK) return rc;
+  g_thp = thp != 0;
+  if ((rc = option_fraction("HM_SAMPLE_BUDGET", &g_sample_budget)) != HM_OK) return rc;
+  uint64_t nt = 0, pool_2m = 0, pool_1g = 0, dummy = 0;
+  if ((rc = option_size("HM_NT_THRESHOLD", &nt)) != HM_OK) return rc;
+  set_nt_threshold(nt);
+  if ((rc = option_size("HM_RETAIN", &g_retain)) != HM_OK) return rc;
+  if ((rc = option_size("HM_HUGETLB_POOL", &pool_2m)) != HM_OK) return rc;
+  if ((rc = option_size("HM_HUGETLB_1G", &pool_1g)) != HM_OK) return rc;
+  if ((rc = option_size("HM_POOL_SIZE", &dummy)) != HM_OK) return rc;
+  const char *budget_names[HM_ROLE_COUNT] = {"HM_FAST_BUDGET", "HM_CAPACITY_BUDGET", "HM_PERSISTENT_BUDGET"};
+  uint64_t budgets[HM_ROLE_COUNT] = {};
+  for (int r = 0; r < HM_ROLE_COUNT; ++r)
+    if ((rc = option_size(budget_names[r], &budgets[r])) != HM_OK) return rc;
+
+  if ((rc = tiers_init()) != HM_OK) return rc;
+  for (int i = 0; i < tier_count(); ++i) g_heaps[i] = new TierHeap(tier_get(i));
+  for (int r = 0; r < HM_ROLE_COUNT; ++r) {
+    int t = role_tier(static_cast<hm_role_t>(r));
+    if (t >= 0 && budgets[r]) g_heaps[t]->counters().budget.store(budgets[r]);
+  }
+  if (pool_2m) {
+    g_huge_2m = HugePool::create(pool_2m, prim::kHugePage2M);
+    if (!g_huge_2m)
+      log(1, "HM_HUGETLB_POOL=%s: the kernel has %llu free 2 MiB pages; using transparent huge pages instead",
+          format_size(pool_2m).c_str(), static_cast<unsigned long long>(prim::hugetlb_free_pages(prim::kHugePage2M)));
+  }
+  if (pool_1g) {
+    g_huge_1g = HugePool::create(pool_1g, prim::kHugePage1G);
+    if (!g_huge_1g)
+      log(1, "HM_HUGETLB_1G=%s: no 1 GiB pages are free; using 2 MiB pages instead", format_size(pool_1g).c_str());
+  }
+  int fast = role_tier(HM_FAST);
+  if (fast >= 0) g_heaps[fast]->set_huge_pools(g_huge_2m, g_huge_1g);
+
+  const std::string *def = option_text("HM_DEFAULT_ROLE");
+  g_default_tier = fast;
+  if (def && !def->empty()) {
+    int id = -1;
+    if (tier_find(*def, &id) != HM_OK)
+      return fail(HM_EFORMAT, "HM_DEFAULT_ROLE='%s': %s", def->c_str(), hm_last_error());
+    g_default_tier = id;
+  }
+  return HM_OK;
+}
+
+}  // namespace
+
+int runtime_ensure() {
+  int s = g_state.load(std::memory_order_acquire);
+  if (__builtin_expect(s == 1, 1)) return HM_OK;
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  s = g_state.load(std::memory_order_acquire);
+  if (s == 0) {
+    int rc;
+    try {
+      rc = init_locked();
+    } catch (...) {
+      rc = fail(HM_EINIT, "initialisation failed: out of memory");
+    }
+    if (rc != HM_OK) {
+      g_init_code = rc;
+      std::snprintf(g_init_message, sizeof g_init_message, "%s", hm_last_error());
+      log(0, "%s", g_init_message);
+      g_state.store(2, std::memory_order_release);
+      return rc;
+    }
+    g_state.store(1, std::memory_order_release);
+    return HM_OK;
+  }
+  if (s == 2) return fail(HM_EINIT, "hetmem is not initialised: %s", g_init_message);
+  return HM_OK;
+}
+
+void runtime_finalize() {
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  if (g_state.load() == 1) {
+    for (auto &h : g_heaps) {
+      delete h;
+      h = nullptr;
+    }
+    delete g_huge_2m;
+    delete g_huge_1g;
+    g_huge_2m = g_huge_1g = nullptr;
+    tiers_finalize();
+    slot_map().reset();
+    calibration_forget();
+  }
+  g_runtime_epoch.fetch_add(1);
+  g_state.store(0, std::memory_order_release);
+  modes_reset();
+}
+
+void set_alloc_observer(AllocObserver observer) { g_observer.store(observer); }
+
+TierHeap *heap_of(int tier) { return tier >= 0 && tier < kMaxTiers ? g_heaps[tier] : nullptr; }
+bool thp_enabled() { return g_thp; }
+double sample_budget() { return g_sample_budget; }
+uint64_t retain_limit() { return g_retain; }
+
+TierHeap *heap_for(const void *ptr, SlotOwner **owner) {
+  SlotOwner *o = slot_map().get(ptr);
+  if (!o) return nullptr;
+  *owner = o;
+  return heap_of(o->tier);
+}
+
+AllocObserver alloc_observer() { return g_observer.load(std::memory_order_relaxed); }
+int default_tier() { return g_default_tier; }
+
+}  // namespace hm
