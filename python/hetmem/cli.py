@@ -4,7 +4,7 @@
     hetmem options [--json]
     hetmem profile [-o TRACE] [--depth N] [--large SIZE] [--children] -- CMD ARGS
     hetmem report TRACE [--out DIR] [--json] [--top N]
-    hetmem run --rules FILE -- CMD ARGS
+    hetmem run [--rules FILE] [--policy NAME] -- CMD ARGS
     hetmem bench alloc|emul|profiler|pic|octree [--quick] [--out PATH]
     hetmem demo
 """
@@ -225,6 +225,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     extra = {}
+    if args.policy:
+        error = Library().check_policy(args.policy)
+        if error:
+            print(f"hetmem: {error}", file=sys.stderr)
+            return 2
+        extra["HM_POLICY"] = args.policy
     if args.rules:
         rules = os.path.abspath(args.rules)
         error = Library().check_rules(rules)
@@ -277,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     rn = sub.add_parser("run", help="run a program with the preload library: placement rules, scoped modes")
     rn.add_argument("--rules", help="rules file (docs/profiler.md); without it only hm_mode_push scopes route")
+    rn.add_argument("--policy", help="placement policy for object classes (HM_POLICY; docs/placement.md)")
     rn.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
     rn.set_defaults(func=cmd_run)
 

@@ -166,6 +166,7 @@ class Library:
                                     ctypes.c_size_t]
         c.hm_rules_check.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         c.hm_calibration_get.argtypes = [ctypes.POINTER(_Calibration)]
+        c.hm_policy_select.argtypes = [ctypes.c_char_p]
         c.hm_calibration_problem.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         rc = c.hm_init()
         if rc != 0:
@@ -210,6 +211,12 @@ class Library:
         if self._c.hm_calibration_problem(buf, 512) == 1:
             text += "\n  warning: " + buf.value.decode(errors="replace")
         return text
+
+    def check_policy(self, name: str) -> str | None:
+        """None if `name` is a placement policy, else the message listing the policies."""
+        if self._c.hm_policy_select(name.encode()) == 0:
+            return None
+        return self.last_error()
 
     def check_rules(self, path: str) -> str | None:
         """None if the rules file is valid, else the message (FILE:LINE:COLUMN: what)."""

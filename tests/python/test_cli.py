@@ -124,3 +124,11 @@ def test_missing_library_is_explained(tmp_path):
     r = run("tiers", env_extra={"HETMEM_LIB": str(tmp_path / "nope.so")})
     assert r.returncode == 2
     assert "HETMEM_LIB" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_run_validates_the_policy_and_passes_it_on():
+    r = run("run", "--policy", "fastest", "--", "true")
+    assert r.returncode == 2 and "first-touch, all-fast, slow-only" in r.stderr and "Traceback" not in r.stderr
+    r = run("run", "--policy", "slow-only", "--", sys.executable, "-c", "import os; print(os.environ['HM_POLICY'])")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "slow-only"
