@@ -468,24 +468,24 @@ void Simulation::redistribute() {
       hm::access(dest, n, Access::read);
       hm::access(leaving[t], m, Access::write);
     }
+    std::vector<uint32_t> arriving(ntiles, 0);
     for (int t = 0; t < ntiles; ++t) {
       Tile &src = sp.tiles[t];
       for (uint32_t k = 0; k < count[t]; ++k) {
         const size_t n = leaving[t][k].index;
         sp.tiles[leaving[t][k].dest].push_back(src.x[n], src.y[n], src.z[n], src.ux[n], src.uy[n], src.uz[n], src.w[n],
                                                 src.id[n]);
+        ++arriving[leaving[t][k].dest];
       }
       for (uint32_t k = count[t]; k-- > 0;) src.remove(leaving[t][k].index);
       if (count[t] == 0) continue;
-      // Each leaver: its 8 values read, appended to its tile (8 writes), the hole filled from the
-      // end (8 reads and 8 writes): scattered 8-byte accesses.
+      // Each leaver: its 8 values read and the hole filled from the end (8 reads and 8 writes),
+      // scattered 8-byte accesses; its arrival is declared once per destination tile below.
       hm::access(leaving[t], count[t], Access::read);
       hm::access_scattered(src.x.data(), 8 * uint64_t{count[t]}, sizeof(double), Access::read_write);
-      for (uint32_t k = 0; k < count[t]; ++k) {
-        const Tile &dst = sp.tiles[leaving[t][k].dest];
-        hm::access_scattered(dst.x.data(), 8, sizeof(double), Access::write);
-      }
     }
+    for (int t = 0; t < ntiles; ++t)
+      if (arriving[t]) hm::access_scattered(sp.tiles[t].x.data(), 8 * uint64_t{arriving[t]}, sizeof(double), Access::write);
   }
   arena_->reset();
 }

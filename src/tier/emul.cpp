@@ -45,11 +45,14 @@ std::string cpu_model() {
   return model;
 }
 
-std::string machine_key() {
-  std::string model = cpu_model();
-  uint64_t total = 0, fr = 0;
-  prim::node_size(0, &total, &fr);
-  return model + "|cpus=" + std::to_string(prim::cpu_count()) + "|node0=" + std::to_string(total >> 30) + "G";
+// What makes a calibration another machine's: the CPU model and the number of CPUs. (Not the
+// memory size: virtual machines grow and shrink their nodes, and the bandwidth stays the same.)
+std::string machine_key() { return cpu_model() + "|cpus=" + std::to_string(prim::cpu_count()); }
+
+// Files written by earlier versions append "|node0=...G" to the key: still this machine's.
+bool same_machine(const std::string &recorded) {
+  std::string key = machine_key();
+  return recorded.compare(0, key.size(), key) == 0 && (recorded.size() == key.size() || recorded[key.size()] == '|');
 }
 
 std::string cache_path() {
@@ -100,7 +103,7 @@ bool load_cache(const std::string &path, hm_calibration_t *cal) {
     parse_row(line, "latency_ns", lat, &nl);
     if (line.rfind("gather_ns = ", 0) == 0) cal->gather_ns = std::strtod(line.c_str() + 12, nullptr);
   }
-  if (!header || machine != machine_key() || nr == 0 || nr != nw || nr != nc || nl != 1) return false;
+  if (!header || !same_machine(machine) || nr == 0 || nr != nw || nr != nc || nl != 1) return false;
   for (int i = 0; i < nr; ++i)
     if (!(cal->read_bw_mbps[i] > 0 && cal->write_bw_mbps[i] > 0 && cal->copy_bw_mbps[i] > 0)) return false;
   if (!(lat[0] > 0)) return false;

@@ -284,6 +284,19 @@ TEST(Calibration, ItsProvenanceIsRecordedAndAQuickOrOldOneIsFlagged) {
   ASSERT_EQ(hm_test::configure(""), HM_OK);
   EXPECT_EQ(hm_calibration_problem(why, sizeof why), 1);
   EXPECT_NE(std::string(why).find("30 days"), std::string::npos) << why;
+  // A machine whose memory grew or shrank (virtual machines do) keeps its calibration, also one
+  // written with the node size in its key.
+  std::string grown = text;
+  at = grown.find("machine = ");
+  eol = grown.find('\n', at);
+  grown.replace(at, eol - at, grown.substr(at, eol - at) + "|node0=999G");
+  std::ofstream(path) << grown;
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+  hm_calibration_t kept;
+  ASSERT_EQ(hm_calibration_get(&kept), HM_OK);
+  EXPECT_EQ(kept.from_cache, 1) << "not measured again";
+  EXPECT_EQ(kept.method, HM_CALIBRATION_FULL);
+  EXPECT_DOUBLE_EQ(kept.read_bw_mbps[0], 10000);
   unlink(path.c_str());
   if (was) setenv("HM_CALIBRATION", previous.c_str(), 1);
   else unsetenv("HM_CALIBRATION");
