@@ -39,7 +39,7 @@ def _run(cmd: list[str], env: dict) -> str:
     return r.stdout
 
 
-def _pic(preset: str, steps: int, tiers: str | None, tmp: str) -> tuple[float, str, float]:
+def _pic(preset: str, steps: int, tiers: str | None, tmp: str, emul: bool = True) -> tuple[float, str, float]:
     """ns wall per particle-step of one run (everything on `capacity` when tiers is given), the
     emulator's report, and its own share of the loop time."""
     env = _env(OMP_NUM_THREADS="2")
@@ -48,6 +48,8 @@ def _pic(preset: str, steps: int, tiers: str | None, tmp: str) -> tuple[float, s
     if tiers:
         env["HM_TIERS"] = tiers
         cmd += ["hetmem.fields=capacity", "hetmem.particles=capacity"]
+    if not emul:
+        env["HM_EMUL"] = "0"  # the same tier and binding, no emulator at all
     out = _run(cmd, env)
     m = re.search(r"(\d+) particles, (\d+) steps, \d+ thread\(s\): ([\d.]+) ns wall per particle-step", out)
     if not m:
@@ -67,16 +69,23 @@ def _ratio_row(name: str, base: list[float], emul: list[float], unit: str, targe
 
 
 def pic_overhead(preset: str, steps: int, reps: int, tmp: str) -> dict:
-    base, emul, shares, note = [], [], [], ""
+    base, emul, off, shares, note = [], [], [], [], ""
     for _ in range(reps):
         base.append(_pic(preset, steps, None, tmp)[0])
         t, note, share = _pic(preset, steps, "capacity=emul:dram", tmp)
         emul.append(t)
         shares.append(share)
+        off.append(_pic(preset, steps, "capacity=emul:dram", tmp, emul=False)[0])
     row = _ratio_row(f"PIC preset:{preset}, {steps} steps, 2 threads: everything on emul:dram vs DRAM",
                      base, emul, "ns per particle-step", 1.02, note)
     row["own_share"] = statistics.median(shares)
-    row["note"] += f"\n    the emulator's own share of the loop, as it measures it: {100 * row['own_share']:.2f}%"
+    row["emul_off_runs"] = off
+    row["paired_ratio"] = statistics.median([e / b for b, e in zip(base, emul)])
+    row["on_over_off"] = statistics.median([e / o for o, e in zip(off, emul)])
+    row["note"] += (f"\n    the emulator's own share of the loop, as it measures it: {100 * row['own_share']:.2f}%; "
+                    f"median of paired ratios {row['paired_ratio']:.3f}; the same tier with the emulator off "
+                    f"(HM_EMUL=0): {statistics.median(off):.1f}, emulator on / off {row['on_over_off']:.3f} "
+                    f"(paired); DRAM runs spread {min(base):.1f}-{max(base):.1f}")
     return row
 
 
@@ -129,7 +138,7 @@ def optane_scale(preset: str, steps: int, reps: int, tmp: str) -> dict:
 
 def main(out: str, quick: bool) -> int:
     # Runs on a shared machine vary by several percent: the full benchmark takes 9 alternating runs of
-    # each (about 8 minutes) so that the median ratio settles.
+    # each (about 10 minutes) so that the median ratio settles.
     preset, steps, reps = ("L1", 20, 3) if quick else ("L2", 8, 9)
     with tempfile.TemporaryDirectory(prefix="hetmem-bench-emul-") as tmp:
         rows = [pic_overhead(preset, steps, reps, tmp), stencil_overhead(3 if quick else 7, tmp)]
