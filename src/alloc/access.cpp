@@ -36,13 +36,19 @@ void pay(int tier, Pending &p) {
   p = Pending{};
 }
 
-int declare(const void *ptr, uint64_t read, uint64_t write, uint64_t dependent) {
-  SlotOwner *owner = slot_map().get(ptr);
-  if (!owner) return HM_OK;  // not hetmem's: DRAM as far as the emulation is concerned
-  TierHeap *heap = heap_of(owner->tier);
-  if (!heap) return HM_OK;
-  Tier *t = heap->tier();
-  if (!t->emulated() || !emul_enabled()) return HM_OK;
+// The emulated tier holding ptr, with its heap and slot record; nullptr when there is nothing to
+// charge (memory hetmem does not own counts as DRAM; real tiers and HM_EMUL=0 charge nothing).
+Tier *emulated_tier_of(const void *ptr, TierHeap **heap, SlotOwner **owner) {
+  *owner = slot_map().get(ptr);
+  if (!*owner) return nullptr;
+  *heap = heap_of((*owner)->tier);
+  if (!*heap) return nullptr;
+  Tier *t = (*heap)->tier();
+  return t->emulated() && emul_enabled() ? t : nullptr;
+}
+
+// Marks the record declared and gathers the charge on the calling thread.
+int declare(Tier *t, TierHeap *heap, SlotOwner *owner, uint64_t read, uint64_t write, uint64_t dependent) {
   heap->declare(owner);
   Pending &p = t_pending[owner->tier];
   p.read += read;
@@ -88,7 +94,11 @@ int hm_access(const void *ptr, size_t bytes, unsigned how) {
   int rc = runtime_ensure();
   if (rc != HM_OK) return rc;
   if (bytes == 0) return HM_OK;
-  return declare(ptr, (how & HM_ACCESS_READ) ? bytes : 0, (how & HM_ACCESS_WRITE) ? bytes : 0, 0);
+  TierHeap *heap;
+  SlotOwner *owner;
+  Tier *t = emulated_tier_of(ptr, &heap, &owner);
+  if (!t) return HM_OK;
+  return declare(t, heap, owner, (how & HM_ACCESS_READ) ? bytes : 0, (how & HM_ACCESS_WRITE) ? bytes : 0, 0);
 }
 
 int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned how) {
@@ -100,21 +110,22 @@ int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned h
   int rc = runtime_ensure();
   if (rc != HM_OK) return rc;
   if (count == 0) return HM_OK;
+  TierHeap *heap;
+  SlotOwner *owner;
+  Tier *t = emulated_tier_of(ptr, &heap, &owner);
+  if (!t) return HM_OK;
   // A chain of dependent loads is bound by latency: the device's extra latency per access, and
   // no bandwidth on top (the loads do not overlap). Independent ones move whole lines and overlap.
-  if (how & HM_ACCESS_DEPENDENT) return declare(ptr, 0, 0, count);
+  if (how & HM_ACCESS_DEPENDENT) return declare(t, heap, owner, 0, 0, count);
   uint64_t lines = (size + kLine - 1) / kLine;
   uint64_t bytes = count * lines * kLine;
   // Each pays the larger of its lines' bandwidth and its share of the latency (see above).
-  SlotOwner *owner = slot_map().get(ptr);
-  Tier *t = owner ? tier_get(owner->tier) : nullptr;
-  if (!t || !t->emulated()) return HM_OK;
   const hm_calibration_t &cal = calibration();
   uint64_t r = (how & HM_ACCESS_READ) ? bytes : 0, w = (how & HM_ACCESS_WRITE) ? bytes : 0;
   uint64_t n = scattered_dependent_equivalent(cal, count);
   double by_bandwidth = emul_extra_ns(*t->profile, cal, 1, r, w, 0);
   double by_latency = emul_extra_ns(*t->profile, cal, 1, 0, 0, n);
-  return by_latency > by_bandwidth ? declare(ptr, 0, 0, n) : declare(ptr, r, w, 0);
+  return by_latency > by_bandwidth ? declare(t, heap, owner, 0, 0, n) : declare(t, heap, owner, r, w, 0);
 }
 
 int hm_emul_charge(hm_tier_t tier, uint64_t r, uint64_t w, uint64_t n, uint64_t *charged_ns) {
