@@ -153,12 +153,11 @@ double model_extra_ns(const hm::EmulProfile &p, const hm_calibration_t &cal, Ker
   if (sampled) {
     // The sampler sees each referenced page once, as a read, and waits on the phase's thread.
     uint64_t footprint = k == kTriad || k == kTriad2 ? 3 * n * 8 : n * 8;
-    if (k == kChase) footprint = n * 8;
     return hm::emul_extra_ns(p, cal, 1, footprint, 0, 0);
   }
   if (v.gathers) {
-    uint64_t bytes = v.gathers * 64, dep = hm::scattered_dependent_equivalent(cal, v.gathers);
-    return std::max(hm::emul_extra_ns(p, cal, 1, bytes, 0, 0), hm::emul_extra_ns(p, cal, 1, 0, 0, dep));
+    hm::AccessVolume g = hm::scattered_volume(p, cal, v.gathers, sizeof(double), HM_ACCESS_READ);
+    return hm::emul_extra_ns(p, cal, 1, g.read, g.write, g.dependent);
   }
   return hm::emul_extra_ns(p, cal, v.threads, v.read, v.write, v.chase);
 }

@@ -117,23 +117,20 @@ int main(int argc, char **argv) {
   pic::Footprint need = pic::estimate(p);
   // Fields and particles go where the placement policy puts their classes, unless the input pins
   // them to a role or tier; the strict check uses the policy's first choice.
-  auto where = [](const std::string &pinned, const char *cls, hm_class_kind_t kind, int priority, std::string *name) {
-    hm_tier_t t = -1;
-    hm_class_t c;
-    if (!pinned.empty()) {
-      if (hm_tier_find(pinned.c_str(), &t) != HM_OK) return -1;
-      *name = "'" + pinned + "'";
-    } else {
-      if (hm_class_define(cls, kind, priority, &c) != HM_OK || hm_class_tier(c, &t) != HM_OK) return -1;
-      *name = std::string("class ") + cls + ", policy " + hm_policy_name();
-    }
-    return t;
-  };
+  hm_tier_t field_tier, particle_tier;
   std::string field_where, particle_where;
-  hm_tier_t field_tier = where(p.field_role, "pic.fields", HM_CLASS_HOT, 100, &field_where);
-  if (field_tier < 0) return die(hm_last_error());
-  hm_tier_t particle_tier = where(p.particle_role, "pic.tiles", HM_CLASS_STREAMING, 0, &particle_where);
-  if (particle_tier < 0) return die(hm_last_error());
+  try {
+    const pic::Classes classes = pic::define_classes();
+    field_tier = pic::first_tier(p.field_role, classes.fields).id();
+    particle_tier = pic::first_tier(p.particle_role, classes.tiles).id();
+    auto describe = [](const std::string &pinned, hm::Class cls) {
+      return pinned.empty() ? "class " + std::string(cls.info().name) + ", policy " + hm_policy_name() : "'" + pinned + "'";
+    };
+    field_where = describe(p.field_role, classes.fields);
+    particle_where = describe(p.particle_role, classes.tiles);
+  } catch (const hm::Error &e) {
+    return die(e.what());
+  }
   std::printf("hetmem-pic: %d x %d x %d cells, %zu species, %d steps; fields %.1f MiB (%s), particles %.1f MiB (%s)\n",
               p.grid.nx, p.grid.ny, p.grid.nz, p.species.size(), p.steps, need.fields / 1048576.0,
               field_where.c_str(), need.particles / 1048576.0, particle_where.c_str());

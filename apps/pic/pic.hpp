@@ -27,6 +27,18 @@ using TierVector = std::vector<T, hm::TierAllocator<T>>;
 // the active policy.
 using Where = hm::TierAllocator<double>;
 
+// The object classes of this code (seed 000 Table 2): fields are hot, particle tiles and their
+// current buffers streamed, per-step temporaries come from an iteration arena.
+struct Classes {
+  hm::Class fields, tiles, tile_currents, temporary;
+};
+Classes define_classes();  // idempotent: the same classes on every call
+// Where objects of `cls` go: the role or tier `pinned` names (hetmem.fields, hetmem.particles),
+// else the class, placed by the active policy.
+Where where_for(const std::string &pinned, hm::Class cls);
+// The tier such objects go to first: the pinned one, or the policy's first choice for the class.
+hm::Tier first_tier(const std::string &pinned, hm::Class cls);
+
 struct Grid {
   int nx = 0, ny = 0, nz = 0;     // cells
   double dx = 0, dy = 0, dz = 0;  // m

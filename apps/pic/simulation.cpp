@@ -11,10 +11,6 @@ namespace pic {
 
 namespace {
 
-// A pinned role or tier when the input names one, else the class, placed by the active policy.
-Where where_for(const std::string &pinned, hm::Class cls) {
-  return pinned.empty() ? Where(cls) : Where(hm::Tier::find(pinned));
-}
 
 // A counter-based generator: the same particle gets the same numbers whatever the thread count.
 uint64_t mix(uint64_t x) {
@@ -70,6 +66,24 @@ inline void push_vay(double &ux, double &uy, double &uz, double ex, double ey, d
 }
 
 }  // namespace
+
+// ------------------------------------------------------------------------------------------------
+Classes define_classes() {
+  return {hm::Class::define("pic.fields", hm::ClassKind::hot, 100), hm::Class::define("pic.tiles", hm::ClassKind::streaming),
+          hm::Class::define("pic.tile_currents", hm::ClassKind::streaming),
+          hm::Class::define("pic.temporary", hm::ClassKind::temporary)};
+}
+
+Where where_for(const std::string &pinned, hm::Class cls) {
+  return pinned.empty() ? Where(cls) : Where(hm::Tier::find(pinned));
+}
+
+hm::Tier first_tier(const std::string &pinned, hm::Class cls) {
+  if (!pinned.empty()) return hm::Tier::find(pinned);
+  hm_tier_t t;
+  hm::check(hm_class_tier(cls.id(), &t));
+  return hm::Tier(t);
+}
 
 // ------------------------------------------------------------------------------------------------
 Field::Field(const Grid &g, const Where &where)
@@ -145,18 +159,14 @@ Simulation::Simulation(const Params &p) : p_(p) {
   ntx_ = g.nx / p_.tile[0];
   nty_ = g.ny / p_.tile[1];
   ntz_ = g.nz / p_.tile[2];
-  // The classes of seed 000 Table 2: fields are hot, particle tiles and their current buffers
-  // streamed, per-step temporaries come from an iteration arena. The active policy places them
-  // (HM_POLICY), unless hetmem.fields / hetmem.particles pin fields or particles to a tier.
-  const Where fields = where_for(p_.field_role, hm::Class::define("pic.fields", hm::ClassKind::hot, 100));
-  const Where tiles = where_for(p_.particle_role, hm::Class::define("pic.tiles", hm::ClassKind::streaming));
-  const Where currents =
-      where_for(p_.particle_role, hm::Class::define("pic.tile_currents", hm::ClassKind::streaming));
-  hm::Class temporary = hm::Class::define("pic.temporary", hm::ClassKind::temporary);
-  hm_tier_t arena_tier;
-  if (!p_.field_role.empty()) arena_tier = hm::Tier::find(p_.field_role).id();
-  else hm::check(hm_class_tier(temporary.id(), &arena_tier));
-  arena_ = std::make_unique<hm::Arena>(hm::Tier(arena_tier), size_t{1} << 20, HM_ARENA_CONCURRENT);
+  // The active policy places the classes (HM_POLICY), unless hetmem.fields / hetmem.particles pin
+  // fields or particles to a tier; temporaries go with the fields.
+  const Classes classes = define_classes();
+  const Where fields = where_for(p_.field_role, classes.fields);
+  const Where tiles = where_for(p_.particle_role, classes.tiles);
+  const Where currents = where_for(p_.particle_role, classes.tile_currents);
+  arena_ = std::make_unique<hm::Arena>(first_tier(p_.field_role, classes.temporary), size_t{1} << 20,
+                                       HM_ARENA_CONCURRENT);
   for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(g, fields);
   bx_ = p_.tile[0] + 4;
   by_ = p_.tile[1] + 4;

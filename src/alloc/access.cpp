@@ -79,6 +79,23 @@ uint64_t scattered_dependent_equivalent(const hm_calibration_t &cal, uint64_t co
   return static_cast<uint64_t>(static_cast<double>(count) / mlp + 0.5);
 }
 
+AccessVolume scattered_volume(const EmulProfile &p, const hm_calibration_t &cal, uint64_t count, size_t size,
+                              unsigned how) {
+  AccessVolume v;
+  // A chain of dependent loads is bound by latency: the device's extra latency per access, and
+  // no bandwidth on top (the loads do not overlap). Independent ones move whole lines and overlap.
+  if (how & HM_ACCESS_DEPENDENT) {
+    v.dependent = count;
+    return v;
+  }
+  uint64_t bytes = count * ((size + kLine - 1) / kLine) * kLine;
+  uint64_t r = (how & HM_ACCESS_READ) ? bytes : 0, w = (how & HM_ACCESS_WRITE) ? bytes : 0;
+  uint64_t n = scattered_dependent_equivalent(cal, count);
+  if (emul_extra_ns(p, cal, 1, 0, 0, n) > emul_extra_ns(p, cal, 1, r, w, 0)) v.dependent = n;
+  else v.read = r, v.write = w;
+  return v;
+}
+
 }  // namespace hm
 
 using namespace hm;
@@ -114,18 +131,8 @@ int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned h
   SlotOwner *owner;
   Tier *t = emulated_tier_of(ptr, &heap, &owner);
   if (!t) return HM_OK;
-  // A chain of dependent loads is bound by latency: the device's extra latency per access, and
-  // no bandwidth on top (the loads do not overlap). Independent ones move whole lines and overlap.
-  if (how & HM_ACCESS_DEPENDENT) return declare(t, heap, owner, 0, 0, count);
-  uint64_t lines = (size + kLine - 1) / kLine;
-  uint64_t bytes = count * lines * kLine;
-  // Each pays the larger of its lines' bandwidth and its share of the latency (see above).
-  const hm_calibration_t &cal = calibration();
-  uint64_t r = (how & HM_ACCESS_READ) ? bytes : 0, w = (how & HM_ACCESS_WRITE) ? bytes : 0;
-  uint64_t n = scattered_dependent_equivalent(cal, count);
-  double by_bandwidth = emul_extra_ns(*t->profile, cal, 1, r, w, 0);
-  double by_latency = emul_extra_ns(*t->profile, cal, 1, 0, 0, n);
-  return by_latency > by_bandwidth ? declare(t, heap, owner, 0, 0, n) : declare(t, heap, owner, r, w, 0);
+  AccessVolume v = scattered_volume(*t->profile, calibration(), count, size, how);
+  return declare(t, heap, owner, v.read, v.write, v.dependent);
 }
 
 int hm_emul_charge(hm_tier_t tier, uint64_t r, uint64_t w, uint64_t n, uint64_t *charged_ns) {
