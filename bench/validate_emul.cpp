@@ -156,7 +156,7 @@ double model_extra_ns(const hm::EmulProfile &p, const hm_calibration_t &cal, Ker
     return hm::emul_extra_ns(p, cal, 1, footprint, 0, 0);
   }
   if (v.gathers) {
-    hm::AccessVolume g = hm::scattered_volume(p, cal, v.gathers, sizeof(double), HM_ACCESS_READ);
+    hm::DeviceVolume g = hm::scattered_volume(p, cal, v.gathers, sizeof(double), HM_ACCESS_READ);
     return hm::emul_extra_ns(p, cal, 1, g.read, g.write, g.dependent);
   }
   return hm::emul_extra_ns(p, cal, v.threads, v.read, v.write, v.chase);

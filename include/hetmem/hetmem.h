@@ -242,6 +242,11 @@ void *hm_arena_alloc(hm_arena_t *arena, size_t size, size_t align);
 void hm_arena_reset(hm_arena_t *arena);
 void hm_arena_destroy(hm_arena_t *arena);
 
+/* An arena for the temporaries of a class (kind temporary): its chunks are placed where the active
+ * policy puts the class's objects and count in the class's space (hetmem-static's temporary
+ * space). Same flags as hm_arena_create; HM_ARENA_STRICT is the policy's to decide. */
+int hm_arena_create_class(int cls, size_t initial_bytes, unsigned flags, hm_arena_t **arena);
+
 typedef struct hm_arena_stats {
   uint64_t used;       /* bytes handed out since the last reset */
   uint64_t peak;       /* largest `used` seen at a reset or now */
@@ -258,10 +263,18 @@ int hm_arena_stats(const hm_arena_t *arena, hm_arena_stats_t *stats);
  *
  * Code says what a data object is for; the active policy (HM_POLICY, or hm_policy_select before
  * the first class allocation) decides which tier it lands on, so one binary runs under every
- * policy. Policies: "first-touch" (the default: the fast tier until its budget is used up, in
- * allocation order, then the capacity tier, as NUMA first-touch does), "all-fast" (everything on
- * the fast tier, strictly: the upper bound, for problems whose footprint fits), "slow-only"
- * (everything on the capacity tier).
+ * policy:
+ *   "first-touch"   the default: the fast tier until its budget is used up, in allocation order,
+ *                   then the capacity tier, as NUMA first-touch does;
+ *   "all-fast"      everything on the fast tier, strictly (the upper bound; the footprint must fit);
+ *   "slow-only"     everything on the capacity tier (seed 000's Optane-only);
+ *   "memory-mode"   everything on the capacity tier behind a modelled direct-mapped DRAM cache of
+ *                   the fast budget's size (Optane Memory Mode; emulated capacity tiers only);
+ *   "interleave"    objects spread over the fast and capacity tiers in the ratio of their read
+ *                   bandwidths, by bytes (weighted interleave at object granularity);
+ *   "hetmem-static" seed 000 §4.1: the fast tier divided into spaces (metadata, temporary,
+ *                   migration, free); iteration 1 observes, then at its end the spaces are sized
+ *                   and hot objects moved (same addresses) into the free space by priority.
  * ------------------------------------------------------------------------------------------- */
 typedef enum hm_class_kind {
   HM_CLASS_METADATA = 0,   /* long-lived, small, accessed often: grid and tile bookkeeping */
@@ -292,6 +305,8 @@ typedef struct hm_class_info {
   uint64_t allocs;                 /* allocations made for the class */
   uint64_t bytes;                  /* bytes requested by them */
   uint64_t bytes_on_tier[16];      /* of those, bytes placed on each tier (index: hm_tier_t) */
+  uint64_t live_bytes_on_tier[16]; /* bytes of the class's live objects on each tier now (after
+                                      static placement's moves) */
 } hm_class_info_t;
 /* The tier the active policy gives the class's next allocation (its first choice: a preferred
  * placement can still fall back). For code that must pick a tier itself, such as an arena. */
@@ -299,10 +314,59 @@ int hm_class_tier(hm_class_t cls, hm_tier_t *tier);
 int hm_class_count(void);
 int hm_class_info(hm_class_t cls, hm_class_info_t *info);
 
+/* The fast tier's spaces under hetmem-static (seed 000 §4): sub-budgets of the fast budget with
+ * their own accounting, never exceeded. Other policies keep the accounting (budget 0: not sized). */
+typedef enum hm_space {
+  HM_SPACE_METADATA = 0,   /* metadata objects: long-lived, small, hot */
+  HM_SPACE_TEMPORARY = 1,  /* temporaries and class arenas: sized from iteration 1's peak, grown on demand */
+  HM_SPACE_MIGRATION = 2,  /* staging buffers for streamed data (HM_MIGRATION_SPACE) */
+  HM_SPACE_FREE = 3,       /* the rest: hot objects by priority */
+  HM_SPACE_COUNT = 4
+} hm_space_t;
+
+typedef struct hm_space_stats {
+  uint64_t budget;       /* bytes the space may hold (0: not sized yet, only the fast budget limits) */
+  uint64_t in_use;       /* bytes of the space's objects on the fast tier now */
+  uint64_t high_water;   /* largest in_use */
+  uint64_t objects;      /* live objects in the space */
+  uint64_t grows;        /* times the space grew on demand (taking unused room of the free space) */
+  uint64_t grown_bytes;
+  uint64_t overflows;    /* objects of the space's kind placed on the capacity tier: no room */
+} hm_space_stats_t;
+/* HM_EINVAL for an unknown space. */
+int hm_space_stats(hm_space_t space, hm_space_stats_t *stats);
+/* "metadata", "temporary", "migration", "free". */
+const char *hm_space_name(hm_space_t space);
+
+/* What static placement did at the end of the observed iteration (hetmem-static). */
+typedef struct hm_placement_stats {
+  int settled;              /* 1 once the spaces are sized and hot objects moved */
+  int settle_iteration;     /* the iteration it happened at the end of */
+  uint64_t promoted;        /* hot objects moved to the fast tier, and their bytes */
+  uint64_t promoted_bytes;
+  uint64_t demoted;         /* hot objects moved to the capacity tier, and their bytes */
+  uint64_t demoted_bytes;
+  uint64_t unmovable;       /* objects that should have moved and could not (no own mapping, budget) */
+  double settle_seconds;    /* time the moves took */
+  int error;                /* HM_OK, or the code of a problem (the fast budget below the spaces' minimum) */
+  char message[256];        /* that problem, with the numbers */
+} hm_placement_stats_t;
+int hm_placement_stats(hm_placement_stats_t *stats);
+
+/* The memory-mode policy's DRAM cache model: blocks hit, missed (filled from the slow device) and
+ * written back dirty, since the policy was activated. HM_ENOTSUP when memory-mode is not active. */
+typedef struct hm_dram_cache_stats {
+  uint64_t hits, misses, writebacks;
+  uint64_t block_bytes;    /* the model's block size */
+  uint64_t blocks;         /* its number of blocks (direct-mapped sets) */
+} hm_dram_cache_stats_t;
+int hm_dram_cache_stats(hm_dram_cache_stats_t *stats);
+
 /* The active policy's name ("first-touch", ...). */
 const char *hm_policy_name(void);
 /* Selects the policy for this process. HM_EINVAL, listing the policies, for an unknown name;
- * HM_EBUSY once a class allocation has been made under another policy. */
+ * HM_EBUSY once a class allocation has been made under another policy; HM_ENOTSUP for
+ * memory-mode when the capacity tier is not emulated (real hardware needs its own Memory Mode). */
 int hm_policy_select(const char *name);
 
 /* ---------------------------------------------------------------------------------------------

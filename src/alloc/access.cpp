@@ -79,9 +79,9 @@ uint64_t scattered_dependent_equivalent(const hm_calibration_t &cal, uint64_t co
   return static_cast<uint64_t>(static_cast<double>(count) / mlp + 0.5);
 }
 
-AccessVolume scattered_volume(const EmulProfile &p, const hm_calibration_t &cal, uint64_t count, size_t size,
+DeviceVolume scattered_volume(const EmulProfile &p, const hm_calibration_t &cal, uint64_t count, size_t size,
                               unsigned how) {
-  AccessVolume v;
+  DeviceVolume v;
   // A chain of dependent loads is bound by latency: the device's extra latency per access, and
   // no bandwidth on top (the loads do not overlap). Independent ones move whole lines and overlap.
   if (how & HM_ACCESS_DEPENDENT) {
@@ -115,7 +115,8 @@ int hm_access(const void *ptr, size_t bytes, unsigned how) {
   SlotOwner *owner;
   Tier *t = emulated_tier_of(ptr, &heap, &owner);
   if (!t) return HM_OK;
-  return declare(t, heap, owner, (how & HM_ACCESS_READ) ? bytes : 0, (how & HM_ACCESS_WRITE) ? bytes : 0, 0);
+  DeviceVolume v = tier_device_range(*t, ptr, bytes, how & HM_ACCESS_READ, how & HM_ACCESS_WRITE);
+  return declare(t, heap, owner, v.read, v.write, v.dependent);
 }
 
 int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned how) {
@@ -131,7 +132,14 @@ int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned h
   SlotOwner *owner;
   Tier *t = emulated_tier_of(ptr, &heap, &owner);
   if (!t) return HM_OK;
-  AccessVolume v = scattered_volume(*t->profile, calibration(), count, size, how);
+  DeviceVolume v = scattered_volume(*t->profile, calibration(), count, size, how);
+  if (t->charge_model) {
+    // Where in the allocation the accesses land is not known: the model spreads them over it.
+    const void *base = ptr;
+    size_t span = TierHeap::usable_size(ptr, owner);
+    v = t->charge_model->scattered(reinterpret_cast<uintptr_t>(base), span ? span : size, count, size,
+                                   how & HM_ACCESS_WRITE, how & HM_ACCESS_DEPENDENT, v);
+  }
   return declare(t, heap, owner, v.read, v.write, v.dependent);
 }
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "hetmem/hetmem.h"
+#include "tier/charge_model.h"
 #include "tier/emul.h"
 
 namespace hm {
@@ -16,10 +17,7 @@ uint64_t scattered_dependent_equivalent(const hm_calibration_t &cal, uint64_t co
 // What `count` scattered accesses of `size` bytes are charged as on a device of profile `p`
 // (hm_access_scattered): a dependent chain its extra latency per access; independent ones the
 // larger of their whole cache lines' bandwidth and their share of the latency.
-struct AccessVolume {
-  uint64_t read = 0, write = 0, dependent = 0;
-};
-AccessVolume scattered_volume(const EmulProfile &p, const hm_calibration_t &cal, uint64_t count, size_t size,
+DeviceVolume scattered_volume(const EmulProfile &p, const hm_calibration_t &cal, uint64_t count, size_t size,
                               unsigned how);
 
 }  // namespace hm

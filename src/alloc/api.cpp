@@ -230,6 +230,7 @@ void hm_stats_print(int fd) {
             format_size(e.write_bytes[0] + e.write_bytes[1] + e.write_bytes[2]).c_str(),
             e.charges ? "" : " (nothing charged: HM_EMUL=0 or a profile without cost)");
   }
+  print_stats_sections(fd);
 }
 
 void *hm_tier_alloc(hm_tier_t tier, size_t size, size_t align, unsigned flags) {
@@ -275,6 +276,7 @@ void hm_free(void *ptr) {
   }
   if (alloc_observer())
     notify(ptr, TierHeap::usable_size(ptr, owner), true, __builtin_return_address(0));
+  notify_release(ptr, owner);
   h->release(ptr, owner);
 }
 
@@ -315,6 +317,7 @@ void *hm_realloc(void *ptr, size_t size) {
   SlotOwner *nowner = nullptr;
   TierHeap *nh = heap_for(np, &nowner);
   tier_copy(np, ptr, old < size ? old : size, nh->tier(), h->tier());
+  notify_release(ptr, owner);
   h->release(ptr, owner);
   return np;
 }

@@ -11,6 +11,7 @@
 
 struct hm_arena {
   int tier;
+  int cls = -1;  // an arena of a class: its chunks are placed where the class's objects go
   unsigned flags;
   struct Chunk {
     char *base;
@@ -36,7 +37,8 @@ bool add_chunk(hm_arena *a, size_t size) {
   unsigned placement = (a->flags & HM_ARENA_STRICT) ? HM_STRICT : HM_PREFERRED;
   auto *c = static_cast<hm_arena::Chunk *>(hm_tier_alloc(a->tier, sizeof(hm_arena::Chunk), 16, placement));
   if (!c) return false;
-  c->base = static_cast<char *>(hm_tier_alloc(a->tier, size, 64, placement));
+  hm::ClassChunkAlloc class_alloc = a->cls >= 0 ? hm::class_chunk_alloc() : nullptr;
+  c->base = static_cast<char *>(class_alloc ? class_alloc(a->cls, size, 64, 0) : hm_tier_alloc(a->tier, size, 64, placement));
   if (!c->base) {
     hm_free(c);
     return false;
@@ -93,20 +95,19 @@ void *grow_and_alloc(hm_arena *a, size_t size, size_t align) {
 
 using namespace hm;
 
-extern "C" {
+namespace {
 
-int hm_arena_create(hm_tier_t tier, size_t initial_bytes, unsigned flags, hm_arena_t **out) {
-  int rc = runtime_ensure();
-  if (rc != HM_OK) return rc;
-  if (!out) return fail(HM_EINVAL, "hm_arena_create: arena is NULL");
-  if (!heap_of(tier)) return fail(HM_ENOTIER, "hm_arena_create: unknown tier %d", tier);
-  if (flags & ~(HM_ARENA_CONCURRENT | HM_ARENA_STRICT))
-    return fail(HM_EINVAL, "hm_arena_create: unknown flags %#x (HM_ARENA_CONCURRENT, HM_ARENA_STRICT)", flags);
-  void *mem = hm_tier_alloc(tier, sizeof(hm_arena), alignof(hm_arena),
-                            (flags & HM_ARENA_STRICT) ? HM_STRICT : HM_PREFERRED);
+// An arena on `tier`, or, for cls >= 0, one whose header and chunks are placed as the class's
+// objects are (the placement runtime's temporary space).
+int arena_create(hm_tier_t tier, int cls, size_t initial_bytes, unsigned flags, hm_arena_t **out) {
+  void *mem = cls >= 0 ? class_chunk_alloc()(cls, sizeof(hm_arena), alignof(hm_arena), 0)
+                       : hm_tier_alloc(tier, sizeof(hm_arena), alignof(hm_arena),
+                                       (flags & HM_ARENA_STRICT) ? HM_STRICT : HM_PREFERRED);
   if (!mem) return hm_last_error_code();
+  if (cls >= 0) hm_ptr_tier(mem, &tier);
   auto *a = new (mem) hm_arena();
   a->tier = tier;
+  a->cls = cls;
   a->flags = flags;
   if (!add_chunk(a, initial_bytes ? align_up(initial_bytes, 4096) : size_t{1} << 20)) {
     int code = hm_last_error_code();
@@ -116,6 +117,34 @@ int hm_arena_create(hm_tier_t tier, size_t initial_bytes, unsigned flags, hm_are
   }
   *out = a;
   return HM_OK;
+}
+
+int check_create(const char *fn, unsigned flags, hm_arena_t **out) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  if (!out) return fail(HM_EINVAL, "%s: arena is NULL", fn);
+  if (flags & ~(HM_ARENA_CONCURRENT | HM_ARENA_STRICT))
+    return fail(HM_EINVAL, "%s: unknown flags %#x (HM_ARENA_CONCURRENT, HM_ARENA_STRICT)", fn, flags);
+  return HM_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+int hm_arena_create(hm_tier_t tier, size_t initial_bytes, unsigned flags, hm_arena_t **out) {
+  int rc = check_create("hm_arena_create", flags, out);
+  if (rc != HM_OK) return rc;
+  if (!heap_of(tier)) return fail(HM_ENOTIER, "hm_arena_create: unknown tier %d", tier);
+  return arena_create(tier, -1, initial_bytes, flags, out);
+}
+
+int hm_arena_create_class(hm_class_t cls, size_t initial_bytes, unsigned flags, hm_arena_t **out) {
+  int rc = check_create("hm_arena_create_class", flags, out);
+  if (rc != HM_OK) return rc;
+  if (!class_chunk_alloc()) return fail(HM_ENOTSUP, "hm_arena_create_class: no placement runtime in this build");
+  if (cls < 0) return fail(HM_EINVAL, "hm_arena_create_class: %d is not a defined class", cls);
+  return arena_create(-1, cls, initial_bytes, flags, out);
 }
 
 void *hm_arena_alloc(hm_arena_t *a, size_t size, size_t align) {

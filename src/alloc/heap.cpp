@@ -690,8 +690,16 @@ int TierHeap::move_to(void *ptr, SlotOwner *owner, TierHeap &dst) {
     if (dt->node >= 0 && dt->node != st->node && prim::numa_node_count() > 1)
       rc = prim::bind_node(lb->extent.addr, lb->extent.size, dt->node, true);
     if (rc == HM_OK) {
-      if (st->emulated()) emul_charge(*st->profile, st->emul, len, 0, 0, kEmulCopy);
-      if (dt->emulated()) emul_charge(*dt->profile, dt->emul, 0, len, 0, kEmulCopy);
+      // The pages stay where they are: the move reads them as the old tier and writes them as
+      // the new one.
+      if (st->emulated()) {
+        DeviceVolume v = tier_device_range(*st, lb->extent.addr, len, true, false);
+        emul_charge(*st->profile, st->emul, v.read, v.write, v.dependent, kEmulCopy);
+      }
+      if (dt->emulated()) {
+        DeviceVolume v = tier_device_range(*dt, lb->extent.addr, len, false, true);
+        emul_charge(*dt->profile, dt->emul, v.read, v.write, v.dependent, kEmulCopy);
+      }
     }
   } else {
     // A file on either side: copy into fresh storage of the destination, then map it at the

@@ -148,6 +148,41 @@ TierHeap *heap_for(const void *ptr, SlotOwner **owner) {
 }
 
 AllocObserver alloc_observer() { return g_observer.load(std::memory_order_relaxed); }
+
+namespace {
+std::atomic<ReleaseObserver> g_release_observer{nullptr};
+std::atomic<ClassChunkAlloc> g_class_chunk_alloc{nullptr};
+constexpr int kMaxStatsSections = 4;
+std::atomic<StatsSection> g_stats_sections[kMaxStatsSections] = {};
+}  // namespace
+
+void set_release_observer(ReleaseObserver observer) { g_release_observer.store(observer); }
+
+void mark_tracked(const void *ptr) {
+  SlotOwner *o = slot_map().get(ptr);
+  if (o && !o->is_tracked()) __atomic_store_n(&o->tracked, 1u, __ATOMIC_RELAXED);
+}
+
+void notify_release(void *ptr, SlotOwner *owner) {
+  if (!owner->is_tracked()) return;
+  ReleaseObserver o = g_release_observer.load(std::memory_order_acquire);
+  if (o) o(ptr, TierHeap::usable_size(ptr, owner));
+}
+
+void add_stats_section(StatsSection section) {
+  for (auto &s : g_stats_sections) {
+    StatsSection expected = nullptr;
+    if (s.load() == section || s.compare_exchange_strong(expected, section)) return;
+  }
+}
+
+void print_stats_sections(int fd) {
+  for (auto &s : g_stats_sections)
+    if (StatsSection f = s.load()) f(fd);
+}
+
+void set_class_chunk_alloc(ClassChunkAlloc alloc) { g_class_chunk_alloc.store(alloc); }
+ClassChunkAlloc class_chunk_alloc() { return g_class_chunk_alloc.load(); }
 int default_tier() { return g_default_tier; }
 
 }  // namespace hm

@@ -29,6 +29,22 @@ uint64_t retain_limit();
 using AllocObserver = void (*)(const void *ptr, size_t size, bool is_free, const void *caller);
 void set_alloc_observer(AllocObserver observer);
 AllocObserver alloc_observer();
+// Layers above keep records of some allocations (the placement runtime's objects of a class).
+// mark_tracked(ptr) flags the allocation's record; frees and reallocations of memory in a flagged
+// record call the release observer with the block before it is released, so the records stay
+// exact without a lookup on every free.
+using ReleaseObserver = void (*)(void *ptr, size_t usable);
+void set_release_observer(ReleaseObserver observer);
+void mark_tracked(const void *ptr);
+void notify_release(void *ptr, SlotOwner *owner);
+// Sections that layers above add to hm_stats_print (the placement runtime's spaces).
+using StatsSection = void (*)(int fd);
+void add_stats_section(StatsSection section);
+void print_stats_sections(int fd);
+// Arenas for a class (hm_arena_create_class) take their chunks from the layer that places classes.
+using ClassChunkAlloc = void *(*)(int cls, size_t size, size_t align, unsigned flags);
+void set_class_chunk_alloc(ClassChunkAlloc alloc);
+ClassChunkAlloc class_chunk_alloc();
 // The tier hm_malloc uses outside any hm_mode_push scope (HM_DEFAULT_ROLE).
 int default_tier();
 

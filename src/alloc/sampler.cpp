@@ -15,6 +15,7 @@ namespace {
 struct PhaseSample {
   bool seen = false;
   uint64_t undeclared[kMaxTiers] = {};  // referenced bytes of undeclared emulated memory
+  uintptr_t at[kMaxTiers] = {};          // where the first such mapping starts (charge models)
   uint64_t cost_ns = 0;                 // own time plus the estimated cost to the program
 };
 
@@ -70,7 +71,7 @@ void clear_with_page_cost() {
 // Referenced bytes of the undeclared records of emulated tiers inside one mapping: the mapping's
 // referenced bytes shared out over its 2 MiB slots (adjacent mappings merge, so one can hold
 // several records).
-void attribute(const prim::MappingUse &m, uint64_t *undeclared) {
+void attribute(const prim::MappingUse &m, uint64_t *undeclared, uintptr_t *at) {
   const uintptr_t slot = kSlotSize;
   uintptr_t first = m.start & ~(slot - 1);
   uint64_t slots = 0, counted[kMaxTiers] = {};
@@ -87,14 +88,21 @@ void attribute(const prim::MappingUse &m, uint64_t *undeclared) {
   }
   if (!any) return;
   for (int t = 0; t < kMaxTiers; ++t)
-    if (counted[t]) undeclared[t] += m.referenced_bytes * counted[t] / slots;
+    if (counted[t]) {
+      if (!undeclared[t]) at[t] = m.start;
+      undeclared[t] += m.referenced_bytes * counted[t] / slots;
+    }
 }
 
-void charge(const uint64_t *bytes) {
+// The sampler knows how many bytes of a tier were referenced, not which: a charge model (memory
+// mode) sees them as one read from the start of the first mapping that held them.
+void charge(const uint64_t *bytes, const uintptr_t *at) {
   for (int t = 0; t < tier_count(); ++t)
     if (bytes[t]) {
       Tier *tier = tier_get(t);
-      if (tier->emulated()) emul_charge(*tier->profile, tier->emul, bytes[t], 0, 0, kEmulSampled);
+      if (!tier->emulated()) continue;
+      DeviceVolume v = tier_device_range(*tier, reinterpret_cast<const void *>(at[t]), bytes[t], true, false);
+      emul_charge(*tier->profile, tier->emul, v.read, v.write, v.dependent, kEmulSampled);
     }
 }
 
@@ -128,7 +136,7 @@ void sampler_end(uint16_t phase, SampleMode mode, std::vector<prim::MappingUse> 
     bool anything = ps && std::any_of(ps->undeclared, ps->undeclared + kMaxTiers, [](uint64_t b) { return b > 0; });
     if (anything && emulation_wants()) {
       ++g_stats.phases_carried;
-      charge(ps->undeclared);
+      charge(ps->undeclared, ps->at);
     } else {
       ++g_stats.phases_skipped;  // its last sample found no undeclared memory in use (or none yet)
     }
@@ -137,25 +145,27 @@ void sampler_end(uint16_t phase, SampleMode mode, std::vector<prim::MappingUse> 
   if (mode != SampleMode::kSampled) return;
   uint64_t t0 = prim::now_ns();
   uint64_t undeclared[kMaxTiers] = {};
+  uintptr_t at[kMaxTiers] = {};
   uint64_t small_pages = 0;  // referenced 4 KiB pages: what the clear costs the program
   prim::for_each_mapping([&](const prim::MappingUse &m) {
     mappings->push_back(m);
     if (m.referenced_bytes == 0) return;
     small_pages += (m.referenced_bytes - std::min(m.referenced_bytes, m.anon_huge_bytes)) / prim::kPageSize;
-    attribute(m, undeclared);
+    attribute(m, undeclared, at);
   });
   uint64_t own = g_begin_own_ns + (prim::now_ns() - t0);
   uint64_t inflicted = static_cast<uint64_t>(static_cast<double>(small_pages) * std::max(0.0, g_page_cost_ns));
   PhaseSample &ps = g_samples[phase];
   ps.seen = true;
   std::copy(undeclared, undeclared + kMaxTiers, ps.undeclared);
+  std::copy(at, at + kMaxTiers, ps.at);
   ps.cost_ns = own + inflicted;
   g_spent_ns += ps.cost_ns;
   g_in_flight = false;
   ++g_stats.phases_sampled;
   g_stats.own_ns += own;
   g_stats.inflicted_ns += inflicted;
-  charge(undeclared);
+  charge(undeclared, at);
 }
 
 hm_sampler_stats_t sampler_stats() {

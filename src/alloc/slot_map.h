@@ -20,7 +20,11 @@ struct SlotOwner {
   // Set (atomically, once) by the first hm_access on memory of this record: its accesses are
   // declared, so the referenced-page sampler leaves it out.
   uint32_t declared = 0;
+  // Set (atomically) when an allocation in this record has a placement record above the alloc
+  // layer (an object of a class): frees here tell the release observer (alloc/runtime.h).
+  uint32_t tracked = 0;
   bool is_declared() const { return __atomic_load_n(&declared, __ATOMIC_RELAXED) != 0; }
+  bool is_tracked() const { return __atomic_load_n(&tracked, __ATOMIC_RELAXED) != 0; }
 };
 
 class SlotMap {

@@ -27,7 +27,10 @@ const OptionSpec kOptions[] = {
     {"HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free"},
     {"HM_EMUL", "1", "1: charge the emulated tier's delay; 0: emulated tiers behave as DRAM"},
     {"HM_POLICY", "first-touch",
-     "placement policy for object classes (hm_class_alloc): first-touch, all-fast, slow-only"},
+     "placement policy for object classes (hm_class_alloc): first-touch, all-fast, slow-only, memory-mode, "
+     "interleave, hetmem-static"},
+    {"HM_MIGRATION_SPACE", "0",
+     "hetmem-static: bytes of the fast tier kept as the migration space (staging buffers for streamed data)"},
     {"HM_SAMPLE_BUDGET", "0.01",
      "fraction of the run time the referenced-page sampler (profiler, emulated tier) may cost; "
      "the first instance of every phase is sampled regardless"},

@@ -11,7 +11,11 @@
 #include "base/error.h"
 #include "base/options.h"
 #include "hetmem/hetmem.h"
+#include "place/classes.h"
+#include "place/objects.h"
 #include "place/policy.h"
+#include "place/spaces.h"
+#include "tier/tier.h"
 
 namespace hm::place {
 namespace {
@@ -25,6 +29,7 @@ struct ClassRecord {
   int priority = 0;
   std::atomic<uint64_t> allocs{0}, bytes{0};
   std::atomic<uint64_t> bytes_on_tier[kTierSlots] = {};
+  std::atomic<int64_t> live_on_tier[kTierSlots] = {};
 };
 
 const char *const kKindNames[HM_CLASS_KIND_COUNT] = {"metadata", "temporary", "hot", "streaming", "cold"};
@@ -36,6 +41,8 @@ std::atomic<int> g_count{0};
 std::atomic<const Policy *> g_policy{nullptr};
 std::atomic<uint64_t> g_policy_epoch{~uint64_t{0}};
 std::atomic<bool> g_used{false};  // a class allocation was made under the policy
+std::atomic<uint64_t> g_activated_epoch{~uint64_t{0}};
+std::atomic<uint64_t> g_seq{0};
 
 // The active policy: HM_POLICY on first use (an unknown name fails every class call with a message
 // that lists the policies), or hm_policy_select's.
@@ -65,7 +72,51 @@ std::string class_names() {
   return out.empty() ? "none defined" : out;
 }
 
+// Before the first placement of an initialisation: the policy's own set-up (memory-mode's cache
+// model), a fresh record of objects and spaces, and the observers static placement needs.
+int activate(const Policy *p) {
+  if (g_activated_epoch.load(std::memory_order_acquire) == runtime_epoch()) return HM_OK;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_activated_epoch.load() == runtime_epoch()) return HM_OK;
+  std::string why;
+  int rc = p->activate(&why);
+  if (rc != HM_OK) return fail(rc, "%s", why.c_str());
+  objects_reset();
+  spaces().reset();
+  static_placement_reset();
+  objects_install();
+  if (p->settles()) static_placement_install();
+  g_activated_epoch.store(runtime_epoch(), std::memory_order_release);
+  return HM_OK;
+}
+
+// The policy, activated: nullptr (error recorded) if either step fails.
+const Policy *placing(int *rc) {
+  const Policy *p = active(rc);
+  if (!p) return nullptr;
+  if ((*rc = activate(p)) != HM_OK) return nullptr;
+  return p;
+}
+
+void *class_chunk(int cls, size_t size, size_t align, unsigned flags) { return hm_class_alloc(cls, size, align, flags); }
+
+const bool g_chunks_installed = [] {
+  set_class_chunk_alloc(class_chunk);
+  return true;
+}();
+
 }  // namespace
+
+void class_live_add(int cls, int tier, int64_t delta) {
+  if (cls >= 0 && cls < kMaxClasses && tier >= 0 && tier < kTierSlots)
+    g_classes[cls].live_on_tier[tier].fetch_add(delta, std::memory_order_relaxed);
+}
+
+const Policy *active_policy() {
+  if (g_activated_epoch.load(std::memory_order_acquire) != runtime_epoch()) return nullptr;
+  return g_policy.load(std::memory_order_acquire);
+}
+
 }  // namespace hm::place
 
 using namespace hm;
@@ -112,18 +163,35 @@ int hm_class_find(const char *name, hm_class_t *cls) {
 
 void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) {
   int rc = HM_OK;
-  const Policy *policy = active(&rc);
+  const Policy *policy = placing(&rc);
   if (!policy) return nullptr;
   if (cls < 0 || cls >= g_count.load(std::memory_order_acquire))
     return fail_null(HM_EINVAL, "hm_class_alloc: %d is not a defined class", cls);
   ClassRecord &c = g_classes[cls];
-  Placement where = policy->place(c.kind, c.priority, size);
+  Placement where = policy->place(Request{cls, c.kind, c.priority, size});
   if (where.tier < 0)
     return fail_null(HM_ENOTIER, "class '%s' under policy %s: no tier has the role the policy asks for", c.name,
                      policy->name());
+  // On the fast tier the object takes room in its space; a sized space that is full sends it to
+  // the capacity tier (counted as the space's overflow).
+  const int fast = fast_tier();
+  const hm_space_t space = space_of(c.kind);
+  bool reserved = false;
+  if (where.tier == fast) {
+    reserved = spaces().reserve(space, size);
+    if (!reserved) {
+      int cap = capacity_tier();
+      if (where.flags & HM_STRICT || cap < 0)
+        return fail_null(HM_EBUDGET, "class '%s' (%s) under policy %s: the %s space is full (%s of %s)", c.name,
+                         kKindNames[c.kind], policy->name(), hm_space_name(space),
+                         format_size(spaces().in_use(space)).c_str(), format_size(spaces().budget(space)).c_str());
+      where.tier = cap;
+    }
+  }
   g_used.store(true, std::memory_order_relaxed);
   void *p = hm_tier_alloc(where.tier, size, align, (flags & ~HM_STRICT) | where.flags);
   if (!p) {
+    if (reserved) spaces().release(space, size);
     std::string why = hm_last_error();
     int code = hm_last_error_code();
     return fail_null(code, "class '%s' (%s) under policy %s: %s", c.name, kKindNames[c.kind], policy->name(),
@@ -131,6 +199,12 @@ void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) 
   }
   hm_tier_t got = where.tier;
   hm_ptr_tier(p, &got);
+  if (reserved && got != fast) {  // the fast tier's own budget sent it on
+    spaces().release(space, size);
+    spaces().overflowed(space);
+    reserved = false;
+  }
+  object_add(Object{p, cls, c.kind, c.priority, size, got, reserved, g_seq.fetch_add(1, std::memory_order_relaxed)});
   c.allocs.fetch_add(1, std::memory_order_relaxed);
   c.bytes.fetch_add(size, std::memory_order_relaxed);
   if (got >= 0 && got < kTierSlots) c.bytes_on_tier[got].fetch_add(size, std::memory_order_relaxed);
@@ -139,11 +213,12 @@ void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) 
 
 int hm_class_tier(hm_class_t cls, hm_tier_t *tier) {
   int rc = HM_OK;
-  const Policy *policy = active(&rc);
+  const Policy *policy = placing(&rc);
   if (!policy) return rc;
   if (!tier || cls < 0 || cls >= g_count.load(std::memory_order_acquire))
     return fail(HM_EINVAL, "hm_class_tier: %d is not a defined class (or tier is NULL)", cls);
-  Placement where = policy->place(g_classes[cls].kind, g_classes[cls].priority, 0);
+  const ClassRecord &c = g_classes[cls];
+  Placement where = policy->place(Request{cls, c.kind, c.priority, 0});
   if (where.tier < 0)
     return fail(HM_ENOTIER, "class '%s' under policy %s: no tier has the role the policy asks for",
                 g_classes[cls].name, policy->name());
@@ -164,7 +239,11 @@ int hm_class_info(hm_class_t cls, hm_class_info_t *info) {
   info->priority = c.priority;
   info->allocs = c.allocs.load();
   info->bytes = c.bytes.load();
-  for (int t = 0; t < kTierSlots; ++t) info->bytes_on_tier[t] = c.bytes_on_tier[t].load();
+  for (int t = 0; t < kTierSlots; ++t) {
+    info->bytes_on_tier[t] = c.bytes_on_tier[t].load();
+    int64_t live = c.live_on_tier[t].load();
+    info->live_bytes_on_tier[t] = live > 0 ? static_cast<uint64_t>(live) : 0;
+  }
   return HM_OK;
 }
 
@@ -185,8 +264,41 @@ int hm_policy_select(const char *name) {
   if (current && current != p && g_used.load())
     return fail(HM_EBUSY, "hm_policy_select('%s'): objects were already placed under policy %s", name,
                 current->name());
+  if (current != p && g_activated_epoch.load() == runtime_epoch()) {
+    // Activated for the other policy but nothing placed: undo its set-up.
+    Tier *cap = tier_get(capacity_tier());
+    if (cap) cap->charge_model.reset();
+    g_activated_epoch.store(~uint64_t{0}, std::memory_order_release);
+  }
   g_policy.store(p, std::memory_order_release);
   g_policy_epoch.store(runtime_epoch(), std::memory_order_release);
+  return HM_OK;
+}
+
+int hm_space_stats(hm_space_t space, hm_space_stats_t *stats) {
+  if (!stats) return fail(HM_EINVAL, "hm_space_stats: stats is NULL");
+  if (space < 0 || space >= HM_SPACE_COUNT)
+    return fail(HM_EINVAL, "hm_space_stats: %d is not a space (0..%d: metadata, temporary, migration, free)",
+                static_cast<int>(space), HM_SPACE_COUNT - 1);
+  *stats = spaces().stats(space);
+  return HM_OK;
+}
+
+int hm_placement_stats(hm_placement_stats_t *stats) {
+  if (!stats) return fail(HM_EINVAL, "hm_placement_stats: stats is NULL");
+  *stats = static_placement_stats();
+  return HM_OK;
+}
+
+int hm_dram_cache_stats(hm_dram_cache_stats_t *stats) {
+  if (!stats) return fail(HM_EINVAL, "hm_dram_cache_stats: stats is NULL");
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  Tier *cap = tier_get(capacity_tier());
+  auto *model = cap ? dynamic_cast<DramCacheModel *>(cap->charge_model.get()) : nullptr;
+  if (!model) return fail(HM_ENOTSUP, "hm_dram_cache_stats: the memory-mode policy is not active");
+  DramCacheStats s = model->stats();
+  *stats = hm_dram_cache_stats_t{s.hits, s.misses, s.writebacks, s.block, s.blocks};
   return HM_OK;
 }
 

@@ -2,15 +2,24 @@
 // policy answers through the same interface, so one binary runs under each, and adding a policy
 // adds a class here, not branches at call sites.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "hetmem/hetmem.h"
 
 namespace hm::place {
 
+struct Request {
+  int cls;
+  hm_class_kind_t kind;
+  int priority;
+  size_t size;
+};
+
 struct Placement {
-  int tier;        // -1: no tier has the role the policy asks for
-  unsigned flags;  // HM_PREFERRED or HM_STRICT
+  int tier;           // -1: no tier has the role the policy asks for
+  unsigned flags;     // HM_PREFERRED or HM_STRICT, plus HM_MOVABLE when the object may move later
 };
 
 class Policy {
@@ -18,10 +27,20 @@ class Policy {
   virtual ~Policy() = default;
   virtual const char *name() const = 0;
   virtual const char *doc() const = 0;
-  virtual Placement place(hm_class_kind_t kind, int priority, size_t size) const = 0;
+  // Called once per initialisation of the library, before the first object is placed. Returns
+  // HM_OK, or a code with a sentence in *why (memory-mode on a real tier).
+  virtual int activate(std::string * /*why*/) const { return HM_OK; }
+  virtual Placement place(const Request &r) const = 0;
+  // Whether static placement settles at the end of the first iteration (hetmem-static).
+  virtual bool settles() const { return false; }
 };
 
+// The tiers policies place on, and the fast budget in bytes (the tier's capacity when unlimited).
+int fast_tier();      // -1 if no tier has the role
+int capacity_tier();
+uint64_t fast_budget_bytes();
+
 const Policy *policy_find(const std::string &name);  // nullptr if unknown
-std::string policy_names();                          // "first-touch, all-fast, slow-only"
+std::string policy_names();                          // "first-touch, all-fast, ..."
 
 }  // namespace hm::place

@@ -46,23 +46,29 @@ const bool kHasAvx2 = __builtin_cpu_supports("avx2");
 
 void copy_plain(void *dst, const void *src, size_t n, Tier *, Tier *) { fast_copy(dst, src, n); }
 
+// The copy's traffic on an emulated tier, through its charge model, charged as exact volume.
+void charge_copy(Tier &t, const void *addr, size_t n, bool read, bool write) {
+  DeviceVolume v = tier_device_range(t, addr, n, read, write);
+  emul_charge(*t.profile, t.emul, v.read, v.write, v.dependent, kEmulCopy);
+}
+
 void copy_from_emulated(void *dst, const void *src, size_t n, Tier *, Tier *src_tier) {
   fast_copy(dst, src, n);
-  emul_charge(*src_tier->profile, src_tier->emul, n, 0, 0, kEmulCopy);
+  charge_copy(*src_tier, src, n, true, false);
 }
 
 void copy_to_emulated(void *dst, const void *src, size_t n, Tier *dst_tier, Tier *) {
   fast_copy(dst, src, n);
-  emul_charge(*dst_tier->profile, dst_tier->emul, 0, n, 0, kEmulCopy);
+  charge_copy(*dst_tier, dst, n, false, true);
 }
 
 void copy_emulated_both(void *dst, const void *src, size_t n, Tier *dst_tier, Tier *src_tier) {
   fast_copy(dst, src, n);
-  if (dst_tier == src_tier) {
+  if (dst_tier == src_tier && !src_tier->charge_model) {
     emul_charge(*src_tier->profile, src_tier->emul, n, n, 0, kEmulCopy);
   } else {
-    emul_charge(*src_tier->profile, src_tier->emul, n, 0, 0, kEmulCopy);
-    emul_charge(*dst_tier->profile, dst_tier->emul, 0, n, 0, kEmulCopy);
+    charge_copy(*src_tier, src, n, true, false);
+    charge_copy(*dst_tier, dst, n, false, true);
   }
 }
 

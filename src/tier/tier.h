@@ -6,6 +6,7 @@
 
 #include "hetmem/hetmem.h"
 #include "tier/backing.h"
+#include "tier/charge_model.h"
 #include "tier/emul.h"
 
 namespace hm {
@@ -21,6 +22,9 @@ struct Tier {
   std::unique_ptr<Backing> backing;
   const EmulProfile *profile = nullptr;  // emulated tiers only
   EmulState emul;
+  // Emulated tiers: what turns the program's accesses into device traffic (charge_model.h).
+  // Empty: every access reaches the device. Set before objects are placed (the memory-mode policy).
+  std::unique_ptr<ChargeModel> charge_model;
   // Figures from discovery (hwloc / sysfs); measured and emulated figures are filled on demand.
   double read_bw_mbps = 0, write_bw_mbps = 0, latency_ns = 0;
   hm_perf_source_t perf_source = HM_PERF_NONE;
@@ -29,6 +33,13 @@ struct Tier {
 
   bool emulated() const { return profile != nullptr; }
 };
+
+// The device traffic of reading and/or writing `bytes` bytes in order from `addr` on `t`: through
+// the tier's charge model when it has one, else all of it.
+inline DeviceVolume tier_device_range(Tier &t, const void *addr, uint64_t bytes, bool read, bool write) {
+  if (t.charge_model) return t.charge_model->range(reinterpret_cast<uintptr_t>(addr), bytes, read, write);
+  return DeviceVolume{read ? bytes : 0, write ? bytes : 0, 0};
+}
 
 // One parsed item of HM_TIERS or a tier name.
 struct TierSpec {

@@ -1,0 +1,20 @@
+// The class registry's internal side: what the object records and static placement need of it.
+#pragma once
+#include <cstdint>
+
+#include "place/policy.h"
+
+namespace hm::place {
+
+// Adds `delta` bytes to the live bytes of class `cls` on `tier`.
+void class_live_add(int cls, int tier, int64_t delta);
+// The active policy once activated for this initialisation of the library (nullptr before).
+const Policy *active_policy();
+
+// Static placement (static_placement.cpp): installs the iteration observer once; settle() runs at
+// the end of the observed iteration; stats and reset for the C API.
+void static_placement_install();
+void static_placement_reset();
+hm_placement_stats_t static_placement_stats();
+
+}  // namespace hm::place

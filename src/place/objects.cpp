@@ -1,0 +1,104 @@
+#include "place/objects.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "alloc/runtime.h"
+#include "place/classes.h"
+#include "place/spaces.h"
+
+namespace hm::place {
+namespace {
+
+// Sharded by address so that threads freeing different objects rarely meet on a lock.
+constexpr int kShards = 16;
+struct Shard {
+  std::mutex mutex;
+  std::unordered_map<uintptr_t, Object> live;
+};
+Shard *shards() {
+  static Shard *s = new Shard[kShards];  // lives as long as the process: frees come during exit
+  return s;
+}
+Shard &shard_of(const void *p) { return shards()[(reinterpret_cast<uintptr_t>(p) >> 6) % kShards]; }
+
+void account(const Object &o, int sign) {
+  class_live_add(o.cls, o.tier, sign * static_cast<int64_t>(o.size));
+  if (!o.in_space) return;
+  hm_space_t s = space_of(o.kind);
+  if (sign > 0) {
+    spaces().object_added(s);
+  } else {
+    spaces().release(s, o.size);
+    spaces().object_removed(s);
+  }
+}
+
+void on_release(void *ptr, size_t) {
+  Shard &sh = shard_of(ptr);
+  Object o;
+  {
+    std::lock_guard<std::mutex> lock(sh.mutex);
+    auto it = sh.live.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == sh.live.end()) return;
+    o = it->second;
+    sh.live.erase(it);
+  }
+  account(o, -1);
+}
+
+}  // namespace
+
+void object_add(const Object &o) {
+  {
+    Shard &sh = shard_of(o.ptr);
+    std::lock_guard<std::mutex> lock(sh.mutex);
+    sh.live[reinterpret_cast<uintptr_t>(o.ptr)] = o;
+  }
+  mark_tracked(o.ptr);
+  account(o, +1);
+}
+
+std::vector<Object> hot_objects() {
+  std::vector<Object> out;
+  for (int i = 0; i < kShards; ++i) {
+    std::lock_guard<std::mutex> lock(shards()[i].mutex);
+    for (const auto &kv : shards()[i].live)
+      if (kv.second.kind == HM_CLASS_HOT) out.push_back(kv.second);
+  }
+  return out;
+}
+
+bool object_moved(void *ptr, int tier, bool in_space) {
+  Shard &sh = shard_of(ptr);
+  Object before, after;
+  {
+    std::lock_guard<std::mutex> lock(sh.mutex);
+    auto it = sh.live.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == sh.live.end()) return false;
+    before = it->second;
+    it->second.tier = tier;
+    it->second.in_space = in_space;
+    after = it->second;
+  }
+  account(before, -1);
+  account(after, +1);
+  return true;
+}
+
+void objects_reset() {
+  for (int i = 0; i < kShards; ++i) {
+    std::lock_guard<std::mutex> lock(shards()[i].mutex);
+    shards()[i].live.clear();
+  }
+}
+
+void objects_install() {
+  static bool installed = [] {
+    set_release_observer(on_release);
+    return true;
+  }();
+  (void)installed;
+}
+
+}  // namespace hm::place

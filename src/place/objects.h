@@ -1,0 +1,35 @@
+// The placement runtime's record of every live object of a class: where it is, which space holds
+// it, and what static placement needs to move it (docs/placement.md). Kept exact by the alloc
+// layer's release observer, which frees of tracked records call.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "hetmem/hetmem.h"
+
+namespace hm::place {
+
+struct Object {
+  void *ptr = nullptr;
+  int cls = -1;
+  hm_class_kind_t kind = HM_CLASS_COLD;
+  int priority = 0;
+  uint64_t size = 0;
+  int tier = -1;
+  bool in_space = false;  // accounted in its space (it is on the fast tier)
+  uint64_t seq = 0;       // allocation order
+};
+
+// Records a new object and, when on the fast tier, its space's bytes (already reserved).
+void object_add(const Object &o);
+// The hot objects alive now, in no particular order.
+std::vector<Object> hot_objects();
+// Records that the object at ptr now lives on `tier` (after hm_move): its space accounting follows.
+// False if it no longer exists.
+bool object_moved(void *ptr, int tier, bool in_space);
+// Drops every record (a new initialisation of the library).
+void objects_reset();
+// Installs the release observer once.
+void objects_install();
+
+}  // namespace hm::place
