@@ -15,6 +15,7 @@
 
 #include "openpmd.hpp"
 #include "pic.hpp"
+#include "summary.hpp"
 #include <omp.h>
 
 namespace {
@@ -179,8 +180,11 @@ int main(int argc, char **argv) {
     };
     log_energy();
     auto start = std::chrono::steady_clock::now();
+    pic::RunRecord record;
     for (int n = 0; n < p.steps; ++n) {
+      auto step_start = std::chrono::steady_clock::now();
       sim.step();
+      record.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
       log_energy();
       if (p.output_interval > 0 && sim.steps_done() % p.output_interval == 0) {
         hm_phase_begin("diagnostics");
@@ -214,6 +218,14 @@ int main(int argc, char **argv) {
     }
     report_placement();
     report_emulation(seconds);
+    if (!p.summary_path.empty()) {
+      record.particles = particles;
+      record.threads = threads;
+      record.seconds = seconds;
+      record.footprint = need;
+      if (!pic::write_summary(p.summary_path, p, record, kPhases, 4, &error)) return die(error);
+      std::printf("run summary: %s\n", p.summary_path.c_str());
+    }
     std::printf("energy log: %s\n", energy_path.c_str());
   } catch (const std::exception &e) {
     return die(std::string("run stopped: ") + e.what());

@@ -28,9 +28,10 @@ using TierVector = std::vector<T, hm::TierAllocator<T>>;
 using Where = hm::TierAllocator<double>;
 
 // The object classes of this code (seed 000 Table 2): fields are hot, particle tiles and their
-// current buffers streamed, per-step temporaries come from an iteration arena.
+// current buffers streamed, per-step temporaries come from an iteration arena of their class, the
+// tile tables (which tile holds which arrays) are metadata.
 struct Classes {
-  hm::Class fields, tiles, tile_currents, temporary;
+  hm::Class fields, tiles, tile_currents, temporary, metadata;
 };
 Classes define_classes();  // idempotent: the same classes on every call
 // Where objects of `cls` go: the role or tier `pinned` names (hetmem.fields, hetmem.particles),
@@ -109,6 +110,7 @@ struct Params {
   std::string output_dir = "diags";
   std::string energy_log = "";          // CSV file (empty: diag.directory/energy.csv)
   int progress_interval = 10;
+  std::string summary_path = "";        // JSON run summary (summary.hpp; empty: none)
 };
 
 // Bytes the problem needs on the field and particle tiers (fields, particles, tile buffers).
@@ -129,7 +131,7 @@ struct Tile {
 
 struct Species {
   SpeciesParams params;
-  std::vector<Tile> tiles;
+  TierVector<Tile> tiles;
   long count() const;
 };
 

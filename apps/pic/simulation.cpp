@@ -71,7 +71,8 @@ inline void push_vay(double &ux, double &uy, double &uz, double ex, double ey, d
 Classes define_classes() {
   return {hm::Class::define("pic.fields", hm::ClassKind::hot, 100), hm::Class::define("pic.tiles", hm::ClassKind::streaming),
           hm::Class::define("pic.tile_currents", hm::ClassKind::streaming),
-          hm::Class::define("pic.temporary", hm::ClassKind::temporary)};
+          hm::Class::define("pic.temporary", hm::ClassKind::temporary),
+          hm::Class::define("pic.metadata", hm::ClassKind::metadata)};
 }
 
 Where where_for(const std::string &pinned, hm::Class cls) {
@@ -165,8 +166,9 @@ Simulation::Simulation(const Params &p) : p_(p) {
   const Where fields = where_for(p_.field_role, classes.fields);
   const Where tiles = where_for(p_.particle_role, classes.tiles);
   const Where currents = where_for(p_.particle_role, classes.tile_currents);
-  arena_ = std::make_unique<hm::Arena>(first_tier(p_.field_role, classes.temporary), size_t{1} << 20,
-                                       HM_ARENA_CONCURRENT);
+  arena_ = p_.field_role.empty()
+               ? std::make_unique<hm::Arena>(classes.temporary, size_t{1} << 20, HM_ARENA_CONCURRENT)
+               : std::make_unique<hm::Arena>(hm::Tier::find(p_.field_role), size_t{1} << 20, HM_ARENA_CONCURRENT);
   for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(g, fields);
   bx_ = p_.tile[0] + 4;
   by_ = p_.tile[1] + 4;
@@ -178,8 +180,8 @@ Simulation::Simulation(const Params &p) : p_(p) {
   uint64_t next_id = 1;
   for (size_t s = 0; s < p_.species.size(); ++s) {
     const SpeciesParams &sp = p_.species[s];
-    Species species;
-    species.params = sp;
+    Species species{sp, TierVector<Tile>(hm::TierAllocator<Tile>(classes.metadata))};
+    species.tiles.reserve(static_cast<size_t>(ntiles));
     for (int t = 0; t < ntiles; ++t) species.tiles.emplace_back(tiles);
     int per_cell = sp.ppc[0] * sp.ppc[1] * sp.ppc[2];
     double weight = per_cell > 0 ? sp.density * g.dx * g.dy * g.dz / per_cell : 0;
@@ -250,13 +252,18 @@ void Simulation::sweep_planes(std::initializer_list<const Field *> in, std::init
 #pragma omp parallel
   {
     size_t planes = 0;
+    int first = 0;
 #pragma omp for schedule(static)
     for (int k = 0; k < p_.grid.nz; ++k) {
+      if (planes++ == 0) first = k;
       plane(k);
-      ++planes;
     }
-    for (const Field *f : in) hm::access(f->data(), planes * plane_cells, Access::read);
-    for (const Field *f : out) hm::access(f->data(), planes * plane_cells, Access::read_write);
+    // A static schedule gives each thread one run of planes: declared from its first one.
+    if (planes) {
+      for (const Field *f : in) hm::access(f->data() + f->index(0, 0, first), planes * plane_cells, Access::read);
+      for (const Field *f : out)
+        hm::access(f->data() + f->index(0, 0, first), planes * plane_cells, Access::read_write);
+    }
   }
 }
 
@@ -415,7 +422,8 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::pus
       declare_particles(tile, Access::read_write, false);
       hm::access(tile.w, Access::read);
       hm::access(tile_j_[t], Access::read_write);
-      for (const double *f : {pex, pey, pez, pbx, pby, pbz}) hm::access(f, tile_cells, Access::read);
+      const long origin = f_.ex.index(tx * p_.tile[0], ty * p_.tile[1], tz * p_.tile[2]);
+      for (const double *f : {pex, pey, pez, pbx, pby, pbz}) hm::access(f + origin, tile_cells, Access::read);
     }
   }
 }
@@ -436,7 +444,7 @@ void Simulation::reduce_current() {
     for (int c = 0; c < bz_; ++c) wz[c] = wrap(oz + c, g.nz);
     const double *jb = tile_j_[t].data();
     hm::access(tile_j_[t], Access::read);
-    for (const Field *f : J) hm::access(f->data(), static_cast<size_t>(comp), Access::read_write);
+    for (const Field *f : J) hm::access(f->data() + f->index(wx[0], wy[0], wz[0]), static_cast<size_t>(comp), Access::read_write);
     for (int d = 0; d < 3; ++d)
       for (int c = 0; c < bz_; ++c)
         for (int b = 0; b < by_; ++b) {
@@ -520,6 +528,7 @@ void Simulation::step() {
   hm_phase_end();
   time_ += dt_;
   ++steps_;
+  hm_iteration_next();  // the placement runtime acts at iteration boundaries (hetmem-static settles)
 }
 
 // Orders each tile's particles by cell (x fastest), so that gather and deposit walk the grid in

@@ -325,13 +325,14 @@ typedef enum hm_space {
 } hm_space_t;
 
 typedef struct hm_space_stats {
-  uint64_t budget;       /* bytes the space may hold (0: not sized yet, only the fast budget limits) */
+  uint64_t budget;       /* bytes the space may hold (0 until sized: only the fast budget limits) */
   uint64_t in_use;       /* bytes of the space's objects on the fast tier now */
   uint64_t high_water;   /* largest in_use */
   uint64_t objects;      /* live objects in the space */
   uint64_t grows;        /* times the space grew on demand (taking unused room of the free space) */
   uint64_t grown_bytes;
   uint64_t overflows;    /* objects of the space's kind placed on the capacity tier: no room */
+  int sized;             /* 1 once static placement has sized the spaces */
 } hm_space_stats_t;
 /* HM_EINVAL for an unknown space. */
 int hm_space_stats(hm_space_t space, hm_space_stats_t *stats);

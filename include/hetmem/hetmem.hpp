@@ -135,6 +135,12 @@ template <class T>
 class TierAllocator {
  public:
   using value_type = T;
+  // A container assigned or swapped from another takes that one's allocator with its memory, so
+  // its data stays where the other's tier or class put it (without these, moving a class-placed
+  // vector into a default-constructed one would copy the data to the default tier).
+  using propagate_on_container_copy_assignment = std::true_type;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
   explicit TierAllocator(Tier tier = Tier::of(Role::fast), unsigned flags = HM_PREFERRED) noexcept
       : tier_(tier), flags_(flags) {}
   explicit TierAllocator(Class cls, unsigned flags = 0) noexcept : tier_(Tier(-1)), cls_(cls), flags_(flags) {}
@@ -358,6 +364,10 @@ class Arena {
  public:
   explicit Arena(Tier tier, std::size_t initial_bytes = 0, unsigned flags = 0) {
     check(hm_arena_create(tier.id(), initial_bytes, flags, &arena_));
+  }
+  // An arena for the temporaries of a class: placed by the active policy (hm_arena_create_class).
+  explicit Arena(Class cls, std::size_t initial_bytes = 0, unsigned flags = 0) {
+    check(hm_arena_create_class(cls.id(), initial_bytes, flags, &arena_));
   }
   ~Arena() { hm_arena_destroy(arena_); }
   Arena(const Arena &) = delete;

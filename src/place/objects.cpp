@@ -27,6 +27,7 @@ void account(const Object &o, int sign) {
   if (!o.in_space) return;
   hm_space_t s = space_of(o.kind);
   if (sign > 0) {
+    spaces().confirm(s);
     spaces().object_added(s);
   } else {
     spaces().release(s, o.size);

@@ -39,11 +39,12 @@ bool Spaces::reserve(hm_space_t space, uint64_t bytes) {
       c.overflows.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    if (c.in_use.compare_exchange_weak(used, used + bytes, std::memory_order_acq_rel)) {
-      raise_high_water(c.high_water, used + bytes);
-      return true;
-    }
+    if (c.in_use.compare_exchange_weak(used, used + bytes, std::memory_order_acq_rel)) return true;
   }
+}
+
+void Spaces::confirm(hm_space_t space) {
+  raise_high_water(s_[space].high_water, s_[space].in_use.load(std::memory_order_relaxed));
 }
 
 void Spaces::release(hm_space_t space, uint64_t bytes) { s_[space].in_use.fetch_sub(bytes, std::memory_order_acq_rel); }
@@ -114,7 +115,8 @@ void Spaces::size_free(uint64_t budget) {
 hm_space_stats_t Spaces::stats(hm_space_t space) const {
   const Counters &c = s_[space];
   hm_space_stats_t s{};
-  s.budget = sized() ? c.budget.load() : 0;
+  s.sized = sized();
+  s.budget = s.sized ? c.budget.load() : 0;
   s.in_use = c.in_use.load();
   s.high_water = c.high_water.load();
   s.objects = c.objects.load();

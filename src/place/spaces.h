@@ -21,6 +21,9 @@ class Spaces {
  public:
   // Takes `bytes` of `space`; false (counted as an overflow) when the sized space cannot hold them.
   bool reserve(hm_space_t space, uint64_t bytes);
+  // The reserved bytes hold an object on the fast tier now: the high water follows (a reservation
+  // whose allocation went elsewhere is released without ever counting).
+  void confirm(hm_space_t space);
   void release(hm_space_t space, uint64_t bytes);
   // Counts an object of the space's kind that went to the capacity tier for want of room.
   void overflowed(hm_space_t space) { s_[space].overflows.fetch_add(1, std::memory_order_relaxed); }

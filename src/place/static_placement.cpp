@@ -104,7 +104,7 @@ void print_spaces(int fd) {
   for (int s = 0; s < HM_SPACE_COUNT; ++s) {
     hm_space_stats_t st = spaces().stats(static_cast<hm_space_t>(s));
     dprintf(fd, "%-10s %12s %12s %12s %9llu %7llu %11llu\n", hm_space_name(static_cast<hm_space_t>(s)),
-            st.budget ? format_size(st.budget).c_str() : "not sized", format_size(st.in_use).c_str(),
+            st.sized ? format_size(st.budget).c_str() : "not sized", format_size(st.in_use).c_str(),
             format_size(st.high_water).c_str(), static_cast<unsigned long long>(st.objects),
             static_cast<unsigned long long>(st.grows), static_cast<unsigned long long>(st.overflows));
   }

@@ -1,0 +1,24 @@
+// The run summary of hetmem-pic (diag.summary = FILE): what `hetmem compare` reads. One JSON
+// document: the problem, the policy and tiers, the time of every step and phase, where each object
+// class landed, the fast tier's spaces, static placement, and what the emulated tiers charged.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "pic.hpp"
+
+namespace pic {
+
+struct RunRecord {
+  long particles = 0;
+  int threads = 1;
+  double seconds = 0;                  // the main loop
+  std::vector<double> step_seconds;    // each step
+  Footprint footprint;
+};
+
+// Writes the summary; false with a message naming the file when it cannot be written.
+bool write_summary(const std::string &path, const Params &p, const RunRecord &run, const char *const *phases,
+                   int phase_count, std::string *error);
+
+}  // namespace pic
