@@ -101,6 +101,8 @@ int Spaces::size(uint64_t fast_budget, uint64_t migration, uint64_t *free_budget
   s_[HM_SPACE_METADATA].budget.store(meta > in_use(HM_SPACE_METADATA) ? meta : in_use(HM_SPACE_METADATA));
   s_[HM_SPACE_TEMPORARY].budget.store(temp > in_use(HM_SPACE_TEMPORARY) ? temp : in_use(HM_SPACE_TEMPORARY));
   s_[HM_SPACE_MIGRATION].budget.store(mig > in_use(HM_SPACE_MIGRATION) ? mig : in_use(HM_SPACE_MIGRATION));
+  // From here the budgets hold: high-water marks count from now.
+  for (int s = HM_SPACE_METADATA; s < HM_SPACE_FREE; ++s) s_[s].high_water.store(s_[s].in_use.load());
   return rc;
 }
 
@@ -109,6 +111,7 @@ void Spaces::size_free(uint64_t budget) {
   // the budget is never below it.
   uint64_t held = in_use(HM_SPACE_FREE);
   s_[HM_SPACE_FREE].budget.store(budget > held ? budget : held);
+  s_[HM_SPACE_FREE].high_water.store(held);
   sized_.store(true, std::memory_order_release);
 }
 

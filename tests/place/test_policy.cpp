@@ -2,9 +2,7 @@
 // errors users get, and budgets that hold under every policy with two threads.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "hetmem/hetmem.h"
@@ -110,39 +108,4 @@ TEST_F(Classes, AnUnknownPolicyIsRefusedWithTheListAndThePolicyCannotChangeUnder
   EXPECT_EQ(hm_policy_select("slow-only"), HM_EBUSY) << "objects were placed under first-touch";
   EXPECT_EQ(hm_policy_select("first-touch"), HM_OK) << "the same policy again is fine";
   hm_free(p);
-}
-
-// The fast tier's budget holds under every policy while two threads allocate and free objects of
-// several classes and sizes (checked from the accounting's high-water mark).
-TEST_F(Classes, BudgetsAreNeverExceededUnderAnyPolicyWithTwoThreads) {
-  for (const char *policy : {"first-touch", "slow-only", "all-fast"}) {
-    ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", "8M"), HM_OK);
-    ASSERT_EQ(hm_policy_select(policy), HM_OK);
-    hm_class_t classes[3];
-    ASSERT_EQ(hm_class_define("test.hot", HM_CLASS_HOT, 1, &classes[0]), HM_OK);
-    ASSERT_EQ(hm_class_define("test.stream", HM_CLASS_STREAMING, 0, &classes[1]), HM_OK);
-    ASSERT_EQ(hm_class_define("test.tmp", HM_CLASS_TEMPORARY, 0, &classes[2]), HM_OK);
-    auto work = [&](unsigned seed) {
-      std::mt19937 rng(seed);
-      std::vector<void *> live;
-      for (int i = 0; i < 3000; ++i) {
-        size_t size = size_t{1} << (6 + rng() % 13);  // 64 B .. 256 KiB
-        void *p = hm_class_alloc(classes[rng() % 3], size, 0, 0);
-        if (p) live.push_back(p);
-        if (live.size() > 40 || (rng() % 3 == 0 && !live.empty())) {
-          size_t k = rng() % live.size();
-          hm_free(live[k]);
-          live[k] = live.back();
-          live.pop_back();
-        }
-      }
-      for (void *p : live) hm_free(p);
-    };
-    std::thread a(work, 1u), b(work, 2u);
-    a.join();
-    b.join();
-    hm_tier_stats_t fast = hm_test::stats(hm_test::tier("fast"));
-    EXPECT_LE(fast.high_water, uint64_t{8} << 20) << "policy " << policy;
-    EXPECT_EQ(fast.in_use, 0u) << "policy " << policy;
-  }
 }

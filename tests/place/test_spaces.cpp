@@ -1,0 +1,253 @@
+// The fast tier's spaces and static placement (hetmem-static), memory-mode and interleave: what
+// each puts where, that spaces are sized from the observed iteration and never exceeded, and the
+// errors users get.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hetmem/hetmem.h"
+#include "../support.h"
+
+namespace {
+
+hm_tier_t tier_of(const void *p) {
+  hm_tier_t t = -1;
+  EXPECT_EQ(hm_ptr_tier(p, &t), HM_OK);
+  return t;
+}
+
+hm_space_stats_t space(hm_space_t s) {
+  hm_space_stats_t st{};
+  EXPECT_EQ(hm_space_stats(s, &st), HM_OK);
+  return st;
+}
+
+hm_class_t define(const char *name, hm_class_kind_t kind, int priority = 0) {
+  hm_class_t c = -1;
+  EXPECT_EQ(hm_class_define(name, kind, priority, &c), HM_OK) << hm_last_error();
+  return c;
+}
+
+class Spaces : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    unsetenv("HM_FAST_BUDGET");
+    unsetenv("HM_POLICY");
+    unsetenv("HM_MIGRATION_SPACE");
+    hm_test::configure("");
+  }
+  void start(const char *policy, const char *fast_budget) {
+    ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", fast_budget), HM_OK);
+    ASSERT_EQ(hm_policy_select(policy), HM_OK) << hm_last_error();
+  }
+};
+
+}  // namespace
+
+// Seed 000 §4.1: iteration 1 observes (objects go where there is room, in allocation order); at its
+// end the free space takes hot objects by priority, moving them at the same address.
+TEST_F(Spaces, StaticPlacementMovesHotObjectsByPriorityAfterTheFirstIteration) {
+  start("hetmem-static", "10M");
+  hm_class_t low = define("spaces.low", HM_CLASS_HOT, 1), high = define("spaces.high", HM_CLASS_HOT, 50);
+  hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity");
+  const size_t n = size_t{4} << 20;
+  // The low-priority objects come first and take the fast tier; the high-priority one does not fit.
+  char *a = static_cast<char *>(hm_class_alloc(low, n, 0, 0));
+  char *b = static_cast<char *>(hm_class_alloc(low, n, 0, 0));
+  char *h = static_cast<char *>(hm_class_alloc(high, n, 0, 0));
+  ASSERT_TRUE(a && b && h) << hm_last_error();
+  std::memset(h, 7, n);
+  std::memset(b, 3, n);
+  EXPECT_EQ(tier_of(a), fast);
+  EXPECT_EQ(tier_of(b), fast);
+  EXPECT_EQ(tier_of(h), capacity) << "iteration 1: allocation order";
+  hm_placement_stats_t ps;
+  ASSERT_EQ(hm_placement_stats(&ps), HM_OK);
+  EXPECT_EQ(ps.settled, 0);
+  EXPECT_FALSE(space(HM_SPACE_FREE).sized);
+
+  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  ASSERT_EQ(hm_placement_stats(&ps), HM_OK);
+  EXPECT_EQ(ps.settled, 1);
+  EXPECT_EQ(ps.error, HM_OK) << ps.message;
+  EXPECT_EQ(tier_of(h), fast) << "the highest priority is moved into the free space";
+  EXPECT_EQ(tier_of(a), fast) << "the first low-priority object still fits";
+  EXPECT_EQ(tier_of(b), capacity) << "the second no longer does";
+  EXPECT_EQ(ps.promoted, 1u);
+  EXPECT_EQ(ps.demoted, 1u);
+  EXPECT_EQ(h[n - 1], 7) << "moves keep data and address";
+  EXPECT_EQ(b[12345], 3);
+  hm_space_stats_t free_space = space(HM_SPACE_FREE);
+  EXPECT_TRUE(free_space.sized);
+  EXPECT_EQ(free_space.in_use, 2 * n);
+  EXPECT_LE(free_space.in_use, free_space.budget);
+  hm_class_info_t info;
+  ASSERT_EQ(hm_class_info(high, &info), HM_OK);
+  EXPECT_EQ(info.live_bytes_on_tier[fast], n) << "the class's live bytes follow the move";
+  EXPECT_EQ(info.live_bytes_on_tier[capacity], 0u);
+  for (void *p : {a, b, h}) hm_free(p);
+  EXPECT_EQ(space(HM_SPACE_FREE).in_use, 0u) << "frees leave the space";
+  EXPECT_EQ(space(HM_SPACE_FREE).objects, 0u);
+}
+
+// The temporary space is sized from iteration 1's peak and grows on demand (counted) into the free
+// space's unused room; when that is gone, temporaries overflow to the capacity tier.
+TEST_F(Spaces, TheTemporarySpaceIsSizedFromTheFirstIterationsPeakAndGrowsOnDemand) {
+  start("hetmem-static", "16M");
+  hm_class_t tmp = define("spaces.tmp", HM_CLASS_TEMPORARY), meta = define("spaces.meta", HM_CLASS_METADATA);
+  hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity");
+  void *m = hm_class_alloc(meta, 64 << 10, 0, 0);
+  ASSERT_NE(m, nullptr);
+  std::vector<void *> t;
+  for (int i = 0; i < 3; ++i) t.push_back(hm_class_alloc(tmp, 1 << 20, 0, 0));  // peak 3 MiB
+  for (void *p : t) {
+    EXPECT_EQ(tier_of(p), fast);
+    hm_free(p);
+  }
+  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  hm_space_stats_t ts = space(HM_SPACE_TEMPORARY), ms = space(HM_SPACE_METADATA), fs = space(HM_SPACE_FREE);
+  EXPECT_EQ(ts.budget, uint64_t{3} << 20) << "the peak, in whole MiB";
+  EXPECT_EQ(ms.budget, uint64_t{1} << 20) << "metadata in use, in whole MiB";
+  EXPECT_EQ(fs.budget, uint64_t{12} << 20) << "the rest of the 16 MiB fast budget";
+  // Iteration 2 needs 5 MiB of temporaries: the space grows by 2 MiB, counted.
+  t.clear();
+  for (int i = 0; i < 5; ++i) t.push_back(hm_class_alloc(tmp, 1 << 20, 0, 0));
+  for (void *p : t) EXPECT_EQ(tier_of(p), fast);
+  ts = space(HM_SPACE_TEMPORARY);
+  EXPECT_GE(ts.grows, 1u);
+  EXPECT_EQ(ts.grown_bytes, uint64_t{2} << 20);
+  EXPECT_EQ(ts.budget, uint64_t{5} << 20);
+  EXPECT_EQ(space(HM_SPACE_FREE).budget, uint64_t{10} << 20) << "taken from the free space's room";
+  // Hot objects take the rest of the free space; then temporaries can grow no more.
+  hm_class_t hot = define("spaces.hot", HM_CLASS_HOT, 1);
+  void *big = hm_class_alloc(hot, size_t{10} << 20, 0, 0);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(tier_of(big), fast);
+  void *more = hm_class_alloc(tmp, 1 << 20, 0, 0);
+  ASSERT_NE(more, nullptr);
+  EXPECT_EQ(tier_of(more), capacity) << "no room left: the temporary overflows";
+  EXPECT_EQ(space(HM_SPACE_TEMPORARY).overflows, 1u);
+  for (int s = 0; s < HM_SPACE_COUNT; ++s)
+    EXPECT_LE(space(static_cast<hm_space_t>(s)).high_water, space(static_cast<hm_space_t>(s)).budget) << s;
+  for (void *p : t) hm_free(p);
+  for (void *p : {more, big, m}) hm_free(p);
+}
+
+TEST_F(Spaces, AFastBudgetBelowTheSpacesMinimumIsReportedWithTheNumbers) {
+  setenv("HM_MIGRATION_SPACE", "64M", 1);
+  start("hetmem-static", "8M");
+  hm_class_t hot = define("spaces.hot", HM_CLASS_HOT, 1);
+  void *p = hm_class_alloc(hot, 1 << 20, 0, 0);
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  hm_placement_stats_t ps;
+  ASSERT_EQ(hm_placement_stats(&ps), HM_OK);
+  EXPECT_EQ(ps.error, HM_EBUDGET);
+  std::string why = ps.message;
+  EXPECT_NE(why.find("8.00 MiB"), std::string::npos) << why;
+  EXPECT_NE(why.find("migration 64.00 MiB"), std::string::npos) << why;
+  EXPECT_EQ(tier_of(p), hm_test::tier("capacity")) << "the free space is empty: the hot object goes out";
+  hm_free(p);
+}
+
+TEST_F(Spaces, AFastBudgetLargerThanTheTierIsRefused) {
+  start("hetmem-static", "1000T");
+  hm_class_t hot = define("spaces.hot", HM_CLASS_HOT, 1);
+  EXPECT_EQ(hm_class_alloc(hot, 64, 0, 0), nullptr);
+  std::string why = hm_last_error();
+  EXPECT_NE(why.find("larger than the fast tier"), std::string::npos) << why;
+}
+
+TEST_F(Spaces, MemoryModePutsEverythingBehindTheCacheAndReusedDataHits) {
+  start("memory-mode", "8M");
+  hm_class_t hot = define("spaces.hot", HM_CLASS_HOT, 1);
+  const size_t n = size_t{2} << 20;
+  void *p = hm_class_alloc(hot, n, 0, 0);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(tier_of(p), hm_test::tier("capacity")) << "memory mode keeps all data on the capacity tier";
+  hm_dram_cache_stats_t before, after;
+  ASSERT_EQ(hm_dram_cache_stats(&before), HM_OK) << hm_last_error();
+  EXPECT_EQ(before.blocks * before.block_bytes, uint64_t{8} << 20) << "the cache is the fast budget's size";
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(hm_access(p, n, HM_ACCESS_READ), HM_OK);
+  ASSERT_EQ(hm_dram_cache_stats(&after), HM_OK);
+  uint64_t blocks = n / after.block_bytes;
+  EXPECT_EQ(after.misses - before.misses, blocks) << "2 MiB fit in an 8 MiB cache: the first sweep misses";
+  EXPECT_EQ(after.hits - before.hits, 3 * blocks) << "and the next three hit";
+  hm_emul_stats_t e;
+  ASSERT_EQ(hm_emul_stats(hm_test::tier("capacity"), &e), HM_OK);
+  EXPECT_EQ(e.read_bytes[HM_EMUL_DECLARED], n) << "only the misses reach the device";
+  hm_free(p);
+}
+
+TEST_F(Spaces, MemoryModeNeedsAnEmulatedCapacityTier) {
+  ASSERT_EQ(hm_test::configure("fast=dram,capacity=dram"), HM_OK);
+  ASSERT_EQ(hm_policy_select("memory-mode"), HM_OK);
+  hm_class_t hot = define("spaces.hot", HM_CLASS_HOT, 1);
+  EXPECT_EQ(hm_class_alloc(hot, 64, 0, 0), nullptr);
+  EXPECT_EQ(hm_last_error_code(), HM_ENOTSUP);
+  EXPECT_NE(std::string(hm_last_error()).find("Memory Mode"), std::string::npos) << hm_last_error();
+  hm_dram_cache_stats_t s;
+  EXPECT_EQ(hm_dram_cache_stats(&s), HM_ENOTSUP);
+}
+
+TEST_F(Spaces, InterleaveSpreadsBytesInTheRatioOfTheTiersBandwidths) {
+  start("interleave", "0");
+  hm_class_t c = define("spaces.any", HM_CLASS_STREAMING);
+  hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity");
+  std::vector<void *> blocks;
+  for (int i = 0; i < 200; ++i) blocks.push_back(hm_class_alloc(c, 64 << 10, 0, 0));
+  size_t on_fast = 0;
+  for (void *p : blocks) on_fast += tier_of(p) == fast;
+  (void)capacity;
+  EXPECT_NEAR(on_fast / 200.0, 1 / 1.37, 0.01) << "optane reads at 0.37x DRAM: 73% of the bytes go fast";
+  for (void *p : blocks) hm_free(p);
+}
+
+// Every space's and the fast tier's budget hold under every policy while two threads allocate and
+// free objects of every kind, across the iteration boundary at which hetmem-static sizes its spaces.
+TEST_F(Spaces, BudgetsAndSpaceBudgetsAreNeverExceededUnderAnyPolicyWithTwoThreads) {
+  for (const char *policy : {"first-touch", "slow-only", "all-fast", "memory-mode", "interleave", "hetmem-static"}) {
+    start(policy, "8M");
+    hm_class_t classes[5] = {define("b.meta", HM_CLASS_METADATA), define("b.tmp", HM_CLASS_TEMPORARY),
+                             define("b.hot", HM_CLASS_HOT, 3), define("b.stream", HM_CLASS_STREAMING),
+                             define("b.cold", HM_CLASS_COLD)};
+    auto work = [&](unsigned seed, int rounds) {
+      std::mt19937 rng(seed);
+      std::vector<void *> live;
+      for (int i = 0; i < rounds; ++i) {
+        size_t size = size_t{1} << (6 + rng() % 14);  // 64 B .. 512 KiB
+        void *p = hm_class_alloc(classes[rng() % 5], size, 0, 0);
+        if (p) live.push_back(p);
+        if (live.size() > 40 || (rng() % 3 == 0 && !live.empty())) {
+          size_t k = rng() % live.size();
+          hm_free(live[k]);
+          live[k] = live.back();
+          live.pop_back();
+        }
+      }
+      for (void *p : live) hm_free(p);
+    };
+    for (int iteration = 0; iteration < 2; ++iteration) {
+      std::thread a(work, 1u + iteration, 1500), b(work, 7u + iteration, 1500);
+      a.join();
+      b.join();
+      ASSERT_EQ(hm_iteration_next(), HM_OK);
+    }
+    hm_tier_stats_t fast = hm_test::stats(hm_test::tier("fast"));
+    EXPECT_LE(fast.high_water, uint64_t{8} << 20) << "policy " << policy;
+    EXPECT_EQ(fast.in_use, 0u) << "policy " << policy;
+    uint64_t sum = 0;
+    for (int s = 0; s < HM_SPACE_COUNT; ++s) {
+      hm_space_stats_t st = space(static_cast<hm_space_t>(s));
+      EXPECT_EQ(st.in_use, 0u) << policy << " space " << hm_space_name(static_cast<hm_space_t>(s));
+      EXPECT_EQ(st.objects, 0u) << policy << " space " << hm_space_name(static_cast<hm_space_t>(s));
+      if (st.sized) EXPECT_LE(st.high_water, st.budget) << policy << " space " << hm_space_name(static_cast<hm_space_t>(s));
+      sum += st.budget;
+    }
+    if (std::string(policy) == "hetmem-static") EXPECT_LE(sum, uint64_t{8} << 20) << "spaces divide the fast budget";
+  }
+}
