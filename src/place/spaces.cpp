@@ -31,16 +31,20 @@ hm_space_t space_of(hm_class_kind_t kind) {
 
 bool Spaces::reserve(hm_space_t space, uint64_t bytes) {
   Counters &c = s_[space];
-  for (;;) {
-    uint64_t used = c.in_use.load(std::memory_order_relaxed);
-    uint64_t budget = c.budget.load(std::memory_order_acquire);
-    if (sized() && used + bytes > budget) {
-      if (grow(space, used + bytes - budget)) continue;
-      c.overflows.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    }
-    if (c.in_use.compare_exchange_weak(used, used + bytes, std::memory_order_acq_rel)) return true;
+  if (!sized()) {  // only the fast tier's own budget limits
+    c.in_use.fetch_add(bytes, std::memory_order_acq_rel);
+    return true;
   }
+  // Sized spaces lend and check under one lock, so that a reservation and a transfer of budget
+  // never interleave (each would be right alone and the two together exceed a budget).
+  std::lock_guard<std::mutex> lock(mutex_);
+  uint64_t used = c.in_use.load(std::memory_order_relaxed), budget = c.budget.load(std::memory_order_relaxed);
+  if (used + bytes > budget && !grow_locked(space, used + bytes - budget)) {
+    c.overflows.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  c.in_use.fetch_add(bytes, std::memory_order_acq_rel);
+  return true;
 }
 
 void Spaces::confirm(hm_space_t space) {
@@ -56,29 +60,19 @@ uint64_t Spaces::free_room() const {
 
 // The temporary and metadata spaces grow on demand (seed 000 §4.1: "increases the temporary space
 // on demand") by whole MiB taken from the free space's unused room; the free space never lends
-// what its objects hold.
-bool Spaces::grow(hm_space_t space, uint64_t short_by) {
+// what its objects hold. Called with mutex_ held.
+bool Spaces::grow_locked(hm_space_t space, uint64_t short_by) {
   if (space != HM_SPACE_TEMPORARY && space != HM_SPACE_METADATA) return false;
-  std::lock_guard<std::mutex> lock(grow_mutex_);
   Counters &f = s_[HM_SPACE_FREE];
-  uint64_t want = round_up(short_by);
-  for (;;) {
-    uint64_t fb = f.budget.load(std::memory_order_acquire), fu = f.in_use.load(std::memory_order_acquire);
-    uint64_t room = fb > fu ? fb - fu : 0;
-    if (room < short_by) return false;
-    uint64_t take = want <= room ? want : short_by;
-    // A hot object may take the free space's room meanwhile: take the budget only if it is still
-    // unused (the free space's reserve() checks its budget after reading in_use).
-    if (!f.budget.compare_exchange_strong(fb, fb - take, std::memory_order_acq_rel)) continue;
-    if (f.in_use.load(std::memory_order_acquire) > fb - take) {
-      f.budget.fetch_add(take, std::memory_order_acq_rel);
-      continue;
-    }
-    s_[space].budget.fetch_add(take, std::memory_order_acq_rel);
-    s_[space].grows.fetch_add(1, std::memory_order_relaxed);
-    s_[space].grown_bytes.fetch_add(take, std::memory_order_relaxed);
-    return true;
-  }
+  uint64_t fb = f.budget.load(std::memory_order_relaxed), fu = f.in_use.load(std::memory_order_relaxed);
+  uint64_t room = fb > fu ? fb - fu : 0;
+  if (room < short_by) return false;
+  uint64_t want = round_up(short_by), take = want <= room ? want : short_by;
+  f.budget.fetch_sub(take, std::memory_order_relaxed);
+  s_[space].budget.fetch_add(take, std::memory_order_relaxed);
+  s_[space].grows.fetch_add(1, std::memory_order_relaxed);
+  s_[space].grown_bytes.fetch_add(take, std::memory_order_relaxed);
+  return true;
 }
 
 int Spaces::size(uint64_t fast_budget, uint64_t migration, uint64_t *free_budget, std::string *why) {
@@ -107,6 +101,7 @@ int Spaces::size(uint64_t fast_budget, uint64_t migration, uint64_t *free_budget
 }
 
 void Spaces::size_free(uint64_t budget) {
+  std::lock_guard<std::mutex> lock(mutex_);
   // What hot objects still hold on the fast tier (objects that could not move) stays accounted:
   // the budget is never below it.
   uint64_t held = in_use(HM_SPACE_FREE);

@@ -48,10 +48,10 @@ class Spaces {
   struct Counters {
     std::atomic<uint64_t> budget{0}, in_use{0}, high_water{0}, objects{0}, grows{0}, grown_bytes{0}, overflows{0};
   };
-  bool grow(hm_space_t space, uint64_t bytes);
+  bool grow_locked(hm_space_t space, uint64_t short_by);
   Counters s_[HM_SPACE_COUNT];
   std::atomic<bool> sized_{false};
-  std::mutex grow_mutex_;  // budget transfers between spaces
+  std::mutex mutex_;  // reservations in sized spaces and budget transfers between them
 };
 
 Spaces &spaces();
