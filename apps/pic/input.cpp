@@ -14,7 +14,7 @@ const char *kGlobalKeys[] = {"max_step", "amr.n_cell", "geometry.prob_hi", "warp
                              "algo.particle_pusher", "algo.current_deposition", "algo.maxwell_solver",
                              "particles.species_names", "hetmem.tile_size", "hetmem.seed", "hetmem.fields",
                              "hetmem.particles", "diag.interval", "diag.directory", "diag.energy_log",
-                             "diag.progress", "diag.summary", "hetmem.strict", "hetmem.sort_interval", "preset"};
+                             "diag.progress", "diag.summary", "hetmem.strict", "hetmem.allocation_order", "hetmem.sort_interval", "preset"};
 const char *kSpeciesKeys[] = {"charge", "mass", "density", "num_particles_per_cell_each_dim", "u_th", "ux", "uy",
                               "uz", "langmuir.epsilon", "langmuir.modes", "langmuir.sign"};
 
@@ -217,6 +217,14 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
   if (kv.count("diag.directory")) p.output_dir = kv["diag.directory"];
   if (kv.count("diag.energy_log")) p.energy_log = kv["diag.energy_log"];
   if (kv.count("diag.summary")) p.summary_path = kv["diag.summary"];
+  if (kv.count("hetmem.allocation_order")) {
+    const std::string &order = kv["hetmem.allocation_order"];
+    if (order != "fields-first" && order != "particles-first") {
+      *error = "hetmem.allocation_order = '" + order + "': give fields-first or particles-first";
+      return false;
+    }
+    p.particles_first = order == "particles-first";
+  }
   if (kv.count("diag.progress") && number(kv["diag.progress"], &v[0])) p.progress_interval = static_cast<int>(v[0]);
   if (kv.count("hetmem.particles")) p.particle_role = kv["hetmem.particles"];
   for (const auto &name : species) {

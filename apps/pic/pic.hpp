@@ -105,6 +105,7 @@ struct Params {
   std::string field_role;               // pins the field arrays to a role or tier ("": their class)
   std::string particle_role;            // pins the particle tiles likewise
   bool strict = false;                  // refuse to start if the problem does not fit the budgets
+  bool particles_first = false;         // allocate particles before fields, as WarpX does (seed 000 §6)
   // Diagnostics (the CLI's; the library ignores them)
   int output_interval = 0;              // openPMD output every N steps (0: none)
   std::string output_dir = "diags";

@@ -169,13 +169,18 @@ Simulation::Simulation(const Params &p) : p_(p) {
   arena_ = p_.field_role.empty()
                ? std::make_unique<hm::Arena>(classes.temporary, size_t{1} << 20, HM_ARENA_CONCURRENT)
                : std::make_unique<hm::Arena>(hm::Tier::find(p_.field_role), size_t{1} << 20, HM_ARENA_CONCURRENT);
-  for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(g, fields);
   bx_ = p_.tile[0] + 4;
   by_ = p_.tile[1] + 4;
   bz_ = p_.tile[2] + 4;
   int ntiles = ntx_ * nty_ * ntz_;
-  for (int t = 0; t < ntiles; ++t)
-    tile_j_.emplace_back(static_cast<size_t>(3) * bx_ * by_ * bz_, 0.0, currents);
+  // Fields and current buffers before or after the particles (hetmem.allocation_order): the order
+  // decides what a placement by allocation order (first-touch) puts on the fast tier.
+  auto allocate_grid = [&] {
+    for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(g, fields);
+    for (int t = 0; t < ntiles; ++t)
+      tile_j_.emplace_back(static_cast<size_t>(3) * bx_ * by_ * bz_, 0.0, currents);
+  };
+  if (!p_.particles_first) allocate_grid();
 
   uint64_t next_id = 1;
   for (size_t s = 0; s < p_.species.size(); ++s) {
@@ -213,6 +218,7 @@ Simulation::Simulation(const Params &p) : p_(p) {
     for (const Tile &t : species.tiles) declare_particles(t, Access::write, true);
     species_.push_back(std::move(species));
   }
+  if (p_.particles_first) allocate_grid();
   for (const Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz})
     hm::access(f->data(), static_cast<size_t>(f->stride_z()) * (g.nz + 2 * Field::kGuard), Access::write);
   for (const auto &buf : tile_j_) hm::access(buf, Access::write);

@@ -4,8 +4,11 @@
     hetmem options [--json]
     hetmem profile [-o TRACE] [--depth N] [--large SIZE] [--children] -- CMD ARGS
     hetmem report TRACE [--out DIR] [--json] [--top N]
-    hetmem run [--rules FILE] [--policy NAME] -- CMD ARGS
-    hetmem bench alloc|emul|profiler|pic|octree [--quick] [--out PATH]
+    hetmem plan TRACE [-o PLAN]
+    hetmem run [--rules FILE | --plan PLAN] [--policy NAME] -- CMD ARGS
+    hetmem compare [--policies LIST] [--fraction F | --budget SIZE] [--iterations N] [--repeat R]
+                   [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...]]
+    hetmem bench alloc|emul|profiler|pic|octree|placement [--quick] [--out PATH]
     hetmem demo
 """
 
@@ -133,6 +136,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "emul":
         from .bench_emul import main as bench_emul
         return bench_emul(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-emul.json", args.quick)
+    if args.what == "placement":
+        from .compare import bench as bench_placement
+        return bench_placement(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-placement.json",
+                               args.quick, _console())
     if args.what == "profiler":
         from .bench_profiler import main as bench_profiler
         return bench_profiler(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-profiler.json",
@@ -141,6 +148,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.quick:
         cmd.append("--quick")
     return _run(cmd)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from . import compare
+    workload = args.workload or ["preset:L1"]
+    if workload[0] == "--":
+        workload = workload[1:]
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    budget = compare.parse_size(args.budget) if args.budget else None
+    threads = args.threads or os.cpu_count() or 1
+    tiers = args.tiers or os.environ.get("HM_TIERS") or "capacity=emul:optane"
+    compare.run(workload, policies, args.fraction, budget, args.iterations, args.repeat, threads, tiers, args.out,
+                _console())
+    return 0
 
 
 def cmd_pic(args: argparse.Namespace) -> int:
@@ -222,9 +243,36 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .report import analyse, plan_text
+    from .trace import TraceError, read_trace
+
+    try:
+        trace = read_trace(args.trace)
+    except TraceError as exc:
+        raise HetmemError(str(exc)) from None
+    result = analyse(trace, top=10)
+    text = plan_text(result)
+    out = args.output or os.path.splitext(args.trace)[0] + ".plan"
+    with open(out, "w") as f:
+        f.write(text)
+    sites = sum(1 for line in text.splitlines() if line.startswith("site "))
+    print(f"hetmem: plan with {sites} site(s) written to {out} (hetmem run --plan {out} -- PROGRAM)", file=sys.stderr)
+    if sites == 0:
+        print("hetmem: warning: no site large or long-lived enough to place; the plan changes nothing", file=sys.stderr)
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     extra = {}
+    if args.plan and args.rules:
+        print("hetmem: give --rules or --plan, not both (a plan is a rules file with class targets)", file=sys.stderr)
+        return 2
+    if args.plan:
+        args.rules = args.plan
+        # A plan's classes are placed by static placement unless another policy is asked for.
+        args.policy = args.policy or os.environ.get("HM_POLICY") or "hetmem-static"
     if args.policy:
         error = Library().check_policy(args.policy)
         if error:
@@ -283,18 +331,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     rn = sub.add_parser("run", help="run a program with the preload library: placement rules, scoped modes")
     rn.add_argument("--rules", help="rules file (docs/profiler.md); without it only hm_mode_push scopes route")
+    rn.add_argument("--plan", help="plan file from `hetmem plan` (call sites -> classes); policy hetmem-static "
+                    "unless --policy says otherwise")
     rn.add_argument("--policy", help="placement policy for object classes (HM_POLICY; docs/placement.md)")
     rn.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
     rn.set_defaults(func=cmd_run)
 
+    pl = sub.add_parser("plan", help="turn a profile into an editable plan: call sites -> object class and priority",
+                        description="Writes the classes `hetmem report` suggests (from lifetime, size and per-phase "
+                        "referenced bytes) as a plan for `hetmem run --plan`: placement without changing the program.")
+    pl.add_argument("trace")
+    pl.add_argument("-o", "--output", help="plan file (default TRACE.plan)")
+    pl.set_defaults(func=cmd_plan)
+
     b = sub.add_parser("bench", help="run a benchmark of the library")
-    b.add_argument("what", choices=["alloc", "emul", "profiler", "pic", "octree"],
+    b.add_argument("what", choices=["alloc", "emul", "profiler", "pic", "octree", "placement"],
                    help="alloc: allocation, free, arena, copy and emulation figures; "
                         "emul: the emulated tier's bookkeeping overhead (PIC, stencil) and its fidelity to the model; "
                         "profiler: profiling overhead, heaptrack comparison, rules-only cost; "
                         "pic: the WarpX comparison problem, ns per particle-step for 1 and 2 threads; "
                         "octree: PM-octree restart, persist bytes, refine/balance vs p4est, transformation, "
-                        "per-step time vs snapshot and SQLite baselines")
+                        "per-step time vs snapshot and SQLite baselines; "
+                        "placement: every policy on the PIC code's 1.2 GiB rung with a fast budget of 25%% of it")
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     b.add_argument("--out", default="hetmem-bench-alloc.json", help="JSON results file")
     b.set_defaults(func=cmd_bench)
@@ -302,6 +360,24 @@ def build_parser() -> argparse.ArgumentParser:
     pc = sub.add_parser("pic", help="the reference PIC code: hetmem pic INPUT [key=value ...] (docs/pic.md)")
     pc.add_argument("cmd", nargs=argparse.REMAINDER, help="INPUT (a file or preset:NAME) and key=value overrides")
     pc.set_defaults(func=cmd_pic)
+
+    cp = sub.add_parser("compare", help="run the PIC code under every placement policy with a fast budget below "
+                        "its footprint: times, ratios, phases, spaces, classes; JSON, PNG and HTML",
+                        description="Runs the workload (the PIC code: a preset or input file, default preset:L1) "
+                        "first under all-fast without a budget (the footprint and the upper bound), then under "
+                        "every policy with the fast budget at a fraction of the footprint. docs/placement.md.")
+    cp.add_argument("--policies", default=",".join(["all-fast", "hetmem-static", "first-touch", "interleave",
+                                                    "memory-mode", "slow-only"]),
+                    help="comma-separated policies (default: all)")
+    cp.add_argument("--fraction", type=float, default=0.25, help="fast budget as a fraction of the footprint")
+    cp.add_argument("--budget", help="fast budget in bytes (512M, 1G, ...) instead of a fraction")
+    cp.add_argument("--iterations", type=int, default=6, help="iterations (steps) per run, at least 2")
+    cp.add_argument("--repeat", type=int, default=1, help="repetitions of each policy, interleaved (median)")
+    cp.add_argument("--threads", type=int, help="OpenMP threads (default: all cores)")
+    cp.add_argument("--tiers", help="HM_TIERS for the runs (default: $HM_TIERS, else capacity=emul:optane)")
+    cp.add_argument("--out", default="hetmem-compare", help="directory for compare.json, compare.html, PNG plots")
+    cp.add_argument("workload", nargs=argparse.REMAINDER, help="INPUT (file or preset:NAME) and key=value overrides")
+    cp.set_defaults(func=cmd_compare)
 
     d = sub.add_parser("demo", help="allocate on every tier, move an array, print the per-tier accounting")
     d.set_defaults(func=cmd_demo)

@@ -212,6 +212,10 @@ def analyse(trace: Trace, top: int = 10) -> dict:
             "function": where["function"], "file": where["file"], "line": where["line"],
             "module": where["module"],
             "rule_site": f"{where['module']}+{hex(where['offset'])}" if where["module"] != "?" else "",
+            # Rules match the allocation's direct caller: a site reached through a runtime library
+            # (printf's buffer, a C++ container) cannot be named by one.
+            "rule_site_direct": bool(frames) and where is frames[0],
+            "via": os.path.basename(frames[0]["module"]) if frames and where is not frames[0] else "",
             "stack": [f"{f['function']} ({os.path.basename(f['file']) or os.path.basename(f['module'])}"
                       f"{':' + str(f['line']) if f['line'] else ''})" for f in frames],
         }
@@ -266,13 +270,18 @@ def analyse(trace: Trace, top: int = 10) -> dict:
                 cls = "hot"
             else:
                 cls = "streaming"
+        # A hot site's priority: the mean share of it referenced per phase, in percent (the more
+        # of it every phase touches, the more the fast tier gains by holding it).
+        priority = max(1, round(100 * float(np.mean(refs)))) if cls == "hot" else 0
         classes.append({"site": r["site"], "function": r["function"], "file": r["file"], "line": r["line"],
-                        "class": cls, "evidence": evidence, "rule_site": r["rule_site"]})
+                        "class": cls, "priority": priority, "evidence": evidence, "rule_site": r["rule_site"],
+                        "rule_site_direct": r["rule_site_direct"], "via": r["via"]})
     small_long = [r for r in sites.values() if r["largest"] < threshold and r["short_lived_fraction"] < 0.2
                   and r["count"] > 0]
     for r in sorted(small_long, key=lambda r: -r["peak_bytes"])[:3]:
         classes.append({"site": r["site"], "function": r["function"], "file": r["file"], "line": r["line"],
-                        "class": "metadata", "rule_site": r["rule_site"],
+                        "class": "metadata", "priority": 0, "rule_site": r["rule_site"],
+                        "rule_site_direct": r["rule_site_direct"], "via": r["via"],
                         "evidence": [f"{r['count']} small allocation(s) (largest {r['largest']} B), "
                                      f"{100 * (1 - r['short_lived_fraction']):.0f}% live beyond their iteration"]})
 
@@ -429,6 +438,37 @@ def text_report(result: dict) -> str:
         for c in result["suggested_classes"]:
             lines.append(f"  site {c['site']:>4} {c['function'][:40]:<40} {c['class']:<10} {'; '.join(c['evidence'])}")
     return "\n".join(lines)
+
+
+def plan_text(result: dict) -> str:
+    """A plan (docs/placement.md): the suggested classes as rules of call sites -> class, to edit
+    and apply with `hetmem run --plan FILE -- PROGRAM`."""
+    lines = [f"# hetmem plan from {result['trace']} (pid {result['pid']}): call sites -> object class.",
+             "# Edit freely: KIND is metadata, temporary, hot (with a priority: higher goes fast first),",
+             "# streaming or cold. Apply with: hetmem run --plan THIS_FILE [--policy hetmem-static] -- PROGRAM",
+             "# Sites move when the program is rebuilt: profile again and write a new plan then."]
+    if result["partial"]:
+        lines.append("# WARNING: made from a partial trace: " + "; ".join(result["problems"]))
+    written = set()
+    for c in result["suggested_classes"]:
+        where = f"{c['function']} ({c['file']}:{c['line']})" if c["file"] else c["function"]
+        evidence = "; ".join(c["evidence"])
+        if not c["rule_site"]:
+            lines.append(f"# {where}: no call site to name (unknown module); {c['class']}: {evidence}")
+            continue
+        if c["rule_site"] in written:
+            continue
+        written.add(c["rule_site"])
+        if c["class"] == "unknown":
+            lines.append(f"# site {c['rule_site']} -> class ?   # {where}: {evidence}")
+            continue
+        if not c.get("rule_site_direct", True):
+            lines.append(f"# site {c['rule_site']} -> class {c['class']}   # {where}: allocated inside {c['via']}, "
+                         "which a site rule cannot name (it sees the direct caller only)")
+            continue
+        target = f"class {c['class']}" + (f" {c['priority']}" if c["class"] == "hot" else "")
+        lines.append(f"site {c['rule_site']} -> {target}   # {where}: {evidence}")
+    return "\n".join(lines) + "\n"
 
 
 def write_report(result: dict, out_dir: str) -> list[str]:

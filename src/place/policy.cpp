@@ -5,6 +5,7 @@
 
 #include "alloc/runtime.h"
 #include "base/options.h"
+#include "place/spaces.h"
 #include "tier/charge_model.h"
 #include "tier/tier.h"
 
@@ -119,7 +120,9 @@ class Interleave final : public Policy {
 // Seed 000 §4.1: metadata and temporaries in their spaces of the fast tier, hot objects in the
 // free space by priority (placed in allocation order while iteration 1 is observed, then moved
 // into priority order at its end: static_placement.cpp), streamed and cold data on the capacity
-// tier. Hot objects get their own mappings so that they can move at the same address.
+// tier. Hot objects get their own mappings so that they can move at the same address. Once the
+// spaces are sized, streamed objects allocated from then on may use the room hot objects leave in
+// the free space (they never displace a hot object, and never move).
 class HetmemStatic final : public Policy {
  public:
   const char *name() const override { return "hetmem-static"; }
@@ -146,6 +149,8 @@ class HetmemStatic final : public Policy {
       case HM_CLASS_METADATA:
       case HM_CLASS_TEMPORARY: return {fast_tier(), HM_PREFERRED};
       case HM_CLASS_HOT: return {fast_tier(), HM_PREFERRED | HM_MOVABLE};
+      case HM_CLASS_STREAMING:
+        return {spaces().sized() && spaces().free_room() >= r.size ? fast_tier() : capacity_tier(), HM_PREFERRED};
       default: return {capacity_tier(), HM_PREFERRED};
     }
   }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstring>
 #include <mutex>
@@ -25,7 +26,11 @@ namespace hm::place {
 namespace {
 
 std::vector<Rule> *g_rules = nullptr;
+std::atomic<uint64_t> *g_matches = nullptr;  // per rule
+std::string *g_rules_file = nullptr;
 bool g_need_caller = false;
+
+const char *const kKindNames[] = {"metadata", "temporary", "hot", "streaming", "cold"};
 
 std::string at(const std::string &file, int line, size_t column, const std::string &what) {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column + 1) + ": " + what;
@@ -190,8 +195,42 @@ int parse_rules(const std::string &text, const std::string &file, std::vector<Ru
     std::string name, more;
     target >> name;
     if (name.empty()) {
-      *error = at(file, line_no, arrow + 2, "expected a target after '->' (fast, capacity, persistent, a tier, huge, libc)");
+      *error = at(file, line_no, arrow + 2,
+                  "expected a target after '->' (fast, capacity, persistent, a tier, huge, libc, class KIND)");
       return HM_EFORMAT;
+    }
+    if (name == "class") {
+      std::string kind, priority;
+      target >> kind >> priority;
+      size_t kind_col = kind.empty() ? arrow + 2 : line.find(kind, line.find("class", arrow) + 5);
+      auto k = std::find(std::begin(kKindNames), std::end(kKindNames), kind);
+      if (k == std::end(kKindNames)) {
+        *error = at(file, line_no, kind_col,
+                    (kind.empty() ? std::string("expected a kind") : "unknown kind '" + kind + "'") +
+                        " after 'class' (metadata, temporary, hot, streaming, cold)");
+        return HM_EFORMAT;
+      }
+      rule.target = Rule::kClass;
+      rule.class_kind = static_cast<int>(k - std::begin(kKindNames));
+      if (!priority.empty()) {
+        char *end = nullptr;
+        long v = std::strtol(priority.c_str(), &end, 10);
+        if (*end || v < 0 || v > 1000000) {
+          *error = at(file, line_no, line.find(priority, kind_col + kind.size()),
+                      "expected a priority (a whole number, 0 to 1000000) after the kind, not '" + priority + "'");
+          return HM_EFORMAT;
+        }
+        rule.priority = static_cast<int>(v);
+      }
+      if (target >> more) {
+        *error = at(file, line_no, line.find(more, kind_col + kind.size() + priority.size()),
+                    "unexpected '" + more + "' after the class");
+        return HM_EFORMAT;
+      }
+      rule.target_name = line.substr(first, arrow - first);
+      rule.target_name.erase(rule.target_name.find_last_not_of(" \t") + 1);
+      rules->push_back(rule);
+      continue;
     }
     if (target >> more) {
       *error = at(file, line_no, line.find(more, arrow + 2 + name.size()), "unexpected '" + more + "' after the target");
@@ -215,6 +254,19 @@ int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *e
   int rc = parse_rules(text, path, rules, error);
   if (rc != HM_OK) return rc;
   for (Rule &r : *rules) {
+    if (r.target == Rule::kClass) {
+      // One class per rule, named after its condition ("plan site ./app+0x51c0"), so that reports
+      // and hm_class_info show where each object came from.
+      std::string name = "plan " + r.target_name;
+      if (name.size() > 63) name = name.substr(0, 40) + "~line" + std::to_string(r.line);
+      hm_class_t cls = -1;
+      if (hm_class_define(name.c_str(), static_cast<hm_class_kind_t>(r.class_kind), r.priority, &cls) != HM_OK) {
+        *error = path + ":" + std::to_string(r.line) + ": " + hm_last_error();
+        return hm_last_error_code();
+      }
+      r.tier = cls;
+      continue;
+    }
     if (r.target != Rule::kTier) continue;
     int id = -1;
     if (tier_find(r.target_name, &id) != HM_OK) {
@@ -228,6 +280,7 @@ int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *e
 
 void install(std::vector<Rule> rules) {
   g_rules = new std::vector<Rule>(std::move(rules));
+  g_matches = new std::atomic<uint64_t>[g_rules->size() + 1]();
   g_need_caller = false;
   for (const Rule &r : *g_rules)
     if (r.kind == Rule::kFunction || r.kind == Rule::kSite) g_need_caller = true;
@@ -235,6 +288,20 @@ void install(std::vector<Rule> rules) {
 }
 
 bool installed() { return g_rules && !g_rules->empty(); }
+
+std::vector<std::string> unused_class_rules() {
+  std::vector<std::string> out;
+  if (!g_rules) return out;
+  for (size_t i = 0; i < g_rules->size(); ++i) {
+    const Rule &r = (*g_rules)[i];
+    if (r.target != Rule::kClass || g_matches[i].load() != 0) continue;
+    std::string line = (g_rules_file ? *g_rules_file : std::string("rules")) + ":" + std::to_string(r.line) + ": " +
+                       r.target_name + " -> class " + kKindNames[r.class_kind];
+    if (r.class_kind == HM_CLASS_HOT) line += " " + std::to_string(r.priority);
+    out.push_back(line);
+  }
+  return out;
+}
 
 Decision decide(size_t size, const void *caller) {
   Decision d;
@@ -257,6 +324,7 @@ Decision decide(size_t size, const void *caller) {
       case Rule::kSite: match = caller && site_matches(r, caller); break;
     }
     if (match) {
+      g_matches[i].fetch_add(1, std::memory_order_relaxed);
       d.target = r.target;
       d.tier = r.tier;
       return d;
@@ -276,7 +344,10 @@ int load_file(const char *path, bool and_install, char *error, size_t error_len)
   if (rc == HM_OK) {
     try {
       rc = hm::place::load_rules(path ? path : "", &rules, &why);
-      if (rc == HM_OK && and_install) hm::place::install(std::move(rules));
+      if (rc == HM_OK && and_install) {
+        hm::place::install(std::move(rules));
+        hm::place::g_rules_file = new std::string(path);
+      }
     } catch (...) {
       rc = HM_ENOMEM;
       why = "out of memory";
@@ -298,7 +369,20 @@ int hm_rules_install(const char *path, char *error, size_t error_len) { return l
 int hm_rules_decide(size_t size, const void *caller, int *tier) {
   hm::place::Decision d = hm::place::decide(size, caller);
   if (tier) *tier = d.tier;
-  return d.target == hm::place::Rule::kTier ? 1 : d.target == hm::place::Rule::kHuge ? 2 : 0;
+  switch (d.target) {
+    case hm::place::Rule::kTier: return 1;
+    case hm::place::Rule::kHuge: return 2;
+    case hm::place::Rule::kClass: return 3;
+    default: return 0;
+  }
+}
+
+void hm_rules_report_unused(int fd) {
+  std::vector<std::string> unused = hm::place::unused_class_rules();
+  if (unused.empty()) return;
+  dprintf(fd, "hetmem: %zu plan site(s) never occurred in this run (not an error: the run took another path):\n",
+          unused.size());
+  for (const std::string &u : unused) dprintf(fd, "  %s\n", u.c_str());
 }
 
 }  // extern "C"

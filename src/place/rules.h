@@ -7,8 +7,12 @@
 //   function push_    -> capacity    # made in a function whose name contains "push_"
 //   site ./pic+0x4f2a -> capacity    # made at this call site (module+offset, as `hetmem report` prints)
 //   all               -> capacity    # the whole heap (what libvmmalloc did)
+//   site ./pic+0x51c0 -> class hot 90   # an object class, placed by the active policy (a plan)
 //
-// Targets: fast, capacity, persistent, a tier name (dram, numa:1, emul:optane, ...), huge, libc.
+// Targets: fast, capacity, persistent, a tier name (dram, numa:1, emul:optane, ...), huge, libc,
+// or `class KIND [PRIORITY]` (KIND: metadata, temporary, hot, streaming, cold). A file of such
+// rules written by `hetmem plan` from a profile is a *plan*: the program's objects, by call site,
+// become objects of classes that the policy (HM_POLICY) places, as if the program were tagged.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,9 +25,11 @@ struct Rule {
   uint64_t size = 0;
   std::string text;       // function name fragment, or site module
   uint64_t offset = 0;    // site offset in its module
-  enum Target { kTier, kHuge, kLibc } target = kLibc;
+  enum Target { kTier, kHuge, kLibc, kClass } target = kLibc;
   std::string target_name;  // role or tier, resolved when the rules are installed
-  int tier = -1;
+  int tier = -1;            // kClass: the class, defined when the rules are loaded
+  int class_kind = 0;       // kClass: hm_class_kind_t
+  int priority = 0;         // kClass, hot: its priority
   int line = 0;
 };
 
@@ -34,13 +40,16 @@ int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *e
 
 struct Decision {
   Rule::Target target = Rule::kLibc;
-  int tier = -1;
+  int tier = -1;  // kTier: the tier; kClass: the class
 };
 
 // Installs rules for decide(); not thread-safe against concurrent decide() (done at start-up).
 void install(std::vector<Rule> rules);
 bool installed();
-// Where an allocation of `size` bytes made from `caller` goes.
+// Where an allocation of `size` bytes made from `caller` goes (counted per rule).
 Decision decide(size_t size, const void *caller);
+// The class rules (a plan's sites) that no allocation matched so far, one line each
+// ("FILE:LINE: site ./app+0x51c0 -> class hot 90"); empty when every one occurred.
+std::vector<std::string> unused_class_rules();
 
 }  // namespace hm::place

@@ -110,6 +110,10 @@ void *place(size_t size, size_t align, bool zero, const void *caller) {
     int target = hm_rules_decide(size, caller, &tier);
     if (target == 1) return hm_tier_alloc(tier, size, align, flags);
     if (target == 2) return hm_alloc(HM_FAST, size, align, flags | HM_HUGE);
+    if (target == 3) {  // a plan's class: where the policy puts it; the C library if it refuses
+      void *p = hm_class_alloc(tier, size, align, zero ? HM_ZERO : 0u);
+      if (p) return p;
+    }
   }
   if (g_profiling && size >= g_large && align <= 4096) {
     void *p = hm_alloc(HM_FAST, size, align, flags | HM_GUARDED);
@@ -260,6 +264,7 @@ __attribute__((constructor)) void start_up() {
 
 __attribute__((destructor)) void shut_down() {
   Inside inside;
+  if (g_rules) hm_rules_report_unused(2);
   if (g_profiling) {
     g_profiling = false;
     hm_profile_stop();

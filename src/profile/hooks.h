@@ -16,5 +16,7 @@ HM_HOOK_API void hm_profile_after_fork(int follow);
 HM_HOOK_API int hm_rules_install(const char *path, char *error, size_t error_len);
 // Only checks a rules file (the `hetmem run` command does this before starting anything).
 HM_HOOK_API int hm_rules_check(const char *path, char *error, size_t error_len);
-// 0: the C library, 1: a tier (*tier), 2: huge pages.
+// 0: the C library, 1: a tier (*tier), 2: huge pages, 3: an object class (*tier is the class).
 HM_HOOK_API int hm_rules_decide(size_t size, const void *caller, int *tier);
+// Lists on fd the class rules (a plan's sites) no allocation matched.
+HM_HOOK_API void hm_rules_report_unused(int fd);
