@@ -120,6 +120,8 @@ bool write_summary(const std::string &path, const Params &p, const RunRecord &ru
               {"footprint_bytes", {{"fields", run.footprint.fields}, {"particles", run.footprint.particles}}},
               {"seconds", run.seconds},
               {"step_seconds", run.step_seconds},
+              {"cpu_seconds", run.cpu_seconds},
+              {"step_cpu_seconds", run.step_cpu_seconds},
               {"phase_seconds", phase_s},
               {"emulator_own_seconds", (sampler.own_ns + sampler.inflicted_ns) * 1e-9},
               {"tiers", tiers_json()},

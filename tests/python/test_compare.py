@@ -1,0 +1,76 @@
+"""`hetmem compare` end to end on the smallest PIC preset: every policy runs, the report says the
+slow tier is emulated, the files are written, the fast budget is the asked fraction of the
+footprint; and bad input gets a message."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def hetmem(*args, timeout=600):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_") or k == "HM_CALIBRATION"}
+    env["PYTHONPATH"] = str(ROOT / "python")
+    return subprocess.run([sys.executable, "-m", "hetmem", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_every_policy_runs_and_the_report_says_what_was_emulated(tmp_path):
+    out = tmp_path / "cmp"
+    r = hetmem("compare", "--iterations", "2", "--threads", "1", "--out", str(out), "preset:L0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "compare.json").read_text())
+    assert doc["emulated"] and "emul:optane" in doc["slow_tier"]
+    assert abs(doc["fast_budget_bytes"] - 0.25 * doc["footprint_bytes"]) <= 1
+    rows = {p["policy"]: p for p in doc["policies"]}
+    assert set(rows) == {"all-fast", "hetmem-static", "first-touch", "interleave", "memory-mode", "slow-only"}
+    for name, row in rows.items():
+        assert "skipped" not in row, row
+        assert row["seconds_per_iteration"] > 0 and row["cpu_seconds_per_iteration"] > 0
+        if name != "all-fast":
+            assert row["fast_high_water"] <= doc["fast_budget_bytes"], name
+    assert rows["all-fast"]["charged_seconds_per_iteration"] == 0, "all-fast touches no emulated memory"
+    assert rows["slow-only"]["charged_seconds_per_iteration"] > rows["hetmem-static"]["charged_seconds_per_iteration"]
+    assert rows["memory-mode"]["placement"]["dram_cache"]["misses"] > 0
+    static = rows["hetmem-static"]["placement"]
+    assert static["static"]["settled"] and all(s["sized"] for s in static["spaces"])
+    for s in static["spaces"]:
+        assert s["in_use"] <= s["budget"], s
+    fields = next(c for c in rows["hetmem-static"]["classes"] if c["name"] == "pic.fields")
+    assert list(fields["live_on"]) == ["dram"], "hetmem-static keeps the hot fields fast"
+    assert "emulated" in r.stdout and "hetmem-static vs memory-mode" in r.stdout
+    assert ("MET" in r.stdout) or ("NOT MET" in r.stdout)
+    for name in ("compare.html", "policies.png", "phases.png"):
+        assert (out / name).stat().st_size > 1000, name
+    assert "emulated" in (out / "compare.html").read_text()
+
+
+def test_a_budget_that_holds_the_footprint_is_called_meaningless(tmp_path):
+    r = hetmem("compare", "--iterations", "2", "--threads", "1", "--budget", "4G", "--policies",
+               "all-fast,first-touch", "--out", str(tmp_path / "c"), "preset:L0")
+    assert r.returncode == 0, r.stderr
+    assert "not meaningful" in r.stdout
+
+
+def test_bad_input_gets_a_message(tmp_path):
+    r = hetmem("compare", "--policies", "all-fast,fastest", "--out", str(tmp_path / "c"), "preset:L0")
+    assert r.returncode == 2 and "fastest" in r.stderr and "hetmem-static" in r.stderr
+    r = hetmem("compare", "--iterations", "1", "--out", str(tmp_path / "c"), "preset:L0")
+    assert r.returncode == 2 and "at least 2" in r.stderr
+    r = hetmem("compare", "--budget", "lots", "--out", str(tmp_path / "c"), "preset:L0")
+    assert r.returncode == 2 and "'lots' is not a size" in r.stderr
+    r = hetmem("compare", "--out", str(tmp_path / "c"), "preset:L9")
+    assert r.returncode == 2 and "preset 'L9' is unknown" in r.stderr
+
+
+def test_memory_mode_on_a_real_capacity_tier_is_skipped_with_its_reason(tmp_path):
+    r = hetmem("compare", "--iterations", "2", "--threads", "1", "--tiers", "fast=dram,capacity=dram",
+               "--policies", "all-fast,memory-mode,hetmem-static", "--out", str(tmp_path / "c"), "preset:L0")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "c" / "compare.json").read_text())
+    mm = next(p for p in doc["policies"] if p["policy"] == "memory-mode")
+    assert "Memory Mode" in mm["skipped"]
+    assert not doc["emulated"] and doc["slow_tier"].startswith("real")
