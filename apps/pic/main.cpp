@@ -236,7 +236,7 @@ int main(int argc, char **argv) {
       record.seconds = seconds;
       record.cpu_seconds = cpu_now() - cpu_start;
       record.footprint = need;
-      if (!pic::write_summary(p.summary_path, p, record, kPhases, 4, &error)) return die(error);
+      if (!pic::write_summary(p.summary_path, p, record, &error)) return die(error);
       std::printf("run summary: %s\n", p.summary_path.c_str());
     }
     std::printf("energy log: %s\n", energy_path.c_str());

@@ -1,6 +1,6 @@
-// The run summary of hetmem-pic (diag.summary = FILE): what `hetmem compare` reads. One JSON
-// document: the problem, the policy and tiers, the time of every step and phase, where each object
-// class landed, the fast tier's spaces, static placement, and what the emulated tiers charged.
+// The run summary of hetmem-pic (diag.summary = FILE): what `hetmem compare` reads. The library's
+// summary (hm_summary_write: tiers, classes, spaces, static placement, phases, charges) with the
+// problem and the wall and CPU time of every step added.
 #pragma once
 #include <string>
 #include <vector>
@@ -20,7 +20,6 @@ struct RunRecord {
 };
 
 // Writes the summary; false with a message naming the file when it cannot be written.
-bool write_summary(const std::string &path, const Params &p, const RunRecord &run, const char *const *phases,
-                   int phase_count, std::string *error);
+bool write_summary(const std::string &path, const Params &p, const RunRecord &run, std::string *error);
 
 }  // namespace pic

@@ -363,6 +363,15 @@ typedef struct hm_dram_cache_stats {
 } hm_dram_cache_stats_t;
 int hm_dram_cache_stats(hm_dram_cache_stats_t *stats);
 
+/* Writes the run summary to `path` (JSON, replaced atomically; docs/placement.md#the-run-summary):
+ * every tier with its budget, in-use bytes, high water, fallbacks, moves and emulation charges;
+ * every object class with the bytes it allocated on each tier and its live bytes on each tier; the
+ * spaces, static placement and the memory-mode cache model; every phase's calls and seconds; the
+ * wall time of each iteration (from the first class allocation to each hm_iteration_next); the
+ * emulator's own time. `extra_json`, NULL or a JSON object, adds the caller's members at the top
+ * level. HM_EFORMAT if extra_json is not a JSON object, HM_EIO if the file cannot be written. */
+int hm_summary_write(const char *path, const char *extra_json);
+
 /* The active policy's name ("first-touch", ...). */
 const char *hm_policy_name(void);
 /* Selects the policy for this process. HM_EINVAL, listing the policies, for an unknown name;

@@ -7,7 +7,7 @@
     hetmem plan TRACE [-o PLAN]
     hetmem run [--rules FILE | --plan PLAN] [--policy NAME] -- CMD ARGS
     hetmem compare [--policies LIST] [--fraction F | --budget SIZE] [--iterations N] [--repeat R]
-                   [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...]]
+                   [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...] | --plan PLAN -- CMD ARGS]
     hetmem bench alloc|emul|profiler|pic|octree|placement [--quick] [--out PATH]
     hetmem demo
 """
@@ -152,9 +152,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from . import compare
-    workload = args.workload or ["preset:L1"]
-    if workload[0] == "--":
-        workload = workload[1:]
+    rest = args.workload[1:] if args.workload and args.workload[0] == "--" else args.workload
+    workload = compare.PlanWorkload(args.plan, rest) if args.plan else compare.PicWorkload(rest)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     budget = compare.parse_size(args.budget) if args.budget else None
     threads = args.threads or os.cpu_count() or 1
@@ -376,7 +375,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--threads", type=int, help="OpenMP threads (default: all cores)")
     cp.add_argument("--tiers", help="HM_TIERS for the runs (default: $HM_TIERS, else capacity=emul:optane)")
     cp.add_argument("--out", default="hetmem-compare", help="directory for compare.json, compare.html, PNG plots")
-    cp.add_argument("workload", nargs=argparse.REMAINDER, help="INPUT (file or preset:NAME) and key=value overrides")
+    cp.add_argument("--plan", help="compare an unchanged program with this plan instead of the PIC code: "
+                    "hetmem compare --plan PLAN -- PROGRAM ARGS")
+    cp.add_argument("workload", nargs=argparse.REMAINDER,
+                    help="INPUT (file or preset:NAME) and key=value overrides; with --plan: -- PROGRAM ARGS")
     cp.set_defaults(func=cmd_compare)
 
     d = sub.add_parser("demo", help="allocate on every tier, move an array, print the per-tier accounting")

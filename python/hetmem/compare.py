@@ -20,10 +20,12 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-from .lib import HetmemError, find_program
+from .figures import png, write_images
+from .lib import HetmemError, find_preload, find_program
 
 POLICIES = ["all-fast", "hetmem-static", "first-touch", "interleave", "memory-mode", "slow-only"]
 MiB = 1 << 20
@@ -36,6 +38,10 @@ SEED_FULL_VS = {"memory-mode": 1.388, "slow-only": 1.664, "first-touch": 1.452}
 
 def _size(n: float) -> str:
     return f"{n / MiB:.1f} MiB" if n < (1 << 30) else f"{n / (1 << 30):.2f} GiB"
+
+
+def _num(v, width: int, fmt: str) -> str:
+    return f"{v:>{width}{fmt}}" if v is not None else f"{'-':>{width}}"
 
 
 def parse_size(text: str) -> int:
@@ -51,28 +57,82 @@ def parse_size(text: str) -> int:
     return int(value * units[unit])
 
 
-def _run_pic(workload: list[str], policy: str, budget: int | None, steps: int, threads: int, tiers: str,
-             tmp: str, tag: str) -> dict:
+class PicWorkload:
+    """The PIC code: a preset or input file with key=value overrides; each step is an iteration."""
+
+    def __init__(self, args: list[str]):
+        self.args = args or ["preset:L1"]
+
+    def describe(self, doc: dict) -> str:
+        return f"hetmem-pic {self.args[0]}: {doc['cells']} cells, {doc['particles']} particles, " \
+               f"{doc['threads']} thread(s)"
+
+    def command(self, iterations: int, tmp: str, tag: str, summary: str) -> tuple[list[str], dict]:
+        return ([find_program("hetmem-pic"), *self.args, f"max_step={iterations}", "diag.progress=0",
+                 f"diag.directory={tmp}/out-{tag}", f"diag.summary={summary}", "diag.interval=0"], {})
+
+
+class PlanWorkload:
+    """Any program with a plan (`hetmem plan`), run unchanged through the preload library; its
+    iterations are those it marks with hm_iteration_next (else the whole run is one)."""
+
+    def __init__(self, plan: str, cmd: list[str]):
+        if not cmd:
+            raise HetmemError("--plan needs a program: hetmem compare --plan PLAN -- PROGRAM ARGS")
+        self.plan = os.path.abspath(plan)
+        # Checked in a child process: libhetmem (its libunwind) loaded into this one would break the
+        # C++ exceptions of libraries imported after it (matplotlib's, for the plots).
+        check = subprocess.run([sys.executable, "-c", "import sys\nfrom hetmem.lib import Library\n"
+                                "sys.stdout.write(Library().check_rules(sys.argv[1]) or '')", self.plan],
+                               capture_output=True, text=True)
+        if check.returncode != 0 or check.stdout:
+            raise HetmemError(check.stdout or check.stderr.strip().splitlines()[-1])
+        self.cmd = cmd
+
+    def describe(self, doc: dict) -> str:
+        return f"{' '.join(self.cmd)} with plan {self.plan}"
+
+    def command(self, iterations: int, tmp: str, tag: str, summary: str) -> tuple[list[str], dict]:
+        preload = find_preload()
+        ld = preload + (":" + os.environ["LD_PRELOAD"] if os.environ.get("LD_PRELOAD") else "")
+        return self.cmd, {"LD_PRELOAD": ld, "HM_RULES": self.plan, "HM_SUMMARY": summary}
+
+
+def _run(workload, policy: str, budget: int | None, iterations: int, threads: int, tiers: str, tmp: str,
+         tag: str) -> dict:
     summary = os.path.join(tmp, f"{tag}.json")
     env = {k: v for k, v in os.environ.items() if k not in ("HM_POLICY", "HM_FAST_BUDGET", "HM_TIERS")}
     env.update(HM_POLICY=policy, HM_TIERS=tiers, OMP_NUM_THREADS=str(threads))
     if budget:
         env["HM_FAST_BUDGET"] = str(budget)
-    cmd = [find_program("hetmem-pic"), workload[0], *workload[1:], f"max_step={steps}", "diag.progress=0",
-           f"diag.directory={tmp}/out-{tag}", f"diag.summary={summary}", "diag.interval=0"]
+    cmd, extra = workload.command(iterations, tmp, tag, summary)
+    env.update(extra)
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        why = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
-        return {"policy": policy, "skipped": why.removeprefix("hetmem-pic: ")}
+    if r.returncode != 0 or not os.path.exists(summary):
+        lines = [line for line in r.stderr.strip().splitlines() if "warning: emulated-tier charges" not in line]
+        why = (lines or [f"exit status {r.returncode}, no run summary"])[-1]
+        return {"policy": policy, "skipped": why.removeprefix("hetmem-pic: ").removeprefix("hetmem: ")}
     with open(summary) as f:
         doc = json.load(f)
     doc["policy"] = policy
     return doc
 
 
+def _iterations(doc: dict, key: str = "step_seconds") -> list[float]:
+    """Seconds of each iteration: the PIC code's steps (wall, or CPU with key="step_cpu_seconds"),
+    else the iterations the program marked, else the whole run as one (wall time only)."""
+    if key in doc:
+        return doc[key]
+    if key != "step_seconds":
+        return []
+    return doc.get("iteration_seconds") or [doc.get("seconds", 0.0)]
+
+
 def _steady(doc: dict, key: str = "step_seconds") -> float:
     """Seconds per iteration after the first (the observed one)."""
-    steps = doc[key]
+    steps = _iterations(doc, key)
+    if not steps:
+        return float("nan")
     return statistics.median(steps[1:] if len(steps) > 1 else steps)
 
 
@@ -84,7 +144,7 @@ def _footprint(doc: dict) -> int:
     return sum(t["high_water"] for t in doc["tiers"])
 
 
-def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, reference: dict) -> dict:
+def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, reference: dict, workload) -> dict:
     rows = []
     for policy, docs in runs.items():
         ok = [d for d in docs if "skipped" not in d]
@@ -92,19 +152,19 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
             rows.append({"policy": policy, "skipped": docs[0]["skipped"]})
             continue
         times = [_steady(d) for d in ok]
-        cpu = [_steady(d, "step_cpu_seconds") for d in ok]
+        cpu = [c for c in (_steady(d, "step_cpu_seconds") for d in ok) if c == c]  # NaN: not measured
         median = statistics.median(times)
         rep = min(ok, key=lambda d: abs(_steady(d) - median))  # the run whose time is the median
-        steps = rep["steps"]
+        steps = len(_iterations(rep))
         cap = _capacity(rep)
         fast = next((t for t in rep["tiers"] if "fast" in t["roles"]), {})
         rows.append({
             "policy": policy,
             "seconds_per_iteration": median,
             "runs": times,
-            "cpu_seconds_per_iteration": statistics.median(cpu),
+            "cpu_seconds_per_iteration": statistics.median(cpu) if cpu else None,  # None: not measured
             "cpu_runs": cpu,
-            "phase_seconds_per_iteration": {k: v / steps for k, v in rep["phase_seconds"].items()},
+            "phase_seconds_per_iteration": {k: v["seconds"] / steps for k, v in rep["phases"].items()},
             "fast_budget": fast.get("budget", 0),
             "fast_high_water": fast.get("high_water", 0),
             "charged_seconds_per_iteration": cap.get("charged_s", 0.0) / steps,
@@ -119,16 +179,15 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
         t = r["seconds_per_iteration"]
         if "hetmem-static" in by:
             r["vs_hetmem_static"] = t / by["hetmem-static"]["seconds_per_iteration"]
-            r["cpu_vs_hetmem_static"] = r["cpu_seconds_per_iteration"] / by["hetmem-static"]["cpu_seconds_per_iteration"]
+            base = by["hetmem-static"]["cpu_seconds_per_iteration"]
+            if base and r["cpu_seconds_per_iteration"]:
+                r["cpu_vs_hetmem_static"] = r["cpu_seconds_per_iteration"] / base
         if "all-fast" in by:
             r["vs_all_fast"] = t / by["all-fast"]["seconds_per_iteration"]
     cap = _capacity(reference)
     emulated = bool(cap.get("emulated"))
     return {
-        "workload": reference.get("program", "hetmem-pic"),
-        "cells": reference.get("cells"),
-        "particles": reference.get("particles"),
-        "threads": reference.get("threads"),
+        "workload": workload.describe(reference),
         "footprint_bytes": footprint,
         "fast_budget_bytes": budget,
         "capacity_tier": cap.get("name", "?"),
@@ -148,13 +207,14 @@ def targets(result: dict, key: str = "seconds_per_iteration") -> list[tuple[str,
     if "hetmem-static" not in by:
         return []
     s = by["hetmem-static"][key]
+    if not s:
+        return []
     return [(p, by[p][key] / s, by[p][key] > s) for p in ("slow-only", "first-touch", "memory-mode", "interleave")
-            if p in by]
+            if p in by and by[p][key]]
 
 
 def text_tables(result: dict) -> str:
-    lines = [f"hetmem compare: {result['workload']} {result['cells']} cells, {result['particles']} particles, "
-             f"{result['threads']} thread(s); footprint {_size(result['footprint_bytes'])}, fast budget "
+    lines = [f"hetmem compare: {result['workload']}; footprint {_size(result['footprint_bytes'])}, fast budget "
              f"{_size(result['fast_budget_bytes'])} ({100 * result['fast_budget_bytes'] / result['footprint_bytes']:.0f}%)"
              f"; slow tier {result['slow_tier']}",
              f"{'policy':<15} {'s/iteration':>11} {'/static':>8} {'/all-fast':>9} {'CPU s/it':>9} {'/static':>8} "
@@ -166,8 +226,8 @@ def text_tables(result: dict) -> str:
             continue
         note = "no fast budget (upper bound)" if r["policy"] == "all-fast" else ""
         lines.append(f"{r['policy']:<15} {r['seconds_per_iteration']:>11.4f} {r.get('vs_hetmem_static', 0):>7.3f}x "
-                     f"{r.get('vs_all_fast', 0):>8.3f}x {r['cpu_seconds_per_iteration']:>9.4f} "
-                     f"{r.get('cpu_vs_hetmem_static', 0):>7.3f}x {_size(r['fast_high_water']):>15} "
+                     f"{r.get('vs_all_fast', 0):>8.3f}x {_num(r['cpu_seconds_per_iteration'], 9, '.4f')} "
+                     f"{_num(r.get('cpu_vs_hetmem_static'), 7, '.3f')}x {_size(r['fast_high_water']):>15} "
                      f"{r['charged_seconds_per_iteration']:>9.4f}s  {note}")
     lines.append("(medians over the iterations after the first and over the repetitions; CPU s/it: the process's CPU "
                  "time, which other guests of a shared machine do not inflate; charged/it: the emulated device time "
@@ -204,23 +264,16 @@ def text_tables(result: dict) -> str:
         seed_text = f"seed 000: static alone {seed:.2f}x" if seed else (
             f"seed 000, full runtime: {result['seed_full_vs'][baseline]:.2f}x" if baseline in result["seed_full_vs"] else
             "seed 000: no figure")
-        lines.append(f"hetmem-static vs {baseline}: {speedup:.3f}x wall ({'MET' if met else 'NOT MET'}: faster), "
-                     f"{cpu[baseline][0]:.3f}x CPU; {seed_text} [{'emulated' if result['emulated'] else 'real'}]")
+        cpu_text = f", {cpu[baseline][0]:.3f}x CPU" if baseline in cpu else ""
+        lines.append(f"hetmem-static vs {baseline}: {speedup:.3f}x wall ({'MET' if met else 'NOT MET'}: faster)"
+                     f"{cpu_text}; {seed_text} [{'emulated' if result['emulated'] else 'real'}]")
     return "\n".join(lines)
 
 
 def plots(result: dict) -> dict[str, bytes]:
-    import io
-
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    def png(fig) -> bytes:
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        return buf.getvalue()
 
     rows = [r for r in result["policies"] if "skipped" not in r]
     tag = "emulated slow tier: " + result["capacity_tier"] if result["emulated"] else "real slow tier: " + \
@@ -262,19 +315,16 @@ def html_page(result: dict, images: dict[str, bytes], text: str) -> str:
 
 
 def write(result: dict, out_dir: str, text: str) -> list[str]:
-    os.makedirs(out_dir, exist_ok=True)
     images = plots(result)
-    written = []
-    for name, data in images.items():
-        Path(out_dir, name).write_bytes(data)
-        written.append(os.path.join(out_dir, name))
+    written = write_images(out_dir, images)
     Path(out_dir, "compare.json").write_text(json.dumps(result, indent=1))
     Path(out_dir, "compare.html").write_text(html_page(result, images, text))
     return written + [os.path.join(out_dir, "compare.json"), os.path.join(out_dir, "compare.html")]
 
 
-def run(workload: list[str], policies: list[str], fraction: float, budget: int | None, iterations: int,
+def run(workload, policies: list[str], fraction: float, budget: int | None, iterations: int,
         repeat: int, threads: int, tiers: str, out_dir: str, console) -> dict:
+    """Runs `workload` (PicWorkload or PlanWorkload) under every policy and reports; returns the result."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     unknown = [p for p in policies if p not in POLICIES]
@@ -290,7 +340,7 @@ def run(workload: list[str], policies: list[str], fraction: float, budget: int |
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
             TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
         task = progress.add_task("all-fast (footprint)", total=total)
-        reference = _run_pic(workload, "all-fast", None, iterations, threads, tiers, tmp, "reference")
+        reference = _run(workload, "all-fast", None, iterations, threads, tiers, tmp, "reference")
         if "skipped" in reference:
             raise HetmemError(f"the all-fast reference run failed: {reference['skipped']}")
         progress.advance(task)
@@ -307,9 +357,11 @@ def run(workload: list[str], policies: list[str], fraction: float, budget: int |
                     continue
                 progress.update(task, description=f"{policy} (repetition {rep + 1}/{repeat})")
                 b = None if policy == "all-fast" else fast_budget
-                runs[policy].append(_run_pic(workload, policy, b, iterations, threads, tiers, tmp, f"{policy}-{rep}"))
+                runs[policy].append(_run(workload, policy, b, iterations, threads, tiers, tmp, f"{policy}-{rep}"))
                 progress.advance(task)
-    result = summarise(runs, fast_budget, footprint, reference)
+    if footprint == 0:
+        raise HetmemError("the workload placed nothing through hetmem (no object of a class): nothing to compare")
+    result = summarise(runs, fast_budget, footprint, reference, workload)
     result["iterations"] = iterations
     result["repeat"] = repeat
     text = text_tables(result)
@@ -324,13 +376,14 @@ def bench(out: str, quick: bool, console) -> int:
     order (particles before fields, seed 000 §6), fast budget 25% of the footprint, every policy,
     medians of interleaved repetitions; hetmem-static against each baseline, MET or NOT MET."""
     preset, iterations, repeat = ("preset:L1", 4, 1) if quick else ("preset:L2", 6, 5)
-    workload = [preset, "hetmem.allocation_order=particles-first"]
+    workload = PicWorkload([preset, "hetmem.allocation_order=particles-first"])
     tiers = "capacity=emul:optane"
     out_dir = os.path.splitext(out)[0]
     result = run(workload, POLICIES, 0.25, None, iterations, repeat, os.cpu_count() or 1, tiers, out_dir, console)
     result["benchmark"] = "hetmem-bench-placement"
     cpu = {b: x for b, x, _ in targets(result, "cpu_seconds_per_iteration")}
-    result["targets"] = [{"baseline": b, "speedup": x, "met": m, "cpu_speedup": cpu[b]} for b, x, m in targets(result)]
+    result["targets"] = [{"baseline": b, "speedup": x, "met": m, "cpu_speedup": cpu.get(b)}
+                         for b, x, m in targets(result)]
     Path(out).write_text(json.dumps(result, indent=1))
     console.print(f"results: {out}", markup=False, highlight=False)
     return 0

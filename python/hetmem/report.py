@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import os
 import shutil
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .figures import png, write_images
 from .trace import ALLOC, FREE, FUNCTIONS, Trace
 
 MiB = 1 << 20
@@ -301,12 +301,6 @@ def analyse(trace: Trace, top: int = 10) -> dict:
 # ------------------------------------------------------------------------------------------------
 # Output
 
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return buf.getvalue()
-
-
 def plots(result: dict) -> dict[str, bytes]:
     import matplotlib
     matplotlib.use("Agg")
@@ -322,8 +316,7 @@ def plots(result: dict) -> dict[str, bytes]:
         ax.set_ylabel("count")
         ax.set_title("Allocations and frees per iteration")
         ax.legend()
-        out["per_iteration.png"] = _png(fig)
-        plt.close(fig)
+        out["per_iteration.png"] = png(fig)
     rows = result["lifetime_size"]
     fig, ax = plt.subplots(figsize=(7, 3.2))
     x = np.arange(len(rows))
@@ -335,16 +328,14 @@ def plots(result: dict) -> dict[str, bytes]:
     ax.set_yscale("symlog")
     ax.set_title("Objects by size and lifetime")
     ax.legend()
-    out["lifetime_size.png"] = _png(fig)
-    plt.close(fig)
+    out["lifetime_size.png"] = png(fig)
     if result["phases"]:
         fig, ax = plt.subplots(figsize=(7, 3.2))
         names = [r["phase"] for r in result["phases"]]
         ax.barh(names, [r["seconds"] for r in result["phases"]])
         ax.set_xlabel("seconds")
         ax.set_title("Time per phase")
-        out["phases.png"] = _png(fig)
-        plt.close(fig)
+        out["phases.png"] = png(fig)
     m = result["object_phase_referenced"]
     if m:
         phase_names = sorted({p for o in m for p in o["referenced_fraction"]})
@@ -355,8 +346,7 @@ def plots(result: dict) -> dict[str, bytes]:
         ax.set_yticks(range(len(m)), [f"{o['object']} ({o['size'] / MiB:.0f} MiB)" for o in m])
         ax.set_title("Referenced fraction per object and phase")
         fig.colorbar(im, ax=ax)
-        out["object_phase.png"] = _png(fig)
-        plt.close(fig)
+        out["object_phase.png"] = png(fig)
     return out
 
 
@@ -472,12 +462,8 @@ def plan_text(result: dict) -> str:
 
 
 def write_report(result: dict, out_dir: str) -> list[str]:
-    os.makedirs(out_dir, exist_ok=True)
     images = plots(result)
-    written = []
-    for name, data in images.items():
-        Path(out_dir, name).write_bytes(data)
-        written.append(os.path.join(out_dir, name))
+    written = write_images(out_dir, images)
     Path(out_dir, "report.html").write_text(html_page(result, images))
     Path(out_dir, "report.json").write_text(json.dumps(result, indent=1))
     written += [os.path.join(out_dir, "report.html"), os.path.join(out_dir, "report.json")]

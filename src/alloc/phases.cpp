@@ -54,6 +54,14 @@ bool every_phase_wanted() {
 
 }  // namespace
 
+std::vector<PhaseTotal> phase_totals() {
+  std::lock_guard<std::mutex> lock(g_phase_mutex);
+  std::vector<PhaseTotal> out;
+  for (size_t i = 1; i < g_phases.size(); ++i)
+    out.push_back(PhaseTotal{g_phases[i].name, g_phases[i].calls, static_cast<double>(g_phases[i].total_ns) * 1e-9});
+  return out;
+}
+
 void add_phase_observer(PhaseObserver *observer) {
   std::lock_guard<std::mutex> lock(g_phase_mutex);
   int n = g_observer_count.load(std::memory_order_relaxed);

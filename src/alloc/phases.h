@@ -5,6 +5,7 @@
 // profiler's per-object referenced bytes come from one reading.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "prim/prim.h"
@@ -35,5 +36,13 @@ class PhaseObserver {
 
 // Observers live as long as the library (static objects); at most a few.
 void add_phase_observer(PhaseObserver *observer);
+
+// Every phase name seen so far with its calls and total wall time (reports).
+struct PhaseTotal {
+  std::string name;
+  uint64_t calls;
+  double seconds;
+};
+std::vector<PhaseTotal> phase_totals();
 
 }  // namespace hm

@@ -40,6 +40,8 @@ const OptionSpec kOptions[] = {
     {"HM_DEFAULT_ROLE", "fast", "role used by hm_malloc outside any hm_mode_push scope"},
     {"HM_VERBOSE", "0", "0: quiet; 1: log failures; 2: log discovery and decisions"},
     {"HM_PROFILE", "", "preload library: write a heap/phase trace to this file (set by `hetmem profile`)"},
+    {"HM_SUMMARY", "", "preload library: write the run summary (JSON: tiers, classes, spaces, phases, iteration "
+     "times) to this file at exit (set by `hetmem compare --plan`)"},
     {"HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)"},
     {"HM_PROFILE_LARGE", "1M", "objects at least this large get their own mapping and per-phase referenced bytes"},
     {"HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded"},

@@ -85,6 +85,7 @@ int activate(const Policy *p) {
   spaces().reset();
   static_placement_reset();
   objects_install();
+  iteration_clock_start();
   if (p->settles()) static_placement_install();
   g_activated_epoch.store(runtime_epoch(), std::memory_order_release);
   return HM_OK;

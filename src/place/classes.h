@@ -16,5 +16,7 @@ const Policy *active_policy();
 void static_placement_install();
 void static_placement_reset();
 hm_placement_stats_t static_placement_stats();
+// The run summary's iteration clock (summary.cpp) starts with the placement runtime.
+void iteration_clock_start();
 
 }  // namespace hm::place

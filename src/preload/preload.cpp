@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -57,6 +58,10 @@ bool g_profiling = false;
 bool g_rules = false;
 bool g_children = false;
 uint64_t g_large = 1 << 20;
+// HM_SUMMARY: the run summary written at exit (hetmem compare --plan), with the wall and CPU time
+// since the library was loaded.
+const char *g_summary = nullptr;
+timespec g_start_wall{}, g_start_cpu{};
 
 // dlsym may allocate before the real functions are known: a small static arena answers.
 alignas(64) char g_boot[64 * 1024];
@@ -231,7 +236,14 @@ __attribute__((constructor)) void start_up() {
   try {
     const char *trace = getenv("HM_PROFILE");
     const char *rules = getenv("HM_RULES");
-    if ((!trace || !*trace) && (!rules || !*rules)) return;  // only scoped modes route: no start-up work
+    const char *summary = getenv("HM_SUMMARY");
+    if ((!trace || !*trace) && (!rules || !*rules) && (!summary || !*summary))
+      return;  // only scoped modes route: no start-up work
+    if (summary && *summary) {
+      g_summary = summary;
+      clock_gettime(CLOCK_MONOTONIC, &g_start_wall);
+      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &g_start_cpu);
+    }
     if (hm_init() != HM_OK) {
       say("not started", hm_last_error());
       return;
@@ -262,9 +274,21 @@ __attribute__((constructor)) void start_up() {
   }
 }
 
+double seconds_since(clockid_t clock, const timespec &t0) {
+  timespec now;
+  clock_gettime(clock, &now);
+  return static_cast<double>(now.tv_sec - t0.tv_sec) + static_cast<double>(now.tv_nsec - t0.tv_nsec) * 1e-9;
+}
+
 __attribute__((destructor)) void shut_down() {
   Inside inside;
   if (g_rules) hm_rules_report_unused(2);
+  if (g_summary) {
+    char extra[160];
+    snprintf(extra, sizeof extra, "{\"seconds\": %.9f, \"cpu_seconds\": %.9f}", seconds_since(CLOCK_MONOTONIC, g_start_wall),
+             seconds_since(CLOCK_PROCESS_CPUTIME_ID, g_start_cpu));
+    if (hm_summary_write(g_summary, extra) != HM_OK) say("no run summary", hm_last_error());
+  }
   if (g_profiling) {
     g_profiling = false;
     hm_profile_stop();

@@ -74,3 +74,34 @@ def test_memory_mode_on_a_real_capacity_tier_is_skipped_with_its_reason(tmp_path
     mm = next(p for p in doc["policies"] if p["policy"] == "memory-mode")
     assert "Memory Mode" in mm["skipped"]
     assert not doc["emulated"] and doc["slow_tier"].startswith("real")
+
+
+def test_an_unchanged_program_with_a_plan_is_compared_too(tmp_path):
+    programs = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build")) / "tests" / "programs"
+    trace, plan = tmp_path / "p.hmtrace", tmp_path / "p.plan"
+    env_tiers = {"HM_TIERS": "capacity=emul:optane"}
+    r = subprocess.run([sys.executable, "-m", "hetmem", "profile", "-o", str(trace), "--",
+                        str(programs / "prog_plan_probe")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "python"), **env_tiers})
+    assert r.returncode == 0, r.stderr
+    assert hetmem("plan", str(trace), "-o", str(plan)).returncode == 0
+    out = tmp_path / "c"
+    r = hetmem("compare", "--plan", str(plan), "--policies", "all-fast,hetmem-static,slow-only", "--iterations", "2",
+               "--out", str(out), "--", str(programs / "prog_plan_probe"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "compare.json").read_text())
+    assert "prog_plan_probe" in doc["workload"] and doc["emulated"]
+    assert doc["footprint_bytes"] >= (24 + 96 + 16) << 20, "the plan's sites hold the footprint"
+    rows = {p["policy"]: p for p in doc["policies"]}
+    assert set(rows) == {"all-fast", "hetmem-static", "slow-only"}
+    hot = next(c for c in rows["hetmem-static"]["classes"] if c["kind"] == "hot")
+    assert list(hot["allocated_on"]) == ["dram"], "hetmem-static put the plan's hot site on the fast tier"
+    assert rows["slow-only"]["charged_seconds_per_iteration"] > rows["hetmem-static"]["charged_seconds_per_iteration"]
+    assert rows["hetmem-static"]["seconds_per_iteration"] > 0
+
+
+def test_a_plan_without_a_program_is_refused(tmp_path):
+    plan = tmp_path / "p.plan"
+    plan.write_text("all -> class cold\n")
+    r = hetmem("compare", "--plan", str(plan), "--out", str(tmp_path / "c"))
+    assert r.returncode == 2 and "needs a program" in r.stderr

@@ -119,6 +119,55 @@ TEST_F(RealTier, MoveKeepsAddressAndMovesPages) {
   hm_free(p);
 }
 
+// hetmem-static on real nodes: hot, metadata and temporary objects on node 0, streamed and cold
+// ones on the far node, page by page; after the first iteration a high-priority hot object that
+// came too late for the fast tier is moved there and a low-priority one moved out (move_pages).
+// memory-mode is refused: a real tier's DRAM cache is the hardware's.
+TEST_F(RealTier, StaticPlacementPutsClassesOnTheRightNodes) {
+  ASSERT_EQ(hm_test::configure("", "HM_FAST_BUDGET", "20M"), HM_OK) << hm_last_error();
+  ASSERT_EQ(hm_policy_select("hetmem-static"), HM_OK);
+  hm_class_t low, high, stream, cold, meta, tmp;
+  ASSERT_EQ(hm_class_define("rt.low", HM_CLASS_HOT, 1, &low), HM_OK);
+  ASSERT_EQ(hm_class_define("rt.high", HM_CLASS_HOT, 9, &high), HM_OK);
+  ASSERT_EQ(hm_class_define("rt.stream", HM_CLASS_STREAMING, 0, &stream), HM_OK);
+  ASSERT_EQ(hm_class_define("rt.cold", HM_CLASS_COLD, 0, &cold), HM_OK);
+  ASSERT_EQ(hm_class_define("rt.meta", HM_CLASS_METADATA, 0, &meta), HM_OK);
+  ASSERT_EQ(hm_class_define("rt.tmp", HM_CLASS_TEMPORARY, 0, &tmp), HM_OK);
+  const size_t n = 8 << 20;
+  auto touch = [](void *p, size_t bytes) {
+    std::memset(p, 7, bytes);
+    return static_cast<char *>(p);
+  };
+  char *l1 = touch(hm_class_alloc(low, n, 0, 0), n), *l2 = touch(hm_class_alloc(low, n, 0, 0), n);
+  char *h = touch(hm_class_alloc(high, n, 0, 0), n);
+  char *s = touch(hm_class_alloc(stream, n, 0, 0), n), *c = touch(hm_class_alloc(cold, n, 0, 0), n);
+  char *m = touch(hm_class_alloc(meta, 1 << 20, 0, 0), 1 << 20), *t = touch(hm_class_alloc(tmp, 1 << 20, 0, 0), 1 << 20);
+  ASSERT_TRUE(l1 && l2 && h && s && c && m && t) << hm_last_error();
+  EXPECT_EQ(node_of_range(l1, n), 0);
+  EXPECT_EQ(node_of_range(l2, n), 0);
+  EXPECT_EQ(node_of_range(h, n), slow_node_) << "iteration 1: the fast budget was used up in allocation order";
+  EXPECT_EQ(node_of_range(s, n), slow_node_);
+  EXPECT_EQ(node_of_range(c, n), slow_node_);
+  EXPECT_EQ(node_of_range(m, 1 << 20), 0);
+  EXPECT_EQ(node_of_range(t, 1 << 20), 0);
+  hm_free(t);
+  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  hm_placement_stats_t ps;
+  ASSERT_EQ(hm_placement_stats(&ps), HM_OK);
+  EXPECT_EQ(ps.settled, 1);
+  EXPECT_EQ(node_of_range(h, n), 0) << "the high-priority object was moved to node 0";
+  EXPECT_EQ(node_of_range(l1, n), 0);
+  EXPECT_EQ(node_of_range(l2, n), slow_node_) << "the second low-priority object was moved out";
+  EXPECT_EQ(h[n - 1], 7);
+  EXPECT_EQ(l2[12345], 7);
+  for (char *p : {l1, l2, h, s, c, m}) hm_free(p);
+
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+  ASSERT_EQ(hm_policy_select("memory-mode"), HM_OK);
+  EXPECT_EQ(hm_class_alloc(cold, 64, 0, 0), nullptr);
+  EXPECT_EQ(hm_last_error_code(), HM_ENOTSUP) << hm_last_error();
+}
+
 TEST_F(RealTier, RealTiersAreNeverCharged) {
   size_t n = 8 << 20;
   void *a = hm_alloc(HM_FAST, n, 0, 0), *b = hm_alloc(HM_CAPACITY, n, 0, 0);
