@@ -308,6 +308,14 @@ typedef struct hm_class_info {
   uint64_t live_bytes_on_tier[16]; /* bytes of the class's live objects on each tier now (after
                                       static placement's moves) */
 } hm_class_info_t;
+/* Asks for a weighted interleave of each object of the class across the fast and capacity tiers:
+ * `fast_percent` of its pages on the fast tier, the rest on the capacity tier (-1: none, the
+ * default). Applies to objects of 1 MiB or more under first-touch, interleave and hetmem-static
+ * (the policies that put everything on one tier ignore it): the object gets its own mapping, its
+ * last fast_percent% of pages are bound to the fast tier (page-range binding on NUMA tiers; on an
+ * emulated tier each part is charged on its own tier), as far as the fast tier and the class's
+ * space have room. HM_EINVAL for a share outside -1..100. */
+int hm_class_interleave(hm_class_t cls, int fast_percent);
 /* The tier the active policy gives the class's next allocation (its first choice: a preferred
  * placement can still fall back). For code that must pick a tier itself, such as an arena. */
 int hm_class_tier(hm_class_t cls, hm_tier_t *tier);
@@ -348,6 +356,8 @@ typedef struct hm_placement_stats {
   uint64_t demoted;         /* hot objects moved to the capacity tier, and their bytes */
   uint64_t demoted_bytes;
   uint64_t unmovable;       /* objects that should have moved and could not (no own mapping, budget) */
+  uint64_t split;           /* 1 if the object at the free space's boundary was split by page range */
+  uint64_t split_fast_bytes; /* its bytes on the fast tier */
   double settle_seconds;    /* time the moves took */
   int error;                /* HM_OK, or the code of a problem (the fast budget below the spaces' minimum) */
   char message[256];        /* that problem, with the numbers */

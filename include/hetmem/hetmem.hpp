@@ -117,6 +117,12 @@ class Class {
   }
   hm_class_t id() const { return id_; }
   bool valid() const { return id_ >= 0; }
+  // Each object of the class split `fast_percent`% on the fast tier, the rest on the capacity
+  // tier (hm_class_interleave); -1: none.
+  const Class &interleave(int fast_percent) const {
+    check(hm_class_interleave(id_, fast_percent));
+    return *this;
+  }
   hm_class_info_t info() const {
     hm_class_info_t i;
     check(hm_class_info(id_, &i));

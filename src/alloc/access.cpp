@@ -36,29 +36,49 @@ void pay(int tier, Pending &p) {
   p = Pending{};
 }
 
-// The emulated tier holding ptr, with its heap and slot record; nullptr when there is nothing to
-// charge (memory hetmem does not own counts as DRAM; real tiers and HM_EMUL=0 charge nothing).
-Tier *emulated_tier_of(const void *ptr, TierHeap **heap, SlotOwner **owner) {
-  *owner = slot_map().get(ptr);
-  if (!*owner) return nullptr;
-  *heap = heap_of((*owner)->tier);
-  if (!*heap) return nullptr;
-  Tier *t = (*heap)->tier();
-  return t->emulated() && emul_enabled() ? t : nullptr;
-}
-
-// Marks the record declared and gathers the charge on the calling thread.
-int declare(Tier *t, TierHeap *heap, SlotOwner *owner, uint64_t read, uint64_t write, uint64_t dependent) {
-  heap->declare(owner);
-  Pending &p = t_pending[owner->tier];
+// Marks the record declared and gathers the charge for tier `tier` on the calling thread.
+int declare(Tier *t, int tier, TierHeap *record_heap, SlotOwner *owner, uint64_t read, uint64_t write,
+            uint64_t dependent) {
+  record_heap->declare(owner);
+  Pending &p = t_pending[tier];
   p.read += read;
   p.write += write;
   p.dependent += dependent;
   p.extra_ns += emul_extra_ns(*t->profile, calibration(), 1, read, write, dependent);
   t_any_pending = true;
-  if (p.extra_ns >= kPayAtNs || p.read + p.write >= kPayAtBytes || p.dependent >= kPayAtAccesses)
-    pay(owner->tier, p);
+  if (p.extra_ns >= kPayAtNs || p.read + p.write >= kPayAtBytes || p.dependent >= kPayAtAccesses) pay(tier, p);
   return HM_OK;
+}
+
+// The part of an access that falls on one tier: where it starts, how many of its bytes and which
+// share of its scattered accesses.
+struct Part {
+  int tier;
+  const void *at;
+  uint64_t bytes;
+  double share;
+};
+
+// The parts of an access of `bytes` from ptr to the allocation of `owner`: one, or two for a block
+// split across tiers (TierHeap::split_to), each charged on its own tier. Returns the count.
+int parts_of(const void *ptr, uint64_t bytes, const SlotOwner *owner, Part out[2]) {
+  TierHeap::SplitView sv;
+  if (!TierHeap::split_view(owner, &sv)) {
+    out[0] = Part{owner->tier, ptr, bytes, 1.0};
+    return 1;
+  }
+  const uintptr_t a = reinterpret_cast<uintptr_t>(ptr), cut = sv.base + sv.tail_offset;
+  const uint64_t head = a < cut ? std::min<uint64_t>(bytes, cut - a) : 0;
+  const double tail_share = static_cast<double>(sv.usable - sv.tail_offset) / static_cast<double>(sv.usable);
+  out[0] = Part{owner->tier, ptr, head, 1.0 - tail_share};
+  out[1] = Part{sv.tail_tier, reinterpret_cast<const void *>(std::max(a, cut)), bytes - head, tail_share};
+  return 2;
+}
+
+// The emulated tier of a part, or nullptr when there is nothing to charge (real tiers, HM_EMUL=0).
+Tier *emulated(const Part &part) {
+  Tier *t = tier_get(part.tier);
+  return t && t->emulated() && emul_enabled() ? t : nullptr;
 }
 
 }  // namespace
@@ -111,12 +131,18 @@ int hm_access(const void *ptr, size_t bytes, unsigned how) {
   int rc = runtime_ensure();
   if (rc != HM_OK) return rc;
   if (bytes == 0) return HM_OK;
-  TierHeap *heap;
-  SlotOwner *owner;
-  Tier *t = emulated_tier_of(ptr, &heap, &owner);
-  if (!t) return HM_OK;
-  DeviceVolume v = tier_device_range(*t, ptr, bytes, how & HM_ACCESS_READ, how & HM_ACCESS_WRITE);
-  return declare(t, heap, owner, v.read, v.write, v.dependent);
+  SlotOwner *owner = slot_map().get(ptr);
+  TierHeap *heap = owner ? heap_of(owner->tier) : nullptr;
+  if (!heap) return HM_OK;  // memory hetmem does not own counts as DRAM
+  Part parts[2];
+  int n = parts_of(ptr, bytes, owner, parts);
+  for (int i = 0; i < n; ++i) {
+    Tier *t = emulated(parts[i]);
+    if (!t || parts[i].bytes == 0) continue;
+    DeviceVolume v = tier_device_range(*t, parts[i].at, parts[i].bytes, how & HM_ACCESS_READ, how & HM_ACCESS_WRITE);
+    declare(t, parts[i].tier, heap, owner, v.read, v.write, v.dependent);
+  }
+  return HM_OK;
 }
 
 int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned how) {
@@ -128,19 +154,26 @@ int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned h
   int rc = runtime_ensure();
   if (rc != HM_OK) return rc;
   if (count == 0) return HM_OK;
-  TierHeap *heap;
-  SlotOwner *owner;
-  Tier *t = emulated_tier_of(ptr, &heap, &owner);
-  if (!t) return HM_OK;
-  DeviceVolume v = scattered_volume(*t->profile, calibration(), count, size, how);
-  if (t->charge_model) {
-    // Where in the allocation the accesses land is not known: the model spreads them over it.
-    const void *base = ptr;
-    size_t span = TierHeap::usable_size(ptr, owner);
-    v = t->charge_model->scattered(reinterpret_cast<uintptr_t>(base), span ? span : size, count, size,
-                                   how & HM_ACCESS_WRITE, how & HM_ACCESS_DEPENDENT, v);
+  SlotOwner *owner = slot_map().get(ptr);
+  TierHeap *heap = owner ? heap_of(owner->tier) : nullptr;
+  if (!heap) return HM_OK;
+  const size_t span = TierHeap::usable_size(ptr, owner);
+  Part parts[2];
+  int n = parts_of(ptr, span ? span : size, owner, parts);
+  for (int i = 0; i < n; ++i) {
+    Tier *t = emulated(parts[i]);
+    // Scattered accesses spread over the allocation: each part takes its share of them.
+    uint64_t c = n == 1 ? count : static_cast<uint64_t>(static_cast<double>(count) * parts[i].share + 0.5);
+    if (!t || c == 0) continue;
+    DeviceVolume v = scattered_volume(*t->profile, calibration(), c, size, how);
+    if (t->charge_model) {
+      // Where in the allocation the accesses land is not known: the model spreads them over it.
+      v = t->charge_model->scattered(reinterpret_cast<uintptr_t>(parts[i].at), parts[i].bytes ? parts[i].bytes : size,
+                                     c, size, how & HM_ACCESS_WRITE, how & HM_ACCESS_DEPENDENT, v);
+    }
+    declare(t, parts[i].tier, heap, owner, v.read, v.write, v.dependent);
   }
-  return declare(t, heap, owner, v.read, v.write, v.dependent);
+  return HM_OK;
 }
 
 int hm_emul_charge(hm_tier_t tier, uint64_t r, uint64_t w, uint64_t n, uint64_t *charged_ns) {

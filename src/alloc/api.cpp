@@ -295,7 +295,9 @@ int hm_ptr_tier(const void *ptr, hm_tier_t *tier) {
   SlotOwner *owner = nullptr;
   TierHeap *h = ptr ? heap_for(ptr, &owner) : nullptr;
   if (!h) return fail(HM_ENOTOWNED, "%p is not memory allocated by hetmem", ptr);
-  if (tier) *tier = h->tier()->id;
+  TierHeap::SplitView sv;
+  bool in_tail = TierHeap::split_view(owner, &sv) && reinterpret_cast<uintptr_t>(ptr) >= sv.base + sv.tail_offset;
+  if (tier) *tier = in_tail ? sv.tail_tier : h->tier()->id;
   return HM_OK;
 }
 
@@ -321,6 +323,21 @@ void *hm_realloc(void *ptr, size_t size) {
   h->release(ptr, owner);
   return np;
 }
+
+}  // extern "C"
+
+namespace hm {
+int alloc_split(void *ptr, int tier, size_t tail_offset) {
+  TierHeap *to = heap_of(tier);
+  if (!to) return fail(HM_ENOTIER, "split: unknown tier %d", tier);
+  SlotOwner *owner = nullptr;
+  TierHeap *from = ptr ? heap_for(ptr, &owner) : nullptr;
+  if (!from) return fail(HM_ENOTOWNED, "split %p: not allocated by hetmem", ptr);
+  return from->split_to(ptr, owner, *to, tail_offset);
+}
+}  // namespace hm
+
+extern "C" {
 
 int hm_move(void *ptr, hm_tier_t dst) {
   int rc = runtime_ensure();

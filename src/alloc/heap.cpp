@@ -74,6 +74,10 @@ struct LargeBlock {
   size_t usable;
   HugePool *pool;
   LargeBlock *next_free;
+  // A block split across two tiers (TierHeap::split_to): [tail_offset, usable) lives on tail_tier
+  // and is accounted there; tail_tier < 0: the whole block is on the owner's tier.
+  int tail_tier;
+  size_t tail_offset;
 };
 
 // ------------------------------------------------------------------------------------------
@@ -546,6 +550,8 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
   lb->extent = e;
   lb->usable = len;
   lb->pool = pool;
+  lb->tail_tier = -1;
+  lb->tail_offset = 0;
   if (pool) counters_.huge_bytes.fetch_add(len, std::memory_order_relaxed);
   counters_.allocs.fetch_add(1, std::memory_order_relaxed);
   if ((flags & HM_ZERO) && !(fresh && !tier_->backing->is_file())) std::memset(e.addr, 0, len);
@@ -562,7 +568,13 @@ void TierHeap::release_large(LargeBlock *lb) {
   Extent e = lb->extent;
   slot_map().clear(e.addr, e.size);
   if (!lb->owner.is_declared()) counters_.undeclared_records.fetch_sub(1, std::memory_order_relaxed);
-  uncharge(lb->usable);
+  const bool split = lb->tail_tier >= 0;
+  if (split) {
+    if (TierHeap *tail = heap_of(lb->tail_tier)) tail->uncharge(lb->usable - lb->tail_offset);
+    uncharge(lb->tail_offset);
+  } else {
+    uncharge(lb->usable);
+  }
   counters_.frees.fetch_add(1, std::memory_order_relaxed);
   if (lb->pool) {
     counters_.huge_bytes.fetch_sub(lb->usable, std::memory_order_relaxed);
@@ -576,7 +588,8 @@ void TierHeap::release_large(LargeBlock *lb) {
   Extent evicted[kRetainSlots];
   int n_evicted = 0;
   bool kept = false;
-  if (e.size <= retain_limit() && !e.guarded) {
+  // A split mapping's tail pages are bound to another node: not kept for this tier's reuse.
+  if (e.size <= retain_limit() && !e.guarded && !split) {
     std::lock_guard<std::mutex> lock(large_mutex_);
     while (retained_bytes_ + e.size > retain_limit()) {
       int largest = -1;
@@ -666,12 +679,64 @@ size_t TierHeap::usable_size(const void *ptr, SlotOwner *owner) {
   return pd.block_size;
 }
 
+bool TierHeap::split_view(const SlotOwner *owner, SplitView *out) {
+  if (!owner || owner->kind != OwnerKind::kLarge) return false;
+  auto *lb = reinterpret_cast<const LargeBlock *>(owner);
+  if (lb->tail_tier < 0) return false;
+  *out = SplitView{reinterpret_cast<uintptr_t>(lb->extent.addr), lb->usable, lb->tail_offset, lb->tail_tier};
+  return true;
+}
+
+int TierHeap::split_to(void *ptr, SlotOwner *owner, TierHeap &tail, size_t tail_offset) {
+  if (owner->kind != OwnerKind::kLarge)
+    return fail(HM_ENOTSUP, "split %p: the allocation shares its pages with others (HM_MOVABLE or 1 MiB and more)", ptr);
+  auto *lb = reinterpret_cast<LargeBlock *>(owner);
+  if (ptr != lb->extent.addr) return fail(HM_EINVAL, "split %p: not the start of an allocation", ptr);
+  if (lb->pool || tier_->backing->is_file() || tail.tier_->backing->is_file() || lb->extent.guarded)
+    return fail(HM_ENOTSUP, "split %p: only anonymous mappings outside the hugetlb pool split across tiers", ptr);
+  if (lb->tail_tier >= 0) return fail(HM_ENOTSUP, "split %p: already split across tiers", ptr);
+  if (&tail == this || tail_offset == 0 || tail_offset >= lb->usable || tail_offset % prim::kPageSize != 0)
+    return fail(HM_EINVAL, "split %p at %zu: the offset must be a whole page inside the allocation, to another tier",
+                ptr, tail_offset);
+  Tier *ht = tier_, *tt = tail.tier_;
+  size_t len = lb->usable - tail_offset;
+  char *at = static_cast<char *>(lb->extent.addr) + tail_offset;
+  if (!tail.charge(len)) {
+    tail.counters_.failures.fetch_add(1, std::memory_order_relaxed);
+    return fail(HM_EBUDGET, "split %p: tier '%s' cannot take %s", ptr, tt->name.c_str(), format_size(len).c_str());
+  }
+  int rc = HM_OK;
+  if (tt->node >= 0 && tt->node != ht->node && prim::numa_node_count() > 1)
+    rc = prim::bind_node(at, lb->extent.size - tail_offset, tt->node, true);
+  if (rc != HM_OK) {
+    tail.unwind(len);
+    return fail(rc, "split %p: binding %s to '%s' failed: %s", ptr, format_size(len).c_str(), tt->name.c_str(),
+                hm_strerror(rc));
+  }
+  // Like a move: the tail is read as the old tier and written as the new one.
+  if (ht->emulated()) {
+    DeviceVolume v = tier_device_range(*ht, at, len, true, false);
+    emul_charge(*ht->profile, ht->emul, v.read, v.write, v.dependent, kEmulCopy);
+  }
+  if (tt->emulated()) {
+    DeviceVolume v = tier_device_range(*tt, at, len, false, true);
+    emul_charge(*tt->profile, tt->emul, v.read, v.write, v.dependent, kEmulCopy);
+  }
+  uncharge(len);
+  tail.counters_.moves_in.fetch_add(1, std::memory_order_relaxed);
+  tail.counters_.bytes_copied_in.fetch_add(len, std::memory_order_relaxed);
+  lb->tail_offset = tail_offset;
+  lb->tail_tier = tt->id;
+  return HM_OK;
+}
+
 int TierHeap::move_to(void *ptr, SlotOwner *owner, TierHeap &dst) {
   if (owner->kind != OwnerKind::kLarge)
     return fail(HM_ENOTSUP, "hm_move(%p): the allocation shares its pages with others; allocate it with "
                 "HM_MOVABLE or make it at least 1 MiB", ptr);
   auto *lb = reinterpret_cast<LargeBlock *>(owner);
   if (ptr != lb->extent.addr) return fail(HM_EINVAL, "hm_move(%p): not the start of an allocation", ptr);
+  if (lb->tail_tier >= 0) return fail(HM_ENOTSUP, "hm_move(%p): the allocation is split across two tiers", ptr);
   if (lb->pool) return fail(HM_ENOTSUP, "hm_move(%p): the allocation lives in the hugetlb pool", ptr);
   if (lb->extent.guarded && (tier_->backing->is_file() || dst.tier_->backing->is_file()))
     return fail(HM_ENOTSUP, "hm_move(%p): a guarded allocation moves between anonymous tiers only", ptr);

@@ -51,6 +51,17 @@ class TierHeap {
   // Frees a block this heap owns (`owner` from the slot map).
   void release(void *ptr, SlotOwner *owner);
   static size_t usable_size(const void *ptr, SlotOwner *owner);
+  // Moves the pages [tail_offset, end) of a large block (its own mapping) to tier `tail`, keeping
+  // the address: bound to its node on NUMA tiers, accounted in its budget, charged there when
+  // emulated. For the object at the free space's boundary and a class's interleave.
+  int split_to(void *ptr, SlotOwner *owner, TierHeap &tail, size_t tail_offset);
+  struct SplitView {
+    uintptr_t base;
+    size_t usable, tail_offset;
+    int tail_tier;
+  };
+  // True, with the split, if owner is a block split across two tiers.
+  static bool split_view(const SlotOwner *owner, SplitView *out);
   // Marks the record as declared (hm_access); true the first time.
   bool declare(SlotOwner *owner);
   int move_to(void *ptr, SlotOwner *owner, TierHeap &dst);

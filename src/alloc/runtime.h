@@ -45,6 +45,9 @@ void print_stats_sections(int fd);
 using ClassChunkAlloc = void *(*)(int cls, size_t size, size_t align, unsigned flags);
 void set_class_chunk_alloc(ClassChunkAlloc alloc);
 ClassChunkAlloc class_chunk_alloc();
+// Moves the pages [tail_offset, end) of the allocation at ptr (its own mapping) to `tier`, keeping
+// the address (TierHeap::split_to); the placement runtime's boundary split and class interleave.
+int alloc_split(void *ptr, int tier, size_t tail_offset);
 // The tier hm_malloc uses outside any hm_mode_push scope (HM_DEFAULT_ROLE).
 int default_tier();
 

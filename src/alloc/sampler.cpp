@@ -80,9 +80,11 @@ void attribute(const prim::MappingUse &m, uint64_t *undeclared, uintptr_t *at) {
     ++slots;
     SlotOwner *owner = slot_map().get(reinterpret_cast<void *>(a));
     if (!owner || owner->is_declared()) continue;
-    Tier *t = tier_get(owner->tier);
+    TierHeap::SplitView sv;  // a block split across tiers: the slot's own tier
+    int tier = TierHeap::split_view(owner, &sv) && a >= sv.base + sv.tail_offset ? sv.tail_tier : owner->tier;
+    Tier *t = tier_get(tier);
     if (t && t->emulated()) {
-      ++counted[owner->tier];
+      ++counted[tier];
       any = true;
     }
   }

@@ -1,6 +1,7 @@
 // Object classes (hm_class_*) and the choice of policy (hm_policy_*): the registry the C++ named
 // allocators, the Fortran module and the PIC code allocate through, and the per-class record of
 // where the active policy put each byte.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -30,6 +31,7 @@ struct ClassRecord {
   std::atomic<uint64_t> allocs{0}, bytes{0};
   std::atomic<uint64_t> bytes_on_tier[kTierSlots] = {};
   std::atomic<int64_t> live_on_tier[kTierSlots] = {};
+  std::atomic<int> fast_percent{-1};  // hm_class_interleave: share of each object on the fast tier
 };
 
 const char *const kKindNames[HM_CLASS_KIND_COUNT] = {"metadata", "temporary", "hot", "streaming", "cold"};
@@ -100,6 +102,43 @@ const Policy *placing(int *rc) {
 }
 
 void *class_chunk(int cls, size_t size, size_t align, unsigned flags) { return hm_class_alloc(cls, size, align, flags); }
+
+// Objects this large of a class with its own interleave ratio are split by page range.
+constexpr size_t kInterleaveMin = size_t{1} << 20;
+
+// A class's own weighted interleave (hm_class_interleave): the object is allocated on the capacity
+// tier in its own mapping, then its last `percent`% of pages move to the fast tier (page-range
+// binding on NUMA tiers; each part charged on its own tier when emulated), as far as the fast
+// tier and the class's space have room (else it stays whole on the capacity tier, counted).
+void *interleaved_alloc(hm_class_t cls, ClassRecord &c, const Policy *policy, size_t size, size_t align,
+                        unsigned flags, int percent) {
+  const int fast = fast_tier(), cap = capacity_tier();
+  void *p = hm_tier_alloc(cap, size, align, (flags & ~HM_STRICT) | HM_PREFERRED | HM_MOVABLE);
+  if (!p) {
+    std::string why = hm_last_error();
+    return fail_null(hm_last_error_code(), "class '%s' (%s) under policy %s: %s", c.name, kKindNames[c.kind],
+                     policy->name(), why.c_str());
+  }
+  hm_tier_t got = cap;
+  hm_ptr_tier(p, &got);
+  g_used.store(true, std::memory_order_relaxed);
+  object_add(Object{p, cls, c.kind, c.priority, size, got, false, g_seq.fetch_add(1, std::memory_order_relaxed)});
+  c.allocs.fetch_add(1, std::memory_order_relaxed);
+  c.bytes.fetch_add(size, std::memory_order_relaxed);
+  const size_t usable = hm_usable_size(p);
+  const uint64_t fast_bytes = static_cast<uint64_t>(usable) * percent / 100 / 4096 * 4096;
+  const hm_space_t space = space_of(c.kind);
+  bool split = false;
+  if (got == cap && fast_bytes > 0 && spaces().reserve(space, fast_bytes)) {
+    split = alloc_split(p, fast, usable - fast_bytes) == HM_OK && object_split(p, fast, fast_bytes, true);
+    if (!split) spaces().release(space, fast_bytes);
+  }
+  if (!split && fast_bytes > 0) spaces().overflowed(space);
+  uint64_t on_fast = split ? std::min<uint64_t>(fast_bytes, size) : 0;
+  if (got >= 0 && got < kTierSlots) c.bytes_on_tier[got].fetch_add(size - on_fast, std::memory_order_relaxed);
+  if (fast < kTierSlots) c.bytes_on_tier[fast].fetch_add(on_fast, std::memory_order_relaxed);
+  return p;
+}
 
 const bool g_chunks_installed = [] {
   set_class_chunk_alloc(class_chunk);
@@ -173,9 +212,13 @@ void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) 
   if (where.tier < 0)
     return fail_null(HM_ENOTIER, "class '%s' under policy %s: no tier has the role the policy asks for", c.name,
                      policy->name());
+  const int fast = fast_tier();
+  const int percent = c.fast_percent.load(std::memory_order_relaxed);
+  if (percent >= 0 && percent < 100 && size >= kInterleaveMin && policy->honours_class_interleave() &&
+      capacity_tier() >= 0 && fast >= 0)
+    return interleaved_alloc(cls, c, policy, size, align, flags, percent);
   // On the fast tier the object takes room in its space; a sized space that is full sends it to
   // the capacity tier (counted as the space's overflow).
-  const int fast = fast_tier();
   const hm_space_t space = space_of(c.kind);
   bool reserved = false;
   if (where.tier == fast) {
@@ -210,6 +253,16 @@ void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) 
   c.bytes.fetch_add(size, std::memory_order_relaxed);
   if (got >= 0 && got < kTierSlots) c.bytes_on_tier[got].fetch_add(size, std::memory_order_relaxed);
   return p;
+}
+
+int hm_class_interleave(hm_class_t cls, int fast_percent) {
+  if (cls < 0 || cls >= g_count.load(std::memory_order_acquire))
+    return fail(HM_EINVAL, "hm_class_interleave: %d is not a defined class", cls);
+  if (fast_percent < -1 || fast_percent > 100)
+    return fail(HM_EINVAL, "hm_class_interleave('%s', %d): give a share of 0 to 100 percent (-1: none)",
+                g_classes[cls].name, fast_percent);
+  g_classes[cls].fast_percent.store(fast_percent, std::memory_order_relaxed);
+  return HM_OK;
 }
 
 int hm_class_tier(hm_class_t cls, hm_tier_t *tier) {

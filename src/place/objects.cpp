@@ -5,6 +5,7 @@
 
 #include "alloc/runtime.h"
 #include "place/classes.h"
+#include "place/policy.h"
 #include "place/spaces.h"
 
 namespace hm::place {
@@ -22,15 +23,18 @@ Shard *shards() {
 }
 Shard &shard_of(const void *p) { return shards()[(reinterpret_cast<uintptr_t>(p) >> 6) % kShards]; }
 
+// The class's live bytes on each of the object's tiers, and its space's bytes on the fast tier
+// (reserved by the caller before an object is added or moved in).
 void account(const Object &o, int sign) {
-  class_live_add(o.cls, o.tier, sign * static_cast<int64_t>(o.size));
+  class_live_add(o.cls, o.tier, sign * static_cast<int64_t>(o.bytes_on(o.tier)));
+  if (o.tail_tier >= 0) class_live_add(o.cls, o.tail_tier, sign * static_cast<int64_t>(o.tail_bytes));
   if (!o.in_space) return;
   hm_space_t s = space_of(o.kind);
   if (sign > 0) {
     spaces().confirm(s);
     spaces().object_added(s);
   } else {
-    spaces().release(s, o.size);
+    spaces().release(s, o.bytes_on(fast_tier()));
     spaces().object_removed(s);
   }
 }
@@ -79,6 +83,24 @@ bool object_moved(void *ptr, int tier, bool in_space) {
     if (it == sh.live.end()) return false;
     before = it->second;
     it->second.tier = tier;
+    it->second.in_space = in_space;
+    after = it->second;
+  }
+  account(before, -1);
+  account(after, +1);
+  return true;
+}
+
+bool object_split(void *ptr, int tail_tier, uint64_t tail_bytes, bool in_space) {
+  Shard &sh = shard_of(ptr);
+  Object before, after;
+  {
+    std::lock_guard<std::mutex> lock(sh.mutex);
+    auto it = sh.live.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it == sh.live.end()) return false;
+    before = it->second;
+    it->second.tail_tier = tail_tier;
+    it->second.tail_bytes = tail_bytes;
     it->second.in_space = in_space;
     after = it->second;
   }

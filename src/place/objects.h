@@ -16,8 +16,14 @@ struct Object {
   int priority = 0;
   uint64_t size = 0;
   int tier = -1;
-  bool in_space = false;  // accounted in its space (it is on the fast tier)
+  bool in_space = false;  // accounted in its space (its bytes on the fast tier are)
   uint64_t seq = 0;       // allocation order
+  int tail_tier = -1;     // split across two tiers: the last tail_bytes live on tail_tier
+  uint64_t tail_bytes = 0;
+  // Bytes on `t`, and bytes on the fast tier `fast` (what its space accounts).
+  uint64_t bytes_on(int t) const {
+    return (t == tier ? size - tail_bytes : 0) + (t == tail_tier ? tail_bytes : 0);
+  }
 };
 
 // Records a new object and, when on the fast tier, its space's bytes (already reserved).
@@ -27,6 +33,8 @@ std::vector<Object> hot_objects();
 // Records that the object at ptr now lives on `tier` (after hm_move): its space accounting follows.
 // False if it no longer exists.
 bool object_moved(void *ptr, int tier, bool in_space);
+// Records that the last tail_bytes of the object at ptr now live on tail_tier (TierHeap::split_to).
+bool object_split(void *ptr, int tail_tier, uint64_t tail_bytes, bool in_space);
 // Drops every record (a new initialisation of the library).
 void objects_reset();
 // Installs the release observer once.

@@ -33,6 +33,7 @@ class FirstTouch final : public Policy {
   const char *name() const override { return "first-touch"; }
   const char *doc() const override { return "the fast tier until its budget is used up, in allocation order"; }
   Placement place(const Request &) const override { return {fast_tier(), HM_PREFERRED}; }
+  bool honours_class_interleave() const override { return true; }
 };
 
 // The upper bound: everything on the fast tier, strictly, for a footprint that fits.
@@ -104,6 +105,7 @@ class Interleave final : public Policy {
     return {capacity_tier(), HM_PREFERRED};
   }
   double share_fast() const { return share_fast_; }
+  bool honours_class_interleave() const override { return true; }
 
  private:
   static double bandwidth(int tier) {
@@ -155,6 +157,7 @@ class HetmemStatic final : public Policy {
     }
   }
   bool settles() const override { return true; }
+  bool honours_class_interleave() const override { return true; }
 };
 
 const FirstTouch kFirstTouch;

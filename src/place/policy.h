@@ -33,6 +33,9 @@ class Policy {
   virtual Placement place(const Request &r) const = 0;
   // Whether static placement settles at the end of the first iteration (hetmem-static).
   virtual bool settles() const { return false; }
+  // Whether a class's own interleave ratio (hm_class_interleave) applies: not under the policies
+  // that put everything on one tier (all-fast, slow-only, memory-mode).
+  virtual bool honours_class_interleave() const { return false; }
 };
 
 // The tiers policies place on, and the fast budget in bytes (the tier's capacity when unlimited).

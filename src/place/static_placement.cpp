@@ -22,14 +22,41 @@ hm_placement_stats_t g_stats{};
 
 // Which hot objects the free space holds: by priority (then allocation order), each that fits in
 // what is left; one too large for the rest goes to the capacity tier and smaller ones may follow.
-std::vector<bool> choose_fast(const std::vector<Object> &hot, uint64_t room) {
+// *left receives the room no whole object took.
+std::vector<bool> choose_fast(const std::vector<Object> &hot, uint64_t room, uint64_t *left) {
   std::vector<bool> fast(hot.size(), false);
   for (size_t i = 0; i < hot.size(); ++i)
     if (hot[i].size <= room) {
       fast[i] = true;
       room -= hot[i].size;
     }
+  *left = room;
   return fast;
+}
+
+// The free space's last room goes to the highest-priority object that did not fit, split by
+// page range: its first pages on one tier, the rest on the other (only below what a whole object
+// could use, and for objects with their own anonymous mapping; file tiers do not split).
+constexpr uint64_t kMinSplit = uint64_t{2} << 20;
+
+bool split_boundary(const Object &o, uint64_t room, int fast, int cap, hm_placement_stats_t *st) {
+  const size_t usable = hm_usable_size(o.ptr);
+  const uint64_t fast_bytes = room / prim::kPageSize * prim::kPageSize;
+  if (fast_bytes < kMinSplit || fast_bytes >= usable || !spaces().reserve(HM_SPACE_FREE, fast_bytes)) return false;
+  bool ok;
+  if (o.tier == fast) {  // the first pages stay, the rest leave
+    ok = alloc_split(o.ptr, cap, fast_bytes) == HM_OK && object_split(o.ptr, cap, usable - fast_bytes, true);
+  } else {  // the last pages come in
+    size_t tail_offset = usable - fast_bytes;
+    ok = alloc_split(o.ptr, fast, tail_offset) == HM_OK && object_split(o.ptr, fast, fast_bytes, true);
+  }
+  if (!ok) {
+    spaces().release(HM_SPACE_FREE, fast_bytes);
+    return false;
+  }
+  st->split = 1;
+  st->split_fast_bytes = fast_bytes;
+  return true;
 }
 
 void settle(uint32_t iteration) {
@@ -45,18 +72,40 @@ void settle(uint32_t iteration) {
     std::snprintf(st.message, sizeof st.message, "%s", why.c_str());
     log(0, "hetmem-static: %s", why.c_str());
   }
-  std::vector<Object> hot = hot_objects();
+  // Objects already split across the tiers (a class's own interleave) stay as they are; their
+  // bytes on the fast tier hold part of the free space.
+  std::vector<Object> hot;
+  uint64_t held_split = 0;
+  for (const Object &o : hot_objects()) {
+    if (o.tail_tier >= 0) held_split += o.bytes_on(fast);
+    else hot.push_back(o);
+  }
   std::sort(hot.begin(), hot.end(), [](const Object &a, const Object &b) {
     return a.priority != b.priority ? a.priority > b.priority : a.seq < b.seq;
   });
-  std::vector<bool> to_fast = choose_fast(hot, free_budget);
+  uint64_t left = 0;
+  std::vector<bool> to_fast = choose_fast(hot, free_budget > held_split ? free_budget - held_split : 0, &left);
+  // The object at the boundary: the first by priority that does not go fast whole.
+  size_t boundary = hot.size();
+  for (size_t i = 0; i < hot.size() && boundary == hot.size(); ++i)
+    if (!to_fast[i] && left >= kMinSplit) boundary = i;
   uint64_t t0 = prim::now_ns();
-  // Out first, so that what comes in finds the room.
+  // Out first, so that what comes in finds the room (the boundary object is split instead).
   for (size_t i = 0; i < hot.size(); ++i) {
-    if (to_fast[i] || hot[i].tier != fast || cap < 0) continue;
+    if (to_fast[i] || hot[i].tier != fast || cap < 0 || i == boundary) continue;
     if (hm_move(hot[i].ptr, cap) == HM_OK && object_moved(hot[i].ptr, cap, false)) {
       ++st.demoted;
       st.demoted_bytes += hot[i].size;
+    } else {
+      ++st.unmovable;
+    }
+  }
+  // The boundary object on the fast tier gives up its tail (or leaves whole) before others come in.
+  const bool boundary_on_fast = boundary < hot.size() && hot[boundary].tier == fast;
+  if (boundary_on_fast && cap >= 0 && !split_boundary(hot[boundary], left, fast, cap, &st)) {
+    if (hm_move(hot[boundary].ptr, cap) == HM_OK && object_moved(hot[boundary].ptr, cap, false)) {
+      ++st.demoted;
+      st.demoted_bytes += hot[boundary].size;
     } else {
       ++st.unmovable;
     }
@@ -75,13 +124,15 @@ void settle(uint32_t iteration) {
       ++st.unmovable;
     }
   }
+  // The boundary object on the capacity tier brings its last pages into the room left.
+  if (boundary < hot.size() && !boundary_on_fast) split_boundary(hot[boundary], left, fast, cap, &st);
   spaces().size_free(free_budget);
   st.settle_seconds = static_cast<double>(prim::now_ns() - t0) * 1e-9;
   st.settled = 1;
-  log(2, "hetmem-static: settled after iteration %u: %llu hot objects in (%s), %llu out (%s), %llu could not move",
+  log(2, "hetmem-static: settled after iteration %u: %llu hot objects in (%s), %llu out (%s), %llu could not move%s",
       iteration, static_cast<unsigned long long>(st.promoted), format_size(st.promoted_bytes).c_str(),
       static_cast<unsigned long long>(st.demoted), format_size(st.demoted_bytes).c_str(),
-      static_cast<unsigned long long>(st.unmovable));
+      static_cast<unsigned long long>(st.unmovable), st.split ? ", one split at the boundary" : "");
   std::lock_guard<std::mutex> lock(g_stats_mutex);
   g_stats = st;
 }
@@ -110,10 +161,12 @@ void print_spaces(int fd) {
   }
   hm_placement_stats_t ps = static_placement_stats();
   if (ps.settled)
-    dprintf(fd, "static placement after iteration %d: %llu objects in (%s), %llu out (%s), %llu unmovable, %.3f s%s%s\n",
+    dprintf(fd, "static placement after iteration %d: %llu objects in (%s), %llu out (%s), %llu unmovable, %s split "
+            "at the boundary, %.3f s%s%s\n",
             ps.settle_iteration, static_cast<unsigned long long>(ps.promoted), format_size(ps.promoted_bytes).c_str(),
             static_cast<unsigned long long>(ps.demoted), format_size(ps.demoted_bytes).c_str(),
-            static_cast<unsigned long long>(ps.unmovable), ps.settle_seconds, ps.error ? "; " : "", ps.message);
+            static_cast<unsigned long long>(ps.unmovable), ps.split ? format_size(ps.split_fast_bytes).c_str() : "none",
+            ps.settle_seconds, ps.error ? "; " : "", ps.message);
 }
 
 const bool g_section = [] {

@@ -118,7 +118,9 @@ json placement_json() {
               {"static", {{"settled", ps.settled != 0}, {"iteration", ps.settle_iteration},
                           {"promoted", ps.promoted}, {"promoted_bytes", ps.promoted_bytes},
                           {"demoted", ps.demoted}, {"demoted_bytes", ps.demoted_bytes},
-                          {"unmovable", ps.unmovable}, {"seconds", ps.settle_seconds}, {"problem", ps.message}}}};
+                          {"unmovable", ps.unmovable}, {"split", ps.split != 0},
+                          {"split_fast_bytes", ps.split_fast_bytes}, {"seconds", ps.settle_seconds},
+                          {"problem", ps.message}}}};
   hm_dram_cache_stats_t cache;
   if (active_policy() && hm_dram_cache_stats(&cache) == HM_OK)
     out["dram_cache"] = {{"hits", cache.hits}, {"misses", cache.misses}, {"writebacks", cache.writebacks},

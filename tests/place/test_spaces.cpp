@@ -76,15 +76,36 @@ TEST_F(Spaces, StaticPlacementMovesHotObjectsByPriorityAfterTheFirstIteration) {
   EXPECT_EQ(ps.error, HM_OK) << ps.message;
   EXPECT_EQ(tier_of(h), fast) << "the highest priority is moved into the free space";
   EXPECT_EQ(tier_of(a), fast) << "the first low-priority object still fits";
-  EXPECT_EQ(tier_of(b), capacity) << "the second no longer does";
+  // The second no longer fits whole: the 2 MiB left hold its first pages, the rest leaves.
+  const size_t room = size_t{2} << 20;
+  EXPECT_EQ(tier_of(b), fast);
+  EXPECT_EQ(tier_of(b + room - 1), fast);
+  EXPECT_EQ(tier_of(b + room), capacity);
+  EXPECT_EQ(tier_of(b + n - 1), capacity);
   EXPECT_EQ(ps.promoted, 1u);
-  EXPECT_EQ(ps.demoted, 1u);
+  EXPECT_EQ(ps.demoted, 0u);
+  EXPECT_EQ(ps.split, 1u);
+  EXPECT_EQ(ps.split_fast_bytes, room);
   EXPECT_EQ(h[n - 1], 7) << "moves keep data and address";
   EXPECT_EQ(b[12345], 3);
+  EXPECT_EQ(b[n - 1], 3);
   hm_space_stats_t free_space = space(HM_SPACE_FREE);
   EXPECT_TRUE(free_space.sized);
-  EXPECT_EQ(free_space.in_use, 2 * n);
+  EXPECT_EQ(free_space.in_use, 2 * n + room);
   EXPECT_LE(free_space.in_use, free_space.budget);
+  EXPECT_EQ(hm_test::stats(fast).in_use, 2 * n + room) << "the fast tier accounts the split object's head only";
+  EXPECT_EQ(hm_test::stats(capacity).in_use, n - room);
+  hm_class_info_t low_info;
+  ASSERT_EQ(hm_class_info(low, &low_info), HM_OK);
+  EXPECT_EQ(low_info.live_bytes_on_tier[fast], n + room);
+  EXPECT_EQ(low_info.live_bytes_on_tier[capacity], n - room);
+  // A split object's declared accesses are charged on each part's tier: only the tail's here.
+  hm_emul_stats_t before, after;
+  ASSERT_EQ(hm_emul_stats(capacity, &before), HM_OK);
+  ASSERT_EQ(hm_access(b, n, HM_ACCESS_READ), HM_OK);
+  ASSERT_EQ(hm_emul_stats(capacity, &after), HM_OK);
+  EXPECT_EQ(after.read_bytes[HM_EMUL_DECLARED] - before.read_bytes[HM_EMUL_DECLARED], n - room);
+  EXPECT_EQ(hm_move(b, fast), HM_ENOTSUP) << "a split object does not move whole";
   hm_class_info_t info;
   ASSERT_EQ(hm_class_info(high, &info), HM_OK);
   EXPECT_EQ(info.live_bytes_on_tier[fast], n) << "the class's live bytes follow the move";
@@ -92,6 +113,8 @@ TEST_F(Spaces, StaticPlacementMovesHotObjectsByPriorityAfterTheFirstIteration) {
   for (void *p : {a, b, h}) hm_free(p);
   EXPECT_EQ(space(HM_SPACE_FREE).in_use, 0u) << "frees leave the space";
   EXPECT_EQ(space(HM_SPACE_FREE).objects, 0u);
+  EXPECT_EQ(hm_test::stats(fast).in_use, 0u);
+  EXPECT_EQ(hm_test::stats(capacity).in_use, 0u) << "freeing a split object releases both parts";
 }
 
 // The temporary space is sized from iteration 1's peak and grows on demand (counted) into the free
@@ -254,4 +277,51 @@ TEST_F(Spaces, BudgetsAndSpaceBudgetsAreNeverExceededUnderAnyPolicyWithTwoThread
     }
     if (std::string(policy) == "hetmem-static") EXPECT_LE(sum, uint64_t{8} << 20) << "spaces divide the fast budget";
   }
+}
+
+// A class's own weighted interleave: each large object split by page range, fast_percent on the
+// fast tier; declared accesses charged on each part's tier; frees release both parts.
+TEST_F(Spaces, AClassInterleaveSplitsEachObjectByItsRatio) {
+  start("first-touch", "64M");
+  hm_class_t c = define("spaces.split", HM_CLASS_HOT, 1);
+  EXPECT_EQ(hm_class_interleave(c, 150), HM_EINVAL);
+  EXPECT_NE(std::string(hm_last_error()).find("0 to 100"), std::string::npos) << hm_last_error();
+  ASSERT_EQ(hm_class_interleave(c, 25), HM_OK);
+  hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity");
+  const size_t n = size_t{8} << 20, quarter = n / 4;
+  auto *p = static_cast<char *>(hm_class_alloc(c, n, 0, 0));
+  ASSERT_NE(p, nullptr) << hm_last_error();
+  std::memset(p, 9, n);
+  EXPECT_EQ(tier_of(p), capacity);
+  EXPECT_EQ(tier_of(p + n - quarter - 1), capacity);
+  EXPECT_EQ(tier_of(p + n - quarter), fast);
+  EXPECT_EQ(tier_of(p + n - 1), fast);
+  EXPECT_EQ(hm_test::stats(fast).in_use, quarter);
+  EXPECT_EQ(hm_test::stats(capacity).in_use, n - quarter);
+  EXPECT_EQ(space(HM_SPACE_FREE).in_use, quarter);
+  hm_class_info_t info;
+  ASSERT_EQ(hm_class_info(c, &info), HM_OK);
+  EXPECT_EQ(info.live_bytes_on_tier[fast], quarter);
+  EXPECT_EQ(info.bytes_on_tier[capacity], n - quarter);
+  hm_emul_stats_t before, after;
+  ASSERT_EQ(hm_emul_stats(capacity, &before), HM_OK);
+  ASSERT_EQ(hm_access(p, n, HM_ACCESS_READ), HM_OK);
+  ASSERT_EQ(hm_emul_stats(capacity, &after), HM_OK);
+  EXPECT_EQ(after.read_bytes[HM_EMUL_DECLARED] - before.read_bytes[HM_EMUL_DECLARED], n - quarter)
+      << "only the capacity tier's part is charged";
+  void *small = hm_class_alloc(c, 4096, 0, 0);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(tier_of(small), fast) << "objects under 1 MiB are placed whole by the policy";
+  hm_free(small);
+  hm_free(p);
+  EXPECT_EQ(hm_test::stats(fast).in_use, 0u);
+  EXPECT_EQ(hm_test::stats(capacity).in_use, 0u);
+  EXPECT_EQ(space(HM_SPACE_FREE).in_use, 0u);
+  // The policies that put everything on one tier ignore it.
+  start("slow-only", "64M");
+  void *q = hm_class_alloc(c, n, 0, 0);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(tier_of(static_cast<char *>(q) + n - 1), capacity);
+  hm_free(q);
+  ASSERT_EQ(hm_class_interleave(c, -1), HM_OK);
 }

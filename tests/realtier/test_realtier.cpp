@@ -157,7 +157,12 @@ TEST_F(RealTier, StaticPlacementPutsClassesOnTheRightNodes) {
   EXPECT_EQ(ps.settled, 1);
   EXPECT_EQ(node_of_range(h, n), 0) << "the high-priority object was moved to node 0";
   EXPECT_EQ(node_of_range(l1, n), 0);
-  EXPECT_EQ(node_of_range(l2, n), slow_node_) << "the second low-priority object was moved out";
+  // The second low-priority object no longer fits whole: its first 2 MiB (the room left) stay on
+  // node 0, the rest is bound to the far node (page-range split).
+  EXPECT_EQ(ps.split, 1u);
+  EXPECT_EQ(node_of_range(l2, size_t{2} << 20), 0);
+  EXPECT_EQ(node_of_range(l2 + (size_t{2} << 20), n - (size_t{2} << 20)), slow_node_);
+  EXPECT_EQ(mempolicy_node(l2 + n - 1), slow_node_);
   EXPECT_EQ(h[n - 1], 7);
   EXPECT_EQ(l2[12345], 7);
   for (char *p : {l1, l2, h, s, c, m}) hm_free(p);
