@@ -35,7 +35,8 @@ module hetmem
   public :: hm_init, hm_finalize, hm_alloc, hm_tier_alloc, hm_free, hm_usable_size, hm_mode_push, &
        hm_mode_push_tier, hm_mode_pop, hm_mode_current, hm_role_tier, hm_tier_stats, hm_tier_set_budget, &
        hm_ptr_tier, hm_tier_find_f, hm_last_error_f, hm_allocate, hm_deallocate, hm_phase_begin_f, &
-       hm_phase_end, hm_iteration_next, hm_access, hm_access_scattered, hm_class_define_f, hm_class_alloc
+       hm_phase_end, hm_iteration_next, hm_access, hm_access_scattered, hm_class_define_f, hm_class_alloc, &
+       hm_class_interleave
 
   interface
      integer(c_int) function hm_init() bind(C, name="hm_init")
@@ -130,6 +131,11 @@ module hetmem
        integer(c_size_t), value :: size, align
        integer(c_int), value :: flags
      end function hm_class_alloc
+     !> Each object of the class split fast_percent% on the fast tier (-1: none); see hetmem.h.
+     integer(c_int) function hm_class_interleave(cls, fast_percent) bind(C, name="hm_class_interleave")
+       import :: c_int
+       integer(c_int), value :: cls, fast_percent
+     end function hm_class_interleave
      integer(c_int) function hm_phase_end() bind(C, name="hm_phase_end")
        import :: c_int
      end function hm_phase_end

@@ -43,6 +43,14 @@ program test_fortran_tiers
     call check(c_associated(obj), "an object of the class is allocated")
     call check(hm_ptr_tier(obj, where) == HM_OK .and. where == fast, "first-touch puts it on the fast tier")
     call hm_free(obj)
+    call check(hm_class_interleave(cls, 150) == HM_EINVAL, "an interleave share over 100% is refused")
+    call check(hm_class_interleave(cls, 50) == HM_OK, "a class asks for half of each object on the fast tier")
+    obj = hm_class_alloc(cls, 4194304_c_size_t, 0_c_size_t, 0)
+    call check(hm_ptr_tier(obj, where) == HM_OK .and. where == cap, "the first half of a 4 MiB object: capacity")
+    call check(hm_ptr_tier(c_ptr_offset(obj, 4194303), where) == HM_OK .and. where == fast, &
+         "its last byte: the fast tier")
+    call hm_free(obj)
+    call check(hm_class_interleave(cls, -1) == HM_OK, "and no interleave again")
   end block
   idx = [(i, i = 1, 10)]
 
@@ -85,6 +93,15 @@ program test_fortran_tiers
   print '(a)', "fortran tiers: all checks passed"
 
 contains
+  ! The address `bytes` past p.
+  type(c_ptr) function c_ptr_offset(p, bytes)
+    type(c_ptr), intent(in) :: p
+    integer, intent(in) :: bytes
+    character(kind=c_char), pointer :: a(:)
+    call c_f_pointer(p, a, [bytes + 1])
+    c_ptr_offset = c_loc(a(bytes + 1))
+  end function c_ptr_offset
+
   subroutine check(ok, what)
     logical, intent(in) :: ok
     character(len=*), intent(in) :: what
