@@ -270,8 +270,8 @@ int hm_arena_stats(const hm_arena_t *arena, hm_arena_stats_t *stats);
  *   "slow-only"     everything on the capacity tier (seed 000's Optane-only);
  *   "memory-mode"   everything on the capacity tier behind a modelled direct-mapped DRAM cache of
  *                   the fast budget's size (Optane Memory Mode; emulated capacity tiers only);
- *   "interleave"    objects spread over the fast and capacity tiers in the ratio of their read
- *                   bandwidths, by bytes (weighted interleave at object granularity);
+ *   "interleave"    the fast and capacity tiers in the ratio of their read bandwidths: objects of
+ *                   1 MiB or more split by page range in that ratio, smaller ones spread by bytes;
  *   "hetmem-static" seed 000 §4.1: the fast tier divided into spaces (metadata, temporary,
  *                   migration, free); iteration 1 observes, then at its end the spaces are sized
  *                   and hot objects moved (same addresses) into the free space by priority.

@@ -213,9 +213,10 @@ void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) 
     return fail_null(HM_ENOTIER, "class '%s' under policy %s: no tier has the role the policy asks for", c.name,
                      policy->name());
   const int fast = fast_tier();
-  const int percent = c.fast_percent.load(std::memory_order_relaxed);
-  if (percent >= 0 && percent < 100 && size >= kInterleaveMin && policy->honours_class_interleave() &&
-      capacity_tier() >= 0 && fast >= 0)
+  // A class's own interleave ratio, else the policy's (interleave), splits a large object by pages.
+  const int own = c.fast_percent.load(std::memory_order_relaxed);
+  const int percent = own >= 0 && policy->honours_class_interleave() ? own : policy->object_fast_percent();
+  if (percent >= 0 && percent < 100 && size >= kInterleaveMin && capacity_tier() >= 0 && fast >= 0)
     return interleaved_alloc(cls, c, policy, size, align, flags, percent);
   // On the fast tier the object takes room in its space; a sized space that is full sends it to
   // the capacity tier (counted as the space's overflow).

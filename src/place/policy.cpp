@@ -81,13 +81,15 @@ class MemoryMode final : public Policy {
 };
 
 // Weighted interleave across the fast and capacity tiers in the ratio of their read bandwidths
-// (what Linux's MPOL_WEIGHTED_INTERLEAVE does with weights from HMAT), here by whole objects:
-// each goes where the bytes placed so far fall furthest below their tier's share.
+// (what Linux's MPOL_WEIGHTED_INTERLEAVE does with weights from HMAT): each object of 1 MiB or more
+// split by page range in that ratio (classes.cpp), smaller ones whole, each going where the bytes
+// placed so far fall furthest below their tier's share.
 class Interleave final : public Policy {
  public:
   const char *name() const override { return "interleave"; }
   const char *doc() const override {
-    return "objects spread over the fast and capacity tiers by bytes in the ratio of their read bandwidths";
+    return "the fast and capacity tiers in the ratio of their read bandwidths: large objects split by pages, "
+           "small ones spread by bytes";
   }
   int activate(std::string *) const override {
     double f = bandwidth(fast_tier()), c = bandwidth(capacity_tier());
@@ -104,6 +106,7 @@ class Interleave final : public Policy {
     }
     return {capacity_tier(), HM_PREFERRED};
   }
+  int object_fast_percent() const override { return static_cast<int>(share_fast_ * 100 + 0.5); }
   double share_fast() const { return share_fast_; }
   bool honours_class_interleave() const override { return true; }
 

@@ -36,6 +36,9 @@ class Policy {
   // Whether a class's own interleave ratio (hm_class_interleave) applies: not under the policies
   // that put everything on one tier (all-fast, slow-only, memory-mode).
   virtual bool honours_class_interleave() const { return false; }
+  // The share (percent) of each large object the policy itself puts on the fast tier by page range
+  // (interleave); -1: none, objects are placed whole.
+  virtual int object_fast_percent() const { return -1; }
 };
 
 // The tiers policies place on, and the fast budget in bytes (the tier's capacity when unlimited).

@@ -225,9 +225,18 @@ TEST_F(Spaces, InterleaveSpreadsBytesInTheRatioOfTheTiersBandwidths) {
   for (int i = 0; i < 200; ++i) blocks.push_back(hm_class_alloc(c, 64 << 10, 0, 0));
   size_t on_fast = 0;
   for (void *p : blocks) on_fast += tier_of(p) == fast;
-  (void)capacity;
   EXPECT_NEAR(on_fast / 200.0, 1 / 1.37, 0.01) << "optane reads at 0.37x DRAM: 73% of the bytes go fast";
   for (void *p : blocks) hm_free(p);
+  // A large object is split by pages in the same ratio: its last 73% on the fast tier.
+  const size_t n = size_t{16} << 20;
+  auto *big = static_cast<char *>(hm_class_alloc(c, n, 0, 0));
+  ASSERT_NE(big, nullptr);
+  const size_t fast_bytes = n * 73 / 100 / 4096 * 4096;
+  EXPECT_EQ(tier_of(big), capacity);
+  EXPECT_EQ(tier_of(big + n - fast_bytes - 1), capacity);
+  EXPECT_EQ(tier_of(big + n - fast_bytes), fast);
+  EXPECT_EQ(hm_test::stats(fast).in_use, fast_bytes);
+  hm_free(big);
 }
 
 // Every space's and the fast tier's budget hold under every policy while two threads allocate and
