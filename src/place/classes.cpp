@@ -125,8 +125,9 @@ void *interleaved_alloc(hm_class_t cls, ClassRecord &c, const Policy *policy, si
   object_add(Object{p, cls, c.kind, c.priority, size, got, false, g_seq.fetch_add(1, std::memory_order_relaxed)});
   c.allocs.fetch_add(1, std::memory_order_relaxed);
   c.bytes.fetch_add(size, std::memory_order_relaxed);
+  // The records count the requested size; the heap splits the usable (page-rounded) size.
   const size_t usable = hm_usable_size(p);
-  const uint64_t fast_bytes = static_cast<uint64_t>(usable) * percent / 100 / 4096 * 4096;
+  const uint64_t fast_bytes = static_cast<uint64_t>(size) * percent / 100 / 4096 * 4096;
   const hm_space_t space = space_of(c.kind);
   bool split = false;
   if (got == cap && fast_bytes > 0 && spaces().reserve(space, fast_bytes)) {
@@ -134,7 +135,7 @@ void *interleaved_alloc(hm_class_t cls, ClassRecord &c, const Policy *policy, si
     if (!split) spaces().release(space, fast_bytes);
   }
   if (!split && fast_bytes > 0) spaces().overflowed(space);
-  uint64_t on_fast = split ? std::min<uint64_t>(fast_bytes, size) : 0;
+  uint64_t on_fast = split ? fast_bytes : 0;
   if (got >= 0 && got < kTierSlots) c.bytes_on_tier[got].fetch_add(size - on_fast, std::memory_order_relaxed);
   if (fast < kTierSlots) c.bytes_on_tier[fast].fetch_add(on_fast, std::memory_order_relaxed);
   return p;

@@ -40,12 +40,19 @@ std::vector<bool> choose_fast(const std::vector<Object> &hot, uint64_t room, uin
 constexpr uint64_t kMinSplit = uint64_t{2} << 20;
 
 bool split_boundary(const Object &o, uint64_t room, int fast, int cap, hm_placement_stats_t *st) {
+  // The object's records count its requested size; the heap splits its usable (page-rounded) size.
   const size_t usable = hm_usable_size(o.ptr);
+  if (o.tier != fast) {
+    // Pages coming in must also fit what the fast tier's budget has left: the space counts the
+    // objects' requested sizes, the tier their page-rounded ones.
+    hm_tier_stats_t fs;
+    if (hm_tier_stats(fast, &fs) == HM_OK && fs.budget) room = std::min(room, fs.budget > fs.in_use ? fs.budget - fs.in_use : 0);
+  }
   const uint64_t fast_bytes = room / prim::kPageSize * prim::kPageSize;
-  if (fast_bytes < kMinSplit || fast_bytes >= usable || !spaces().reserve(HM_SPACE_FREE, fast_bytes)) return false;
+  if (fast_bytes < kMinSplit || fast_bytes >= o.size || !spaces().reserve(HM_SPACE_FREE, fast_bytes)) return false;
   bool ok;
   if (o.tier == fast) {  // the first pages stay, the rest leave
-    ok = alloc_split(o.ptr, cap, fast_bytes) == HM_OK && object_split(o.ptr, cap, usable - fast_bytes, true);
+    ok = alloc_split(o.ptr, cap, fast_bytes) == HM_OK && object_split(o.ptr, cap, o.size - fast_bytes, true);
   } else {  // the last pages come in
     size_t tail_offset = usable - fast_bytes;
     ok = alloc_split(o.ptr, fast, tail_offset) == HM_OK && object_split(o.ptr, fast, fast_bytes, true);

@@ -334,3 +334,30 @@ TEST_F(Spaces, AClassInterleaveSplitsEachObjectByItsRatio) {
   hm_free(q);
   ASSERT_EQ(hm_class_interleave(c, -1), HM_OK);
 }
+
+// Objects whose size is not a whole number of pages split and free with exact accounting.
+TEST_F(Spaces, SplitsOfObjectsOfAnySizeLeaveNothingBehind) {
+  start("hetmem-static", "12M");
+  hm_class_t c = define("spaces.odd", HM_CLASS_HOT, 1), d = define("spaces.odd.interleaved", HM_CLASS_HOT, 1);
+  ASSERT_EQ(hm_class_interleave(d, 40), HM_OK);
+  const size_t odd = (size_t{4} << 20) + 12345;
+  void *a = hm_class_alloc(c, odd, 0, 0), *b = hm_class_alloc(c, odd, 0, 0), *x = hm_class_alloc(c, odd, 0, 0);
+  void *i = hm_class_alloc(d, odd, 0, 0);
+  ASSERT_TRUE(a && b && x && i);
+  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  hm_placement_stats_t ps;
+  ASSERT_EQ(hm_placement_stats(&ps), HM_OK);
+  EXPECT_EQ(ps.split, 1u) << "the third object brings its last pages into the room left";
+  EXPECT_EQ(tier_of(static_cast<char *>(x) + odd - 1), hm_test::tier("fast"));
+  EXPECT_EQ(tier_of(i), hm_test::tier("capacity")) << "the interleaved object keeps its own split";
+  EXPECT_LE(space(HM_SPACE_FREE).in_use, space(HM_SPACE_FREE).budget);
+  for (void *p : {a, b, x, i}) hm_free(p);
+  EXPECT_EQ(space(HM_SPACE_FREE).in_use, 0u);
+  EXPECT_EQ(space(HM_SPACE_FREE).objects, 0u);
+  EXPECT_EQ(hm_test::stats(hm_test::tier("fast")).in_use, 0u);
+  EXPECT_EQ(hm_test::stats(hm_test::tier("capacity")).in_use, 0u);
+  hm_class_info_t info;
+  ASSERT_EQ(hm_class_info(c, &info), HM_OK);
+  for (int t = 0; t < 2; ++t) EXPECT_EQ(info.live_bytes_on_tier[t], 0u) << t;
+  ASSERT_EQ(hm_class_interleave(d, -1), HM_OK);
+}
