@@ -74,7 +74,10 @@ std::vector<Object> hot_objects() {
   return out;
 }
 
-bool object_moved(void *ptr, int tier, bool in_space) {
+namespace {
+// Changes the record of the object at ptr and moves its accounting along; false if it is gone.
+template <class Change>
+bool update(void *ptr, Change change) {
   Shard &sh = shard_of(ptr);
   Object before, after;
   {
@@ -82,31 +85,28 @@ bool object_moved(void *ptr, int tier, bool in_space) {
     auto it = sh.live.find(reinterpret_cast<uintptr_t>(ptr));
     if (it == sh.live.end()) return false;
     before = it->second;
-    it->second.tier = tier;
-    it->second.in_space = in_space;
+    change(it->second);
     after = it->second;
   }
   account(before, -1);
   account(after, +1);
   return true;
 }
+}  // namespace
+
+bool object_moved(void *ptr, int tier, bool in_space) {
+  return update(ptr, [&](Object &o) {
+    o.tier = tier;
+    o.in_space = in_space;
+  });
+}
 
 bool object_split(void *ptr, int tail_tier, uint64_t tail_bytes, bool in_space) {
-  Shard &sh = shard_of(ptr);
-  Object before, after;
-  {
-    std::lock_guard<std::mutex> lock(sh.mutex);
-    auto it = sh.live.find(reinterpret_cast<uintptr_t>(ptr));
-    if (it == sh.live.end()) return false;
-    before = it->second;
-    it->second.tail_tier = tail_tier;
-    it->second.tail_bytes = tail_bytes;
-    it->second.in_space = in_space;
-    after = it->second;
-  }
-  account(before, -1);
-  account(after, +1);
-  return true;
+  return update(ptr, [&](Object &o) {
+    o.tail_tier = tail_tier;
+    o.tail_bytes = tail_bytes;
+    o.in_space = in_space;
+  });
 }
 
 void objects_reset() {
