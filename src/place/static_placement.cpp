@@ -34,9 +34,9 @@ std::vector<bool> choose_fast(const std::vector<Object> &hot, uint64_t room, uin
   return fast;
 }
 
-// The free space's last room goes to the highest-priority object that did not fit, split by
-// page range: its first pages on one tier, the rest on the other (only below what a whole object
-// could use, and for objects with their own anonymous mapping; file tiers do not split).
+// The free space's last room (2 MiB or more) goes to the highest-priority object that did not fit,
+// split by page range: its first pages on one tier, the rest on the other. Only objects with
+// their own anonymous mapping split (file tiers and hugetlb pages do not).
 constexpr uint64_t kMinSplit = uint64_t{2} << 20;
 
 bool split_boundary(const Object &o, uint64_t room, int fast, int cap, hm_placement_stats_t *st) {
