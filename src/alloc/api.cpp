@@ -295,9 +295,7 @@ int hm_ptr_tier(const void *ptr, hm_tier_t *tier) {
   SlotOwner *owner = nullptr;
   TierHeap *h = ptr ? heap_for(ptr, &owner) : nullptr;
   if (!h) return fail(HM_ENOTOWNED, "%p is not memory allocated by hetmem", ptr);
-  TierHeap::SplitView sv;
-  bool in_tail = TierHeap::split_view(owner, &sv) && reinterpret_cast<uintptr_t>(ptr) >= sv.base + sv.tail_offset;
-  if (tier) *tier = in_tail ? sv.tail_tier : h->tier()->id;
+  if (tier) *tier = TierHeap::tier_at(owner, reinterpret_cast<uintptr_t>(ptr));
   return HM_OK;
 }
 

@@ -713,15 +713,7 @@ int TierHeap::split_to(void *ptr, SlotOwner *owner, TierHeap &tail, size_t tail_
     return fail(rc, "split %p: binding %s to '%s' failed: %s", ptr, format_size(len).c_str(), tt->name.c_str(),
                 hm_strerror(rc));
   }
-  // Like a move: the tail is read as the old tier and written as the new one.
-  if (ht->emulated()) {
-    DeviceVolume v = tier_device_range(*ht, at, len, true, false);
-    emul_charge(*ht->profile, ht->emul, v.read, v.write, v.dependent, kEmulCopy);
-  }
-  if (tt->emulated()) {
-    DeviceVolume v = tier_device_range(*tt, at, len, false, true);
-    emul_charge(*tt->profile, tt->emul, v.read, v.write, v.dependent, kEmulCopy);
-  }
+  charge_move_in_place(*ht, *tt, at, len);  // like a move: the tail changes tier where it is
   uncharge(len);
   tail.counters_.moves_in.fetch_add(1, std::memory_order_relaxed);
   tail.counters_.bytes_copied_in.fetch_add(len, std::memory_order_relaxed);
@@ -755,16 +747,7 @@ int TierHeap::move_to(void *ptr, SlotOwner *owner, TierHeap &dst) {
     if (dt->node >= 0 && dt->node != st->node && prim::numa_node_count() > 1)
       rc = prim::bind_node(lb->extent.addr, lb->extent.size, dt->node, true);
     if (rc == HM_OK) {
-      // The pages stay where they are: the move reads them as the old tier and writes them as
-      // the new one.
-      if (st->emulated()) {
-        DeviceVolume v = tier_device_range(*st, lb->extent.addr, len, true, false);
-        emul_charge(*st->profile, st->emul, v.read, v.write, v.dependent, kEmulCopy);
-      }
-      if (dt->emulated()) {
-        DeviceVolume v = tier_device_range(*dt, lb->extent.addr, len, false, true);
-        emul_charge(*dt->profile, dt->emul, v.read, v.write, v.dependent, kEmulCopy);
-      }
+      charge_move_in_place(*st, *dt, lb->extent.addr, len);
     }
   } else {
     // A file on either side: copy into fresh storage of the destination, then map it at the

@@ -62,6 +62,11 @@ class TierHeap {
   };
   // True, with the split, if owner is a block split across two tiers.
   static bool split_view(const SlotOwner *owner, SplitView *out);
+  // The tier holding address `addr` of the record `owner` (the tail's tier past a split).
+  static int tier_at(const SlotOwner *owner, uintptr_t addr) {
+    SplitView sv;
+    return split_view(owner, &sv) && addr >= sv.base + sv.tail_offset ? sv.tail_tier : owner->tier;
+  }
   // Marks the record as declared (hm_access); true the first time.
   bool declare(SlotOwner *owner);
   int move_to(void *ptr, SlotOwner *owner, TierHeap &dst);

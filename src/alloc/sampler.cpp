@@ -80,8 +80,7 @@ void attribute(const prim::MappingUse &m, uint64_t *undeclared, uintptr_t *at) {
     ++slots;
     SlotOwner *owner = slot_map().get(reinterpret_cast<void *>(a));
     if (!owner || owner->is_declared()) continue;
-    TierHeap::SplitView sv;  // a block split across tiers: the slot's own tier
-    int tier = TierHeap::split_view(owner, &sv) && a >= sv.base + sv.tail_offset ? sv.tail_tier : owner->tier;
+    int tier = TierHeap::tier_at(owner, a);  // a block split across tiers: the slot's own tier
     Tier *t = tier_get(tier);
     if (t && t->emulated()) {
       ++counted[tier];

@@ -16,6 +16,7 @@
 #include "place/objects.h"
 #include "place/policy.h"
 #include "place/spaces.h"
+#include "prim/prim.h"
 #include "tier/tier.h"
 
 namespace hm::place {
@@ -106,35 +107,46 @@ void *class_chunk(int cls, size_t size, size_t align, unsigned flags) { return h
 // Objects this large of a class with its own interleave ratio are split by page range.
 constexpr size_t kInterleaveMin = size_t{1} << 20;
 
-// A class's own weighted interleave (hm_class_interleave): the object is allocated on the capacity
-// tier in its own mapping, then its last `percent`% of pages move to the fast tier (page-range
-// binding on NUMA tiers; each part charged on its own tier when emulated), as far as the fast
-// tier and the class's space have room (else it stays whole on the capacity tier, counted).
+// An allocation for class c refused below: the heap's own message, with the class and the policy.
+void *refused(const ClassRecord &c, const Policy *policy) {
+  std::string why = hm_last_error();
+  return fail_null(hm_last_error_code(), "class '%s' (%s) under policy %s: %s", c.name, kKindNames[c.kind],
+                   policy->name(), why.c_str());
+}
+
+// A new object of the class: its placement record and the class's counts.
+void record(hm_class_t cls, ClassRecord &c, void *p, size_t size, int tier, bool in_space) {
+  object_add(Object{p, cls, c.kind, c.priority, size, tier, in_space, g_seq.fetch_add(1, std::memory_order_relaxed)});
+  c.allocs.fetch_add(1, std::memory_order_relaxed);
+  c.bytes.fetch_add(size, std::memory_order_relaxed);
+}
+
+// A weighted interleave of one object (the class's own, hm_class_interleave, or the interleave
+// policy's): the object is allocated on the capacity tier in its own mapping, then its last
+// `percent`% of pages move to the fast tier (page-range binding on NUMA tiers; each part charged
+// on its own tier when emulated), as far as the fast tier and the class's space have room (else
+// it stays whole on the capacity tier, counted as the space's overflow).
 void *interleaved_alloc(hm_class_t cls, ClassRecord &c, const Policy *policy, size_t size, size_t align,
                         unsigned flags, int percent) {
   const int fast = fast_tier(), cap = capacity_tier();
+  g_used.store(true, std::memory_order_relaxed);
   void *p = hm_tier_alloc(cap, size, align, (flags & ~HM_STRICT) | HM_PREFERRED | HM_MOVABLE);
-  if (!p) {
-    std::string why = hm_last_error();
-    return fail_null(hm_last_error_code(), "class '%s' (%s) under policy %s: %s", c.name, kKindNames[c.kind],
-                     policy->name(), why.c_str());
-  }
+  if (!p) return refused(c, policy);
   hm_tier_t got = cap;
   hm_ptr_tier(p, &got);
-  g_used.store(true, std::memory_order_relaxed);
-  object_add(Object{p, cls, c.kind, c.priority, size, got, false, g_seq.fetch_add(1, std::memory_order_relaxed)});
-  c.allocs.fetch_add(1, std::memory_order_relaxed);
-  c.bytes.fetch_add(size, std::memory_order_relaxed);
+  record(cls, c, p, size, got, false);
   // The records count the requested size; the heap splits the usable (page-rounded) size.
   const size_t usable = hm_usable_size(p);
-  const uint64_t fast_bytes = static_cast<uint64_t>(size) * percent / 100 / 4096 * 4096;
+  const uint64_t fast_bytes = static_cast<uint64_t>(size) * percent / 100 / prim::kPageSize * prim::kPageSize;
   const hm_space_t space = space_of(c.kind);
   bool split = false;
-  if (got == cap && fast_bytes > 0 && spaces().reserve(space, fast_bytes)) {
+  if (got == cap && fast_bytes > 0 && spaces().reserve(space, fast_bytes)) {  // a refusal counts itself
     split = alloc_split(p, fast, usable - fast_bytes) == HM_OK && object_split(p, fast, fast_bytes, true);
-    if (!split) spaces().release(space, fast_bytes);
+    if (!split) {
+      spaces().release(space, fast_bytes);
+      spaces().overflowed(space);
+    }
   }
-  if (!split && fast_bytes > 0) spaces().overflowed(space);
   uint64_t on_fast = split ? fast_bytes : 0;
   if (got >= 0 && got < kTierSlots) c.bytes_on_tier[got].fetch_add(size - on_fast, std::memory_order_relaxed);
   if (fast < kTierSlots) c.bytes_on_tier[fast].fetch_add(on_fast, std::memory_order_relaxed);
@@ -147,6 +159,16 @@ const bool g_chunks_installed = [] {
 }();
 
 }  // namespace
+
+const char *class_kind_name(hm_class_kind_t kind) {
+  return kind >= 0 && kind < HM_CLASS_KIND_COUNT ? kKindNames[kind] : "unknown";
+}
+
+int class_kind_of(const std::string &name) {
+  for (int k = 0; k < HM_CLASS_KIND_COUNT; ++k)
+    if (name == kKindNames[k]) return k;
+  return -1;
+}
 
 void class_live_add(int cls, int tier, int64_t delta) {
   if (cls >= 0 && cls < kMaxClasses && tier >= 0 && tier < kTierSlots)
@@ -209,16 +231,16 @@ void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) 
   if (cls < 0 || cls >= g_count.load(std::memory_order_acquire))
     return fail_null(HM_EINVAL, "hm_class_alloc: %d is not a defined class", cls);
   ClassRecord &c = g_classes[cls];
-  Placement where = policy->place(Request{cls, c.kind, c.priority, size});
-  if (where.tier < 0)
-    return fail_null(HM_ENOTIER, "class '%s' under policy %s: no tier has the role the policy asks for", c.name,
-                     policy->name());
   const int fast = fast_tier();
   // A class's own interleave ratio, else the policy's (interleave), splits a large object by pages.
   const int own = c.fast_percent.load(std::memory_order_relaxed);
   const int percent = own >= 0 && policy->honours_class_interleave() ? own : policy->object_fast_percent();
   if (percent >= 0 && percent < 100 && size >= kInterleaveMin && capacity_tier() >= 0 && fast >= 0)
     return interleaved_alloc(cls, c, policy, size, align, flags, percent);
+  Placement where = policy->place(Request{c.kind, c.priority, size});
+  if (where.tier < 0)
+    return fail_null(HM_ENOTIER, "class '%s' under policy %s: no tier has the role the policy asks for", c.name,
+                     policy->name());
   // On the fast tier the object takes room in its space; a sized space that is full sends it to
   // the capacity tier (counted as the space's overflow).
   const hm_space_t space = space_of(c.kind);
@@ -238,10 +260,7 @@ void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) 
   void *p = hm_tier_alloc(where.tier, size, align, (flags & ~HM_STRICT) | where.flags);
   if (!p) {
     if (reserved) spaces().release(space, size);
-    std::string why = hm_last_error();
-    int code = hm_last_error_code();
-    return fail_null(code, "class '%s' (%s) under policy %s: %s", c.name, kKindNames[c.kind], policy->name(),
-                     why.c_str());
+    return refused(c, policy);
   }
   hm_tier_t got = where.tier;
   hm_ptr_tier(p, &got);
@@ -250,9 +269,7 @@ void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) 
     spaces().overflowed(space);
     reserved = false;
   }
-  object_add(Object{p, cls, c.kind, c.priority, size, got, reserved, g_seq.fetch_add(1, std::memory_order_relaxed)});
-  c.allocs.fetch_add(1, std::memory_order_relaxed);
-  c.bytes.fetch_add(size, std::memory_order_relaxed);
+  record(cls, c, p, size, got, reserved);
   if (got >= 0 && got < kTierSlots) c.bytes_on_tier[got].fetch_add(size, std::memory_order_relaxed);
   return p;
 }
@@ -274,7 +291,7 @@ int hm_class_tier(hm_class_t cls, hm_tier_t *tier) {
   if (!tier || cls < 0 || cls >= g_count.load(std::memory_order_acquire))
     return fail(HM_EINVAL, "hm_class_tier: %d is not a defined class (or tier is NULL)", cls);
   const ClassRecord &c = g_classes[cls];
-  Placement where = policy->place(Request{cls, c.kind, c.priority, 0});
+  Placement where = policy->place(Request{c.kind, c.priority, 0});
   if (where.tier < 0)
     return fail(HM_ENOTIER, "class '%s' under policy %s: no tier has the role the policy asks for",
                 g_classes[cls].name, policy->name());

@@ -1,11 +1,15 @@
 // The class registry's internal side: what the object records and static placement need of it.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "place/policy.h"
 
 namespace hm::place {
 
+// "metadata", "temporary", "hot", "streaming", "cold"; and the kind of such a name (-1 if none).
+const char *class_kind_name(hm_class_kind_t kind);
+int class_kind_of(const std::string &name);
 // Adds `delta` bytes to the live bytes of class `cls` on `tier`.
 void class_live_add(int cls, int tier, int64_t delta);
 // The active policy once activated for this initialisation of the library (nullptr before).

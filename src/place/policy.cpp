@@ -107,7 +107,6 @@ class Interleave final : public Policy {
     return {capacity_tier(), HM_PREFERRED};
   }
   int object_fast_percent() const override { return static_cast<int>(share_fast_ * 100 + 0.5); }
-  double share_fast() const { return share_fast_; }
   bool honours_class_interleave() const override { return true; }
 
  private:

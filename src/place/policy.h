@@ -11,7 +11,6 @@
 namespace hm::place {
 
 struct Request {
-  int cls;
   hm_class_kind_t kind;
   int priority;
   size_t size;

@@ -19,6 +19,7 @@
 #include "base/error.h"
 #include "base/options.h"
 #include "hetmem/hetmem.h"
+#include "place/classes.h"
 #include "prim/prim.h"
 #include "tier/tier.h"
 
@@ -29,8 +30,6 @@ std::vector<Rule> *g_rules = nullptr;
 std::atomic<uint64_t> *g_matches = nullptr;  // per rule
 std::string *g_rules_file = nullptr;
 bool g_need_caller = false;
-
-const char *const kKindNames[] = {"metadata", "temporary", "hot", "streaming", "cold"};
 
 std::string at(const std::string &file, int line, size_t column, const std::string &what) {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column + 1) + ": " + what;
@@ -203,15 +202,15 @@ int parse_rules(const std::string &text, const std::string &file, std::vector<Ru
       std::string kind, priority;
       target >> kind >> priority;
       size_t kind_col = kind.empty() ? arrow + 2 : line.find(kind, line.find("class", arrow) + 5);
-      auto k = std::find(std::begin(kKindNames), std::end(kKindNames), kind);
-      if (k == std::end(kKindNames)) {
+      int k = class_kind_of(kind);
+      if (k < 0) {
         *error = at(file, line_no, kind_col,
                     (kind.empty() ? std::string("expected a kind") : "unknown kind '" + kind + "'") +
                         " after 'class' (metadata, temporary, hot, streaming, cold)");
         return HM_EFORMAT;
       }
       rule.target = Rule::kClass;
-      rule.class_kind = static_cast<int>(k - std::begin(kKindNames));
+      rule.class_kind = k;
       if (!priority.empty()) {
         char *end = nullptr;
         long v = std::strtol(priority.c_str(), &end, 10);
@@ -296,7 +295,7 @@ std::vector<std::string> unused_class_rules() {
     const Rule &r = (*g_rules)[i];
     if (r.target != Rule::kClass || g_matches[i].load() != 0) continue;
     std::string line = (g_rules_file ? *g_rules_file : std::string("rules")) + ":" + std::to_string(r.line) + ": " +
-                       r.target_name + " -> class " + kKindNames[r.class_kind];
+                       r.target_name + " -> class " + class_kind_name(static_cast<hm_class_kind_t>(r.class_kind));
     if (r.class_kind == HM_CLASS_HOT) line += " " + std::to_string(r.priority);
     out.push_back(line);
   }

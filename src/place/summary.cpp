@@ -20,8 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-const char *const kKinds[] = {"metadata", "temporary", "hot", "streaming", "cold"};
-
 // Wall time of each iteration: the first from the placement runtime's start (its first class
 // allocation) to the first hm_iteration_next, each later one between two of them.
 class IterationClock final : public PhaseObserver {
@@ -96,7 +94,7 @@ json classes_json() {
       if (info.bytes_on_tier[t]) placed[ti.name] = info.bytes_on_tier[t];
       if (info.live_bytes_on_tier[t]) live[ti.name] = info.live_bytes_on_tier[t];
     }
-    out.push_back({{"name", info.name}, {"kind", kKinds[info.kind]}, {"priority", info.priority},
+    out.push_back({{"name", info.name}, {"kind", class_kind_name(info.kind)}, {"priority", info.priority},
                    {"allocs", info.allocs}, {"bytes", info.bytes}, {"allocated_on", placed}, {"live_on", live}});
   }
   return out;

@@ -46,12 +46,6 @@ const bool kHasAvx2 = __builtin_cpu_supports("avx2");
 
 void copy_plain(void *dst, const void *src, size_t n, Tier *, Tier *) { fast_copy(dst, src, n); }
 
-// The copy's traffic on an emulated tier, through its charge model, charged as exact volume.
-void charge_copy(Tier &t, const void *addr, size_t n, bool read, bool write) {
-  DeviceVolume v = tier_device_range(t, addr, n, read, write);
-  emul_charge(*t.profile, t.emul, v.read, v.write, v.dependent, kEmulCopy);
-}
-
 void copy_from_emulated(void *dst, const void *src, size_t n, Tier *, Tier *src_tier) {
   fast_copy(dst, src, n);
   charge_copy(*src_tier, src, n, true, false);
@@ -100,6 +94,16 @@ const Table kTable;
 }  // namespace
 
 void set_nt_threshold(size_t bytes) { g_nt_threshold = bytes; }
+
+void charge_copy(Tier &t, const void *addr, size_t n, bool read, bool write) {
+  DeviceVolume v = tier_device_range(t, addr, n, read, write);
+  emul_charge(*t.profile, t.emul, v.read, v.write, v.dependent, kEmulCopy);
+}
+
+void charge_move_in_place(Tier &from, Tier &to, const void *addr, size_t n) {
+  if (from.emulated()) charge_copy(from, addr, n, true, false);
+  if (to.emulated()) charge_copy(to, addr, n, false, true);
+}
 
 void fast_copy(void *dst, const void *src, size_t n) {
 #if defined(__x86_64__)

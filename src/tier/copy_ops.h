@@ -13,6 +13,13 @@ using CopyOp = void (*)(void *dst, const void *src, size_t n, Tier *dst_tier, Ti
 CopyOp copy_op(hm_tier_kind_t src, hm_tier_kind_t dst);
 void tier_copy(void *dst, const void *src, size_t n, Tier *dst_tier, Tier *src_tier);
 
+// The traffic of a copy on an emulated tier `t` (reading and/or writing n bytes at addr), through
+// its charge model, charged as exact volume (HM_EMUL_COPY).
+void charge_copy(Tier &t, const void *addr, size_t n, bool read, bool write);
+// Pages that change tier where they are (a move or split inside one node, or an emulated tier):
+// read as `from` and written as `to`, each charged when emulated.
+void charge_move_in_place(Tier &from, Tier &to, const void *addr, size_t n);
+
 // memcpy for small sizes; non-temporal stores at or above the threshold (HM_NT_THRESHOLD).
 void fast_copy(void *dst, const void *src, size_t n);
 void set_nt_threshold(size_t bytes);
