@@ -17,9 +17,14 @@ struct hm_arena {
     char *base;
     size_t size;
     Chunk *prev;
+    uint64_t gen;  // which chunk the bump word speaks of
   };
-  Chunk *chunk = nullptr;                // the chunk being filled; older ones via prev
-  std::atomic<size_t> offset{0};         // bump pointer inside `chunk`
+  std::atomic<Chunk *> chunk{nullptr};   // the chunk being filled; older ones via prev
+  // The bump word: the chunk's generation in the top bits, the offset inside it below. Concurrent
+  // allocations advance it by compare-and-swap, so one that read the old chunk can never take
+  // bytes of the new one (or the reverse) when another thread grows the arena meanwhile.
+  std::atomic<uint64_t> offset{0};
+  uint64_t gen_next = 0;
   size_t used_before = 0;                // bytes handed out from older chunks
   size_t capacity = 0;
   uint64_t chunks = 0, grows = 0, resets = 0, peak = 0, fallbacks = 0;
@@ -29,6 +34,24 @@ struct hm_arena {
 namespace {
 
 size_t align_up(size_t v, size_t a) { return (v + a - 1) & ~(a - 1); }
+
+constexpr int kOffsetBits = 40;  // chunks up to 1 TiB
+constexpr uint64_t kOffsetMask = (uint64_t{1} << kOffsetBits) - 1;
+uint64_t bump_word(uint64_t gen, size_t off) { return (gen << kOffsetBits) | off; }
+size_t offset_of(uint64_t word) { return static_cast<size_t>(word & kOffsetMask); }
+uint64_t gen_of(uint64_t word) { return word >> kOffsetBits; }
+
+// Takes `size` bytes aligned to `align` from chunk c if the bump word still speaks of it and the
+// bytes fit; nullptr otherwise (*cur holds the word last seen).
+void *bump(hm_arena *a, hm_arena::Chunk *c, uint64_t *cur, size_t size, size_t align) {
+  while (c && gen_of(*cur) == c->gen) {
+    size_t off = align_up(offset_of(*cur), align);
+    if (off + size > c->size) return nullptr;
+    if (a->offset.compare_exchange_weak(*cur, bump_word(c->gen, off + size), std::memory_order_acq_rel))
+      return c->base + off;
+  }
+  return nullptr;
+}
 
 // A chunk comes from the arena's tier, or, when that tier's budget is full, from the next tier of
 // the fallback chain (counted here and in the tiers' fallback counters): a full fast tier slows
@@ -46,49 +69,51 @@ bool add_chunk(hm_arena *a, size_t size) {
   hm_tier_t got = a->tier;
   if (hm_ptr_tier(c->base, &got) == HM_OK && got != a->tier) ++a->fallbacks;
   c->size = size;
-  c->prev = a->chunk;
-  if (a->chunk) a->used_before += a->offset.load(std::memory_order_relaxed);
-  a->chunk = c;
-  a->offset.store(0, std::memory_order_release);
+  c->prev = a->chunk.load(std::memory_order_relaxed);
+  c->gen = ++a->gen_next & (~uint64_t{0} >> kOffsetBits);
+  if (c->prev) a->used_before += offset_of(a->offset.load(std::memory_order_relaxed));
+  // The chunk first, then the word that names it: whoever reads the word sees its chunk.
+  a->chunk.store(c, std::memory_order_release);
+  a->offset.store(bump_word(c->gen, 0), std::memory_order_release);
   a->capacity += size;
   ++a->chunks;
   return true;
 }
 
 void free_chunks(hm_arena *a) {
-  for (hm_arena::Chunk *c = a->chunk; c;) {
+  for (hm_arena::Chunk *c = a->chunk.load(); c;) {
     hm_arena::Chunk *prev = c->prev;
     hm_free(c->base);
     hm_free(c);
     c = prev;
   }
-  a->chunk = nullptr;
+  a->chunk.store(nullptr);
   a->capacity = 0;
   a->chunks = 0;
   a->used_before = 0;
   a->offset.store(0);
 }
 
-size_t used_now(const hm_arena *a) { return a->used_before + a->offset.load(std::memory_order_relaxed); }
+size_t used_now(const hm_arena *a) { return a->used_before + offset_of(a->offset.load(std::memory_order_relaxed)); }
 
 void *grow_and_alloc(hm_arena *a, size_t size, size_t align) {
   std::lock_guard<std::mutex> lock(a->grow_mutex);
-  if (!a->chunk) {  // an earlier reset could not re-map its chunk
+  if (!a->chunk.load()) {  // an earlier reset could not re-map its chunk
     if (!add_chunk(a, align_up(size + align > (size_t{1} << 20) ? size + align : size_t{1} << 20, 4096))) return nullptr;
     ++a->grows;
   }
   // Another thread may have grown the arena meanwhile: try the current chunk again.
-  size_t off = align_up(a->offset.load(std::memory_order_acquire), align);
-  if (off + size <= a->chunk->size) {
-    a->offset.store(off + size, std::memory_order_release);
-    return a->chunk->base + off;
-  }
-  size_t next = a->chunk->size * 2;
+  hm_arena::Chunk *c = a->chunk.load(std::memory_order_acquire);
+  uint64_t cur = a->offset.load(std::memory_order_acquire);
+  if (void *p = bump(a, c, &cur, size, align)) return p;
+  size_t next = c->size * 2;
   if (next < size + align) next = align_up(size + align, 4096);
   if (!add_chunk(a, next)) return nullptr;
   ++a->grows;
-  a->offset.store(size, std::memory_order_release);
-  return a->chunk->base;
+  // Others may take bytes of the new chunk as soon as it is published: bump like them.
+  c = a->chunk.load(std::memory_order_acquire);
+  cur = a->offset.load(std::memory_order_acquire);
+  return bump(a, c, &cur, size, align);
 }
 
 }  // namespace
@@ -153,19 +178,26 @@ void *hm_arena_alloc(hm_arena_t *a, size_t size, size_t align) {
   if (align < 16) align = 16;
   size = align_up(size ? size : 1, 16);  // keeps the bump pointer 16-byte aligned
   if (!(a->flags & HM_ARENA_CONCURRENT)) {
-    size_t off = align_up(a->offset.load(std::memory_order_relaxed), align);
-    if (__builtin_expect(a->chunk && off + size <= a->chunk->size, 1)) {
-      a->offset.store(off + size, std::memory_order_relaxed);
-      return a->chunk->base + off;
+    hm_arena::Chunk *c = a->chunk.load(std::memory_order_relaxed);
+    uint64_t cur = a->offset.load(std::memory_order_relaxed);
+    size_t off = align_up(offset_of(cur), align);
+    if (__builtin_expect(c && off + size <= c->size, 1)) {
+      a->offset.store(bump_word(c->gen, off + size), std::memory_order_relaxed);
+      return c->base + off;
     }
     return grow_and_alloc(a, size, align);
   }
-  size_t cur = a->offset.load(std::memory_order_relaxed);
+  uint64_t cur = a->offset.load(std::memory_order_acquire);
   for (;;) {
-    hm_arena::Chunk *c = a->chunk;
-    size_t off = align_up(cur, align);
-    if (!c || off + size > c->size) return grow_and_alloc(a, size, align);
-    if (a->offset.compare_exchange_weak(cur, off + size, std::memory_order_acq_rel)) return c->base + off;
+    if (void *p = bump(a, a->chunk.load(std::memory_order_acquire), &cur, size, align)) return p;
+    // The chunk is full, or the word names a chunk being published: look again, else grow.
+    uint64_t again = a->offset.load(std::memory_order_acquire);
+    hm_arena::Chunk *c = a->chunk.load(std::memory_order_acquire);
+    if (again != cur && c && gen_of(again) == c->gen) {
+      cur = again;
+      continue;
+    }
+    return grow_and_alloc(a, size, align);
   }
 }
 
@@ -181,7 +213,8 @@ void hm_arena_reset(hm_arena_t *a) {
     return;
   }
   a->used_before = 0;
-  a->offset.store(0, std::memory_order_release);
+  hm_arena::Chunk *c = a->chunk.load();
+  a->offset.store(c ? bump_word(c->gen, 0) : 0, std::memory_order_release);
 }
 
 void hm_arena_destroy(hm_arena_t *a) {
