@@ -178,8 +178,7 @@ bool write_openpmd(Simulation &sim, const std::string &dir, std::string *error) 
     for (auto &c : cols) c.reserve(n);
     ids.reserve(n);
     for (const Tile &t : sp.tiles) {
-      for (const TierVector<double> *v : {&t.x, &t.y, &t.z, &t.ux, &t.uy, &t.uz, &t.w}) hm::access(*v, hm::Access::read);
-      hm::access(t.id, hm::Access::read);
+      t.declare(hm::Access::read, true);
       for (size_t k = 0; k < t.size(); ++k) {
         cols[0].push_back(t.x[k]), cols[1].push_back(t.y[k]), cols[2].push_back(t.z[k]);
         cols[3].push_back(t.ux[k] * sp.params.mass), cols[4].push_back(t.uy[k] * sp.params.mass);

@@ -1,7 +1,7 @@
 // hetmem-pic: a 3D electromagnetic particle-in-cell code on a periodic Yee grid (SI units).
 // Fields: one array per component, staggered as in WarpX (Ex at (i+1/2, j, k), Bx at (i, j+1/2,
-// k+1/2), ...). Particles: tiles of cells, structure of arrays per tile, each tile its own hetmem
-// allocations (the unit placement moves). Step: Boris push with energy-conserving gather and
+// k+1/2), ...). Particles: tiles of cells, structure of arrays per tile, each tile one hetmem
+// allocation of a streamed tile container (the unit placement stages). Step: Boris push with energy-conserving gather and
 // Esirkepov (order 1) deposition into tile-local buffers, a fixed-order reduction (bitwise the
 // same for any thread count), B half step / E full step / B half step, redistribution.
 #pragma once
@@ -27,9 +27,10 @@ using TierVector = std::vector<T, hm::TierAllocator<T>>;
 // the active policy.
 using Where = hm::TierAllocator<double>;
 
-// The object classes of this code (seed 000 Table 2): fields are hot, particle tiles and their
-// current buffers streamed, per-step temporaries come from an iteration arena of their class, the
-// tile tables (which tile holds which arrays) are metadata.
+// The object classes of this code (seed 000 Table 2): fields are hot, and so are the tiles' current
+// buffers (below the fields: written and read every step); particle tiles are streamed (one
+// allocation per tile, swept tile by tile), per-step temporaries come from an iteration arena of
+// their class, the tile tables (which tile holds which arrays) are metadata.
 struct Classes {
   hm::Class fields, tiles, tile_currents, temporary, metadata;
 };
@@ -120,18 +121,42 @@ struct Footprint {
 };
 Footprint estimate(const Params &p);
 
-// The particles of one tile: structure of arrays.
-struct Tile {
-  TierVector<double> x, y, z, ux, uy, uz, w;
-  TierVector<uint64_t> id;
-  explicit Tile(const Where &where);
-  size_t size() const { return x.size(); }
+// What a kernel works on: one tile's particles, structure of arrays (x, y, z, ux, uy, uz, w, id),
+// in a working copy (staged in the migration space, or the tile's home). Trivially copyable.
+struct TileView {
+  double *x = nullptr, *y = nullptr, *z = nullptr, *ux = nullptr, *uy = nullptr, *uz = nullptr, *w = nullptr;
+  uint64_t *id = nullptr;
+  size_t n = 0;
+  static constexpr size_t kArrays = 8;  // each of 8 bytes per particle
+  // The arrays of a tile allocation of `capacity` particles at `base`.
+  static TileView over(void *base, size_t capacity, size_t n);
+  size_t size() const { return n; }
+  // Declares what a kernel did to the tile's arrays (hm::access): positions and momenta, and with
+  // `all` the weights and ids too.
+  void declare(hm::Access how, bool all) const;
+};
+
+// A tile's particles at home: one allocation of its species' stream, so that staging a tile is
+// one copy; grows geometrically like a vector.
+class Tile : public TileView {
+ public:
+  Tile(hm::TileStream *stream, size_t index) : stream_(stream), index_(index) {}
+  size_t capacity() const { return capacity_; }
+  void reserve(size_t capacity);  // to exactly `capacity` (>= size()): grows or shrinks the allocation
   void push_back(double px, double py, double pz, double qx, double qy, double qz, double pw, uint64_t pid);
   void remove(size_t i);  // swap with the last
+  // The same particles in a working copy of this tile's allocation (hm::TileStream::acquire).
+  TileView in(void *copy) const { return TileView::over(copy, capacity_, n); }
+
+ private:
+  hm::TileStream *stream_;
+  size_t index_;
+  size_t capacity_ = 0;
 };
 
 struct Species {
   SpeciesParams params;
+  std::unique_ptr<hm::TileStream> stream;  // one allocation per tile (class pic.tiles)
   TierVector<Tile> tiles;
   long count() const;
 };
@@ -178,6 +203,7 @@ class Simulation {
   std::vector<TierVector<double>> tile_j_;
   int bx_ = 0, by_ = 0, bz_ = 0;  // buffer extents
   std::unique_ptr<hm::Arena> arena_;  // per-step temporaries (redistribution lists)
+  double ns_per_particle_ = 0;  // the last push's time per particle on one thread (the prefetch model's unit)
 };
 
 // Input files: `key = value` lines with WarpX-like names; see docs/pic.md.

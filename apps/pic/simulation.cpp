@@ -1,6 +1,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -33,14 +34,6 @@ int wrap(int i, int n) { return ((i % n) + n) % n; }
 // works on the tile, field arrays per thread for the planes it sweeps.
 using hm::Access;
 
-void declare_particles(const Tile &t, Access how, bool with_weights_and_ids) {
-  for (const TierVector<double> *v : {&t.x, &t.y, &t.z, &t.ux, &t.uy, &t.uz}) hm::access(*v, how);
-  if (with_weights_and_ids) {
-    hm::access(t.w, how);
-    hm::access(t.id, how);
-  }
-}
-
 // Vay's pusher (Phys. Plasmas 15, 056701, 2008): correct E x B drift at any gamma, where Boris
 // is off. u = gamma v; qmdt2 = q dt / 2m.
 inline void push_vay(double &ux, double &uy, double &uz, double ex, double ey, double ez, double bx, double by,
@@ -70,7 +63,7 @@ inline void push_vay(double &ux, double &uy, double &uz, double ex, double ey, d
 // ------------------------------------------------------------------------------------------------
 Classes define_classes() {
   return {hm::Class::define("pic.fields", hm::ClassKind::hot, 100), hm::Class::define("pic.tiles", hm::ClassKind::streaming),
-          hm::Class::define("pic.tile_currents", hm::ClassKind::streaming),
+          hm::Class::define("pic.tile_currents", hm::ClassKind::hot, 50),
           hm::Class::define("pic.temporary", hm::ClassKind::temporary),
           hm::Class::define("pic.metadata", hm::ClassKind::metadata)};
 }
@@ -124,26 +117,57 @@ void Field::fold_guards() {
 }
 
 // ------------------------------------------------------------------------------------------------
-Tile::Tile(const Where &where)
-    : x(where), y(where), z(where), ux(where), uy(where), uz(where), w(where), id(hm::TierAllocator<uint64_t>(where)) {}
+TileView TileView::over(void *base, size_t capacity, size_t n) {
+  TileView v;
+  auto *d = static_cast<double *>(base);
+  if (!d) return v;
+  v.x = d, v.y = d + capacity, v.z = d + 2 * capacity, v.ux = d + 3 * capacity, v.uy = d + 4 * capacity;
+  v.uz = d + 5 * capacity, v.w = d + 6 * capacity, v.id = reinterpret_cast<uint64_t *>(d + 7 * capacity);
+  v.n = n;
+  return v;
+}
+
+void TileView::declare(Access how, bool all) const {
+  if (n == 0) return;
+  for (const double *a : {x, y, z, ux, uy, uz}) hm::access(a, n, how);
+  if (all) {
+    hm::access(w, n, how);
+    hm::access(id, n, how);
+  }
+}
+
+void Tile::reserve(size_t capacity) {
+  if (capacity < n) capacity = n;
+  if (capacity == capacity_) return;
+  const size_t old = capacity_;
+  auto move_arrays = [&](double *base, size_t from, size_t to) {
+    // Array a moves from a * from to a * to: upwards from the last array, downwards from the first.
+    if (to > from)
+      for (size_t a = kArrays; a-- > 1;) std::memmove(base + a * to, base + a * from, n * sizeof(double));
+    else
+      for (size_t a = 1; a < kArrays; ++a) std::memmove(base + a * to, base + a * from, n * sizeof(double));
+    if (n) hm::access(base, kArrays * n, Access::read_write);
+  };
+  if (capacity < old && x) move_arrays(x, old, capacity);  // before the allocation shrinks
+  void *base = capacity ? stream_->resize(index_, capacity * kArrays * sizeof(double)) : nullptr;
+  if (!capacity) stream_->resize(index_, 0);
+  if (capacity > old && old && n) move_arrays(static_cast<double *>(base), old, capacity);
+  capacity_ = capacity;
+  static_cast<TileView &>(*this) = TileView::over(base, capacity, n);
+}
 
 void Tile::push_back(double px, double py, double pz, double qx, double qy, double qz, double pw, uint64_t pid) {
-  x.push_back(px);
-  y.push_back(py);
-  z.push_back(pz);
-  ux.push_back(qx);
-  uy.push_back(qy);
-  uz.push_back(qz);
-  w.push_back(pw);
-  id.push_back(pid);
+  if (n == capacity_) reserve(capacity_ + capacity_ / 4 + 16);
+  x[n] = px, y[n] = py, z[n] = pz, ux[n] = qx, uy[n] = qy, uz[n] = qz, w[n] = pw, id[n] = pid;
+  ++n;
 }
 
 void Tile::remove(size_t i) {
-  size_t last = size() - 1;
+  const size_t last = n - 1;
   x[i] = x[last], y[i] = y[last], z[i] = z[last];
   ux[i] = ux[last], uy[i] = uy[last], uz[i] = uz[last];
   w[i] = w[last], id[i] = id[last];
-  x.pop_back(), y.pop_back(), z.pop_back(), ux.pop_back(), uy.pop_back(), uz.pop_back(), w.pop_back(), id.pop_back();
+  --n;
 }
 
 long Species::count() const {
@@ -164,7 +188,6 @@ Simulation::Simulation(const Params &p) : p_(p) {
   // fields or particles to a tier; temporaries go with the fields.
   const Classes classes = define_classes();
   const Where fields = where_for(p_.field_role, classes.fields);
-  const Where tiles = where_for(p_.particle_role, classes.tiles);
   const Where currents = where_for(p_.particle_role, classes.tile_currents);
   arena_ = p_.field_role.empty()
                ? std::make_unique<hm::Arena>(classes.temporary, size_t{1} << 20, HM_ARENA_CONCURRENT)
@@ -185,9 +208,14 @@ Simulation::Simulation(const Params &p) : p_(p) {
   uint64_t next_id = 1;
   for (size_t s = 0; s < p_.species.size(); ++s) {
     const SpeciesParams &sp = p_.species[s];
-    Species species{sp, TierVector<Tile>(hm::TierAllocator<Tile>(classes.metadata))};
+    // Tiles pinned to a role or tier (hetmem.particles) live there, never staged.
+    Species species{sp,
+                    p_.particle_role.empty()
+                        ? std::make_unique<hm::TileStream>(classes.tiles, static_cast<size_t>(ntiles))
+                        : std::make_unique<hm::TileStream>(hm::Tier::find(p_.particle_role), static_cast<size_t>(ntiles)),
+                    TierVector<Tile>(hm::TierAllocator<Tile>(classes.metadata))};
     species.tiles.reserve(static_cast<size_t>(ntiles));
-    for (int t = 0; t < ntiles; ++t) species.tiles.emplace_back(tiles);
+    for (int t = 0; t < ntiles; ++t) species.tiles.emplace_back(species.stream.get(), static_cast<size_t>(t));
     int per_cell = sp.ppc[0] * sp.ppc[1] * sp.ppc[2];
     double weight = per_cell > 0 ? sp.density * g.dx * g.dy * g.dz / per_cell : 0;
     double k[3] = {2 * M_PI * sp.langmuir_modes[0] / g.lx(), 2 * M_PI * sp.langmuir_modes[1] / g.ly(),
@@ -215,7 +243,11 @@ Simulation::Simulation(const Params &p) : p_(p) {
                 }
                 species.tiles[tile_of(x, y, z)].push_back(x, y, z, u[0], u[1], u[2], weight, next_id++);
               }
-    for (const Tile &t : species.tiles) declare_particles(t, Access::write, true);
+    // Each tile's allocation trimmed to its particles and a sixteenth more for those arriving.
+    for (Tile &t : species.tiles) {
+      t.reserve(t.size() + t.size() / 16 + 8);
+      t.declare(Access::write, true);
+    }
     species_.push_back(std::move(species));
   }
   if (p_.particles_first) allocate_grid();
@@ -317,14 +349,31 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::pus
     const double *pex = f_.ex.data(), *pey = f_.ey.data(), *pez = f_.ez.data();
     const double *pbx = f_.bx.data(), *pby = f_.by.data(), *pbz = f_.bz.data();
     const bool vay = p_.pusher == "vay";
+    // Field data for particle n + k prefetched while particle n is computed (k from the prefetch
+    // model under hetmem-static+prefetch and hetmem, or HM_PREFETCH_DISTANCE; 0: none).
+    const size_t k_ahead = static_cast<size_t>(hm_prefetch_distance("gather+push+deposit", ns_per_particle_));
+    // The tiles in batches: staged in the migration space by helper threads under hetmem, at home
+    // otherwise (docs/streaming.md); the kernel sees the same bytes either way.
+    hm::TileStream &stream = *sp.stream;
+    stream.sweep(0, static_cast<size_t>(ntiles));
+    for (size_t first, last; stream.next(first, last);) {
 #pragma omp parallel for schedule(dynamic)
-    for (int t = 0; t < ntiles; ++t) {
-      Tile &tile = sp.tiles[t];
+    for (int t = static_cast<int>(first); t < static_cast<int>(last); ++t) {
+      const TileView tile = sp.tiles[t].in(stream.acquire(static_cast<size_t>(t)));
       double *jb = tile_j_[t].data();
       const int tx = t % ntx_, ty = (t / ntx_) % nty_, tz = t / (ntx_ * nty_);
       // Buffer origin: two cells below the tile's first cell.
       const int ox = tx * p_.tile[0] - 2, oy = ty * p_.tile[1] - 2, oz = tz * p_.tile[2] - 2;
       for (size_t n = 0; n < tile.size(); ++n) {
+        if (k_ahead && n + k_ahead < tile.size()) {
+          const size_t a = n + k_ahead;
+          const long ca = f_.ex.index(static_cast<int>(tile.x[a] * idx), static_cast<int>(tile.y[a] * idy),
+                                      static_cast<int>(tile.z[a] * idz));
+          for (const double *f : {pex, pey, pez, pbx, pby, pbz}) {
+            __builtin_prefetch(f + ca);
+            __builtin_prefetch(f + ca + SZ + SY);
+          }
+        }
         const double x0 = tile.x[n], y0 = tile.y[n], z0 = tile.z[n];
         // Gather (energy-conserving: shape 0 along a component's staggered direction, 1 across).
         // All components share one layout, so one base index and two strides serve them all.
@@ -425,11 +474,13 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::pus
       }
       // Positions and momenta read and written, weights read; the tile's current buffer updated;
       // the field values around the tile's cells gathered (its share of each component).
-      declare_particles(tile, Access::read_write, false);
-      hm::access(tile.w, Access::read);
+      tile.declare(Access::read_write, false);
+      if (tile.n) hm::access(tile.w, tile.n, Access::read);
       hm::access(tile_j_[t], Access::read_write);
       const long origin = f_.ex.index(tx * p_.tile[0], ty * p_.tile[1], tz * p_.tile[2]);
       for (const double *f : {pex, pey, pez, pbx, pby, pbz}) hm::access(f + origin, tile_cells, Access::read);
+      stream.release(static_cast<size_t>(t), true);  // positions and momenta changed
+    }
     }
   }
 }
@@ -483,7 +534,7 @@ void Simulation::redistribute() {
       uint32_t m = 0;
       for (size_t i = 0; i < n; ++i) m += (dest[i] = tile_of(tile.x[i], tile.y[i], tile.z[i])) != t;
       count[t] = m;
-      for (const TierVector<double> *v : {&tile.x, &tile.y, &tile.z}) hm::access(*v, Access::read);
+      for (const double *v : {tile.x, tile.y, tile.z}) hm::access(v, n, Access::read);
       hm::access(dest, n, Access::write);
       if (m == 0) continue;
       leaving[t] = static_cast<Leaver *>(arena_->allocate(m * sizeof(Leaver), alignof(Leaver)));
@@ -506,17 +557,22 @@ void Simulation::redistribute() {
       // Each leaver: its 8 values read and the hole filled from the end (8 reads and 8 writes),
       // scattered 8-byte accesses; its arrival is declared once per destination tile below.
       hm::access(leaving[t], count[t], Access::read);
-      hm::access_scattered(src.x.data(), 8 * uint64_t{count[t]}, sizeof(double), Access::read_write);
+      hm::access_scattered(src.x, 8 * uint64_t{count[t]}, sizeof(double), Access::read_write);
     }
     for (int t = 0; t < ntiles; ++t)
-      if (arriving[t]) hm::access_scattered(sp.tiles[t].x.data(), 8 * uint64_t{arriving[t]}, sizeof(double), Access::write);
+      if (arriving[t]) hm::access_scattered(sp.tiles[t].x, 8 * uint64_t{arriving[t]}, sizeof(double), Access::write);
   }
   arena_->reset();
 }
 
 void Simulation::step() {
   hm_phase_begin("gather+push+deposit");
+  const auto t0 = std::chrono::steady_clock::now();
   push_and_deposit();
+  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  long particles = 0;
+  for (const Species &sp : species_) particles += sp.count();
+  ns_per_particle_ = particles ? ns * omp_get_max_threads() / static_cast<double>(particles) : 0;
   hm_phase_end();
   if (!p_.static_fields) {
     hm_phase_begin("current reduction");
@@ -553,15 +609,16 @@ void Simulation::sort_by_cell() {
         key[i] = {(cz * g.ny + cy) * g.nx + cx, static_cast<uint32_t>(i)};
       }
       std::stable_sort(key.begin(), key.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
-      auto permute = [&](auto &v) {
-        auto copy = v;
-        for (size_t i = 0; i < n; ++i) v[i] = copy[key[i].second];
+      std::vector<uint64_t> copy(n);
+      auto permute = [&](auto *v) {
+        std::memcpy(copy.data(), v, n * sizeof(uint64_t));
+        for (size_t i = 0; i < n; ++i) std::memcpy(v + i, &copy[key[i].second], sizeof(uint64_t));
       };
       permute(tile.x), permute(tile.y), permute(tile.z), permute(tile.ux), permute(tile.uy), permute(tile.uz);
       permute(tile.w), permute(tile.id);
       // Positions read for the keys; every array copied out and gathered back in key order.
-      declare_particles(tile, Access::read_write, true);
-      hm::access_scattered(tile.x.data(), 8 * uint64_t{n}, sizeof(double), Access::read);
+      tile.declare(Access::read_write, true);
+      hm::access_scattered(tile.x, 8 * uint64_t{n}, sizeof(double), Access::read);
     }
   }
 }
@@ -573,7 +630,7 @@ void Simulation::deposit_charge(Field &rho) const {
   const double dv = g.dx * g.dy * g.dz;
   for (const Species &sp : species_)
     for (const Tile &tile : sp.tiles) {
-      for (const TierVector<double> *v : {&tile.x, &tile.y, &tile.z, &tile.w}) hm::access(*v, Access::read);
+      for (const double *v : {tile.x, tile.y, tile.z, tile.w}) hm::access(v, tile.n, Access::read);
       for (size_t n = 0; n < tile.size(); ++n) {
         double xn = tile.x[n] / g.dx, yn = tile.y[n] / g.dy, zn = tile.z[n] / g.dz;
         int i = static_cast<int>(std::floor(xn)), j = static_cast<int>(std::floor(yn)), k = static_cast<int>(std::floor(zn));
@@ -630,7 +687,7 @@ double Simulation::kinetic_energy(int s) const {
   const Species &sp = species_[static_cast<size_t>(s)];
   double e = 0;
   for (const Tile &t : sp.tiles) {
-    for (const TierVector<double> *v : {&t.ux, &t.uy, &t.uz, &t.w}) hm::access(*v, Access::read);
+    for (const double *v : {t.ux, t.uy, t.uz, t.w}) hm::access(v, t.n, Access::read);
     for (size_t n = 0; n < t.size(); ++n) {
       double u2 = t.ux[n] * t.ux[n] + t.uy[n] * t.uy[n] + t.uz[n] * t.uz[n];
       e += t.w[n] * sp.params.mass * kC * kC * (std::sqrt(1 + u2 / (kC * kC)) - 1);

@@ -373,6 +373,90 @@ typedef struct hm_dram_cache_stats {
 } hm_dram_cache_stats_t;
 int hm_dram_cache_stats(hm_dram_cache_stats_t *stats);
 
+/* ---------------------------------------------------------------------------------------------
+ * Streamed tile containers (seed 000 §4.3; docs/streaming.md). A stream owns `tiles` allocations
+ * of a class (their homes, placed by the policy: the capacity tier under "hetmem"). A kernel sweeps
+ * a range of tiles batch by batch: hm_stream_next() hands out the next batch once it is staged,
+ * hm_stream_acquire() gives a tile's working copy, hm_stream_release() returns it, saying whether
+ * the kernel modified it. Under the "hetmem" policy, once the spaces are sized, batches are staged
+ * in the migration space by helper threads (batch i+1 copied in and the modified tiles of batch
+ * i-1 written back while batch i is computed, their number chosen by the model of docs/streaming.md
+ * or HM_HELPERS); under every other policy a tile's working copy is its home. Either way the
+ * kernel sees the same bytes, so results do not depend on the policy.
+ * Tiles must not be resized while a sweep is running; one sweep at a time per process.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct hm_stream hm_stream_t;
+/* HM_EINVAL for an unknown class or zero tiles. Tiles start empty (0 bytes, NULL home). */
+int hm_stream_create(hm_class_t cls, size_t tiles, hm_stream_t **stream);
+/* A stream whose tiles live on one tier (no class): never staged, its tiles are used at home. */
+int hm_stream_create_on_tier(hm_tier_t tier, size_t tiles, hm_stream_t **stream);
+/* Frees every tile's home (a running sweep is ended first; modified tiles are written back). */
+void hm_stream_destroy(hm_stream_t *stream);
+size_t hm_stream_tiles(const hm_stream_t *stream);
+/* (Re)allocates a tile's home to `bytes` keeping its first min(old, new) bytes, like realloc;
+ * returns the new home, or NULL (HM_EBUSY during a sweep, HM_EINVAL past the end, or the
+ * allocation's failure) with the old home untouched. 0 bytes frees the home. */
+void *hm_stream_resize(hm_stream_t *stream, size_t tile, size_t bytes);
+void *hm_stream_home(const hm_stream_t *stream, size_t tile);
+size_t hm_stream_bytes(const hm_stream_t *stream, size_t tile);
+/* Starts a sweep over tiles [first, last), in that order. HM_EBUSY if a sweep is running in this
+ * process; HM_EBUDGET, naming the tile and the space, when staging is on and one tile does not fit
+ * a third of the migration space. */
+int hm_stream_sweep(hm_stream_t *stream, size_t first, size_t last);
+/* Ends the current batch (its modified tiles go back home) and waits for the next one to be
+ * staged: 1 with the batch in [*first, *last), 0 when the sweep is over (everything written back),
+ * HM_EINVAL if a tile of the batch is still acquired or no sweep is running. */
+int hm_stream_next(hm_stream_t *stream, size_t *first, size_t *last);
+/* The working copy of a tile of the current batch. HM_EINVAL for a tile outside the batch or one
+ * already acquired. Different threads may acquire and release different tiles at once. */
+int hm_stream_acquire(hm_stream_t *stream, size_t tile, void **data);
+/* Returns an acquired tile; `modified` != 0 writes it back home. HM_EINVAL if it is not acquired. */
+int hm_stream_release(hm_stream_t *stream, size_t tile, int modified);
+/* Ends a sweep early (what was modified is written back). HM_OK when none is running. */
+int hm_stream_sweep_end(hm_stream_t *stream);
+
+typedef struct hm_stream_stats {
+  int staging;               /* 1 when the last sweep staged batches (else tiles were used at home) */
+  int helpers;               /* helper threads of the last staged sweep */
+  uint64_t sweeps, batches;
+  uint64_t tiles_in, bytes_in;    /* tiles copied into the migration space, and their bytes */
+  uint64_t tiles_out, bytes_out;  /* modified tiles written back home, and their bytes */
+  uint64_t released_clean;       /* tiles released unmodified (not written back) */
+  double wait_seconds;       /* time the kernel waited for a batch to be staged (copies not hidden) */
+  double compute_seconds;    /* time between a batch handed out and the next call */
+  double copy_seconds;       /* helper time spent copying */
+  uint64_t slot_bytes;       /* bytes of each of the three staging slots */
+} hm_stream_stats_t;
+int hm_stream_stats(const hm_stream_t *stream, hm_stream_stats_t *stats);
+
+/* The helper model's last decision for a sweep of phase `phase` (a name given to hm_phase_begin,
+ * or "" for sweeps outside phases), with its inputs (docs/streaming.md). HM_EINVAL if that phase
+ * has had no staged sweep yet. */
+typedef struct hm_helper_model {
+  char phase[64];
+  int helpers;               /* the model's choice (or HM_HELPERS when set) */
+  int overridden;            /* 1: HM_HELPERS decided */
+  double data_in, data_out;  /* bytes per interval (batch) */
+  double t_comp;             /* seconds per interval, measured with the batch staged */
+  double bw_comp, bw_max;    /* bytes/s */
+  int thrd_max, thrd_comp;
+  double t_cp;               /* predicted copy time per interval at the choice */
+  double t_predicted;        /* predicted interval time at the choice */
+  char binding[96];          /* the constraint that decided */
+} hm_helper_model_t;
+int hm_helper_model(const char *phase, hm_helper_model_t *model);
+
+/* Copy bandwidth between the fast and capacity tiers with 1..n helper threads, in MB/s, as the
+ * helper model uses it (measured once per machine and tier set, cached next to the calibration).
+ * `in`: capacity -> fast; `out`: fast -> capacity. Writes at most `max` entries; returns how many. */
+int hm_copy_bandwidth(double *in, double *out, int max);
+
+/* Cache prefetch of field data (seed 000 §4.2): how many units (particles) ahead a kernel should
+ * prefetch in phase `phase`. 0 when the active policy does not prefetch ("hetmem-static+prefetch"
+ * and "hetmem" do); HM_PREFETCH_DISTANCE overrides. `ns_per_unit` is the kernel's measured time per
+ * unit (0: not yet known, the last figure for the phase is used). */
+int hm_prefetch_distance(const char *phase, double ns_per_unit);
+
 /* Writes the run summary to `path` (JSON, replaced atomically; docs/placement.md#the-run-summary):
  * every tier with its budget, in-use bytes, high water, fallbacks, moves and emulation charges;
  * every object class with the bytes it allocated on each tier and its live bytes on each tier; the

@@ -7,6 +7,8 @@
 // - hm::Buffer<T>       an owning array on a tier (RAII); hm::unique_ptr<T> for single objects
 // - hm::ModeScope       RAII for hm_mode_push/hm_mode_pop;  hm::Arena  RAII iteration arena
 // - hm::Phase           RAII for hm_phase_begin/hm_phase_end; hm::next_iteration()
+// - hm::TileStream      a streamed tile container (hm_stream_*): sweeps batch by batch, tiles
+//                       staged in the migration space by helper threads under the hetmem policy
 //
 // Errors throw hm::Error (code + hetmem's message); allocation failures throw hm::BadAlloc, a
 // std::bad_alloc whose what() is hetmem's message,
@@ -398,6 +400,60 @@ class Arena {
 
  private:
   hm_arena_t *arena_ = nullptr;
+};
+
+// A streamed tile container (hm_stream_*, docs/streaming.md): tiles of one class, each one
+// allocation; a kernel sweeps them batch by batch:
+//
+//   stream.sweep(0, stream.tiles());
+//   for (std::size_t first, last; stream.next(first, last);) {
+//     #pragma omp parallel for
+//     for (std::size_t t = first; t < last; ++t) {
+//       void *tile = stream.acquire(t);   // the working copy: staged, or the home
+//       ... compute on the tile ...
+//       stream.release(t, /*modified=*/true);
+//     }
+//   }
+class TileStream {
+ public:
+  TileStream(Class cls, std::size_t tiles) { check(hm_stream_create(cls.id(), tiles, &s_)); }
+  // Tiles pinned to one tier: never staged.
+  TileStream(Tier tier, std::size_t tiles) { check(hm_stream_create_on_tier(tier.id(), tiles, &s_)); }
+  ~TileStream() { hm_stream_destroy(s_); }
+  TileStream(const TileStream &) = delete;
+  TileStream &operator=(const TileStream &) = delete;
+  std::size_t tiles() const noexcept { return hm_stream_tiles(s_); }
+  // realloc-like: keeps the first min(old, new) bytes. Throws BadAlloc when refused.
+  void *resize(std::size_t tile, std::size_t bytes) {
+    void *p = hm_stream_resize(s_, tile, bytes);
+    if (!p && bytes) throw BadAlloc();
+    return p;
+  }
+  void *home(std::size_t tile) const noexcept { return hm_stream_home(s_, tile); }
+  std::size_t bytes(std::size_t tile) const noexcept { return hm_stream_bytes(s_, tile); }
+  void sweep(std::size_t first, std::size_t last) { check(hm_stream_sweep(s_, first, last)); }
+  // The next batch [first, last); false once the sweep is over (everything written back).
+  bool next(std::size_t &first, std::size_t &last) {
+    int rc = hm_stream_next(s_, &first, &last);
+    if (rc < 0) throw Error(rc);
+    return rc == 1;
+  }
+  void *acquire(std::size_t tile) {
+    void *p = nullptr;
+    check(hm_stream_acquire(s_, tile, &p));
+    return p;
+  }
+  void release(std::size_t tile, bool modified) { check(hm_stream_release(s_, tile, modified ? 1 : 0)); }
+  void end() { check(hm_stream_sweep_end(s_)); }
+  hm_stream_stats_t stats() const {
+    hm_stream_stats_t st;
+    check(hm_stream_stats(s_, &st));
+    return st;
+  }
+  hm_stream_t *get() const noexcept { return s_; }
+
+ private:
+  hm_stream_t *s_ = nullptr;
 };
 
 }  // namespace hm

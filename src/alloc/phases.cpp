@@ -62,6 +62,11 @@ std::vector<PhaseTotal> phase_totals() {
   return out;
 }
 
+std::string open_phase_name() {
+  std::lock_guard<std::mutex> lock(g_phase_mutex);
+  return g_open.empty() ? std::string() : g_phases[g_open.back().phase].name;
+}
+
 void add_phase_observer(PhaseObserver *observer) {
   std::lock_guard<std::mutex> lock(g_phase_mutex);
   int n = g_observer_count.load(std::memory_order_relaxed);

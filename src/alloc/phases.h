@@ -44,5 +44,7 @@ struct PhaseTotal {
   double seconds;
 };
 std::vector<PhaseTotal> phase_totals();
+// The innermost open phase's name ("" outside every phase).
+std::string open_phase_name();
 
 }  // namespace hm

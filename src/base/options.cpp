@@ -28,9 +28,14 @@ const OptionSpec kOptions[] = {
     {"HM_EMUL", "1", "1: charge the emulated tier's delay; 0: emulated tiers behave as DRAM"},
     {"HM_POLICY", "first-touch",
      "placement policy for object classes (hm_class_alloc): first-touch, all-fast, slow-only, memory-mode, "
-     "interleave, hetmem-static"},
+     "interleave, hetmem-static, hetmem-static+prefetch, hetmem, reactive"},
     {"HM_MIGRATION_SPACE", "0",
-     "hetmem-static: bytes of the fast tier kept as the migration space (staging buffers for streamed data)"},
+     "hetmem-static and hetmem: bytes of the fast tier kept as the migration space (staging slots for streamed "
+     "tiles; 0: none under hetmem-static, an eighth of the fast budget under hetmem)"},
+    {"HM_HELPERS", "", "helper threads that stage streamed tiles (0..max(8, 2 x CPUs); empty: the helper model "
+     "decides per phase)"},
+    {"HM_PREFETCH_DISTANCE", "", "units (particles) ahead that kernels prefetch field data (0..64, 0: none; empty: "
+     "the prefetch model decides per phase under hetmem-static+prefetch and hetmem)"},
     {"HM_SAMPLE_BUDGET", "0.01",
      "fraction of the run time the referenced-page sampler (profiler, emulated tier) may cost; "
      "the first instance of every phase is sampled regardless"},

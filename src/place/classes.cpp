@@ -87,6 +87,7 @@ int activate(const Policy *p) {
   objects_reset();
   spaces().reset();
   static_placement_reset();
+  streaming_reset();
   objects_install();
   iteration_clock_start();
   if (p->settles()) static_placement_install();

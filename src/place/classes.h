@@ -20,6 +20,9 @@ const Policy *active_policy();
 void static_placement_install();
 void static_placement_reset();
 hm_placement_stats_t static_placement_stats();
+// Streaming (stream.cpp): forgets the helper model's decisions and the copy bandwidth measured
+// under the previous initialisation.
+void streaming_reset();
 // The run summary's iteration clock (summary.cpp) starts with the placement runtime.
 void iteration_clock_start();
 

@@ -127,7 +127,7 @@ class Interleave final : public Policy {
 // tier. Hot objects get their own mappings so that they can move at the same address. Once the
 // spaces are sized, streamed objects allocated from then on may use the room hot objects leave in
 // the free space (they never displace a hot object, and never move).
-class HetmemStatic final : public Policy {
+class HetmemStatic : public Policy {
  public:
   const char *name() const override { return "hetmem-static"; }
   const char *doc() const override {
@@ -162,13 +162,41 @@ class HetmemStatic final : public Policy {
   bool honours_class_interleave() const override { return true; }
 };
 
+// Static placement plus the model-guided cache prefetch of field data (seed 000 §4.2).
+class HetmemStaticPrefetch final : public HetmemStatic {
+ public:
+  const char *name() const override { return "hetmem-static+prefetch"; }
+  const char *doc() const override { return "hetmem-static, and kernels prefetch field data k units ahead (model)"; }
+  bool prefetches() const override { return true; }
+};
+
+// Seed 000's full runtime: static placement, cache prefetch, and streamed data staged through the
+// migration space by model-sized helper threads (§4.3). Streamed objects live on the capacity tier
+// (their home); the migration space defaults to an eighth of the fast budget.
+class Hetmem final : public HetmemStatic {
+ public:
+  const char *name() const override { return "hetmem"; }
+  const char *doc() const override {
+    return "hetmem-static + prefetch + streamed tiles staged through the migration space by helper threads";
+  }
+  Placement place(const Request &r) const override {
+    if (r.kind == HM_CLASS_STREAMING) return {capacity_tier(), HM_PREFERRED};
+    return HetmemStatic::place(r);
+  }
+  bool prefetches() const override { return true; }
+  bool streams() const override { return true; }
+};
+
 const FirstTouch kFirstTouch;
 const AllFast kAllFast;
 const SlowOnly kSlowOnly;
 const MemoryMode kMemoryMode;
 const Interleave kInterleave;
 const HetmemStatic kHetmemStatic;
-const Policy *const kPolicies[] = {&kFirstTouch, &kAllFast, &kSlowOnly, &kMemoryMode, &kInterleave, &kHetmemStatic};
+const HetmemStaticPrefetch kHetmemStaticPrefetch;
+const Hetmem kHetmem;
+const Policy *const kPolicies[] = {&kFirstTouch,   &kAllFast,       &kSlowOnly, &kMemoryMode, &kInterleave,
+                                   &kHetmemStatic, &kHetmemStaticPrefetch, &kHetmem};
 
 }  // namespace
 

@@ -32,6 +32,10 @@ class Policy {
   virtual Placement place(const Request &r) const = 0;
   // Whether static placement settles at the end of the first iteration (hetmem-static).
   virtual bool settles() const { return false; }
+  // Whether kernels prefetch field data into the cache (hm_prefetch_distance > 0).
+  virtual bool prefetches() const { return false; }
+  // Whether streamed tile containers stage their batches in the migration space (hm_stream_*).
+  virtual bool streams() const { return false; }
   // Whether a class's own interleave ratio (hm_class_interleave) applies: not under the policies
   // that put everything on one tier (all-fast, slow-only, memory-mode).
   virtual bool honours_class_interleave() const { return false; }

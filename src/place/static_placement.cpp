@@ -72,6 +72,9 @@ void settle(uint32_t iteration) {
   st.settle_iteration = static_cast<int>(iteration);
   uint64_t migration = 0;
   option_size("HM_MIGRATION_SPACE", &migration);
+  // A streaming policy needs staging slots: an eighth of the fast budget unless set.
+  const Policy *policy = active_policy();
+  if (migration == 0 && policy && policy->streams()) migration = fast_budget_bytes() / 8;
   uint64_t free_budget = 0;
   std::string why;
   st.error = spaces().size(fast_budget_bytes(), migration, &free_budget, &why);

@@ -154,7 +154,7 @@ TEST_F(Pic, LangmuirFrequencyIsTheNumericalPlasmaFrequency) {
 
 namespace {
 // Fields and particles after 10 steps of a thermal plasma, as raw doubles.
-std::vector<double> thermal_state(int threads) {
+std::vector<double> thermal_state(int threads, hm_stream_stats_t *stream = nullptr) {
     omp_set_num_threads(threads);
     Params p = cube(16, 16e-6);
     SpeciesParams e;
@@ -171,6 +171,7 @@ std::vector<double> thermal_state(int threads) {
         for (int i = 0; i < g.nx; ++i) state.push_back(sim.fields().ex.at(i, j, k)), state.push_back(sim.fields().bz.at(i, j, k));
     for (const Tile &t : sim.species()[0].tiles)
       for (size_t n = 0; n < t.size(); ++n) state.push_back(t.x[n]), state.push_back(t.uz[n]), state.push_back(double(t.id[n]));
+    if (stream) *stream = sim.species()[0].stream->stats();
     return state;
 }
 
@@ -193,7 +194,8 @@ TEST_F(Pic, OneAndTwoThreadsGiveBitwiseIdenticalResults) {
 TEST_F(Pic, EveryPolicyGivesBitwiseIdenticalResults) {
   ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
   std::vector<double> reference = thermal_state(2);
-  for (const char *policy : {"first-touch", "slow-only", "all-fast", "memory-mode", "interleave", "hetmem-static"}) {
+  for (const char *policy : {"first-touch", "slow-only", "all-fast", "memory-mode", "interleave", "hetmem-static",
+                             "hetmem-static+prefetch"}) {
     // all-fast is the upper bound: it runs without the budget; the others with a quarter of it.
     ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", std::string(policy) == "all-fast" ? "0" : "1M"),
               HM_OK);
@@ -206,6 +208,40 @@ TEST_F(Pic, EveryPolicyGivesBitwiseIdenticalResults) {
     }
   }
   unsetenv("HM_FAST_BUDGET");
+  omp_set_num_threads(omp_get_num_procs());
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+}
+
+// The full runtime stages the particle tiles through the migration space in batches, copied by
+// helper threads and written back after each batch: the same simulation to the bit, whatever the
+// number of helpers (0: the computing thread copies), with every tile staged and written back.
+TEST_F(Pic, StreamedRunsGiveBitwiseIdenticalResultsForEveryHelperCount) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
+  ASSERT_EQ(hm_policy_select("all-fast"), HM_OK);
+  std::vector<double> reference = thermal_state(2);
+  // 16^3 cells, 8 particles a cell: 8 tiles of about 280 KiB; a 2 MiB migration space stages two a batch.
+  setenv("HM_MIGRATION_SPACE", "2M", 1);
+  for (const char *helpers : {"", "0", "1", "2", "3"}) {
+    if (*helpers) setenv("HM_HELPERS", helpers, 1);
+    else unsetenv("HM_HELPERS");
+    ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", "4M"), HM_OK);
+    ASSERT_EQ(hm_policy_select("hetmem"), HM_OK) << hm_last_error();
+    hm_stream_stats_t st{};
+    std::vector<double> state = thermal_state(2, &st);
+    EXPECT_EQ(bitwise_differences(reference, state), 0u) << "HM_HELPERS='" << helpers << "'";
+    EXPECT_EQ(st.staging, 1) << "the last sweep was staged";
+    EXPECT_EQ(st.sweeps, 10u);
+    EXPECT_EQ(st.tiles_in, 9u * 8) << "every tile of the 9 sweeps after the observed step";
+    EXPECT_EQ(st.tiles_out, st.tiles_in) << "the push modifies every tile";
+    if (*helpers) EXPECT_EQ(st.helpers, std::atoi(helpers));
+    hm_space_stats_t mig{};
+    ASSERT_EQ(hm_space_stats(HM_SPACE_MIGRATION, &mig), HM_OK);
+    EXPECT_LE(mig.high_water, mig.budget);
+    hm_tier_stats_t fast = hm_test::stats(hm_test::tier("fast"));
+    EXPECT_LE(fast.high_water, fast.budget);
+  }
+  unsetenv("HM_HELPERS");
+  unsetenv("HM_MIGRATION_SPACE");
   omp_set_num_threads(omp_get_num_procs());
   ASSERT_EQ(hm_test::configure(""), HM_OK);
 }

@@ -1,0 +1,348 @@
+// Streamed tile containers (hm_stream_*): staging through the migration space under the hetmem
+// policy, write-back of exactly the modified tiles, the errors a kernel gets for misuse, and the
+// two performance models on synthetic inputs with known answers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hetmem/hetmem.h"
+#include "../support.h"
+#include "place/models.h"
+
+namespace {
+
+using hm::place::HelperInputs;
+
+constexpr size_t kTiles = 12;
+constexpr size_t kTileBytes = 256 << 10;
+
+class Stream : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    hm_stream_destroy(s_);
+    s_ = nullptr;
+    for (const char *v : {"HM_MIGRATION_SPACE", "HM_HELPERS", "HM_POLICY"}) unsetenv(v);
+    hm_test::configure("");
+  }
+  // hetmem with an emulated capacity tier and a 2 MiB migration space (1.5 MiB asked, spaces are
+  // whole MiB: three slots of 680 KiB, two tiles a batch), after the observed iteration (spaces sized: batches are staged from then).
+  void start(const char *policy = "hetmem", const char *helpers = nullptr) {
+    setenv("HM_MIGRATION_SPACE", "1536K", 1);
+    if (helpers) setenv("HM_HELPERS", helpers, 1);
+    else unsetenv("HM_HELPERS");
+    ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", "8M"), HM_OK);
+    ASSERT_EQ(hm_policy_select(policy), HM_OK) << hm_last_error();
+    hm_class_t cls;
+    ASSERT_EQ(hm_class_define("stream.tiles", HM_CLASS_STREAMING, 0, &cls), HM_OK);
+    ASSERT_EQ(hm_stream_create(cls, kTiles, &s_), HM_OK) << hm_last_error();
+    for (size_t t = 0; t < kTiles; ++t) {
+      auto *p = static_cast<unsigned char *>(hm_stream_resize(s_, t, kTileBytes));
+      ASSERT_NE(p, nullptr) << hm_last_error();
+      std::memset(p, static_cast<int>(t), kTileBytes);
+    }
+    ASSERT_EQ(hm_iteration_next(), HM_OK);  // hetmem-static's settle sizes the spaces
+  }
+  // One sweep: every tile's bytes incremented, released as modified when modify(t).
+  template <class Modify>
+  void sweep(Modify modify) {
+    ASSERT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_OK) << hm_last_error();
+    size_t first, last;
+    int rc;
+    while ((rc = hm_stream_next(s_, &first, &last)) == 1) {
+      for (size_t t = first; t < last; ++t) {
+        void *p = nullptr;
+        ASSERT_EQ(hm_stream_acquire(s_, t, &p), HM_OK) << hm_last_error();
+        auto *b = static_cast<unsigned char *>(p);
+        for (size_t i = 0; i < kTileBytes; ++i) ++b[i];
+        ASSERT_EQ(hm_stream_release(s_, t, modify(t) ? 1 : 0), HM_OK);
+      }
+    }
+    ASSERT_EQ(rc, 0) << hm_last_error();
+  }
+  unsigned char at_home(size_t t, size_t i) const { return static_cast<unsigned char *>(hm_stream_home(s_, t))[i]; }
+  hm_stream_stats_t stats() const {
+    hm_stream_stats_t st{};
+    EXPECT_EQ(hm_stream_stats(s_, &st), HM_OK);
+    return st;
+  }
+  hm_stream_t *s_ = nullptr;
+};
+
+}  // namespace
+
+TEST_F(Stream, HomesLiveOnTheCapacityTierAndBatchesAreStagedOnTheFastTier) {
+  start();
+  hm_tier_t home;
+  ASSERT_EQ(hm_ptr_tier(hm_stream_home(s_, 0), &home), HM_OK);
+  EXPECT_EQ(home, hm_test::tier("capacity"));
+  ASSERT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_OK) << hm_last_error();
+  size_t first, last, batches = 0;
+  while (hm_stream_next(s_, &first, &last) == 1) {
+    EXPECT_EQ(last - first, 2u) << "two 256 KiB tiles fit a 512 KiB slot";
+    ++batches;
+    for (size_t t = first; t < last; ++t) {
+      void *p;
+      ASSERT_EQ(hm_stream_acquire(s_, t, &p), HM_OK);
+      hm_tier_t where;
+      ASSERT_EQ(hm_ptr_tier(p, &where), HM_OK);
+      EXPECT_EQ(where, hm_test::tier("fast")) << "the working copy is in the migration space";
+      EXPECT_NE(p, hm_stream_home(s_, t));
+      EXPECT_EQ(static_cast<unsigned char *>(p)[kTileBytes - 1], t) << "the staged copy holds the tile's bytes";
+      ASSERT_EQ(hm_stream_release(s_, t, 0), HM_OK);
+    }
+  }
+  EXPECT_EQ(batches, kTiles / 2);
+  hm_stream_stats_t st = stats();
+  EXPECT_EQ(st.staging, 1);
+  EXPECT_EQ(st.tiles_in, kTiles);
+  EXPECT_EQ(st.bytes_in, kTiles * kTileBytes);
+  EXPECT_EQ(st.tiles_out, 0u) << "nothing was modified";
+  EXPECT_EQ(st.released_clean, kTiles);
+}
+
+// The modified tiles go home, the others do not, even when the kernel wrote to their staged copy.
+TEST_F(Stream, WritesBackExactlyTheModifiedTiles) {
+  for (const char *helpers : {"0", "1", "3"}) {
+    start("hetmem", helpers);
+    sweep([](size_t t) { return t % 3 == 1; });
+    hm_stream_stats_t st = stats();
+    EXPECT_EQ(st.helpers, std::atoi(helpers));
+    EXPECT_EQ(st.tiles_out, kTiles / 3) << helpers << " helpers";
+    EXPECT_EQ(st.bytes_out, kTiles / 3 * kTileBytes);
+    for (size_t t = 0; t < kTiles; ++t) {
+      const unsigned expect = t % 3 == 1 ? t + 1 : t;
+      EXPECT_EQ(at_home(t, 0), expect) << "tile " << t << ", " << helpers << " helpers";
+      EXPECT_EQ(at_home(t, kTileBytes - 1), expect) << "tile " << t;
+    }
+    // A second sweep sees the first one's results.
+    sweep([](size_t) { return true; });
+    for (size_t t = 0; t < kTiles; ++t) EXPECT_EQ(at_home(t, 77), t % 3 == 1 ? t + 2 : t + 1) << "tile " << t;
+    hm_stream_destroy(s_);
+    s_ = nullptr;
+  }
+}
+
+// Every policy but hetmem uses the tiles at home: the same results without copies.
+TEST_F(Stream, OtherPoliciesUseTheTilesAtHome) {
+  for (const char *policy : {"hetmem-static", "first-touch", "slow-only", "hetmem-static+prefetch"}) {
+    start(policy);
+    sweep([](size_t) { return true; });
+    hm_stream_stats_t st = stats();
+    EXPECT_EQ(st.staging, 0) << policy;
+    EXPECT_EQ(st.tiles_in, 0u) << policy;
+    EXPECT_EQ(st.batches, 1u) << policy << ": the whole range is one batch";
+    for (size_t t = 0; t < kTiles; ++t) EXPECT_EQ(at_home(t, 5), t + 1) << policy;
+    hm_stream_destroy(s_);
+    s_ = nullptr;
+  }
+}
+
+TEST_F(Stream, BudgetsAndTheMigrationSpaceAreNeverExceeded) {
+  start("hetmem", "2");
+  for (int i = 0; i < 3; ++i) sweep([](size_t t) { return t % 2 == 0; });
+  hm_space_stats_t mig;
+  ASSERT_EQ(hm_space_stats(HM_SPACE_MIGRATION, &mig), HM_OK);
+  EXPECT_EQ(mig.budget, 2u << 20);
+  EXPECT_LE(mig.high_water, mig.budget);
+  EXPECT_GT(mig.high_water, 0u) << "the staging slots are accounted in the migration space";
+  hm_tier_stats_t fast = hm_test::stats(hm_test::tier("fast"));
+  EXPECT_LE(fast.high_water, fast.budget);
+}
+
+TEST_F(Stream, MisuseGetsAnErrorAndNothingIsCorrupted) {
+  start();
+  void *p;
+  size_t first, last;
+  EXPECT_EQ(hm_stream_acquire(s_, 0, &p), HM_EINVAL) << "no sweep";
+  EXPECT_EQ(hm_stream_next(s_, &first, &last), HM_EINVAL);
+  EXPECT_EQ(hm_stream_sweep(s_, 3, kTiles + 1), HM_EINVAL);
+  EXPECT_NE(std::string(hm_last_error()).find("not a range"), std::string::npos) << hm_last_error();
+  ASSERT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_OK);
+  EXPECT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_EBUSY) << "one sweep at a time";
+  ASSERT_EQ(hm_stream_next(s_, &first, &last), 1);
+  EXPECT_EQ(hm_stream_acquire(s_, last, &p), HM_EINVAL) << "past the batch";
+  EXPECT_NE(std::string(hm_last_error()).find("not in the current batch"), std::string::npos) << hm_last_error();
+  EXPECT_EQ(hm_stream_release(s_, first, 1), HM_EINVAL) << "released without being acquired";
+  EXPECT_NE(std::string(hm_last_error()).find("not acquired"), std::string::npos);
+  EXPECT_EQ(hm_stream_release(s_, kTiles + 4, 1), HM_EINVAL);
+  ASSERT_EQ(hm_stream_acquire(s_, first, &p), HM_OK);
+  EXPECT_EQ(hm_stream_acquire(s_, first, &p), HM_EINVAL) << "acquired twice";
+  std::memset(p, 0xee, kTileBytes);
+  EXPECT_EQ(hm_stream_next(s_, &first, &last), HM_EINVAL) << "a tile still held";
+  EXPECT_EQ(hm_stream_resize(s_, 1, 64), nullptr);
+  EXPECT_NE(std::string(hm_last_error()).find("while a sweep is running"), std::string::npos) << hm_last_error();
+  ASSERT_EQ(hm_stream_release(s_, first, 0), HM_OK);
+  EXPECT_EQ(hm_stream_sweep_end(s_), HM_OK);
+  EXPECT_EQ(at_home(first, 0), first) << "an unmodified tile's scribbled copy never reaches home";
+  EXPECT_EQ(hm_stream_resize(s_, kTiles, 64), nullptr);
+  EXPECT_NE(std::string(hm_last_error()).find("past the end"), std::string::npos);
+}
+
+TEST_F(Stream, AMigrationSpaceTooSmallForATileIsRefusedNamingBoth) {
+  start();
+  ASSERT_NE(hm_stream_resize(s_, 4, 2 << 20), nullptr) << hm_last_error();
+  EXPECT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_EBUDGET);
+  const std::string why = hm_last_error();
+  EXPECT_NE(why.find("tile 4 holds 2.00 MiB"), std::string::npos) << why;
+  EXPECT_NE(why.find("migration space (2.00 MiB)"), std::string::npos) << why;
+  EXPECT_NE(why.find("HM_MIGRATION_SPACE"), std::string::npos) << why;
+  EXPECT_EQ(hm_stream_sweep(s_, 5, kTiles), HM_OK) << "the stream is still usable: " << hm_last_error();
+  EXPECT_EQ(hm_stream_sweep_end(s_), HM_OK);
+}
+
+TEST_F(Stream, HelperCountOutOfRangeNamesTheRange) {
+  start("hetmem", "999");
+  EXPECT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_EINVAL);
+  const std::string why = hm_last_error();
+  EXPECT_NE(why.find("HM_HELPERS=999"), std::string::npos) << why;
+  EXPECT_NE(why.find("between 0 and"), std::string::npos) << why;
+  setenv("HM_HELPERS", "two", 1);
+  hm_stream_destroy(s_);
+  s_ = nullptr;
+  start("hetmem", "two");
+  EXPECT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("expected an integer"), std::string::npos) << hm_last_error();
+}
+
+// Kernels on two threads acquire and release tiles of one batch at once.
+TEST_F(Stream, TwoComputingThreadsShareABatch) {
+  start("hetmem", "1");
+  ASSERT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_OK);
+  size_t first, last;
+  while (hm_stream_next(s_, &first, &last) == 1) {
+    std::vector<std::thread> team;
+    for (size_t t = first; t < last; ++t)
+      team.emplace_back([&, t] {
+        void *p;
+        if (hm_stream_acquire(s_, t, &p) != HM_OK) return;
+        static_cast<unsigned char *>(p)[0] = 200;
+        hm_stream_release(s_, t, 1);
+      });
+    for (std::thread &th : team) th.join();
+  }
+  for (size_t t = 0; t < kTiles; ++t) EXPECT_EQ(at_home(t, 0), 200) << t;
+  EXPECT_EQ(stats().tiles_out, kTiles);
+}
+
+TEST_F(Stream, TheHelperModelIsReportedPerPhase) {
+  start();
+  ASSERT_EQ(hm_phase_begin("sweep"), HM_OK);
+  sweep([](size_t) { return true; });
+  ASSERT_EQ(hm_phase_end(), HM_OK);
+  hm_helper_model_t m;
+  ASSERT_EQ(hm_helper_model("sweep", &m), HM_OK) << hm_last_error();
+  EXPECT_EQ(m.data_in, 2.0 * kTileBytes) << "two tiles an interval";
+  EXPECT_EQ(m.data_out, 2.0 * kTileBytes) << "every tile was modified";
+  EXPECT_GT(m.t_comp, 0);
+  EXPECT_GE(m.helpers, 1);
+  EXPECT_EQ(m.overridden, 0);
+  EXPECT_EQ(hm_helper_model("never", &m), HM_EINVAL);
+  double in[4], out[4];
+  ASSERT_GE(hm_copy_bandwidth(in, out, 4), 1);
+  EXPECT_GT(in[0], 0);
+  EXPECT_GT(out[0], 0);
+}
+
+// ------------------------------------------------------------------------------------------------
+// The helper model (Equations 3-9) on synthetic machines.
+namespace {
+HelperInputs machine() {
+  HelperInputs in;
+  in.data_in = in.data_out = 100e6;   // 100 MB in and out per interval
+  in.t_comp = 0.1;                     // 100 ms
+  in.bw_comp = 1e9;
+  in.bw_max = 100e9;
+  in.thrd_max = 16;
+  in.thrd_comp = 12;
+  in.bw_in = {0.4e9, 0.8e9, 1.6e9, 2.0e9, 2.2e9};  // 1..5 helpers
+  in.bw_out = {0.5e9, 1.0e9, 2.0e9, 2.5e9, 2.6e9};
+  return in;
+}
+}  // namespace
+
+TEST(HelperModel, CopyTimeIsTheSlowerDirection) {
+  HelperInputs in = machine();
+  EXPECT_DOUBLE_EQ(hm::place::copy_time(in, 1), 100e6 / 0.4e9);  // in: 0.25 s, out: 0.2 s
+  in.data_out = 0;
+  EXPECT_DOUBLE_EQ(hm::place::copy_time(in, 2), 100e6 / 0.8e9);
+}
+
+TEST(HelperModel, OverlapBindsTheSmallestCountThatHidesTheCopy) {
+  HelperInputs in = machine();
+  // 1 helper: 0.25 s, 2: 0.125 s, 3: 0.0625 s <= 0.1 s: three helpers.
+  auto c = hm::place::choose_helpers(in);
+  EXPECT_EQ(c.helpers, 3);
+  EXPECT_EQ(c.binding, "overlap");
+  EXPECT_DOUBLE_EQ(c.t_predicted, 0.1);
+  in.t_comp = 0.3;  // one helper is enough
+  EXPECT_EQ(hm::place::choose_helpers(in).helpers, 1);
+}
+
+TEST(HelperModel, BandwidthBindsWhenMoreHelpersWouldStarveTheComputation) {
+  HelperInputs in = machine();
+  in.bw_comp = 96e9;  // 4 GB/s left: 1 helper (0.9 GB/s copying), 2 (1.8) and 3 (3.6) fit, 4 (4.5) not
+  in.t_comp = 0.05;   // no count that fits hides the copy: 4 helpers would (0.05 s), but do not fit
+  auto c = hm::place::choose_helpers(in);
+  EXPECT_EQ(c.helpers, 3) << "no count meets every constraint: the fastest within the bandwidth";
+  EXPECT_NE(c.binding.find("no count meets every constraint"), std::string::npos) << c.binding;
+  in.bw_max = 98.5e9;  // now only up to 1 helper fits the bandwidth, and nothing hides the copy
+  in.bw_comp = 97.5e9;
+  in.t_comp = 0.3;     // one helper hides it
+  c = hm::place::choose_helpers(in);
+  EXPECT_EQ(c.helpers, 1);
+  in.bw_comp = 98.4e9;  // not even one helper fits
+  c = hm::place::choose_helpers(in);
+  EXPECT_NE(c.binding.find("bandwidth"), std::string::npos) << c.binding;
+}
+
+TEST(HelperModel, ThreadsBindOnAMachineWhoseCoresAllCompute) {
+  HelperInputs in = machine();
+  in.thrd_max = 2;
+  in.thrd_comp = 2;
+  in.t_comp = 0.5;
+  in.bw_in = {0.4e9, 0.8e9, 1.2e9};  // copy bandwidth linear in the helpers
+  in.bw_out = {0.5e9, 1.0e9, 1.5e9};
+  // Every helper oversubscribes: the predicted time counts its copy time as CPU taken from the
+  // computation, so the smallest count that hides the copy wins: (2 x 0.5 + 1 x 0.25) / 2 = 0.625.
+  auto c = hm::place::choose_helpers(in);
+  EXPECT_EQ(c.helpers, 1);
+  EXPECT_NE(c.binding.find("threads"), std::string::npos) << c.binding;
+  EXPECT_DOUBLE_EQ(c.t_predicted, 0.625);
+  // With one core free, one helper fits the thread constraint and hides the copy.
+  in.thrd_comp = 1;
+  c = hm::place::choose_helpers(in);
+  EXPECT_EQ(c.helpers, 1);
+  EXPECT_EQ(c.binding.find("threads"), std::string::npos) << c.binding;
+  EXPECT_DOUBLE_EQ(c.t_predicted, 0.5);
+}
+
+// ------------------------------------------------------------------------------------------------
+// The prefetch model (Equations 1-2).
+TEST(PrefetchModel, RegressionRecoversKnownCoefficients) {
+  const double alpha = 12, beta1 = 0.8, beta2 = 0.35, lf = 90, ls = 310;
+  std::vector<hm::place::PrefetchSample> samples;
+  for (double r : {0.0, 0.2, 0.4, 0.6, 0.8, 1.0}) {
+    const double wobble = (r == 0.4 ? 0.5 : r == 0.6 ? -0.5 : 0);  // measurement noise
+    samples.push_back({r, alpha + beta1 * r * lf + beta2 * (1 - r) * ls + wobble});
+  }
+  auto fit = hm::place::fit_prefetch(samples, alpha, lf, ls);
+  ASSERT_TRUE(fit.ok);
+  EXPECT_EQ(fit.alpha, alpha) << "measured on its own: the regressors 1, r and 1 - r are dependent";
+  EXPECT_NEAR(fit.beta1, beta1, 0.02);
+  EXPECT_NEAR(fit.beta2, beta2, 0.01);
+  EXPECT_LT(fit.residual, 0.5);
+  // Eq. 1: all fields on the slow tier, 40 ns a particle: ceil((12 + 0.35 * 310) / 40) = ceil(3.01).
+  EXPECT_EQ(hm::place::prefetch_distance(fit, 0, lf, ls, 40), 4);
+  EXPECT_EQ(hm::place::prefetch_distance(fit, 1, lf, ls, 40), 3);  // ceil((12 + 72) / 40)
+  EXPECT_EQ(hm::place::prefetch_distance(fit, 1, lf, ls, 100), 1);
+  EXPECT_EQ(hm::place::prefetch_distance(fit, 0, lf, ls, 0.001), hm::place::kMaxPrefetchDistance);
+}
+
+TEST(PrefetchModel, OneRatioDoesNotDetermineTwoBetas) {
+  auto fit = hm::place::fit_prefetch({{0.5, 100}, {0.5, 101}}, 10, 90, 310);
+  EXPECT_FALSE(fit.ok);
+}
