@@ -100,6 +100,29 @@ void report_emulation(double run_seconds) {
                 static_cast<unsigned long long>(s.phases_skipped));
 }
 
+// How the particle tiles were streamed (staged through the migration space under hetmem), and
+// what the helper model decided for the push.
+void report_streaming(pic::Simulation &sim) {
+  bool staged = false;
+  for (const pic::Species &sp : sim.species()) {
+    hm_stream_stats_t st = sp.stream->stats();
+    if (!st.tiles_in) continue;
+    staged = true;
+    std::printf("  streaming (%s): %llu sweeps in %llu batches of up to %.1f MiB, %d helper(s); %.0f MiB in, %.0f MiB "
+                "written back (%llu tiles clean); waited %.3f s for staging, helpers copied %.3f s\n",
+                sp.params.name.c_str(), static_cast<unsigned long long>(st.sweeps), static_cast<unsigned long long>(st.batches),
+                st.slot_bytes / 1048576.0, st.helpers, st.bytes_in / 1048576.0, st.bytes_out / 1048576.0,
+                static_cast<unsigned long long>(st.released_clean), st.wait_seconds, st.copy_seconds);
+  }
+  hm_helper_model_t m;
+  if (staged && hm_helper_model("gather+push+deposit", &m) == HM_OK)
+    std::printf("  helper model (gather+push+deposit): %d helper(s) [%s]; interval %.2f ms staged, %.2f ms at home; "
+                "%.2f MiB in, %.2f MiB out, copy %.2f ms, interval %.2f ms predicted; %d of %d threads computing: %s\n",
+                m.helpers, m.binding, m.t_comp * 1e3, m.t_inplace * 1e3, m.data_in / 1048576.0, m.data_out / 1048576.0,
+                m.t_cp * 1e3, m.t_predicted * 1e3, m.thrd_comp, m.thrd_max,
+                m.stage ? "staging" : "tiles stay at home from then on (staging would not pay)");
+}
+
 int main(int argc, char **argv) {
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fprintf(stderr, "usage: hetmem-pic INPUT [key=value ...]   (INPUT may be 'preset:NAME')\n");
@@ -229,6 +252,7 @@ int main(int argc, char **argv) {
       }
     }
     report_placement();
+    report_streaming(sim);
     report_emulation(seconds);
     if (!p.summary_path.empty()) {
       record.particles = particles;

@@ -274,7 +274,12 @@ int hm_arena_stats(const hm_arena_t *arena, hm_arena_stats_t *stats);
  *                   1 MiB or more split by page range in that ratio, smaller ones spread by bytes;
  *   "hetmem-static" seed 000 §4.1: the fast tier divided into spaces (metadata, temporary,
  *                   migration, free); iteration 1 observes, then at its end the spaces are sized
- *                   and hot objects moved (same addresses) into the free space by priority.
+ *                   and hot objects moved (same addresses) into the free space by priority;
+ *   "hetmem-static+prefetch"  and kernels prefetch field data into the cache (§4.2);
+ *   "hetmem"        and streamed tiles staged through the migration space by model-sized helper
+ *                   threads (§4.3): the full runtime;
+ *   "reactive"      first-touch, then after every iteration the objects with the most sampled page
+ *                   use per byte promoted and the least used demoted (the IAL-like baseline).
  * ------------------------------------------------------------------------------------------- */
 typedef enum hm_class_kind {
   HM_CLASS_METADATA = 0,   /* long-lived, small, accessed often: grid and tile bookkeeping */
@@ -373,6 +378,14 @@ typedef struct hm_dram_cache_stats {
 } hm_dram_cache_stats_t;
 int hm_dram_cache_stats(hm_dram_cache_stats_t *stats);
 
+/* What the reactive policy did: rounds of promotion and demotion (one per iteration with sampled
+ * page use), the objects moved each way, their bytes and the time the moves took. */
+typedef struct hm_reactive_stats {
+  uint64_t rounds, promoted, demoted, moved_bytes;
+  double move_seconds;
+} hm_reactive_stats_t;
+int hm_reactive_stats(hm_reactive_stats_t *stats);
+
 /* ---------------------------------------------------------------------------------------------
  * Streamed tile containers (seed 000 §4.3; docs/streaming.md). A stream owns `tiles` allocations
  * of a class (their homes, placed by the policy: the capacity tier under "hetmem"). A kernel sweeps
@@ -443,6 +456,10 @@ typedef struct hm_helper_model {
   double t_cp;               /* predicted copy time per interval at the choice */
   double t_predicted;        /* predicted interval time at the choice */
   char binding[96];          /* the constraint that decided */
+  double t_inplace;          /* seconds an interval took with its tiles at home (measured in the
+                                observed iteration; 0 if not measured) */
+  int stage;                 /* 1: later sweeps stage; 0: staging is predicted not to pay (the
+                                predicted interval is not 5% below t_inplace), tiles stay at home */
 } hm_helper_model_t;
 int hm_helper_model(const char *phase, hm_helper_model_t *model);
 
@@ -453,7 +470,8 @@ int hm_copy_bandwidth(double *in, double *out, int max);
 
 /* Cache prefetch of field data (seed 000 §4.2): how many units (particles) ahead a kernel should
  * prefetch in phase `phase`. 0 when the active policy does not prefetch ("hetmem-static+prefetch"
- * and "hetmem" do); HM_PREFETCH_DISTANCE overrides. `ns_per_unit` is the kernel's measured time per
+ * and "hetmem" do) or when every hot object is on the fast tier (nothing to hide);
+ * HM_PREFETCH_DISTANCE overrides (out of 0..64: a message, and 0). `ns_per_unit` is the kernel's measured time per
  * unit (0: not yet known, the last figure for the phase is used). */
 int hm_prefetch_distance(const char *phase, double ns_per_unit);
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from .figures import png, write_images
 from .lib import HetmemError, find_preload, find_program
 
-POLICIES = ["all-fast", "hetmem-static", "first-touch", "interleave", "memory-mode", "slow-only"]
+POLICIES = ["all-fast", "hetmem", "hetmem-static+prefetch", "hetmem-static", "first-touch", "interleave", "memory-mode",
+            "slow-only"]
 MiB = 1 << 20
 # Seed 000 (Ren et al., ICS'21), Figure 7 and §6: what WarpX-PM gained on Optane. Static placement
 # alone beat memory mode by 29% on the large problems; the full runtime (static + prefetch +

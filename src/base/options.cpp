@@ -31,7 +31,8 @@ const OptionSpec kOptions[] = {
      "interleave, hetmem-static, hetmem-static+prefetch, hetmem, reactive"},
     {"HM_MIGRATION_SPACE", "0",
      "hetmem-static and hetmem: bytes of the fast tier kept as the migration space (staging slots for streamed "
-     "tiles; 0: none under hetmem-static, an eighth of the fast budget under hetmem)"},
+     "tiles; 0: none under hetmem-static; under hetmem 24 times the largest tile, at least 4 MiB, at most an "
+     "eighth of the fast budget)"},
     {"HM_HELPERS", "", "helper threads that stage streamed tiles (0..max(8, 2 x CPUs); empty: the helper model "
      "decides per phase)"},
     {"HM_PREFETCH_DISTANCE", "", "units (particles) ahead that kernels prefetch field data (0..64, 0: none; empty: "

@@ -88,9 +88,11 @@ int activate(const Policy *p) {
   spaces().reset();
   static_placement_reset();
   streaming_reset();
+  reactive_placement_reset();
   objects_install();
   iteration_clock_start();
   if (p->settles()) static_placement_install();
+  if (p->reacts()) reactive_placement_install();
   g_activated_epoch.store(runtime_epoch(), std::memory_order_release);
   return HM_OK;
 }
@@ -361,6 +363,12 @@ int hm_space_stats(hm_space_t space, hm_space_stats_t *stats) {
 int hm_placement_stats(hm_placement_stats_t *stats) {
   if (!stats) return fail(HM_EINVAL, "hm_placement_stats: stats is NULL");
   *stats = static_placement_stats();
+  return HM_OK;
+}
+
+int hm_reactive_stats(hm_reactive_stats_t *stats) {
+  if (!stats) return fail(HM_EINVAL, "hm_reactive_stats: NULL stats");
+  *stats = reactive_placement_stats();
   return HM_OK;
 }
 

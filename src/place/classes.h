@@ -23,6 +23,12 @@ hm_placement_stats_t static_placement_stats();
 // Streaming (stream.cpp): forgets the helper model's decisions and the copy bandwidth measured
 // under the previous initialisation.
 void streaming_reset();
+// The largest tile of the live streams of a class (the migration space's default follows it).
+uint64_t largest_streamed_tile();
+// The reactive baseline (reactive_placement.cpp): its iteration observer, reset and counters.
+void reactive_placement_install();
+void reactive_placement_reset();
+hm_reactive_stats_t reactive_placement_stats();
 // The run summary's iteration clock (summary.cpp) starts with the placement runtime.
 void iteration_clock_start();
 

@@ -64,15 +64,17 @@ void object_add(const Object &o) {
   account(o, +1);
 }
 
-std::vector<Object> hot_objects() {
+std::vector<Object> live_objects(bool hot_only) {
   std::vector<Object> out;
   for (int i = 0; i < kShards; ++i) {
     std::lock_guard<std::mutex> lock(shards()[i].mutex);
     for (const auto &kv : shards()[i].live)
-      if (kv.second.kind == HM_CLASS_HOT) out.push_back(kv.second);
+      if (!hot_only || kv.second.kind == HM_CLASS_HOT) out.push_back(kv.second);
   }
   return out;
 }
+
+std::vector<Object> hot_objects() { return live_objects(true); }
 
 namespace {
 // Changes the record of the object at ptr and moves its accounting along; false if it is gone.

@@ -28,8 +28,9 @@ struct Object {
 
 // Records a new object and, when on the fast tier, its space's bytes (already reserved).
 void object_add(const Object &o);
-// The hot objects alive now, in no particular order.
+// The hot objects alive now, in no particular order; and every live object.
 std::vector<Object> hot_objects();
+std::vector<Object> live_objects(bool hot_only = false);
 // Records that the object at ptr now lives on `tier` (after hm_move): its space accounting follows.
 // False if it no longer exists.
 bool object_moved(void *ptr, int tier, bool in_space);

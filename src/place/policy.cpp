@@ -187,6 +187,26 @@ class Hetmem final : public HetmemStatic {
   bool streams() const override { return true; }
 };
 
+// The reactive baseline of seed 000 §6 (IAL-like): objects go where first-touch puts them, each
+// large one in its own mapping; after every iteration the objects the referenced-page sampler saw
+// used most (per byte) are promoted to the fast tier and the least used demoted
+// (reactive_placement.cpp): after the fact, from sampled page use, with the moves on the critical
+// path.
+class Reactive final : public Policy {
+ public:
+  const char *name() const override { return "reactive"; }
+  const char *doc() const override {
+    return "first-touch, then after every iteration the objects with the most sampled page use per byte promoted, "
+           "the least used demoted (IAL-like)";
+  }
+  Placement place(const Request &r) const override {
+    return {fast_tier(), HM_PREFERRED | (r.size >= kOwnMapping ? HM_MOVABLE : 0u)};
+  }
+  bool reacts() const override { return true; }
+  bool honours_class_interleave() const override { return true; }
+  static constexpr size_t kOwnMapping = size_t{64} << 10;
+};
+
 const FirstTouch kFirstTouch;
 const AllFast kAllFast;
 const SlowOnly kSlowOnly;
@@ -195,8 +215,9 @@ const Interleave kInterleave;
 const HetmemStatic kHetmemStatic;
 const HetmemStaticPrefetch kHetmemStaticPrefetch;
 const Hetmem kHetmem;
+const Reactive kReactive;
 const Policy *const kPolicies[] = {&kFirstTouch,   &kAllFast,       &kSlowOnly, &kMemoryMode, &kInterleave,
-                                   &kHetmemStatic, &kHetmemStaticPrefetch, &kHetmem};
+                                   &kHetmemStatic, &kHetmemStaticPrefetch, &kHetmem, &kReactive};
 
 }  // namespace
 

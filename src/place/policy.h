@@ -36,6 +36,8 @@ class Policy {
   virtual bool prefetches() const { return false; }
   // Whether streamed tile containers stage their batches in the migration space (hm_stream_*).
   virtual bool streams() const { return false; }
+  // Whether objects are promoted and demoted after every iteration from sampled page use (reactive).
+  virtual bool reacts() const { return false; }
   // Whether a class's own interleave ratio (hm_class_interleave) applies: not under the policies
   // that put everything on one tier (all-fast, slow-only, memory-mode).
   virtual bool honours_class_interleave() const { return false; }

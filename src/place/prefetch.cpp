@@ -82,7 +82,7 @@ void fit_once(PrefetchState &s) {
     // alpha: the same chase over lines that stay in the first-level cache (256 lines, 16 KiB).
     const double alpha = prefetch_ns(fast, fast + 128 * 64, 256, 0.5, rng, 400);
     std::vector<PrefetchSample> samples;
-    for (double r : {0.0, 0.25, 0.5, 0.75, 1.0}) samples.push_back({r, prefetch_ns(fast, slow, kLines, r, rng)});
+    for (double r : {0.0, 0.5, 1.0}) samples.push_back({r, prefetch_ns(fast, slow, kLines, r, rng)});
     s.fit = fit_prefetch(samples, alpha, s.lat_fast, s.lat_slow);
     log(2, "prefetch model: alpha %.1f ns, beta1 %.3f, beta2 %.3f (latencies %.0f / %.0f ns, rms %.1f ns)", s.fit.alpha,
         s.fit.beta1, s.fit.beta2, s.lat_fast, s.lat_slow, s.fit.residual);
@@ -123,6 +123,9 @@ extern "C" int hm_prefetch_distance(const char *phase, double ns_per_unit) {
   }
   const Policy *p = active_policy();
   if (!p || !p->prefetches()) return 0;
+  // Seed 000 §4.1: prefetch is for field data static placement could not keep on the fast tier.
+  const double on_fast = hot_fast_fraction();
+  if (on_fast >= 0.999) return 0;
   PrefetchState &s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   fit_once(s);
@@ -130,5 +133,5 @@ extern "C" int hm_prefetch_distance(const char *phase, double ns_per_unit) {
   if (ns_per_unit > 0) s.ns_per_unit[key] = ns_per_unit;
   auto it = s.ns_per_unit.find(key);
   if (it == s.ns_per_unit.end()) return 0;  // no measurement yet: no prefetch this time
-  return prefetch_distance(s.fit, hot_fast_fraction(), s.lat_fast, s.lat_slow, it->second);
+  return prefetch_distance(s.fit, on_fast, s.lat_fast, s.lat_slow, it->second);
 }

@@ -72,9 +72,11 @@ void settle(uint32_t iteration) {
   st.settle_iteration = static_cast<int>(iteration);
   uint64_t migration = 0;
   option_size("HM_MIGRATION_SPACE", &migration);
-  // A streaming policy needs staging slots: an eighth of the fast budget unless set.
+  // A streaming policy needs staging slots: unless set, three slots of eight of the largest tiles
+  // (at least 4 MiB), at most an eighth of the fast budget.
   const Policy *policy = active_policy();
-  if (migration == 0 && policy && policy->streams()) migration = fast_budget_bytes() / 8;
+  if (migration == 0 && policy && policy->streams())
+    migration = std::min(fast_budget_bytes() / 8, std::max<uint64_t>(24 * largest_streamed_tile(), uint64_t{4} << 20));
   uint64_t free_budget = 0;
   std::string why;
   st.error = spaces().size(fast_budget_bytes(), migration, &free_budget, &why);

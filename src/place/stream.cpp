@@ -44,6 +44,8 @@ struct PhaseDecision {
   HelperInputs inputs;
   HelperChoice choice;
   bool overridden = false;
+  bool stage = true;     // false: staging is predicted to cost more than working at home
+  double t_inplace = 0;  // seconds an interval's tiles took at home (0: not measured)
 };
 
 // The process's staging area and helpers: one sweep at a time.
@@ -52,9 +54,12 @@ struct Engine {
   HelperPool pool;
   char *staging = nullptr;  // three slots on the fast tier, accounted in the migration space
   size_t staging_bytes = 0;
-  int streams = 0;
+  std::vector<hm_stream_t *> streams;  // live
   hm_stream_t *sweeping = nullptr;
   std::map<std::string, PhaseDecision> decisions;
+  // Per phase: seconds per byte of a sweep over tiles at home under a streaming policy (before the
+  // spaces are sized), what staging must beat.
+  std::map<std::string, double> inplace_per_byte;
 };
 
 Engine &engine() {
@@ -196,6 +201,17 @@ HelperInputs model_inputs(hm_stream_t *s, double t_comp) {
   return in;
 }
 
+// A sweep over tiles at home under a streaming policy: what staging will have to beat.
+void record_inplace(hm_stream_t *s, double seconds) {
+  const Policy *p = active_policy();
+  if (!p || !p->streams() || s->cls < 0) return;
+  double bytes = 0;
+  for (size_t t = s->batches[0]->first; t < s->batches[0]->last; ++t) bytes += static_cast<double>(s->bytes[t]);
+  if (bytes <= 0) return;
+  std::lock_guard<std::mutex> lock(engine().mutex);
+  engine().inplace_per_byte[s->phase] = seconds / bytes;
+}
+
 // Returns the helper count decided.
 int decide(hm_stream_t *s, double t_comp) {
   Engine &e = engine();
@@ -210,11 +226,21 @@ int decide(hm_stream_t *s, double t_comp) {
   }
   {
     std::lock_guard<std::mutex> lock(e.mutex);
+    auto home = e.inplace_per_byte.find(s->phase);
+    if (home != e.inplace_per_byte.end()) d.t_inplace = home->second * d.inputs.data_in;
+  }
+  // Staging pays when the predicted interval beats working at home by a margin (the copies then
+  // hide the slow tier); HM_HELPERS stages regardless (for sweeps of the helper count).
+  constexpr double kMargin = 0.95;
+  d.stage = forced >= 0 || d.t_inplace <= 0 || d.choice.t_predicted < kMargin * d.t_inplace;
+  {
+    std::lock_guard<std::mutex> lock(e.mutex);
     e.decisions[s->phase] = d;
   }
-  log(2, "streaming: phase '%s': %d helper(s) (%s); interval %.3f ms, copy %.3f ms predicted", s->phase.c_str(),
-      d.choice.helpers, d.overridden ? "HM_HELPERS" : d.choice.binding.c_str(), d.inputs.t_comp * 1e3,
-      d.choice.t_cp * 1e3);
+  log(2, "streaming: phase '%s': %d helper(s) (%s); interval %.3f ms staged, %.3f ms at home, copy %.3f ms, "
+      "%.3f ms predicted: %s", s->phase.c_str(), d.choice.helpers, d.overridden ? "HM_HELPERS" : d.choice.binding.c_str(),
+      d.inputs.t_comp * 1e3, d.t_inplace * 1e3, d.choice.t_cp * 1e3, d.choice.t_predicted * 1e3,
+      d.stage ? "staging" : "tiles stay at home (staging would not pay)");
   return d.choice.helpers;
 }
 
@@ -267,7 +293,7 @@ int create(hm_class_t cls, hm_tier_t tier, size_t tiles, hm_stream_t **out) {
   s->modified.reset(new std::atomic<uint8_t>[tiles]);
   for (size_t t = 0; t < tiles; ++t) s->state[t].store(kIdle), s->modified[t].store(0);
   std::lock_guard<std::mutex> lock(engine().mutex);
-  ++engine().streams;
+  engine().streams.push_back(s);
   *out = s;
   return HM_OK;
 }
@@ -292,7 +318,8 @@ void hm_stream_destroy(hm_stream_t *s) {
   Engine &e = engine();
   {
     std::lock_guard<std::mutex> lock(e.mutex);
-    if (--e.streams == 0) release_staging(e);
+    e.streams.erase(std::find(e.streams.begin(), e.streams.end(), s));
+    if (e.streams.empty()) release_staging(e);
   }
   delete s;
 }
@@ -339,7 +366,9 @@ int hm_stream_sweep(hm_stream_t *s, size_t first, size_t last) {
     if (e.sweeping)
       return fail(HM_EBUSY, "hm_stream_sweep: another sweep is running in this process (one at a time: end it with "
                   "hm_stream_next returning 0 or hm_stream_sweep_end)");
-    bool staged = s->cls >= 0 && staging_wanted();
+    s->phase = open_phase_name();
+    auto known = e.decisions.find(s->phase);
+    bool staged = s->cls >= 0 && staging_wanted() && (known == e.decisions.end() || known->second.stage);
     if (staged) {
       int rc = ensure_staging(e);
       if (rc != HM_OK) return rc;
@@ -347,7 +376,6 @@ int hm_stream_sweep(hm_stream_t *s, size_t first, size_t last) {
     s->staged = staged;
     e.sweeping = s;
   }
-  s->phase = open_phase_name();
   s->batches.clear();
   s->next_batch = 0;
   s->written_back = 0;
@@ -439,6 +467,7 @@ int hm_stream_next(hm_stream_t *s, size_t *first, size_t *last) {
     }
   }
   if (b >= s->batches.size()) {
+    if (!s->staged && b == 1) record_inplace(s, static_cast<double>(now - s->handed_ns) * 1e-9);
     end_sweep(s);
     return 0;
   }
@@ -516,6 +545,8 @@ int hm_helper_model(const char *phase, hm_helper_model_t *m) {
   m->t_comp = d.inputs.t_comp, m->bw_comp = d.inputs.bw_comp, m->bw_max = d.inputs.bw_max;
   m->thrd_max = d.inputs.thrd_max, m->thrd_comp = d.inputs.thrd_comp;
   m->t_cp = d.choice.t_cp, m->t_predicted = d.choice.t_predicted;
+  m->stage = d.stage ? 1 : 0;
+  m->t_inplace = d.t_inplace;
   std::snprintf(m->binding, sizeof m->binding, "%s", d.overridden ? "HM_HELPERS" : d.choice.binding.c_str());
   return HM_OK;
 }
@@ -533,11 +564,22 @@ int hm_copy_bandwidth(double *in, double *out, int max) {
 
 namespace hm::place {
 
+uint64_t largest_streamed_tile() {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  uint64_t most = 0;
+  for (const hm_stream_t *s : e.streams)
+    if (s->cls >= 0)
+      for (size_t b : s->bytes) most = std::max<uint64_t>(most, b);
+  return most;
+}
+
 void streaming_reset() {
   Engine &e = engine();
   {
     std::lock_guard<std::mutex> lock(e.mutex);
     e.decisions.clear();
+    e.inplace_per_byte.clear();
   }
   copy_bandwidth_forget();
 }

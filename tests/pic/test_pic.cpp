@@ -195,7 +195,7 @@ TEST_F(Pic, EveryPolicyGivesBitwiseIdenticalResults) {
   ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
   std::vector<double> reference = thermal_state(2);
   for (const char *policy : {"first-touch", "slow-only", "all-fast", "memory-mode", "interleave", "hetmem-static",
-                             "hetmem-static+prefetch"}) {
+                             "hetmem-static+prefetch", "reactive"}) {
     // all-fast is the upper bound: it runs without the budget; the others with a quarter of it.
     ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", std::string(policy) == "all-fast" ? "0" : "1M"),
               HM_OK);

@@ -346,3 +346,41 @@ TEST(PrefetchModel, OneRatioDoesNotDetermineTwoBetas) {
   auto fit = hm::place::fit_prefetch({{0.5, 100}, {0.5, 101}}, 10, 90, 310);
   EXPECT_FALSE(fit.ok);
 }
+
+// ------------------------------------------------------------------------------------------------
+// The reactive baseline: after an iteration whose phases the sampler read, the object used most
+// per byte is promoted into the fast tier in place of one that was not used.
+TEST(Reactive, PromotesWhatTheLastIterationUsedAndDemotesWhatItDidNot) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", "3M"), HM_OK);
+  ASSERT_EQ(hm_policy_select("reactive"), HM_OK) << hm_last_error();
+  hm_class_t cls;
+  ASSERT_EQ(hm_class_define("reactive.data", HM_CLASS_HOT, 0, &cls), HM_OK);
+  const size_t n = 2 << 20;
+  auto *cold = static_cast<char *>(hm_class_alloc(cls, n, 0, 0));  // first: takes the fast tier
+  auto *hot = static_cast<char *>(hm_class_alloc(cls, n, 0, 0));   // no room left: capacity
+  ASSERT_TRUE(cold && hot) << hm_last_error();
+  std::memset(cold, 1, n);
+  std::memset(hot, 2, n);
+  hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity"), t;
+  ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
+  EXPECT_EQ(t, capacity);
+  ASSERT_EQ(hm_phase_begin("use"), HM_OK);  // the first instance of a phase is always sampled
+  for (int pass = 0; pass < 3; ++pass)
+    for (size_t i = 0; i < n; i += 4096) hot[i] = static_cast<char>(hot[i] + 1);
+  ASSERT_EQ(hm_phase_end(), HM_OK);
+  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
+  EXPECT_EQ(t, fast) << "promoted after the iteration that used it";
+  ASSERT_EQ(hm_ptr_tier(cold, &t), HM_OK);
+  EXPECT_EQ(t, capacity) << "demoted: not used";
+  EXPECT_EQ(hot[4096], 5) << "the data moved with the object";
+  EXPECT_EQ(cold[5], 1);
+  hm_reactive_stats_t rs;
+  ASSERT_EQ(hm_reactive_stats(&rs), HM_OK);
+  EXPECT_EQ(rs.rounds, 1u);
+  EXPECT_EQ(rs.promoted, 1u);
+  EXPECT_EQ(rs.demoted, 1u);
+  hm_free(cold);
+  hm_free(hot);
+  hm_test::configure("");
+}

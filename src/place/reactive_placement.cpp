@@ -1,0 +1,154 @@
+// The reactive baseline (seed 000 §6, like IAL): what the referenced-page sampler saw of each
+// object with its own mapping during an iteration decides, at the iteration's end, which objects
+// the fast tier holds next: the most used per byte, as many as the fast budget takes. Reactive by
+// construction: it acts on the last iteration's use, sees only the phases the sampler's budget
+// lets it read, and moves objects while the program waits.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "alloc/phases.h"
+#include "base/error.h"
+#include "base/options.h"
+#include "place/classes.h"
+#include "place/objects.h"
+#include "place/spaces.h"
+#include "prim/prim.h"
+
+namespace hm::place {
+namespace {
+
+struct ReactiveState {
+  std::mutex mutex;
+  struct Use {
+    uintptr_t end;
+    uint64_t referenced;
+  };
+  std::map<uintptr_t, Use> referenced;  // mapping start -> its end and referenced bytes this iteration
+  uint64_t promoted = 0, demoted = 0, moved_bytes = 0, rounds = 0;
+  double move_seconds = 0;
+};
+
+ReactiveState &state() {
+  static ReactiveState *s = new ReactiveState();
+  return *s;
+}
+
+bool reacting() {
+  const Policy *p = active_policy();
+  return p && p->reacts();
+}
+
+void react(uint32_t iteration) {
+  ReactiveState &st = state();
+  std::map<uintptr_t, ReactiveState::Use> seen;
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    seen.swap(st.referenced);
+  }
+  if (seen.empty()) return;  // nothing sampled this iteration: nothing to act on
+  const int fast = fast_tier(), cap = capacity_tier();
+  if (fast < 0 || cap < 0) return;
+  struct Candidate {
+    Object o;
+    double heat;  // referenced bytes per byte
+  };
+  std::vector<Candidate> movable;
+  uint64_t pinned_fast = 0;  // fast bytes of objects that cannot move
+  for (const Object &o : live_objects()) {
+    if (o.tail_tier >= 0 || o.size < (size_t{64} << 10)) {
+      pinned_fast += o.bytes_on(fast);
+      continue;
+    }
+    const auto at = reinterpret_cast<uintptr_t>(o.ptr);
+    auto it = seen.upper_bound(at);
+    uint64_t ref = 0;
+    if (it != seen.begin() && at < std::prev(it)->second.end) ref = std::prev(it)->second.referenced;
+    movable.push_back({o, o.size ? static_cast<double>(ref) / static_cast<double>(o.size) : 0});
+  }
+  std::stable_sort(movable.begin(), movable.end(), [](const Candidate &a, const Candidate &b) { return a.heat > b.heat; });
+  // The fast budget less what stays there anyway, filled with the hottest.
+  hm_tier_stats_t fs;
+  const uint64_t budget = hm_tier_stats(fast, &fs) == HM_OK && fs.budget ? fs.budget : fast_budget_bytes();
+  uint64_t room = budget > pinned_fast ? budget - pinned_fast : 0;
+  std::vector<bool> want_fast(movable.size(), false);
+  for (size_t i = 0; i < movable.size(); ++i)
+    if (movable[i].heat > 0 && movable[i].o.size <= room) {
+      want_fast[i] = true;
+      room -= movable[i].o.size;
+    }
+  const uint64_t t0 = prim::now_ns();
+  uint64_t promoted = 0, demoted = 0, bytes = 0;
+  for (size_t i = 0; i < movable.size(); ++i)  // out first, so that what comes in finds room
+    if (!want_fast[i] && movable[i].o.tier == fast && hm_move(movable[i].o.ptr, cap) == HM_OK &&
+        object_moved(movable[i].o.ptr, cap, false))
+      ++demoted, bytes += movable[i].o.size;
+  for (size_t i = 0; i < movable.size(); ++i) {
+    if (!want_fast[i] || movable[i].o.tier == fast) continue;
+    const hm_space_t sp = space_of(movable[i].o.kind);
+    if (!spaces().reserve(sp, movable[i].o.size)) continue;
+    if (hm_move(movable[i].o.ptr, fast) == HM_OK && object_moved(movable[i].o.ptr, fast, true)) {
+      ++promoted, bytes += movable[i].o.size;
+    } else {
+      spaces().release(sp, movable[i].o.size);
+    }
+  }
+  std::lock_guard<std::mutex> lock(st.mutex);
+  st.promoted += promoted, st.demoted += demoted, st.moved_bytes += bytes, ++st.rounds;
+  st.move_seconds += static_cast<double>(prim::now_ns() - t0) * 1e-9;
+  log(2, "reactive: after iteration %u: %llu objects promoted, %llu demoted (%s moved)", iteration,
+      static_cast<unsigned long long>(promoted), static_cast<unsigned long long>(demoted), format_size(bytes).c_str());
+}
+
+class ReactivePlacement final : public PhaseObserver {
+ public:
+  void phase_ended(const PhaseEnd &end) override {
+    if (!end.sampled || !end.mappings || !reacting()) return;
+    ReactiveState &st = state();
+    std::lock_guard<std::mutex> lock(st.mutex);
+    for (const prim::MappingUse &m : *end.mappings)
+      if (m.referenced_bytes) {
+        ReactiveState::Use &u = st.referenced[m.start];
+        u.end = m.end;
+        u.referenced += m.referenced_bytes;
+      }
+  }
+  void iteration_begun(uint32_t iteration) override {
+    if (reacting() && iteration >= 1) react(iteration);
+  }
+  bool wants_every_phase_sampled() const override { return reacting(); }
+};
+
+}  // namespace
+
+void reactive_placement_install() {
+  static ReactivePlacement *observer = [] {
+    auto *o = new ReactivePlacement();  // lives as long as the process, as observers must
+    add_phase_observer(o);
+    return o;
+  }();
+  (void)observer;
+}
+
+void reactive_placement_reset() {
+  ReactiveState &st = state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  st.referenced.clear();
+  st.promoted = st.demoted = st.moved_bytes = st.rounds = 0;
+  st.move_seconds = 0;
+}
+
+hm_reactive_stats_t reactive_placement_stats() {
+  ReactiveState &st = state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  hm_reactive_stats_t out{};
+  out.rounds = st.rounds;
+  out.promoted = st.promoted;
+  out.demoted = st.demoted;
+  out.moved_bytes = st.moved_bytes;
+  out.move_seconds = st.move_seconds;
+  return out;
+}
+
+}  // namespace hm::place
