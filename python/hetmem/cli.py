@@ -154,12 +154,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from . import compare
     rest = args.workload[1:] if args.workload and args.workload[0] == "--" else args.workload
     workload = compare.PlanWorkload(args.plan, rest) if args.plan else compare.PicWorkload(rest)
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = compare.POLICIES if args.policies == "all" else [p.strip() for p in args.policies.split(",") if p.strip()]
     budget = compare.parse_size(args.budget) if args.budget else None
     threads = args.threads or os.cpu_count() or 1
     tiers = args.tiers or os.environ.get("HM_TIERS") or "capacity=emul:optane"
+    sweeps = [compare.parse_counts(text, name, high) if text else None
+              for text, name, high in ((args.sweep_helpers, "--sweep-helpers", 16),
+                                       (args.sweep_prefetch, "--sweep-prefetch", 64))]
+    if args.plan and any(sweeps):
+        raise HetmemError("--sweep-helpers and --sweep-prefetch sweep the PIC code's push; not with --plan")
     compare.run(workload, policies, args.fraction, budget, args.iterations, args.repeat, threads, tiers, args.out,
-                _console())
+                _console(), *sweeps)
     return 0
 
 
@@ -365,9 +370,11 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Runs the workload (the PIC code: a preset or input file, default preset:L1) "
                         "first under all-fast without a budget (the footprint and the upper bound), then under "
                         "every policy with the fast budget at a fraction of the footprint. docs/placement.md.")
-    cp.add_argument("--policies", default=",".join(["all-fast", "hetmem-static", "first-touch", "interleave",
-                                                    "memory-mode", "slow-only"]),
-                    help="comma-separated policies (default: all)")
+    cp.add_argument("--policies", default="all", help="comma-separated policies (default: all)")
+    cp.add_argument("--sweep-helpers", help="Figure 12: also run hetmem with HM_HELPERS at each of these counts "
+                    "(e.g. 0,1,2,3), beside the helper model's choice")
+    cp.add_argument("--sweep-prefetch", help="Figure 11: also run hetmem-static+prefetch with every object fast and "
+                    "HM_PREFETCH_DISTANCE at each of these distances (e.g. 0,1,2,4,8), beside the model's k")
     cp.add_argument("--fraction", type=float, default=0.25, help="fast budget as a fraction of the footprint")
     cp.add_argument("--budget", help="fast budget in bytes (512M, 1G, ...) instead of a fraction")
     cp.add_argument("--iterations", type=int, default=6, help="iterations (steps) per run, at least 2")

@@ -28,13 +28,29 @@ from .figures import png, write_images
 from .lib import HetmemError, find_preload, find_program
 
 POLICIES = ["all-fast", "hetmem", "hetmem-static+prefetch", "hetmem-static", "first-touch", "interleave", "memory-mode",
-            "slow-only"]
+            "reactive", "slow-only"]
+BASELINES = ("slow-only", "first-touch", "memory-mode", "interleave", "reactive")
+# The full runtime's target against all-fast (issue: within 1.15x per iteration).
+ALL_FAST_TARGET = 1.15
 MiB = 1 << 20
 # Seed 000 (Ren et al., ICS'21), Figure 7 and §6: what WarpX-PM gained on Optane. Static placement
 # alone beat memory mode by 29% on the large problems; the full runtime (static + prefetch +
-# dynamic, part 2) beat memory mode, Optane-only and first-touch by these averages.
+# dynamic) beat Optane-only, memory mode, first-touch and IAL (the reactive baseline) by these
+# averages (66.4%, 38.8%, 45.1%, 83.3%).
 SEED_STATIC_VS = {"memory-mode": 1.29}
-SEED_FULL_VS = {"memory-mode": 1.388, "slow-only": 1.664, "first-touch": 1.452}
+SEED_FULL_VS = {"memory-mode": 1.388, "slow-only": 1.664, "first-touch": 1.451, "reactive": 1.833}
+
+
+def parse_counts(text: str, option: str, high: int) -> list[int]:
+    """'0,1,2' -> [0, 1, 2]; a clear error for anything that is not a list of integers in 0..high."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise HetmemError(f"{option} '{text}': expected comma-separated integers, e.g. 0,1,2") from None
+    bad = [v for v in values if not 0 <= v <= high]
+    if not values or bad:
+        raise HetmemError(f"{option} '{text}': each value must be from 0 to {high}")
+    return values
 
 
 def _size(n: float) -> str:
@@ -100,10 +116,12 @@ class PlanWorkload:
 
 
 def _run(workload, policy: str, budget: int | None, iterations: int, threads: int, tiers: str, tmp: str,
-         tag: str) -> dict:
+         tag: str, extra_env: dict | None = None) -> dict:
     summary = os.path.join(tmp, f"{tag}.json")
-    env = {k: v for k, v in os.environ.items() if k not in ("HM_POLICY", "HM_FAST_BUDGET", "HM_TIERS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HM_POLICY", "HM_FAST_BUDGET", "HM_TIERS", "HM_HELPERS", "HM_PREFETCH_DISTANCE")}
     env.update(HM_POLICY=policy, HM_TIERS=tiers, OMP_NUM_THREADS=str(threads))
+    env.update(extra_env or {})
     if budget:
         env["HM_FAST_BUDGET"] = str(budget)
     cmd, extra = workload.command(iterations, tmp, tag, summary)
@@ -201,17 +219,71 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
     }
 
 
-def targets(result: dict, key: str = "seconds_per_iteration") -> list[tuple[str, float, bool]]:
-    """hetmem-static faster than each baseline (issue target): (baseline, speedup, met), by wall
-    time per iteration or, with key="cpu_seconds_per_iteration", by CPU time."""
+def targets(result: dict, key: str = "seconds_per_iteration", subject: str = "hetmem-static") -> list[tuple[str, float, bool]]:
+    """`subject` faster than each baseline (issue targets): (baseline, speedup, met), by wall time per
+    iteration or, with key="cpu_seconds_per_iteration", by CPU time."""
     by = {r["policy"]: r for r in result["policies"] if "skipped" not in r}
-    if "hetmem-static" not in by:
+    if subject not in by:
         return []
-    s = by["hetmem-static"][key]
+    s = by[subject][key]
     if not s:
         return []
-    return [(p, by[p][key] / s, by[p][key] > s) for p in ("slow-only", "first-touch", "memory-mode", "interleave")
-            if p in by and by[p][key]]
+    return [(p, by[p][key] / s, by[p][key] > s) for p in BASELINES if p in by and by[p][key]]
+
+
+def _target_lines(result: dict, subject: str) -> list[str]:
+    lines = []
+    cpu = {b: (x, m) for b, x, m in targets(result, "cpu_seconds_per_iteration", subject)}
+    seeds = result["seed_full_vs"] if subject == "hetmem" else {**result["seed_full_vs"], **result["seed_static_vs"]}
+    for baseline, speedup, met in targets(result, subject=subject):
+        seed = seeds.get(baseline)
+        label = "full runtime" if subject == "hetmem" or baseline not in result["seed_static_vs"] else "static alone"
+        seed_text = f"seed 000, {label}: {seed:.2f}x" if seed else "seed 000: no figure"
+        cpu_text = f", {cpu[baseline][0]:.3f}x CPU" if baseline in cpu else ""
+        lines.append(f"{subject} vs {baseline}: {speedup:.3f}x wall ({'MET' if met else 'NOT MET'}: faster)"
+                     f"{cpu_text}; {seed_text} [{'emulated' if result['emulated'] else 'real'}]")
+    return lines
+
+
+def all_fast_target(result: dict) -> tuple[float, bool] | None:
+    """hetmem's time per iteration over all-fast's, and whether it is within ALL_FAST_TARGET."""
+    by = {r["policy"]: r for r in result["policies"] if "skipped" not in r}
+    if "hetmem" not in by or "all-fast" not in by:
+        return None
+    ratio = by["hetmem"]["seconds_per_iteration"] / by["all-fast"]["seconds_per_iteration"]
+    return ratio, ratio <= ALL_FAST_TARGET
+
+
+def model_lines(result: dict) -> list[str]:
+    """What the helper and prefetch models saw and chose in the hetmem run (the median one)."""
+    lines = []
+    row = next((r for r in result["policies"] if r["policy"] == "hetmem" and "skipped" not in r), None)
+    if not row:
+        return lines
+    st = row["placement"].get("streaming", {})
+    for m in st.get("helper_models", []):
+        lines.append(f"helper model, phase '{m['phase']}': {m['helpers']} helper(s) [{m['binding']}]; per interval "
+                     f"{_size(m['data_in'])} in, {_size(m['data_out'])} out, {m['t_comp'] * 1e3:.2f} ms computing "
+                     f"staged, {m['t_inplace'] * 1e3:.2f} ms at home, copy {m['t_cp'] * 1e3:.2f} ms predicted, "
+                     f"interval {m['t_predicted'] * 1e3:.2f} ms predicted; {m['thrd_comp']} of {m['thrd_max']} "
+                     f"threads computing; bandwidth {m['bw_comp'] / 1e9:.1f} GB/s computing of "
+                     f"{m['bw_max'] / 1e9:.1f}: " + ("staged" if m["stage"] else "tiles kept at home (staging would not pay)"))
+    if st.get("copy_bw_in_mbps"):
+        lines.append("copy bandwidth with 1, 2, ... helpers (MB/s): in " +
+                     ", ".join(f"{x:.0f}" for x in st["copy_bw_in_mbps"]) + "; out " +
+                     ", ".join(f"{x:.0f}" for x in st["copy_bw_out_mbps"]))
+    if st.get("tiles_in"):
+        lines.append(f"streaming: {st['sweeps']} sweeps, {st['tiles_in']} tiles staged ({_size(st['bytes_in'])}), "
+                     f"{st['tiles_out']} written back, waited {st['wait_seconds']:.3f} s for staging, helpers copied "
+                     f"{st['copy_seconds']:.3f} s")
+    pf = row["placement"].get("prefetch")
+    if pf:
+        ks = ", ".join(f"{p['phase']}: k = {p['k']} ({p['ns_per_unit']:.0f} ns a unit)" for p in pf["phases"])
+        lines.append(f"prefetch model: alpha {pf['alpha_ns']:.1f} ns, beta1 {pf['beta1']:.3f}, beta2 {pf['beta2']:.3f} "
+                     f"(latency {pf['lat_fast_ns']:.0f} / {pf['lat_slow_ns']:.0f} ns), hot data "
+                     f"{100 * pf['fast_fraction']:.0f}% fast" + ("; " + ks if ks else "") +
+                     ("" if pf["fast_fraction"] < 0.999 else "; not applied: every hot object is on the fast tier"))
+    return lines
 
 
 def text_tables(result: dict) -> str:
@@ -259,15 +331,26 @@ def text_tables(result: dict) -> str:
             if c["live_on"]:
                 parts.append(c["name"] + " " + "/".join(f"{t} {b / MiB:.0f}" for t, b in c["live_on"].items()))
         lines.append(f"  {r['policy']:<15} " + "; ".join(parts))
-    cpu = {b: (x, m) for b, x, m in targets(result, "cpu_seconds_per_iteration")}
-    for baseline, speedup, met in targets(result):
-        seed = result["seed_static_vs"].get(baseline)
-        seed_text = f"seed 000: static alone {seed:.2f}x" if seed else (
-            f"seed 000, full runtime: {result['seed_full_vs'][baseline]:.2f}x" if baseline in result["seed_full_vs"] else
-            "seed 000: no figure")
-        cpu_text = f", {cpu[baseline][0]:.3f}x CPU" if baseline in cpu else ""
-        lines.append(f"hetmem-static vs {baseline}: {speedup:.3f}x wall ({'MET' if met else 'NOT MET'}: faster)"
-                     f"{cpu_text}; {seed_text} [{'emulated' if result['emulated'] else 'real'}]")
+    lines += model_lines(result)
+    lines += _target_lines(result, "hetmem-static") + _target_lines(result, "hetmem")
+    af = all_fast_target(result)
+    if af:
+        lines.append(f"hetmem vs all-fast: {af[0]:.3f}x the time per iteration ({'MET' if af[1] else 'NOT MET'}: "
+                     f"within {ALL_FAST_TARGET}x) [{'emulated' if result['emulated'] else 'real'}]")
+    for title, key in (("Figure 12, helper threads", "helper_sweep"), ("Figure 11, prefetch distance", "prefetch_sweep")):
+        sw = result.get(key)
+        if sw:
+            lines.append(f"{title} ({sw['policy']}, {sw['phase']} s/iteration, {sw['setting']}):")
+            for p in sw["points"]:
+                mark = " <- model" if p["value"] == sw.get("model") else ""
+                mark += " (best)" if p["value"] == sw.get("best") else ""
+                lines.append(f"  {sw['setting']}={p['value']:<3} {p['seconds']:.4f}{mark}")
+            if sw.get("model_decision"):
+                lines.append(f"  the model's own run ({sw['model_decision']}): {sw['model_seconds']:.4f}")
+            if sw.get("model_vs_best") is not None:
+                lines.append(f"  the model's choice ({sw.get('model_decision', sw.get('model'))}) is "
+                             f"{sw['model_vs_best']:.3f}x the best "
+                             f"({'MET' if sw['model_vs_best'] <= 1.03 else 'NOT MET'}: within 3%)")
     return "\n".join(lines)
 
 
@@ -302,6 +385,37 @@ def plots(result: dict) -> dict[str, bytes]:
     ax.legend(fontsize=8)
     ax.tick_params(axis="x", rotation=20)
     out["phases.png"] = png(fig)
+    # Seed 000 Figure 7 proper: each phase under memory mode (M), static (S), static + prefetch
+    # (S+P) and the full runtime (S+P+D).
+    by = {r["policy"]: r for r in rows}
+    fig7 = [(label, by[p]) for label, p in (("M", "memory-mode"), ("S", "hetmem-static"),
+                                           ("S+P", "hetmem-static+prefetch"), ("S+P+D", "hetmem")) if p in by]
+    if len(fig7) >= 2:
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        width = 0.8 / len(fig7)
+        for i, (label, r) in enumerate(fig7):
+            ax.bar([x + i * width for x in range(len(phases))],
+                   [r["phase_seconds_per_iteration"].get(p, 0) for p in phases], width, label=label)
+        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(phases))], [p[:22] for p in phases], fontsize=8)
+        ax.set_ylabel("seconds per iteration")
+        ax.set_title(f"Per phase: M / S / S+P / S+P+D (seed 000 Figure 7)\n{tag}", fontsize=10)
+        ax.legend(fontsize=8)
+        out["figure7.png"] = png(fig)
+    for key, name in (("helper_sweep", "figure12.png"), ("prefetch_sweep", "figure11.png")):
+        sw = result.get(key)
+        if not sw:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        xs = [p["value"] for p in sw["points"]]
+        ax.plot(xs, [p["seconds"] for p in sw["points"]], "o-")
+        if sw.get("model") is not None:
+            ax.axvline(sw["model"], color="red", linestyle="--", label=f"model: {sw['model']}")
+            ax.legend(fontsize=8)
+        ax.set_xlabel(sw["setting"])
+        ax.set_ylabel(f"{sw['phase']} s/iteration")
+        ax.set_title(f"{'Figure 12: helper threads' if key == 'helper_sweep' else 'Figure 11: prefetch distance'} "
+                     f"({sw['policy']})\n{sw.get('tier_note', tag)}", fontsize=10)
+        out[name] = png(fig)
     return out
 
 
@@ -312,7 +426,8 @@ def html_page(result: dict, images: dict[str, bytes], text: str) -> str:
     style = "body{font-family:sans-serif;max-width:1100px;margin:auto}pre{font-size:12px;background:#f6f6f6;padding:8px}"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>hetmem compare</title><style>{style}</style>"
             f"</head><body><h1>hetmem compare</h1><p><b>Slow tier: {html.escape(result['slow_tier'])}</b></p>"
-            f"{img('policies.png')}{img('phases.png')}<pre>{html.escape(text)}</pre></body></html>")
+            f"{img('policies.png')}{img('phases.png')}{img('figure7.png')}{img('figure12.png')}"
+            f"{img('figure11.png')}<pre>{html.escape(text)}</pre></body></html>")
 
 
 def write(result: dict, out_dir: str, text: str) -> list[str]:
@@ -323,9 +438,74 @@ def write(result: dict, out_dir: str, text: str) -> list[str]:
     return written + [os.path.join(out_dir, "compare.json"), os.path.join(out_dir, "compare.html")]
 
 
+SWEEP_PHASE = "gather+push+deposit"  # the PIC code's streamed and prefetched phase
+
+
+def _phase_seconds(doc: dict, phase: str) -> float:
+    steps = max(1, len(_iterations(doc)))
+    return doc.get("phases", {}).get(phase, {}).get("seconds", float("nan")) / steps
+
+
+def _sweep(workload, policy: str, budget: int | None, setting: str, values: list[int], iterations: int, repeat: int,
+           threads: int, tiers: str, tmp: str, advance) -> tuple[list[dict], list[dict]]:
+    """Runs `policy` with the environment variable `setting` at each value, repetitions interleaved;
+    returns the points (median seconds per iteration of SWEEP_PHASE) and the runs' summaries."""
+    runs: dict[int, list[dict]] = {v: [] for v in values}
+    for rep in range(repeat):
+        for v in values:
+            runs[v].append(_run(workload, policy, budget, iterations, threads, tiers, tmp, f"{setting}-{v}-{rep}",
+                                {setting: str(v)}))
+            advance(f"{policy} {setting}={v} ({rep + 1}/{repeat})")
+    points, docs = [], []
+    for v in values:
+        ok = [d for d in runs[v] if "skipped" not in d]
+        if ok:
+            points.append({"value": v, "seconds": statistics.median(_phase_seconds(d, SWEEP_PHASE) for d in ok)})
+            docs += ok
+    return points, docs
+
+
+def helper_sweep(result: dict, points: list[dict]) -> dict:
+    """Figure 12: hetmem with HM_HELPERS forced to each count, beside the helper model's own run."""
+    row = next((r for r in result["policies"] if r["policy"] == "hetmem" and "skipped" not in r), None)
+    sw = {"policy": "hetmem", "phase": SWEEP_PHASE, "setting": "HM_HELPERS", "points": points}
+    if row:
+        models = row["placement"].get("streaming", {}).get("helper_models", [])
+        m = next((m for m in models if m["phase"] == SWEEP_PHASE), None)
+        own = row["phase_seconds_per_iteration"].get(SWEEP_PHASE)
+        if m and own:
+            sw["model"] = m["helpers"] if m["stage"] else None
+            sw["model_decision"] = f"{m['helpers']} helper(s)" if m["stage"] else "no staging"
+            sw["model_seconds"] = own
+            best = min([p["seconds"] for p in points] + [own])
+            sw["best"] = next((p["value"] for p in points if p["seconds"] == best), None)
+            sw["model_vs_best"] = own / best
+    return sw
+
+
+def prefetch_sweep(points: list[dict], docs: list[dict]) -> dict:
+    """Figure 11: the prefetch distance forced to each k with every field on the fast tier (DRAM,
+    where prefetch has a real effect), beside the model's k for the same run."""
+    sw = {"policy": "hetmem-static+prefetch", "phase": SWEEP_PHASE, "setting": "HM_PREFETCH_DISTANCE",
+          "points": points, "tier_note": "every object on the fast tier (DRAM): real prefetch, no emulation"}
+    ks = [p["k"] for d in docs for p in d["placement"].get("prefetch", {}).get("phases", []) if p["phase"] == SWEEP_PHASE]
+    if ks and points:
+        k = statistics.median_low(ks)
+        sw["model"] = k
+        best = min(points, key=lambda p: p["seconds"])
+        sw["best"] = best["value"]
+        at = next((p["seconds"] for p in points if p["value"] == k), None)
+        if at is not None:
+            sw["model_seconds"] = at
+            sw["model_vs_best"] = at / best["seconds"]
+    return sw
+
+
 def run(workload, policies: list[str], fraction: float, budget: int | None, iterations: int,
-        repeat: int, threads: int, tiers: str, out_dir: str, console) -> dict:
-    """Runs `workload` (PicWorkload or PlanWorkload) under every policy and reports; returns the result."""
+        repeat: int, threads: int, tiers: str, out_dir: str, console, helpers: list[int] | None = None,
+        distances: list[int] | None = None) -> dict:
+    """Runs `workload` (PicWorkload or PlanWorkload) under every policy and reports; returns the result.
+    `helpers` and `distances` add Figure 12's and Figure 11's sweeps (the PIC code only)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     unknown = [p for p in policies if p not in POLICIES]
@@ -337,6 +517,8 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
         raise HetmemError(f"--fraction {fraction}: must be between 0 and 1")
     runs: dict[str, list[dict]] = {p: [] for p in policies}
     total = 1 + repeat * len([p for p in policies if p != "all-fast"]) + (repeat - 1 if "all-fast" in policies else 0)
+    total += repeat * (len(helpers or []) + len(distances or []))
+    sweeps = {}
     with tempfile.TemporaryDirectory(prefix="hetmem-compare-") as tmp, Progress(
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
             TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
@@ -360,11 +542,34 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
                 b = None if policy == "all-fast" else fast_budget
                 runs[policy].append(_run(workload, policy, b, iterations, threads, tiers, tmp, f"{policy}-{rep}"))
                 progress.advance(task)
+
+        def advance(description):
+            progress.update(task, description=description)
+            progress.advance(task)
+        if helpers:
+            sweeps["helpers"] = _sweep(workload, "hetmem", fast_budget, "HM_HELPERS", helpers, iterations, repeat,
+                                       threads, tiers, tmp, advance)
+        if distances:
+            points, docs = _sweep(workload, "hetmem-static+prefetch", None, "HM_PREFETCH_DISTANCE", distances,
+                                  iterations, repeat, threads, tiers, tmp, advance)
+            # The model's own k, measured too when the sweep did not include it.
+            k = prefetch_sweep(points, docs).get("model")
+            if k is not None and k not in distances:
+                progress.update(task, total=total + repeat)
+                more, more_docs = _sweep(workload, "hetmem-static+prefetch", None, "HM_PREFETCH_DISTANCE", [k],
+                                         iterations, repeat, threads, tiers, tmp, advance)
+                points = sorted(points + more, key=lambda p: p["value"])
+                docs += more_docs
+            sweeps["distances"] = (points, docs)
     if footprint == 0:
         raise HetmemError("the workload placed nothing through hetmem (no object of a class): nothing to compare")
     result = summarise(runs, fast_budget, footprint, reference, workload)
     result["iterations"] = iterations
     result["repeat"] = repeat
+    if "helpers" in sweeps:
+        result["helper_sweep"] = helper_sweep(result, sweeps["helpers"][0])
+    if "distances" in sweeps:
+        result["prefetch_sweep"] = prefetch_sweep(*sweeps["distances"])
     text = text_tables(result)
     console.print(text, markup=False, highlight=False)
     for path in write(result, out_dir, text):
@@ -375,16 +580,25 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
 def bench(out: str, quick: bool, console) -> int:
     """`hetmem bench placement`: the 1.2 GiB rung (preset:L2; --quick: L1) with WarpX's allocation
     order (particles before fields, seed 000 §6), fast budget 25% of the footprint, every policy,
-    medians of interleaved repetitions; hetmem-static against each baseline, MET or NOT MET."""
+    medians of interleaved repetitions; hetmem and hetmem-static against each baseline and hetmem
+    against all-fast, MET or NOT MET; Figure 12's helper sweep and Figure 11's prefetch sweep."""
     preset, iterations, repeat = ("preset:L1", 4, 1) if quick else ("preset:L2", 6, 5)
+    helpers, distances = ([1, 2], [0, 2]) if quick else ([0, 1, 2, 3], [0, 1, 2, 3, 4, 6, 8, 10])
     workload = PicWorkload([preset, "hetmem.allocation_order=particles-first"])
     tiers = "capacity=emul:optane"
     out_dir = os.path.splitext(out)[0]
-    result = run(workload, POLICIES, 0.25, None, iterations, repeat, os.cpu_count() or 1, tiers, out_dir, console)
+    result = run(workload, POLICIES, 0.25, None, iterations, repeat, os.cpu_count() or 1, tiers, out_dir, console,
+                 helpers, distances)
     result["benchmark"] = "hetmem-bench-placement"
-    cpu = {b: x for b, x, _ in targets(result, "cpu_seconds_per_iteration")}
-    result["targets"] = [{"baseline": b, "speedup": x, "met": m, "cpu_speedup": cpu.get(b)}
-                         for b, x, m in targets(result)]
+    result["targets"] = []
+    for subject in ("hetmem", "hetmem-static"):
+        cpu = {b: x for b, x, _ in targets(result, "cpu_seconds_per_iteration", subject)}
+        result["targets"] += [{"policy": subject, "baseline": b, "speedup": x, "met": m, "cpu_speedup": cpu.get(b)}
+                              for b, x, m in targets(result, subject=subject)]
+    af = all_fast_target(result)
+    if af:
+        result["targets"].append({"policy": "hetmem", "baseline": "all-fast", "ratio": af[0], "met": af[1],
+                                  "target": ALL_FAST_TARGET})
     Path(out).write_text(json.dumps(result, indent=1))
     console.print(f"results: {out}", markup=False, highlight=False)
     return 0

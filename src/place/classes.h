@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "place/policy.h"
 
@@ -23,6 +24,9 @@ hm_placement_stats_t static_placement_stats();
 // Streaming (stream.cpp): forgets the helper model's decisions and the copy bandwidth measured
 // under the previous initialisation.
 void streaming_reset();
+// The phases the helper model has decided for, and the live streams' counters summed (summary).
+std::vector<std::string> helper_model_phases();
+hm_stream_stats_t streaming_totals();
 // The largest tile of the live streams of a class (the migration space's default follows it).
 uint64_t largest_streamed_tile();
 // The reactive baseline (reactive_placement.cpp): its iteration observer, reset and counters.

@@ -3,6 +3,7 @@
 // across the fast and capacity tiers at several ratios and prefetches it one unit at a time;
 // Equation 1's distance per phase from the kernel's measured time per unit.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -108,30 +109,60 @@ double hot_fast_fraction() {
 
 }  // namespace
 
+namespace hm::place {
+
+PrefetchReport prefetch_report() {
+  PrefetchState &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  PrefetchReport r;
+  r.fitted = s.fitted && s.fit.ok;
+  r.fit = s.fit;
+  r.lat_fast = s.lat_fast, r.lat_slow = s.lat_slow;
+  r.fast_fraction = s.fitted ? hot_fast_fraction() : 1;
+  for (const auto &kv : s.ns_per_unit)
+    r.phases.push_back({kv.first, kv.second, prefetch_distance(s.fit, r.fast_fraction, s.lat_fast, s.lat_slow, kv.second)});
+  return r;
+}
+
+void prefetch_reset() {
+  PrefetchState &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.fitted = false;
+  s.fit = PrefetchFit{};
+  s.ns_per_unit.clear();
+}
+
+}  // namespace hm::place
+
 extern "C" int hm_prefetch_distance(const char *phase, double ns_per_unit) {
+  // The model runs under the prefetching policies whatever decides in the end, so that its choice
+  // is reported beside the one HM_PREFETCH_DISTANCE forces (Figure 11's sweeps).
+  int model = 0;
+  const Policy *p = active_policy();
+  const double on_fast = p && p->prefetches() ? hot_fast_fraction() : 1;
+  if (p && p->prefetches()) {
+    PrefetchState &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    fit_once(s);
+    const std::string key = phase ? phase : "";
+    if (ns_per_unit > 0) s.ns_per_unit[key] = ns_per_unit;
+    auto it = s.ns_per_unit.find(key);
+    // Seed 000 §4.1: prefetch is for field data static placement could not keep on the fast tier;
+    // before a first measurement of the unit's time there is no distance.
+    if (it != s.ns_per_unit.end() && on_fast < 0.999)
+      model = prefetch_distance(s.fit, on_fast, s.lat_fast, s.lat_slow, it->second);
+  }
   const std::string *forced = option_text("HM_PREFETCH_DISTANCE");
   if (forced && !forced->empty()) {
     long k = 0;
     if (option_int("HM_PREFETCH_DISTANCE", &k) != HM_OK || k < 0 || k > kMaxPrefetchDistance) {
-      static bool said = false;
-      if (!said) log(0, "HM_PREFETCH_DISTANCE='%s': the distance must be an integer from 0 to %d (0: no prefetch); "
-                     "prefetch is off", forced->c_str(), kMaxPrefetchDistance);
-      said = true;
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true))
+        log(0, "HM_PREFETCH_DISTANCE='%s': the distance must be an integer from 0 to %d (0: no prefetch); prefetch "
+            "is off", forced->c_str(), kMaxPrefetchDistance);
       return 0;
     }
     return static_cast<int>(k);
   }
-  const Policy *p = active_policy();
-  if (!p || !p->prefetches()) return 0;
-  // Seed 000 §4.1: prefetch is for field data static placement could not keep on the fast tier.
-  const double on_fast = hot_fast_fraction();
-  if (on_fast >= 0.999) return 0;
-  PrefetchState &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  fit_once(s);
-  const std::string key = phase ? phase : "";
-  if (ns_per_unit > 0) s.ns_per_unit[key] = ns_per_unit;
-  auto it = s.ns_per_unit.find(key);
-  if (it == s.ns_per_unit.end()) return 0;  // no measurement yet: no prefetch this time
-  return prefetch_distance(s.fit, on_fast, s.lat_fast, s.lat_slow, it->second);
+  return model;
 }

@@ -564,6 +564,30 @@ int hm_copy_bandwidth(double *in, double *out, int max) {
 
 namespace hm::place {
 
+std::vector<std::string> helper_model_phases() {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  std::vector<std::string> out;
+  for (const auto &kv : e.decisions) out.push_back(kv.first);
+  return out;
+}
+
+hm_stream_stats_t streaming_totals() {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  hm_stream_stats_t t{};
+  for (const hm_stream_t *s : e.streams) {
+    const hm_stream_stats_t &x = s->stats;
+    t.staging |= x.staging;
+    t.helpers = std::max(t.helpers, x.helpers);
+    t.sweeps += x.sweeps, t.batches += x.batches, t.tiles_in += x.tiles_in, t.bytes_in += x.bytes_in;
+    t.tiles_out += x.tiles_out, t.bytes_out += x.bytes_out, t.released_clean += x.released_clean;
+    t.wait_seconds += x.wait_seconds, t.compute_seconds += x.compute_seconds, t.copy_seconds += x.copy_seconds;
+    t.slot_bytes = std::max(t.slot_bytes, x.slot_bytes);
+  }
+  return t;
+}
+
 uint64_t largest_streamed_tile() {
   Engine &e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
@@ -582,6 +606,7 @@ void streaming_reset() {
     e.inplace_per_byte.clear();
   }
   copy_bandwidth_forget();
+  prefetch_reset();
 }
 
 }  // namespace hm::place

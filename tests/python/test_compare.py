@@ -26,7 +26,8 @@ def test_every_policy_runs_and_the_report_says_what_was_emulated(tmp_path):
     assert doc["emulated"] and "emul:optane" in doc["slow_tier"]
     assert abs(doc["fast_budget_bytes"] - 0.25 * doc["footprint_bytes"]) <= 1
     rows = {p["policy"]: p for p in doc["policies"]}
-    assert set(rows) == {"all-fast", "hetmem-static", "first-touch", "interleave", "memory-mode", "slow-only"}
+    assert set(rows) == {"all-fast", "hetmem", "hetmem-static+prefetch", "hetmem-static", "first-touch", "interleave",
+                         "memory-mode", "reactive", "slow-only"}
     for name, row in rows.items():
         assert "skipped" not in row, row
         assert row["seconds_per_iteration"] > 0 and row["cpu_seconds_per_iteration"] > 0
@@ -43,9 +44,37 @@ def test_every_policy_runs_and_the_report_says_what_was_emulated(tmp_path):
     assert list(fields["live_on"]) == ["dram"], "hetmem-static keeps the hot fields fast"
     assert "emulated" in r.stdout and "hetmem-static vs memory-mode" in r.stdout
     assert ("MET" in r.stdout) or ("NOT MET" in r.stdout)
-    for name in ("compare.html", "policies.png", "phases.png"):
+    # The full runtime: particle tiles at home on the capacity tier, the second step's sweep staged
+    # and measured by the helper model, whose inputs the report prints.
+    streaming = rows["hetmem"]["placement"]["streaming"]
+    assert streaming["tiles_in"] > 0 and streaming["tiles_out"] == streaming["tiles_in"], streaming
+    model = streaming["helper_models"][0]
+    assert model["phase"] == "gather+push+deposit" and model["helpers"] >= 1 and model["t_comp"] > 0
+    assert "helper model, phase 'gather+push+deposit'" in r.stdout and "hetmem vs all-fast" in r.stdout
+    assert rows["reactive"]["placement"]["reactive"]["rounds"] >= 1
+    for name in ("compare.html", "policies.png", "phases.png", "figure7.png"):
         assert (out / name).stat().st_size > 1000, name
     assert "emulated" in (out / "compare.html").read_text()
+
+
+def test_the_helper_and_prefetch_sweeps_mark_the_models_choice(tmp_path):
+    out = tmp_path / "sweep"
+    r = hetmem("compare", "--iterations", "3", "--threads", "1", "--policies", "all-fast,hetmem",
+               "--sweep-helpers", "0,1", "--sweep-prefetch", "0,1", "--out", str(out), "preset:L0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "compare.json").read_text())
+    helpers = doc["helper_sweep"]
+    assert [p["value"] for p in helpers["points"]] == [0, 1] and all(p["seconds"] > 0 for p in helpers["points"])
+    assert helpers["model_vs_best"] >= 1.0 and "model_decision" in helpers
+    pf = doc["prefetch_sweep"]
+    assert pf["model"] is not None and any(p["value"] == pf["model"] for p in pf["points"]), pf
+    assert "Figure 12, helper threads" in r.stdout and "Figure 11, prefetch distance" in r.stdout
+    for name in ("figure11.png", "figure12.png"):
+        assert (out / name).stat().st_size > 1000, name
+    bad = hetmem("compare", "--sweep-helpers", "1,x", "--out", str(tmp_path / "b"), "preset:L0")
+    assert bad.returncode == 2 and "--sweep-helpers '1,x'" in bad.stderr
+    bad = hetmem("compare", "--sweep-prefetch", "99", "--out", str(tmp_path / "b"), "preset:L0")
+    assert bad.returncode == 2 and "from 0 to 64" in bad.stderr
 
 
 def test_a_budget_that_holds_the_footprint_is_called_meaningless(tmp_path):
