@@ -9,6 +9,7 @@
 #include "place/policy.h"
 #include "place/stream.h"
 #include "prim/prim.h"
+#include "tier/copy_ops.h"
 #include "tier/emul.h"
 
 namespace hm::place {
@@ -73,6 +74,7 @@ void HelperPool::finish(CopyJob *job, uint64_t ns) {
 }
 
 void HelperPool::run(int index) {
+  set_thread_streaming_copies(true);
   for (;;) {
     Task task;
     {

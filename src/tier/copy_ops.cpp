@@ -11,6 +11,8 @@ namespace hm {
 namespace {
 
 size_t g_nt_threshold = size_t{8} << 20;
+thread_local bool t_streaming = false;
+constexpr size_t kStreamingMin = 4096;
 
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) void nt_copy_avx2(char *d, const char *s, size_t n) {
@@ -94,6 +96,7 @@ const Table kTable;
 }  // namespace
 
 void set_nt_threshold(size_t bytes) { g_nt_threshold = bytes; }
+void set_thread_streaming_copies(bool on) { t_streaming = on; }
 
 void charge_copy(Tier &t, const void *addr, size_t n, bool read, bool write) {
   DeviceVolume v = tier_device_range(t, addr, n, read, write);
@@ -107,7 +110,7 @@ void charge_move_in_place(Tier &from, Tier &to, const void *addr, size_t n) {
 
 void fast_copy(void *dst, const void *src, size_t n) {
 #if defined(__x86_64__)
-  if (n >= g_nt_threshold) {
+  if (n >= g_nt_threshold || (t_streaming && n >= kStreamingMin)) {
     char *d = static_cast<char *>(dst);
     const char *s = static_cast<const char *>(src);
     // Align the destination to 64 bytes for streaming stores; copy the ends normally.

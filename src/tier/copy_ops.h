@@ -20,8 +20,11 @@ void charge_copy(Tier &t, const void *addr, size_t n, bool read, bool write);
 // read as `from` and written as `to`, each charged when emulated.
 void charge_move_in_place(Tier &from, Tier &to, const void *addr, size_t n);
 
-// memcpy for small sizes; non-temporal stores at or above the threshold (HM_NT_THRESHOLD).
+// memcpy for small sizes; non-temporal stores at or above the threshold (HM_NT_THRESHOLD), or for
+// every copy of 4 KiB or more on a thread that asked for streaming copies (the helper threads that
+// stage tiles: what they write is read once, later, by another core).
 void fast_copy(void *dst, const void *src, size_t n);
 void set_nt_threshold(size_t bytes);
+void set_thread_streaming_copies(bool on);
 
 }  // namespace hm

@@ -173,6 +173,47 @@ TEST_F(RealTier, StaticPlacementPutsClassesOnTheRightNodes) {
   EXPECT_EQ(hm_last_error_code(), HM_ENOTSUP) << hm_last_error();
 }
 
+// The full runtime on a real capacity tier: tile homes on the CPU-less node, each batch staged on
+// node 0 by real copies (no emulation charges), modified tiles written back to the far node.
+TEST_F(RealTier, StreamedTilesStageBetweenTheNodes) {
+  setenv("HM_MIGRATION_SPACE", "3M", 1);
+  setenv("HM_HELPERS", "1", 1);
+  ASSERT_EQ(hm_test::configure("", "HM_FAST_BUDGET", "20M"), HM_OK) << hm_last_error();
+  ASSERT_EQ(hm_policy_select("hetmem"), HM_OK);
+  hm_class_t cls;
+  ASSERT_EQ(hm_class_define("rt.tiles", HM_CLASS_STREAMING, 0, &cls), HM_OK);
+  hm_stream_t *st = nullptr;
+  constexpr size_t kTiles = 16, kBytes = 256 << 10;
+  ASSERT_EQ(hm_stream_create(cls, kTiles, &st), HM_OK) << hm_last_error();
+  for (size_t t = 0; t < kTiles; ++t) std::memset(hm_stream_resize(st, t, kBytes), static_cast<int>(t), kBytes);
+  EXPECT_EQ(node_of_range(static_cast<char *>(hm_stream_home(st, 3)), kBytes), slow_node_) << "homes on the far node";
+  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  ASSERT_EQ(hm_stream_sweep(st, 0, kTiles), HM_OK) << hm_last_error();
+  size_t first, last;
+  while (hm_stream_next(st, &first, &last) == 1)
+    for (size_t t = first; t < last; ++t) {
+      void *p;
+      ASSERT_EQ(hm_stream_acquire(st, t, &p), HM_OK);
+      EXPECT_EQ(node_of_range(static_cast<char *>(p), kBytes), 0) << "the working copy is on node 0";
+      static_cast<unsigned char *>(p)[100] = static_cast<unsigned char>(t + 50);
+      ASSERT_EQ(hm_stream_release(st, t, t % 2), HM_OK);
+    }
+  hm_stream_stats_t ss;
+  ASSERT_EQ(hm_stream_stats(st, &ss), HM_OK);
+  EXPECT_EQ(ss.staging, 1);
+  EXPECT_EQ(ss.tiles_in, kTiles);
+  EXPECT_EQ(ss.tiles_out, kTiles / 2);
+  for (size_t t = 0; t < kTiles; ++t) {
+    auto *home = static_cast<unsigned char *>(hm_stream_home(st, t));
+    EXPECT_EQ(home[100], t % 2 ? t + 50 : t) << "tile " << t;
+  }
+  EXPECT_EQ(node_of_range(static_cast<char *>(hm_stream_home(st, 3)), kBytes), slow_node_);
+  hm_stream_destroy(st);
+  unsetenv("HM_MIGRATION_SPACE");
+  unsetenv("HM_HELPERS");
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+}
+
 TEST_F(RealTier, RealTiersAreNeverCharged) {
   size_t n = 8 << 20;
   void *a = hm_alloc(HM_FAST, n, 0, 0), *b = hm_alloc(HM_CAPACITY, n, 0, 0);
