@@ -364,16 +364,9 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::pus
       const int tx = t % ntx_, ty = (t / ntx_) % nty_, tz = t / (ntx_ * nty_);
       // Buffer origin: two cells below the tile's first cell.
       const int ox = tx * p_.tile[0] - 2, oy = ty * p_.tile[1] - 2, oz = tz * p_.tile[2] - 2;
-      for (size_t n = 0; n < tile.size(); ++n) {
-        if (k_ahead && n + k_ahead < tile.size()) {
-          const size_t a = n + k_ahead;
-          const long ca = f_.ex.index(static_cast<int>(tile.x[a] * idx), static_cast<int>(tile.y[a] * idy),
-                                      static_cast<int>(tile.z[a] * idz));
-          for (const double *f : {pex, pey, pez, pbx, pby, pbz}) {
-            __builtin_prefetch(f + ca);
-            __builtin_prefetch(f + ca + SZ + SY);
-          }
-        }
+      // One particle: gather, push, deposit. Inlined into the two loops below, with and without
+      // prefetch, so that the loop without it carries no test per particle.
+      auto particle = [&](size_t n) __attribute__((always_inline)) {
         const double x0 = tile.x[n], y0 = tile.y[n], z0 = tile.z[n];
         // Gather (energy-conserving: shape 0 along a component's staggered direction, 1 across).
         // All components share one layout, so one base index and two strides serve them all.
@@ -471,6 +464,22 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::pus
         tile.x[n] = x1 < 0 ? x1 + g.lx() : (x1 >= g.lx() ? x1 - g.lx() : x1);
         tile.y[n] = y1 < 0 ? y1 + g.ly() : (y1 >= g.ly() ? y1 - g.ly() : y1);
         tile.z[n] = z1 < 0 ? z1 + g.lz() : (z1 >= g.lz() ? z1 - g.lz() : z1);
+      };
+      const size_t count = tile.size(), ahead = k_ahead < count ? count - k_ahead : 0;
+      if (k_ahead) {
+        for (size_t n = 0; n < ahead; ++n) {
+          const size_t a = n + k_ahead;
+          const long ca = f_.ex.index(static_cast<int>(tile.x[a] * idx), static_cast<int>(tile.y[a] * idy),
+                                      static_cast<int>(tile.z[a] * idz));
+          for (const double *f : {pex, pey, pez, pbx, pby, pbz}) {
+            __builtin_prefetch(f + ca);
+            __builtin_prefetch(f + ca + SZ + SY);
+          }
+          particle(n);
+        }
+        for (size_t n = ahead; n < count; ++n) particle(n);
+      } else {
+        for (size_t n = 0; n < count; ++n) particle(n);
       }
       // Positions and momenta read and written, weights read; the tile's current buffer updated;
       // the field values around the tile's cells gathered (its share of each component).

@@ -144,6 +144,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .bench_profiler import main as bench_profiler
         return bench_profiler(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-profiler.json",
                               args.quick)
+    if args.what == "stream":
+        out = args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-stream.json"
+        return _run([find_program("hetmem-bench-stream"), "--json", out] + (["--mib", "64"] if args.quick else []))
     cmd = [find_program("hetmem-bench-alloc"), "--json", args.out]
     if args.quick:
         cmd.append("--quick")
@@ -349,14 +352,16 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plan)
 
     b = sub.add_parser("bench", help="run a benchmark of the library")
-    b.add_argument("what", choices=["alloc", "emul", "profiler", "pic", "octree", "placement"],
+    b.add_argument("what", choices=["alloc", "emul", "profiler", "pic", "octree", "placement", "stream"],
                    help="alloc: allocation, free, arena, copy and emulation figures; "
                         "emul: the emulated tier's bookkeeping overhead (PIC, stencil) and its fidelity to the model; "
                         "profiler: profiling overhead, heaptrack comparison, rules-only cost; "
                         "pic: the WarpX comparison problem, ns per particle-step for 1 and 2 threads; "
                         "octree: PM-octree restart, persist bytes, refine/balance vs p4est, transformation, "
                         "per-step time vs snapshot and SQLite baselines; "
-                        "placement: every policy on the PIC code's 1.2 GiB rung with a fast budget of 25%% of it")
+                        "placement: every policy on the PIC code's 1.2 GiB rung with a fast budget of 25%% of it, "
+                        "and the helper and prefetch sweeps (Figures 12 and 11); "
+                        "stream: the streaming engine's staging copies against the machine's non-temporal copies")
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     b.add_argument("--out", default="hetmem-bench-alloc.json", help="JSON results file")
     b.set_defaults(func=cmd_bench)

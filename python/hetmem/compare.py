@@ -448,8 +448,10 @@ def _phase_seconds(doc: dict, phase: str) -> float:
 
 def _sweep(workload, policy: str, budget: int | None, setting: str, values: list[int], iterations: int, repeat: int,
            threads: int, tiers: str, tmp: str, advance) -> tuple[list[dict], list[dict]]:
-    """Runs `policy` with the environment variable `setting` at each value, repetitions interleaved;
-    returns the points (median seconds per iteration of SWEEP_PHASE) and the runs' summaries."""
+    """Runs `policy` with the environment variable `setting` at each value, repetitions interleaved
+    (half the comparison's, at least one); returns the points (median seconds per iteration of
+    SWEEP_PHASE) and the runs' summaries."""
+    repeat = max(1, repeat // 2)
     runs: dict[int, list[dict]] = {v: [] for v in values}
     for rep in range(repeat):
         for v in values:
@@ -517,7 +519,7 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
         raise HetmemError(f"--fraction {fraction}: must be between 0 and 1")
     runs: dict[str, list[dict]] = {p: [] for p in policies}
     total = 1 + repeat * len([p for p in policies if p != "all-fast"]) + (repeat - 1 if "all-fast" in policies else 0)
-    total += repeat * (len(helpers or []) + len(distances or []))
+    total += max(1, repeat // 2) * (len(helpers or []) + len(distances or []))
     sweeps = {}
     with tempfile.TemporaryDirectory(prefix="hetmem-compare-") as tmp, Progress(
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
@@ -555,7 +557,7 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
             # The model's own k, measured too when the sweep did not include it.
             k = prefetch_sweep(points, docs).get("model")
             if k is not None and k not in distances:
-                progress.update(task, total=total + repeat)
+                progress.update(task, total=total + max(1, repeat // 2))
                 more, more_docs = _sweep(workload, "hetmem-static+prefetch", None, "HM_PREFETCH_DISTANCE", [k],
                                          iterations, repeat, threads, tiers, tmp, advance)
                 points = sorted(points + more, key=lambda p: p["value"])
@@ -582,8 +584,8 @@ def bench(out: str, quick: bool, console) -> int:
     order (particles before fields, seed 000 §6), fast budget 25% of the footprint, every policy,
     medians of interleaved repetitions; hetmem and hetmem-static against each baseline and hetmem
     against all-fast, MET or NOT MET; Figure 12's helper sweep and Figure 11's prefetch sweep."""
-    preset, iterations, repeat = ("preset:L1", 4, 1) if quick else ("preset:L2", 6, 5)
-    helpers, distances = ([1, 2], [0, 2]) if quick else ([0, 1, 2, 3], [0, 1, 2, 3, 4, 6, 8, 10])
+    preset, iterations, repeat = ("preset:L1", 4, 1) if quick else ("preset:L2", 6, 3)
+    helpers, distances = ([1, 2], [0, 2]) if quick else ([0, 1, 2, 3], [0, 1, 2, 4, 8])
     workload = PicWorkload([preset, "hetmem.allocation_order=particles-first"])
     tiers = "capacity=emul:optane"
     out_dir = os.path.splitext(out)[0]

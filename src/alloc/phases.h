@@ -36,6 +36,17 @@ class PhaseObserver {
 
 // Observers live as long as the library (static objects); at most a few.
 void add_phase_observer(PhaseObserver *observer);
+// Creates and adds one observer of type O on the first call (it lives as long as the process, as
+// observers must); later calls do nothing.
+template <class O>
+void add_phase_observer_once() {
+  static O *observer = [] {
+    auto *o = new O();
+    add_phase_observer(o);
+    return o;
+  }();
+  (void)observer;
+}
 
 // Every phase name seen so far with its calls and total wall time (reports).
 struct PhaseTotal {

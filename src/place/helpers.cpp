@@ -185,6 +185,7 @@ double measure(void *dst, const void *src, size_t bytes, int threads) {
     std::vector<std::thread> team;
     for (int i = 0; i < threads; ++i)
       team.emplace_back([&, i] {
+        set_thread_streaming_copies(true);  // as the helpers copy
         hm_copy(static_cast<char *>(dst) + i * share, static_cast<const char *>(src) + i * share, share);
       });
     for (std::thread &t : team) t.join();

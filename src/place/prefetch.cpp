@@ -74,16 +74,25 @@ void fit_once(PrefetchState &s) {
   s.fitted = true;
   s.lat_fast = tier_latency(fast_tier());
   s.lat_slow = tier_latency(capacity_tier());
-  constexpr size_t kLines = size_t{1} << 18;  // 16 MiB per side: beyond the last-level cache
-  const size_t bytes = kLines * 64;
-  char *fast = static_cast<char *>(hm_tier_alloc(fast_tier(), bytes, 4096, HM_PREFERRED));
-  char *slow = static_cast<char *>(hm_tier_alloc(capacity_tier() >= 0 ? capacity_tier() : fast_tier(), bytes, 4096, HM_PREFERRED));
+  // 16 MiB per side, beyond the last-level cache; 4 MiB when the fast budget has no such room.
+  // Strictly on their tiers: a fallback would put the "fast" lines on the capacity tier. Without
+  // any room the fit stays empty and nothing is prefetched.
+  const int slow_tier = capacity_tier() >= 0 ? capacity_tier() : fast_tier();
+  size_t lines = size_t{1} << 18;
+  char *fast = nullptr, *slow = nullptr;
+  for (; lines >= (size_t{1} << 16); lines /= 4) {
+    hm_free(fast);
+    hm_free(slow);
+    fast = static_cast<char *>(hm_tier_alloc(fast_tier(), lines * 64, 4096, HM_STRICT));
+    slow = static_cast<char *>(hm_tier_alloc(slow_tier, lines * 64, 4096, HM_STRICT));
+    if (fast && slow) break;
+  }
   if (fast && slow) {
     std::mt19937_64 rng(7);
     // alpha: the same chase over lines that stay in the first-level cache (256 lines, 16 KiB).
     const double alpha = prefetch_ns(fast, fast + 128 * 64, 256, 0.5, rng, 400);
     std::vector<PrefetchSample> samples;
-    for (double r : {0.0, 0.5, 1.0}) samples.push_back({r, prefetch_ns(fast, slow, kLines, r, rng)});
+    for (double r : {0.0, 0.5, 1.0}) samples.push_back({r, prefetch_ns(fast, slow, lines, r, rng)});
     s.fit = fit_prefetch(samples, alpha, s.lat_fast, s.lat_slow);
     log(2, "prefetch model: alpha %.1f ns, beta1 %.3f, beta2 %.3f (latencies %.0f / %.0f ns, rms %.1f ns)", s.fit.alpha,
         s.fit.beta1, s.fit.beta2, s.lat_fast, s.lat_slow, s.fit.residual);
@@ -149,7 +158,7 @@ extern "C" int hm_prefetch_distance(const char *phase, double ns_per_unit) {
     auto it = s.ns_per_unit.find(key);
     // Seed 000 §4.1: prefetch is for field data static placement could not keep on the fast tier;
     // before a first measurement of the unit's time there is no distance.
-    if (it != s.ns_per_unit.end() && on_fast < 0.999)
+    if (it != s.ns_per_unit.end() && on_fast < 0.999 && s.fit.ok)
       model = prefetch_distance(s.fit, on_fast, s.lat_fast, s.lat_slow, it->second);
   }
   const std::string *forced = option_text("HM_PREFETCH_DISTANCE");

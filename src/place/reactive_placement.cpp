@@ -122,14 +122,7 @@ class ReactivePlacement final : public PhaseObserver {
 
 }  // namespace
 
-void reactive_placement_install() {
-  static ReactivePlacement *observer = [] {
-    auto *o = new ReactivePlacement();  // lives as long as the process, as observers must
-    add_phase_observer(o);
-    return o;
-  }();
-  (void)observer;
-}
+void reactive_placement_install() { add_phase_observer_once<ReactivePlacement>(); }
 
 void reactive_placement_reset() {
   ReactiveState &st = state();

@@ -188,14 +188,7 @@ const bool g_section = [] {
 
 }  // namespace
 
-void static_placement_install() {
-  static StaticPlacement *observer = [] {
-    auto *o = new StaticPlacement();  // lives as long as the process, as observers must
-    add_phase_observer(o);
-    return o;
-  }();
-  (void)observer;
-}
+void static_placement_install() { add_phase_observer_once<StaticPlacement>(); }
 
 void static_placement_reset() {
   std::lock_guard<std::mutex> lock(g_stats_mutex);

@@ -384,3 +384,35 @@ TEST(Reactive, PromotesWhatTheLastIterationUsedAndDemotesWhatItDidNot) {
   hm_free(hot);
   hm_test::configure("");
 }
+
+// hm_prefetch_distance: nothing under policies that do not prefetch or with every hot object
+// fast; HM_PREFETCH_DISTANCE forces a distance, and one out of range turns prefetch off.
+TEST(PrefetchModel, TheDistanceFollowsThePolicyThePlacementAndTheOverride) {
+  unsetenv("HM_PREFETCH_DISTANCE");
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", "24M"), HM_OK);
+  ASSERT_EQ(hm_policy_select("hetmem-static+prefetch"), HM_OK);
+  hm_class_t cls;
+  ASSERT_EQ(hm_class_define("prefetch.fields", HM_CLASS_HOT, 10, &cls), HM_OK);
+  void *fast_part = hm_class_alloc(cls, 1 << 20, 0, 0);
+  ASSERT_NE(fast_part, nullptr);
+  EXPECT_EQ(hm_prefetch_distance("push", 50), 0) << "every hot object is on the fast tier: nothing to hide";
+  // A hot object that does not fit goes to the capacity tier: now there is something to prefetch.
+  void *slow_part = hm_class_alloc(cls, 40 << 20, 0, 0);
+  ASSERT_NE(slow_part, nullptr);
+  const int k = hm_prefetch_distance("push", 50);
+  EXPECT_GE(k, 1);
+  EXPECT_LE(k, 64);
+  EXPECT_GE(hm_prefetch_distance("push", 5), k) << "a shorter unit needs a longer distance";
+  EXPECT_EQ(hm_prefetch_distance("never measured", 0), 0) << "no unit time yet: no distance";
+  setenv("HM_PREFETCH_DISTANCE", "7", 1);
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
+  ASSERT_EQ(hm_policy_select("first-touch"), HM_OK);
+  EXPECT_EQ(hm_prefetch_distance("push", 50), 7) << "the override applies under any policy";
+  setenv("HM_PREFETCH_DISTANCE", "99", 1);
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
+  EXPECT_EQ(hm_prefetch_distance("push", 50), 0) << "out of range: prefetch off, with a message";
+  unsetenv("HM_PREFETCH_DISTANCE");
+  hm_free(fast_part);
+  hm_free(slow_part);
+  hm_test::configure("");
+}
