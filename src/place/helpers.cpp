@@ -109,7 +109,7 @@ std::string bandwidth_key(int fast, int cap) {
     return "";
   std::ostringstream key;
   key << cal.cpu << "|cpus=" << prim::cpu_count() << "|fast=" << f.kind << ":" << f.name << "|capacity=" << c.kind
-      << ":" << c.name << "|emul=" << (emul_enabled() ? 1 : 0);
+      << ":" << c.name << "|emul=" << (emul_enabled() ? 1 : 0) << "|copies=streaming";
   return key.str();
 }
 
