@@ -238,7 +238,9 @@ TEST_F(Pic, StreamedRunsGiveBitwiseIdenticalResultsForEveryHelperCount) {
     EXPECT_EQ(st.staging, staged ? 1 : 0);
     EXPECT_EQ(st.tiles_in, staged ? 9u * 8 : 8u) << "every tile of the sweeps staged";
     EXPECT_EQ(st.tiles_out, st.tiles_in) << "the push modifies every tile";
-    if (*helpers) EXPECT_EQ(st.helpers, std::atoi(helpers));
+    if (*helpers) {
+      EXPECT_EQ(st.helpers, std::atoi(helpers));
+    }
     hm_space_stats_t mig{};
     ASSERT_EQ(hm_space_stats(HM_SPACE_MIGRATION, &mig), HM_OK);
     EXPECT_LE(mig.high_water, mig.budget);

@@ -281,10 +281,14 @@ TEST_F(Spaces, BudgetsAndSpaceBudgetsAreNeverExceededUnderAnyPolicyWithTwoThread
       EXPECT_EQ(st.in_use, 0u) << policy << " space " << name;
       EXPECT_EQ(st.objects, 0u) << policy << " space " << name;
       uint64_t largest = st.budget + (s == HM_SPACE_FREE ? lent : 0);
-      if (st.sized) EXPECT_LE(st.high_water, largest) << policy << " space " << name;
+      if (st.sized) {
+        EXPECT_LE(st.high_water, largest) << policy << " space " << name;
+      }
       sum += st.budget;
     }
-    if (std::string(policy) == "hetmem-static") EXPECT_LE(sum, uint64_t{8} << 20) << "spaces divide the fast budget";
+    if (std::string(policy) == "hetmem-static") {
+      EXPECT_LE(sum, uint64_t{8} << 20) << "spaces divide the fast budget";
+    }
   }
 }
 
