@@ -30,9 +30,18 @@ from .lib import HetmemError, Library, find_preload, find_program
 ROLE_HELP = "fast, capacity, persistent"
 
 
+class _Console(Console):
+    """rich's console, except that a reader gone away (`hetmem tiers | head -1`) ends the command
+    quietly with status 0 (rich's own reaction is status 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def _console() -> Console:
     # Wide output when not on a terminal, so that logs and tests see whole rows.
-    return Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    return _Console(width=None if sys.stdout.isatty() else 160, highlight=False)
 
 
 def _size(n: int) -> str:
@@ -398,10 +407,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quiet_stdout() -> None:
+    """The reader of our output went away (`hetmem report T | head -1`): whatever is still buffered
+    goes nowhere, so that the interpreter's flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 0
     except HetmemError as exc:
         print(f"hetmem: error: {exc}", file=sys.stderr)
         return 2

@@ -132,3 +132,22 @@ def test_run_validates_the_policy_and_passes_it_on():
     r = run("run", "--policy", "slow-only", "--", sys.executable, "-c", "import os; print(os.environ['HM_POLICY'])")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "slow-only"
+
+
+@pytest.mark.parametrize("args", [("tiers",), ("options",), ("report", "TRACE")])
+def test_a_closed_pipe_ends_quietly(tmp_path, args):
+    """`hetmem tiers | head -1` and the like, made certain: the reader is gone before the first write.
+    No traceback, status 0."""
+    if "TRACE" in args:
+        trace = tmp_path / "t.hmtrace"
+        programs = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build")) / "tests" / "programs"
+        assert run("profile", "-o", str(trace), "--", str(programs / "prog_alloc_pattern")).returncode == 0
+        args = tuple(str(trace) if a == "TRACE" else a for a in args)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
+    env.pop("HM_TIERS", None)
+    p = subprocess.Popen([sys.executable, "-m", "hetmem", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=600) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
