@@ -22,6 +22,7 @@
 #endif
 
 #include "harness.h"
+#include "base/options.h"
 #include "tier/emul.h"
 
 namespace {
@@ -72,8 +73,8 @@ void emulation_accuracy(hm_tier_t dram, hm_tier_t optane, size_t bytes, int reps
   double modelled = bench::median(dram_t) + extra;
   double measured = bench::median(emul_t);
   double err = std::fabs(measured - modelled) / modelled;
-  add({"copy 1 GiB out of emul:optane (s)", "modelled (DRAM copy + charge)", measured, modelled, "s",
-       "within 5% of the model", err <= 0.05});
+  const std::string label = "copy " + hm::format_size(bytes) + " out of emul:optane (s)";
+  add({label, "modelled (DRAM copy + charge)", measured, modelled, "s", "within 5% of the model", err <= 0.05});
   double from_cal = static_cast<double>(bytes) / (cal.copy_bw_mbps[0] * 1e6) + extra;
   std::printf("    DRAM copy %.3f s + charged %.3f s; model from the calibration alone: %.3f s\n",
               bench::median(dram_t), extra, from_cal);

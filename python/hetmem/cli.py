@@ -227,13 +227,31 @@ def _preload_env(extra: dict) -> dict:
     return env
 
 
+def _file_state(path: str):
+    """("file", inode, size, mtime) of a regular file, ("other",) for a device or pipe, None if absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    import stat
+    return ("file", st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else ("other",)
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     trace = os.path.abspath(args.output or f"hetmem-{os.path.basename(cmd[0]) if cmd else 'trace'}.hmtrace")
     env = _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
                         "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0"})
+    before = _file_state(trace)  # a trace left from an earlier run must not pass for this one's
     rc = _launch(cmd, env)
-    if os.path.exists(trace):
+    after = _file_state(trace)
+    if after is None or (after == before and after[0] == "file"):
+        if rc in (126, 127):
+            return rc  # the program did not start: the launcher said why
+        print(f"hetmem: no trace was written to {trace}: the preload library did not start in {cmd[0]} (its "
+              "reason, if it gave one, is above; a statically linked program cannot be preloaded)", file=sys.stderr)
+        return 2
+    if after[0] == "file":
         print(f"hetmem: trace written to {trace} (hetmem report {trace})", file=sys.stderr)
     return rc
 

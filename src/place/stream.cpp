@@ -57,9 +57,6 @@ struct Engine {
   std::vector<hm_stream_t *> streams;  // live
   hm_stream_t *sweeping = nullptr;
   std::map<std::string, PhaseDecision> decisions;
-  // Per phase: seconds per byte of a sweep over tiles at home under a streaming policy (before the
-  // spaces are sized), what staging must beat.
-  std::map<std::string, double> inplace_per_byte;
 };
 
 Engine &engine() {
@@ -107,7 +104,7 @@ struct hm_stream {
   std::atomic<int> acquired{0};
   std::string phase;
   uint64_t handed_ns = 0;
-  double first_compute = 0;
+  double t_staged = 0;  // the measured sweep's first batch, computed staged
   std::mutex threads_mutex;
   std::vector<int> threads_seen;  // computing threads of the measured batch
   hm_stream_stats_t stats{};
@@ -148,6 +145,10 @@ void release_staging(Engine &e) {
 // The modified tiles of a batch go home (helpers), counted.
 void write_back(hm_stream_t *s, Batch &b) {
   std::vector<Copy> copies;
+  if (b.slot < 0) {  // worked on at home: nothing to copy
+    engine().pool.submit(&b.out, copies);
+    return;
+  }
   for (size_t t = b.first; t < b.last; ++t) {
     if (!s->modified[t].load(std::memory_order_acquire) || !s->bytes[t]) continue;
     copies.push_back(Copy{s->home[t], s->slot(b.slot) + s->offset[t], s->bytes[t]});
@@ -201,19 +202,15 @@ HelperInputs model_inputs(hm_stream_t *s, double t_comp) {
   return in;
 }
 
-// A sweep over tiles at home under a streaming policy: what staging will have to beat.
-void record_inplace(hm_stream_t *s, double seconds) {
-  const Policy *p = active_policy();
-  if (!p || !p->streams() || s->cls < 0) return;
+double batch_bytes(const hm_stream_t *s, const Batch &b) {
   double bytes = 0;
-  for (size_t t = s->batches[0]->first; t < s->batches[0]->last; ++t) bytes += static_cast<double>(s->bytes[t]);
-  if (bytes <= 0) return;
-  std::lock_guard<std::mutex> lock(engine().mutex);
-  engine().inplace_per_byte[s->phase] = seconds / bytes;
+  for (size_t t = b.first; t < b.last; ++t) bytes += static_cast<double>(s->bytes[t]);
+  return bytes;
 }
 
-// Returns the helper count decided.
-int decide(hm_stream_t *s, double t_comp) {
+// The measured sweep's first batch took t_comp staged (helpers idle), its second t_home at home.
+// Returns the helper count decided; *stage says whether staging pays.
+int decide(hm_stream_t *s, double t_comp, double t_home, bool *stage) {
   Engine &e = engine();
   PhaseDecision d;
   d.inputs = model_inputs(s, t_comp);
@@ -224,11 +221,8 @@ int decide(hm_stream_t *s, double t_comp) {
     d.overridden = true;
     d.choice.helpers = forced;
   }
-  {
-    std::lock_guard<std::mutex> lock(e.mutex);
-    auto home = e.inplace_per_byte.find(s->phase);
-    if (home != e.inplace_per_byte.end()) d.t_inplace = home->second * d.inputs.data_in;
-  }
+  const double home_bytes = s->batches.size() > 1 ? batch_bytes(s, *s->batches[1]) : 0;
+  d.t_inplace = home_bytes > 0 ? t_home * d.inputs.data_in / home_bytes : 0;
   // Staging pays when the predicted interval beats working at home by a margin (the copies then
   // hide the slow tier); HM_HELPERS stages regardless (for sweeps of the helper count).
   constexpr double kMargin = 0.95;
@@ -241,21 +235,21 @@ int decide(hm_stream_t *s, double t_comp) {
       "%.3f ms predicted: %s", s->phase.c_str(), d.choice.helpers, d.overridden ? "HM_HELPERS" : d.choice.binding.c_str(),
       d.inputs.t_comp * 1e3, d.t_inplace * 1e3, d.choice.t_cp * 1e3, d.choice.t_predicted * 1e3,
       d.stage ? "staging" : "tiles stay at home (staging would not pay)");
+  *stage = d.stage;
   return d.choice.helpers;
 }
 
 int end_sweep(hm_stream_t *s) {
   if (!s->active) return HM_OK;
   Engine &e = engine();
-  if (s->staged) {
-    // The batch being computed goes home, then everything in flight completes.
-    if (s->next_batch > s->written_back) write_back(s, *s->batches[s->next_batch - 1]);
-    for (auto &b : s->batches) {
-      e.pool.wait(b->in);
-      e.pool.wait(b->out);
-    }
-    s->stats.copy_seconds += e.pool.take_copy_seconds();
+  // The batch being computed goes home, then everything in flight completes (a batch never
+  // staged has nothing to wait for).
+  if (s->staged && s->next_batch > s->written_back) write_back(s, *s->batches[s->next_batch - 1]);
+  for (auto &b : s->batches) {
+    e.pool.wait(b->in);
+    e.pool.wait(b->out);
   }
+  s->stats.copy_seconds += e.pool.take_copy_seconds();
   for (size_t t = 0; t < s->home.size(); ++t) s->state[t].store(kIdle), s->modified[t].store(0);
   s->batches.clear();
   s->active = false;
@@ -451,13 +445,44 @@ int hm_stream_next(hm_stream_t *s, size_t *first, size_t *last) {
   if (b > 0) {
     const double computed = static_cast<double>(now - s->handed_ns) * 1e-9;
     s->stats.compute_seconds += computed;
-    if (s->staged) {
-      if (s->measuring && b == 1) {
-        e.pool.set_helpers(decide(s, computed));
-        s->stats.helpers = e.pool.helpers();
-        s->measuring = false;
-        if (s->batches.size() > 1) stage_in(s, 1);
+    int rc;
+    const bool forced = helpers_override(&rc) >= 0;
+    if (s->staged && s->measuring && b == 1 && forced) {
+      // HM_HELPERS decides: batch 0 measured the model's inputs (reported), staging goes on.
+      bool stage = true;
+      e.pool.set_helpers(decide(s, computed, 0, &stage));
+      s->stats.helpers = e.pool.helpers();
+      s->measuring = false;
+      if (s->batches.size() > 1) stage_in(s, 1);
+    }
+    if (s->staged && s->measuring && b == 1) {
+      // A phase's first staged sweep: batch 0 was computed staged with the helpers idle (the
+      // model's T_comp); batch 1 is computed at home, the time staging has to beat.
+      s->t_staged = computed;
+      write_back(s, *s->batches[0]);
+      s->written_back = 1;
+      if (s->batches.size() > 1) s->batches[1]->slot = -1;
+    } else if (s->staged && s->measuring && b == 2) {
+      bool stage = true;
+      e.pool.set_helpers(decide(s, s->t_staged, computed, &stage));
+      s->stats.helpers = e.pool.helpers();
+      s->measuring = false;
+      s->written_back = 2;
+      if (stage) {
+        if (s->batches.size() > 2) stage_in(s, 2);
+        if (s->batches.size() > 3) stage_in(s, 3);
+      } else {
+        // Staging does not pay: the rest of the sweep is one batch worked on at home.
+        e.pool.wait(s->batches[0]->out);
+        if (s->batches.size() > 2) {
+          auto rest = std::make_unique<Batch>();
+          rest->first = s->batches[2]->first, rest->last = s->batches.back()->last, rest->slot = -1;
+          s->batches.resize(2);
+          s->batches.push_back(std::move(rest));
+        }
+        s->staged = false;
       }
+    } else if (s->staged) {
       write_back(s, *s->batches[b - 1]);
       s->written_back = b;
       if (b + 1 < s->batches.size()) stage_in(s, b + 1);
@@ -467,11 +492,10 @@ int hm_stream_next(hm_stream_t *s, size_t *first, size_t *last) {
     }
   }
   if (b >= s->batches.size()) {
-    if (!s->staged && b == 1) record_inplace(s, static_cast<double>(now - s->handed_ns) * 1e-9);
     end_sweep(s);
     return 0;
   }
-  if (s->staged) {
+  if (s->staged && s->batches[b]->slot >= 0) {
     const uint64_t w0 = prim::now_ns();
     e.pool.wait(s->batches[b]->in);
     s->stats.wait_seconds += static_cast<double>(prim::now_ns() - w0) * 1e-9;
@@ -495,7 +519,7 @@ int hm_stream_acquire(hm_stream_t *s, size_t tile, void **data) {
   if (!s->state[tile].compare_exchange_strong(idle, kAcquired))
     return fail(HM_EINVAL, "hm_stream_acquire: tile %zu was already acquired in this sweep", tile);
   s->acquired.fetch_add(1);
-  *data = s->staged ? (s->bytes[tile] ? s->slot(b.slot) + s->offset[tile] : nullptr) : s->home[tile];
+  *data = b.slot >= 0 ? (s->bytes[tile] ? s->slot(b.slot) + s->offset[tile] : nullptr) : s->home[tile];
   if (s->measuring) {
     const int me = prim::thread_id();
     std::lock_guard<std::mutex> lock(s->threads_mutex);
@@ -603,7 +627,6 @@ void streaming_reset() {
   {
     std::lock_guard<std::mutex> lock(e.mutex);
     e.decisions.clear();
-    e.inplace_per_byte.clear();
   }
   copy_bandwidth_forget();
   prefetch_reset();

@@ -245,7 +245,8 @@ __attribute__((constructor)) void start_up() {
       clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &g_start_cpu);
     }
     if (hm_init() != HM_OK) {
-      say("not started", hm_last_error());
+      // The library has printed why; say only what it means for the program.
+      say("not started: the program runs without hetmem", nullptr);
       return;
     }
     g_children = option("HM_PROFILE_CHILDREN") == "1";

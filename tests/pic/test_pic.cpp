@@ -231,12 +231,20 @@ TEST_F(Pic, StreamedRunsGiveBitwiseIdenticalResultsForEveryHelperCount) {
     EXPECT_EQ(bitwise_differences(reference, state), 0u) << "HM_HELPERS='" << helpers << "'";
     EXPECT_EQ(st.sweeps, 10u);
     // HM_HELPERS stages every sweep after the observed step; the model may decide after the first
-    // staged sweep that staging does not pay, and the tiles then stay at home.
+    // staged batch that staging does not pay, and the tiles then stay at home.
     hm_helper_model_t model{};
     ASSERT_EQ(hm_helper_model("gather+push+deposit", &model), HM_OK) << hm_last_error();
     const bool staged = *helpers || model.stage;
     EXPECT_EQ(st.staging, staged ? 1 : 0);
-    EXPECT_EQ(st.tiles_in, staged ? 9u * 8 : 8u) << "every tile of the sweeps staged";
+    if (*helpers) {
+      EXPECT_EQ(st.tiles_in, 9u * 8) << "every tile of the sweeps staged";
+    } else if (staged) {  // the model timed its second batch at home, then staged everything
+      EXPECT_LT(st.tiles_in, 9u * 8);
+      EXPECT_GE(st.tiles_in, 9u * 8 - 4);
+    } else {  // the model timed a batch staged and one at home, then left the tiles at home
+      EXPECT_GT(st.tiles_in, 0u);
+      EXPECT_LT(st.tiles_in, 8u);
+    }
     EXPECT_EQ(st.tiles_out, st.tiles_in) << "the push modifies every tile";
     if (*helpers) {
       EXPECT_EQ(st.helpers, std::atoi(helpers));

@@ -75,7 +75,7 @@ class Stream : public ::testing::Test {
 }  // namespace
 
 TEST_F(Stream, HomesLiveOnTheCapacityTierAndBatchesAreStagedOnTheFastTier) {
-  start();
+  start("hetmem", "1");  // staging forced (the model would first measure a batch at home)
   hm_tier_t home;
   ASSERT_EQ(hm_ptr_tier(hm_stream_home(s_, 0), &home), HM_OK);
   EXPECT_EQ(home, hm_test::tier("capacity"));
@@ -226,6 +226,39 @@ TEST_F(Stream, TwoComputingThreadsShareABatch) {
   }
   for (size_t t = 0; t < kTiles; ++t) EXPECT_EQ(at_home(t, 0), 200) << t;
   EXPECT_EQ(stats().tiles_out, kTiles);
+}
+
+// The helper model's measurement: in a phase's first staged sweep the first batch is computed
+// staged with the helpers idle, the second at home; then the model decides for the rest.
+TEST_F(Stream, TheFirstStagedSweepMeasuresABatchStagedAndOneAtHome) {
+  start();
+  hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity");
+  ASSERT_EQ(hm_phase_begin("measured"), HM_OK);
+  ASSERT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_OK);
+  size_t first, last, batch = 0;
+  std::vector<hm_tier_t> where;
+  while (hm_stream_next(s_, &first, &last) == 1) {
+    for (size_t t = first; t < last; ++t) {
+      void *p;
+      ASSERT_EQ(hm_stream_acquire(s_, t, &p), HM_OK);
+      hm_tier_t tier;
+      ASSERT_EQ(hm_ptr_tier(p, &tier), HM_OK);
+      if (t == first) where.push_back(tier);
+      static_cast<unsigned char *>(p)[9] = 99;
+      ASSERT_EQ(hm_stream_release(s_, t, 1), HM_OK);
+    }
+    ++batch;
+  }
+  ASSERT_EQ(hm_phase_end(), HM_OK);
+  ASSERT_GE(where.size(), 3u);
+  EXPECT_EQ(where[0], fast) << "batch 0: staged";
+  EXPECT_EQ(where[1], capacity) << "batch 1: at home";
+  hm_helper_model_t m;
+  ASSERT_EQ(hm_helper_model("measured", &m), HM_OK);
+  EXPECT_GT(m.t_comp, 0);
+  EXPECT_GT(m.t_inplace, 0) << "the batch at home was timed";
+  EXPECT_EQ(where[2], m.stage ? fast : capacity) << "the rest as the model decided";
+  for (size_t t = 0; t < kTiles; ++t) EXPECT_EQ(at_home(t, 9), 99) << "every modification reached home, tile " << t;
 }
 
 TEST_F(Stream, TheHelperModelIsReportedPerPhase) {

@@ -272,3 +272,19 @@ def test_preload_without_any_request_passes_through(tmp_path):
     r = subprocess.run([str(PROGRAMS / "prog_rules_probe")], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert set(dict(line.split() for line in r.stdout.splitlines()).values()) == {"libc"}
+
+
+def test_profile_fails_with_status_2_when_the_preload_library_cannot_start(tmp_path):
+    """A malformed HM_TIERS stops the preload library: no trace, status 2, the library's own message
+    once (not repeated by the command)."""
+    trace = tmp_path / "t.hmtrace"
+    trace.write_text("an older run's trace")
+    r = hetmem("profile", "-o", str(trace), "--", str(PROGRAMS / "prog_alloc_pattern"),
+               env_extra={"HM_TIERS": "capacity=emul:nosuchprofile"})
+    assert r.returncode == 2, r.stderr
+    assert trace.read_text() == "an older run's trace", "an older trace is neither taken for this run's nor lost"
+    problems = [line for line in r.stderr.splitlines() if "unknown emulation profile 'nosuchprofile'" in line]
+    assert len(problems) == 1, r.stderr
+    assert "no trace was written" in r.stderr
+    ok = hetmem("profile", "-o", str(trace), "--", str(PROGRAMS / "prog_alloc_pattern"))
+    assert ok.returncode == 0 and trace.exists(), ok.stderr
