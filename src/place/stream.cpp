@@ -461,6 +461,9 @@ int hm_stream_next(hm_stream_t *s, size_t *first, size_t *last) {
       s->t_staged = computed;
       write_back(s, *s->batches[0]);
       s->written_back = 1;
+      // Nothing copies while the batch at home is timed: the helpers would take CPU and device
+      // bandwidth from it.
+      e.pool.wait(s->batches[0]->out);
       if (s->batches.size() > 1) s->batches[1]->slot = -1;
     } else if (s->staged && s->measuring && b == 2) {
       bool stage = true;
