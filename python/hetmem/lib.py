@@ -15,7 +15,13 @@ ROLES = ("fast", "capacity", "persistent")
 
 
 class HetmemError(RuntimeError):
-    """An error reported by libhetmem or by the search for it; the message says what to do."""
+    """An error reported by libhetmem or by the search for it; the message says what to do.
+    `reported`: the library has already printed it (its start-up errors), so the command does not
+    print it again."""
+
+    def __init__(self, message: str, reported: bool = False):
+        super().__init__(message)
+        self.reported = reported
 
 
 class _TierInfo(ctypes.Structure):
@@ -170,7 +176,8 @@ class Library:
         c.hm_calibration_problem.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         rc = c.hm_init()
         if rc != 0:
-            raise HetmemError(self.last_error() or c.hm_strerror(rc).decode())
+            # The library prints why it could not start (HM_TIERS, budgets) on standard error.
+            raise HetmemError(self.last_error() or c.hm_strerror(rc).decode(), reported=True)
 
     def last_error(self) -> str:
         return (self._c.hm_last_error() or b"").decode(errors="replace")

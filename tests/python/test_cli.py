@@ -56,6 +56,13 @@ def test_malformed_budget_names_variable():
     assert r.returncode == 2
     assert "HM_FAST_BUDGET='lots'" in r.stderr
     assert "Traceback" not in r.stderr
+    assert r.stderr.count("HM_FAST_BUDGET='lots'") == 1, "said once (the library), not again by the command"
+
+
+def test_a_start_up_error_is_printed_once():
+    r = run("tiers", env_extra={"HM_TIERS": "capacity=emul:bogus"})
+    assert r.returncode == 2
+    assert r.stderr.count("unknown emulation profile 'bogus'") == 1, r.stderr
 
 
 def test_options_show_value_and_source():
