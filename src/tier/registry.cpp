@@ -1,4 +1,5 @@
 // The process's tiers: built once from discovery and HM_TIERS.
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -86,17 +87,22 @@ int tier_from_spec(const TierSpec &spec, std::string *error) {
   return add_tier(std::move(t), error);
 }
 
-int parse_size_suffix(const std::string &text, std::string *path, uint64_t *size) {
-  // "PATH" or "PATH:SIZE": the last ':'-separated part is a size only if it parses as one.
+int parse_size_suffix(const std::string &text, std::string *path, uint64_t *size, std::string *bad_size) {
+  // "PATH" or "PATH:SIZE": the last ':'-separated part is a size if it parses as one; one that starts
+  // with a digit and does not (":4Q") is a malformed size, not part of the path.
   auto colon = text.rfind(':');
   *path = text;
   *size = 0;
   if (colon != std::string::npos) {
+    const std::string tail = text.substr(colon + 1);
     std::string err;
     uint64_t s = 0;
-    if (parse_size(text.substr(colon + 1), &s, &err)) {
+    if (parse_size(tail, &s, &err)) {
       *path = text.substr(0, colon);
       *size = s;
+    } else if (!tail.empty() && std::isdigit(static_cast<unsigned char>(tail[0]))) {
+      *bad_size = tail;
+      return HM_EFORMAT;
     }
   }
   return path->empty() ? HM_EFORMAT : HM_OK;
@@ -128,8 +134,10 @@ int parse_tier_spec(const std::string &text, TierSpec *spec, std::string *error)
   }
   if (text.rfind("file:", 0) == 0) {
     spec->kind = HM_KIND_FILE;
-    if (parse_size_suffix(text.substr(5), &spec->path, &spec->size) != HM_OK) {
-      *error = "'" + text + "': expected file:PATH or file:PATH:SIZE";
+    std::string bad_size;
+    if (parse_size_suffix(text.substr(5), &spec->path, &spec->size, &bad_size) != HM_OK) {
+      *error = bad_size.empty() ? "'" + text + "': expected file:PATH or file:PATH:SIZE"
+                                : "'" + text + "': '" + bad_size + "' is not a size (examples: 512M, 4G, 1.5GiB)";
       return HM_EFORMAT;
     }
     spec->canonical = "file:" + spec->path;
@@ -147,10 +155,12 @@ int parse_tier_spec(const std::string &text, TierSpec *spec, std::string *error)
     }
     spec->canonical = "emul:" + spec->profile;
     if (colon != std::string::npos) {
-      std::string backing = rest.substr(colon + 1);
+      std::string backing = rest.substr(colon + 1), bad_size;
       if (backing.rfind("file:", 0) != 0 ||
-          parse_size_suffix(backing.substr(5), &spec->path, &spec->size) != HM_OK) {
-        *error = "'" + text + "': an emulated tier is backed by anonymous memory or by file:PATH[:SIZE]";
+          parse_size_suffix(backing.substr(5), &spec->path, &spec->size, &bad_size) != HM_OK) {
+        *error = bad_size.empty()
+                     ? "'" + text + "': an emulated tier is backed by anonymous memory or by file:PATH[:SIZE]"
+                     : "'" + text + "': '" + bad_size + "' is not a size (examples: 512M, 4G, 1.5GiB)";
         return HM_EFORMAT;
       }
       spec->canonical += ":file:" + spec->path;
@@ -209,6 +219,9 @@ int tiers_init() {
       int role_id = -1;
       for (int r = 0; r < HM_ROLE_COUNT; ++r)
         if (role == kRoleNames[r]) role_id = r;
+      if (eq != std::string::npos && role.empty())
+        return fail(HM_EFORMAT, "HM_TIERS='%s': '%s' has '=' with no role before it (roles: fast, capacity, persistent)",
+                    text->c_str(), item.c_str());
       if (!role.empty() && role_id < 0)
         return fail(HM_EFORMAT, "HM_TIERS='%s': unknown role '%s' (roles: fast, capacity, persistent)",
                     text->c_str(), role.c_str());

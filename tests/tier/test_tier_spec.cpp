@@ -43,6 +43,12 @@ TEST(TierSpec, RejectsMalformedText) {
   EXPECT_EQ(parse_tier_spec("emul:3dxp", &s, &err), HM_EFORMAT);
   EXPECT_NE(err.find("optane, cxl, nvbm"), std::string::npos) << err;
   EXPECT_EQ(parse_tier_spec("emul:cxl:tmpfs", &s, &err), HM_EFORMAT);
+  EXPECT_EQ(parse_tier_spec("file:/tmp/x.pool:4Q", &s, &err), HM_EFORMAT) << "a size that does not parse";
+  EXPECT_NE(err.find("'4Q' is not a size"), std::string::npos) << err;
+  EXPECT_EQ(parse_tier_spec("emul:cxl:file:/tmp/c.pool:12x", &s, &err), HM_EFORMAT);
+  EXPECT_NE(err.find("'12x' is not a size"), std::string::npos) << err;
+  EXPECT_EQ(parse_tier_spec("file:/tmp/dir:name", &s, &err), HM_OK) << "a ':' in a path is the path's";
+  EXPECT_EQ(s.path, "/tmp/dir:name");
   EXPECT_EQ(parse_tier_spec("hbm", &s, &err), HM_ENOTIER);
   EXPECT_NE(err.find("known kinds"), std::string::npos) << err;
 }
@@ -106,6 +112,8 @@ TEST(Tiers, MalformedHmTiersNamesVariableAndText) {
   EXPECT_NE(std::string(hm_last_error()).find("3dxp"), std::string::npos);
   EXPECT_EQ(hm_test::configure("capacity=numa:7"), HM_EFORMAT);
   EXPECT_NE(std::string(hm_last_error()).find("no such NUMA node"), std::string::npos) << hm_last_error();
+  EXPECT_EQ(hm_test::configure("=dram"), HM_EFORMAT) << "an '=' with no role";
+  EXPECT_NE(std::string(hm_last_error()).find("'=dram' has '=' with no role"), std::string::npos) << hm_last_error();
   ASSERT_EQ(hm_test::configure(""), HM_OK);
 }
 
