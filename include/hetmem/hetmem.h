@@ -154,7 +154,8 @@ typedef struct hm_tier_stats {
   uint64_t frees;
   uint64_t fallbacks_in;    /* allocations placed here because a preferred tier was full */
   uint64_t fallbacks_out;   /* preferred allocations for this tier that went elsewhere */
-  uint64_t failures;        /* allocations refused (strict over budget, backing full) */
+  uint64_t failures;        /* allocations refused (strict over budget, backing full) and served
+                               by no other tier: a preferred fallback is counted in fallbacks_out */
   uint64_t moves_in;        /* hm_move() calls that moved data onto this tier */
   uint64_t bytes_copied_in; /* bytes written to this tier by hm_copy()/hm_move() */
   uint64_t emul_charged_ns; /* delay charged by the emulated tier (0 on real tiers) */

@@ -59,6 +59,8 @@ void *alloc_chain(int tier, size_t size, size_t align, unsigned flags) {
     if (!h || h == first || h->tier()->backing->is_file()) continue;
     p = h->allocate(size, align, flags);
     if (p) {
+      // The first tier counted a refusal; the request was served: it is a fallback instead.
+      first->counters().failures.fetch_sub(1, std::memory_order_relaxed);
       first->counters().fallbacks_out.fetch_add(1, std::memory_order_relaxed);
       h->counters().fallbacks_in.fetch_add(1, std::memory_order_relaxed);
       log(2, "fallback: %zu bytes for '%s' placed on '%s'", size, first->tier()->name.c_str(), h->tier()->name.c_str());
@@ -202,8 +204,8 @@ void hm_stats_print(int fd) {
   if (fd != 1) fd = 2;
   int width = 4;
   for (int i = 0; i < tier_count(); ++i) width = std::max(width, static_cast<int>(tier_get(i)->name.size()));
-  dprintf(fd, "%-*s %-10s %12s %12s %12s %12s %9s %9s %9s\n", width, "tier", "roles", "budget", "in use",
-          "high water", "reserved", "allocs", "frees", "fallbk-in");
+  dprintf(fd, "%-*s %-10s %12s %12s %12s %12s %9s %9s %9s %9s %9s %9s\n", width, "tier", "roles", "budget",
+          "in use", "high water", "reserved", "allocs", "frees", "fallbk-in", "fallbk-out", "refused", "moves-in");
   for (int i = 0; i < tier_count(); ++i) {
     hm_tier_stats_t s;
     hm_tier_stats(i, &s);
@@ -211,11 +213,12 @@ void hm_stats_print(int fd) {
     std::string roles;
     for (int r = 0; r < HM_ROLE_COUNT; ++r)
       if (t->roles & (1u << r)) roles += std::string(roles.empty() ? "" : ",") + role_name(static_cast<hm_role_t>(r));
-    dprintf(fd, "%-*s %-10s %12s %12s %12s %12s %9llu %9llu %9llu\n", width, t->name.c_str(),
+    dprintf(fd, "%-*s %-10s %12s %12s %12s %12s %9llu %9llu %9llu %9llu %9llu %9llu\n", width, t->name.c_str(),
             roles.empty() ? "-" : roles.c_str(), s.budget ? format_size(s.budget).c_str() : "unlimited",
             format_size(s.in_use).c_str(), format_size(s.high_water).c_str(), format_size(s.reserved).c_str(),
             static_cast<unsigned long long>(s.allocs), static_cast<unsigned long long>(s.frees),
-            static_cast<unsigned long long>(s.fallbacks_in));
+            static_cast<unsigned long long>(s.fallbacks_in), static_cast<unsigned long long>(s.fallbacks_out),
+            static_cast<unsigned long long>(s.failures), static_cast<unsigned long long>(s.moves_in));
   }
   for (int i = 0; i < tier_count(); ++i) {
     Tier *t = tier_get(i);

@@ -63,8 +63,10 @@ TEST_F(AllocApi, PreferredFallsBackAndCounts) {
   EXPECT_EQ(t, cap_);
   EXPECT_EQ(hm_test::stats(fast_).fallbacks_out, 1u);
   EXPECT_EQ(hm_test::stats(cap_).fallbacks_in, 1u);
+  EXPECT_EQ(hm_test::stats(fast_).failures, 0u) << "a fallback is not a refusal";
   EXPECT_EQ(hm_alloc(HM_FAST, 2 << 20, 0, HM_STRICT), nullptr);
   EXPECT_EQ(hm_last_error_code(), HM_EBUDGET);
+  EXPECT_EQ(hm_test::stats(fast_).failures, 1u) << "the strict request was refused";
   hm_free(p);
 }
 
