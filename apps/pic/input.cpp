@@ -92,6 +92,14 @@ bool numbers(const std::string &text, int count, double *out) {
   return n == count;
 }
 
+// `count` whole numbers of at least `least` (no fractions: "2.5" is an error, not 2).
+bool whole_numbers(const std::string &text, int count, double *out, double least) {
+  if (!numbers(text, count, out)) return false;
+  for (int i = 0; i < count; ++i)
+    if (out[i] < least || out[i] != std::floor(out[i]) || out[i] > 9007199254740992.0) return false;
+  return true;
+}
+
 }  // namespace
 
 bool parse_input(const std::string &text, const std::vector<std::string> &overrides, Params *out, std::string *error) {
@@ -175,7 +183,7 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
     return false;
   }
   if (kv.count("hetmem.tile_size")) {
-    if (!numbers(kv["hetmem.tile_size"], 3, v) || v[0] < 1 || v[1] < 1 || v[2] < 1) {
+    if (!whole_numbers(kv["hetmem.tile_size"], 3, v, 1)) {
       *error = "hetmem.tile_size = '" + kv["hetmem.tile_size"] + "': three positive whole numbers of cells";
       return false;
     }
@@ -201,15 +209,28 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
       return false;
     }
   }
-  if (kv.count("hetmem.sort_interval") && (!number(kv["hetmem.sort_interval"], &v[0]) || v[0] < 0)) {
+  if (kv.count("hetmem.sort_interval") && !whole_numbers(kv["hetmem.sort_interval"], 1, v, 0)) {
     *error = "hetmem.sort_interval = '" + kv["hetmem.sort_interval"] + "': steps between sorts by cell, 0 for never";
     return false;
   }
   if (kv.count("hetmem.sort_interval")) p.sort_interval = static_cast<int>(v[0]);
-  if (kv.count("hetmem.seed") && number(kv["hetmem.seed"], &v[0])) p.seed = static_cast<uint64_t>(v[0]);
+  if (kv.count("hetmem.seed")) {
+    if (!whole_numbers(kv["hetmem.seed"], 1, v, 0)) {
+      *error = "hetmem.seed = '" + kv["hetmem.seed"] + "': a whole number, 0 or more";
+      return false;
+    }
+    p.seed = static_cast<uint64_t>(v[0]);
+  }
   if (kv.count("hetmem.fields")) p.field_role = kv["hetmem.fields"];
-  if (kv.count("hetmem.strict")) p.strict = kv["hetmem.strict"] == "1";
-  if (kv.count("diag.interval") && (!number(kv["diag.interval"], &v[0]) || v[0] < 0)) {
+  if (kv.count("hetmem.strict")) {
+    const std::string &strict = kv["hetmem.strict"];
+    if (strict != "0" && strict != "1") {
+      *error = "hetmem.strict = '" + strict + "': 1 (refuse to start when the problem does not fit) or 0";
+      return false;
+    }
+    p.strict = strict == "1";
+  }
+  if (kv.count("diag.interval") && !whole_numbers(kv["diag.interval"], 1, v, 0)) {
     *error = "diag.interval = '" + kv["diag.interval"] + "': steps between outputs, 0 for none";
     return false;
   }
@@ -225,7 +246,13 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
     }
     p.particles_first = order == "particles-first";
   }
-  if (kv.count("diag.progress") && number(kv["diag.progress"], &v[0])) p.progress_interval = static_cast<int>(v[0]);
+  if (kv.count("diag.progress")) {
+    if (!whole_numbers(kv["diag.progress"], 1, v, 0)) {
+      *error = "diag.progress = '" + kv["diag.progress"] + "': steps between progress lines, 0 for none";
+      return false;
+    }
+    p.progress_interval = static_cast<int>(v[0]);
+  }
   if (kv.count("hetmem.particles")) p.particle_role = kv["hetmem.particles"];
   for (const auto &name : species) {
     SpeciesParams sp;
@@ -247,7 +274,7 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
       return false;
     }
     if (kv.count(key("num_particles_per_cell_each_dim"))) {
-      if (!numbers(kv[key("num_particles_per_cell_each_dim")], 3, v) || v[0] < 0 || v[1] < 0 || v[2] < 0) {
+      if (!whole_numbers(kv[key("num_particles_per_cell_each_dim")], 3, v, 0)) {
         *error = key("num_particles_per_cell_each_dim") + ": three whole numbers, 0 or more";
         return false;
       }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -132,6 +133,9 @@ int main(int argc, char **argv) {
   if (input.rfind("preset:", 0) == 0) {
     text = "preset = " + input.substr(7) + "\n";
   } else {
+    std::error_code ec;
+    if (std::filesystem::is_directory(input, ec))
+      return die(input + ": a directory, not an input file (give a file of key = value lines, or preset:NAME)");
     std::ifstream in(input);
     if (!in) return die(input + ": cannot read the input file (" + std::strerror(errno) + ")");
     std::stringstream ss;

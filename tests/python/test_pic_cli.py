@@ -59,6 +59,12 @@ def test_run_writes_valid_openpmd_and_energy_log(tmp_path):
     (["amr.n_cell=-4 8 8"], "three positive whole numbers"),
     (["diag.directory=/proc/hetmem-cannot"], "cannot be created or written"),
     (["nonsense"], "command-line overrides are key=value"),
+    (["hetmem.seed=abc"], "hetmem.seed = 'abc': a whole number"),
+    (["diag.progress=often"], "diag.progress = 'often'"),
+    (["hetmem.strict=yes"], "hetmem.strict = 'yes': 1"),
+    (["diag.interval=2.5"], "diag.interval = '2.5'"),
+    (["hetmem.tile_size=4.5 8 8"], "three positive whole numbers of cells"),
+    (["electrons.num_particles_per_cell_each_dim=1.5 2 2"], "three whole numbers"),
 ])
 def test_bad_input_is_named(tmp_path, args, message):
     r = pic("preset:L0", "max_step=1", f"diag.directory={tmp_path}", *args)
@@ -76,6 +82,11 @@ def test_problem_that_does_not_fit_a_strict_budget_says_how_much(tmp_path):
 def test_missing_input_file(tmp_path):
     r = pic(str(tmp_path / "none.in"))
     assert r.returncode == 2 and "cannot read the input file" in r.stderr
+
+
+def test_a_directory_as_input_is_named(tmp_path):
+    r = pic(str(tmp_path))
+    assert r.returncode == 2 and "a directory, not an input file" in r.stderr, r.stderr
 
 
 def test_emulated_run_reports_charges_and_the_emulators_own_time(tmp_path):
