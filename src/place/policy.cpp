@@ -200,11 +200,10 @@ class Reactive final : public Policy {
            "the least used demoted (IAL-like)";
   }
   Placement place(const Request &r) const override {
-    return {fast_tier(), HM_PREFERRED | (r.size >= kOwnMapping ? HM_MOVABLE : 0u)};
+    return {fast_tier(), HM_PREFERRED | (r.size >= kReactiveOwnMapping ? HM_MOVABLE : 0u)};
   }
   bool reacts() const override { return true; }
   bool honours_class_interleave() const override { return true; }
-  static constexpr size_t kOwnMapping = size_t{64} << 10;
 };
 
 const FirstTouch kFirstTouch;

@@ -10,6 +10,10 @@
 
 namespace hm::place {
 
+// Under `reactive`, objects of this size or more get their own mapping, so that the sampler reads
+// their page use and they can move (policy.cpp places them, reactive_placement.cpp moves them).
+constexpr size_t kReactiveOwnMapping = size_t{64} << 10;
+
 struct Request {
   hm_class_kind_t kind;
   int priority;

@@ -57,7 +57,7 @@ void react(uint32_t iteration) {
   std::vector<Candidate> movable;
   uint64_t pinned_fast = 0;  // fast bytes of objects that cannot move
   for (const Object &o : live_objects()) {
-    if (o.tail_tier >= 0 || o.size < (size_t{64} << 10)) {
+    if (o.tail_tier >= 0 || o.size < kReactiveOwnMapping) {
       pinned_fast += o.bytes_on(fast);
       continue;
     }

@@ -105,6 +105,7 @@ struct hm_stream {
   std::string phase;
   uint64_t handed_ns = 0;
   double t_staged = 0;  // the measured sweep's first batch, computed staged
+  int forced = -1;      // HM_HELPERS, read once at the sweep's start (-1: the model decides)
   std::mutex threads_mutex;
   std::vector<int> threads_seen;  // computing threads of the measured batch
   hm_stream_stats_t stats{};
@@ -215,18 +216,16 @@ int decide(hm_stream_t *s, double t_comp, double t_home, bool *stage) {
   PhaseDecision d;
   d.inputs = model_inputs(s, t_comp);
   d.choice = choose_helpers(d.inputs);
-  int rc;
-  const int forced = helpers_override(&rc);
-  if (forced >= 0) {
+  if (s->forced >= 0) {
     d.overridden = true;
-    d.choice.helpers = forced;
+    d.choice.helpers = s->forced;
   }
   const double home_bytes = s->batches.size() > 1 ? batch_bytes(s, *s->batches[1]) : 0;
   d.t_inplace = home_bytes > 0 ? t_home * d.inputs.data_in / home_bytes : 0;
   // Staging pays when the predicted interval beats working at home by a margin (the copies then
   // hide the slow tier); HM_HELPERS stages regardless (for sweeps of the helper count).
   constexpr double kMargin = 0.95;
-  d.stage = forced >= 0 || d.t_inplace <= 0 || d.choice.t_predicted < kMargin * d.t_inplace;
+  d.stage = s->forced >= 0 || d.t_inplace <= 0 || d.choice.t_predicted < kMargin * d.t_inplace;
   {
     std::lock_guard<std::mutex> lock(e.mutex);
     e.decisions[s->phase] = d;
@@ -411,7 +410,7 @@ int hm_stream_sweep(hm_stream_t *s, size_t first, size_t last) {
   }
   if (s->batches.empty()) return HM_OK;
   int rc;
-  const int forced = helpers_override(&rc);
+  s->forced = helpers_override(&rc);
   if (rc != HM_OK) {
     end_sweep(s);
     return rc;
@@ -426,7 +425,7 @@ int hm_stream_sweep(hm_stream_t *s, size_t first, size_t last) {
     if (!s->measuring) chosen = known->second.choice.helpers;
   }
   s->threads_seen.clear();
-  e.pool.set_helpers(forced >= 0 ? forced : chosen);
+  e.pool.set_helpers(s->forced >= 0 ? s->forced : chosen);
   s->stats.helpers = e.pool.helpers();
   stage_in(s, 0);
   if (!s->measuring && s->batches.size() > 1) stage_in(s, 1);
@@ -445,9 +444,7 @@ int hm_stream_next(hm_stream_t *s, size_t *first, size_t *last) {
   if (b > 0) {
     const double computed = static_cast<double>(now - s->handed_ns) * 1e-9;
     s->stats.compute_seconds += computed;
-    int rc;
-    const bool forced = helpers_override(&rc) >= 0;
-    if (s->staged && s->measuring && b == 1 && forced) {
+    if (s->staged && s->measuring && b == 1 && s->forced >= 0) {
       // HM_HELPERS decides: batch 0 measured the model's inputs (reported), staging goes on.
       bool stage = true;
       e.pool.set_helpers(decide(s, computed, 0, &stage));
