@@ -15,12 +15,14 @@
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 from rich.console import Console
 from rich.table import Table
@@ -243,6 +245,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     env = _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
                         "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0"})
     before = _file_state(trace)  # a trace left from an earlier run must not pass for this one's
+    started = time.time() - 1
     rc = _launch(cmd, env)
     after = _file_state(trace)
     if after is None or (after == before and after[0] == "file"):
@@ -253,6 +256,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
         return 2
     if after[0] == "file":
         print(f"hetmem: trace written to {trace} (hetmem report {trace})", file=sys.stderr)
+        if args.children:
+            others = sorted(glob.glob(glob.escape(trace) + ".[0-9]*"))
+            others = [p for p in others if os.path.getmtime(p) >= started]
+            print(f"hetmem: {len(others)} trace(s) of other processes beside it (TRACE.PID)"
+                  + "".join(f"\n  {p}" for p in others), file=sys.stderr)
     return rc
 
 
@@ -352,7 +360,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("-o", "--output", help="trace file (default hetmem-PROGRAM.hmtrace)")
     pr.add_argument("--depth", type=int, default=8, help="return addresses per call site (0..32, default 8)")
     pr.add_argument("--large", default="1M", help="objects at least this large get per-phase referenced bytes")
-    pr.add_argument("--children", action="store_true", help="forked children write TRACE.PID; exec'd programs too")
+    pr.add_argument("--children", action="store_true",
+                    help="follow every process the program starts: each forked child and each exec'd program writes "
+                         "its own trace, TRACE.PID (a forked child that then execs: TRACE.PID up to the exec, "
+                         "TRACE.PID.2 after it). Without it only the program itself is traced, up to its exit or "
+                         "exec")
     pr.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
     pr.set_defaults(func=cmd_profile)
 

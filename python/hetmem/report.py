@@ -287,6 +287,7 @@ def analyse(trace: Trace, top: int = 10) -> dict:
 
     return {
         "trace": trace.path, "pid": trace.pid, "partial": trace.partial, "problems": trace.problems,
+        "execs": [{"time_s": t / 1e9, "program": program} for t, program in trace.execs],
         "totals": {"events": int(len(ev)), "allocations": int((ev["op"] == ALLOC).sum()),
                    "frees": int((ev["op"] == FREE).sum()), "bytes_allocated": int(a_size.sum()),
                    "threads": int(len(np.unique(ev["thread"]))) if len(ev) else 0,
@@ -403,6 +404,9 @@ def text_report(result: dict) -> str:
     lines.append(f"trace {result['trace']} (pid {result['pid']}): {t['allocations']} allocations, {t['frees']} frees, "
                  f"{t['bytes_allocated'] / MiB:.1f} MiB allocated, {t['threads']} thread(s), "
                  f"{t['iterations']} iteration(s)")
+    for e in result.get("execs", []):
+        lines.append(f"the process exec'd {e['program'] or '(a file descriptor)'} at {e['time_s']:.3f} s: every event "
+                     "before it is here; the new program's are in its own trace with --children (TRACE.PID)")
     lines.append("\nlifetime x size (short-lived: freed within the iteration it was allocated in)")
     lines.append(f"  {'size MiB':<10} {'short':>9} {'long':>9} {'accum MiB':>11} {'peak MiB':>10}")
     for r in result["lifetime_size"]:

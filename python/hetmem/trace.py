@@ -1,9 +1,10 @@
-"""Reads hetmem trace files (format versions 1 and 2, docs/trace-format.md)."""
+"""Reads hetmem trace files (format versions 1 to 3, docs/trace-format.md)."""
 
 from __future__ import annotations
 
 import os
 import struct
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,18 +12,22 @@ import numpy as np
 import zstandard
 
 MAGIC = b"HMTRACE\0"
-VERSION = 2  # also reads 1 (every phase instance sampled)
+VERSION = 3  # also reads 1 (every phase instance sampled) and 2 (no record checksums)
 PHASE_SAMPLED = 1 << 16
 HEADER = struct.Struct("<8sIIQQIIQ16s")  # 64 bytes
-RECORD = struct.Struct("<II")
+RECORD = struct.Struct("<IIII")     # version 3: type, bytes, CRC-32, reserved
+RECORD_V2 = struct.Struct("<II")    # versions 1 and 2: type, bytes
 EVENTS_HEADER = struct.Struct("<IIII")
 SITE_HEADER = struct.Struct("<II")
 PHASE_HEADER = struct.Struct("<IIQQII")
 OBJECT = struct.Struct("<QQQ")
 ITERATION = struct.Struct("<IIQ")
 MODULE = struct.Struct("<QQQII")
+EXEC = struct.Struct("<QII")
 
-EVENTS, SITE, PHASE_NAME, PHASE, ITERATION_MARK, MODULES, END = 1, 2, 3, 4, 5, 6, 7
+EVENTS, SITE, PHASE_NAME, PHASE, ITERATION_MARK, MODULES, END, THREAD_NAME, EXEC_MARK = range(1, 10)
+# No record the writer makes comes near this: a longer one announced is damage, not data.
+MAX_RECORD = 64 << 20
 ALLOC, FREE = 1, 2
 FUNCTIONS = {1: "malloc", 2: "calloc", 3: "realloc", 4: "reallocarray", 5: "posix_memalign", 6: "aligned_alloc",
              7: "memalign", 8: "valloc", 9: "pvalloc", 10: "free", 11: "new", 12: "new[]", 13: "delete",
@@ -70,11 +75,32 @@ class Trace:
     iterations: list[tuple[int, int]] = field(default_factory=list)   # (iteration, time_ns)
     modules: list[tuple[int, int, int, str]] = field(default_factory=list)
     complete: bool = False
+    execs: list[tuple[int, str]] = field(default_factory=list)   # (time_ns, program) of exec calls
     problems: list[str] = field(default_factory=list)
 
     @property
     def partial(self) -> bool:
         return not self.complete or bool(self.problems)
+
+
+def _sealed(data: bytes, pos: int) -> int:
+    """The length of the version-3 record at pos if its head is plausible and its checksum holds,
+    else 0."""
+    if pos + RECORD.size > len(data):
+        return 0
+    rtype, rbytes, crc, _ = RECORD.unpack_from(data, pos)
+    if not 1 <= rtype <= 64 or rbytes < RECORD.size or rbytes > MAX_RECORD or pos + rbytes > len(data):
+        return 0
+    check = zlib.crc32(data[pos + RECORD.size:pos + rbytes], zlib.crc32(data[pos:pos + 8]))
+    return rbytes if check == crc else 0
+
+
+def _next_sealed(data: bytes, start: int) -> int:
+    """The position of the first record at or after start whose checksum holds, or -1."""
+    for pos in range(start, len(data) - RECORD.size + 1):
+        if _sealed(data, pos):
+            return pos
+    return -1
 
 
 def read_trace(path: str | os.PathLike) -> Trace:
@@ -85,30 +111,59 @@ def read_trace(path: str | os.PathLike) -> Trace:
         raise TraceError(f"{path}: no such trace file") from None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read the trace: {exc.strerror}") from None
-    if len(data) < 12 or data[:8] != MAGIC:
+    if len(data) < len(MAGIC) and MAGIC.startswith(data) and data:
+        raise TraceError(f"{path}: truncated header: the trace ends after {len(data)} of its {HEADER.size} header "
+                         "bytes (the program was stopped as it started)")
+    if len(data) < 8 or data[:8] != MAGIC:
         raise TraceError(f"{path}: not a hetmem trace (the file does not start with {MAGIC[:7].decode()})")
+    if len(data) < 12:
+        raise TraceError(f"{path}: truncated header: the trace ends after {len(data)} of its {HEADER.size} header "
+                         "bytes")
     version = struct.unpack_from("<I", data, 8)[0]
-    if version not in (1, VERSION):
-        raise TraceError(f"{path}: trace format version {version}; this hetmem reads versions 1 and {VERSION} "
+    if version not in (1, 2, VERSION):
+        raise TraceError(f"{path}: trace format version {version}; this hetmem reads versions 1 to {VERSION} "
                          f"(record it again with this hetmem, or report it with the hetmem that wrote it)")
     if len(data) < HEADER.size:
-        raise TraceError(f"{path}: the trace ends inside its header ({len(data)} of {HEADER.size} bytes)")
+        raise TraceError(f"{path}: truncated header: the trace ends after {len(data)} of its {HEADER.size} header "
+                         "bytes")
     _, _, header_bytes, _, start_unix, pid, depth, large, _ = HEADER.unpack_from(data, 0)
+    if header_bytes < HEADER.size or header_bytes > len(data):
+        raise TraceError(f"{path}: damaged header: it announces {header_bytes} header bytes")
     trace = Trace(path=path, pid=pid, start_unix_ns=start_unix, stack_depth=depth, large_threshold=large,
                   events=np.zeros(0, dtype=EVENT_DTYPE))
     blocks, threads = [], []
     decompressor = zstandard.ZstdDecompressor()
+    head = RECORD if version >= 3 else RECORD_V2
     pos = header_bytes
     while pos < len(data):
-        if pos + RECORD.size > len(data):
-            trace.problems.append(f"the trace ends inside a record head at byte {pos}")
+        if pos + head.size > len(data):
+            trace.problems.append(f"truncated: the trace ends inside a record head at byte {pos}")
             break
-        rtype, rbytes = RECORD.unpack_from(data, pos)
-        if rbytes < RECORD.size or pos + rbytes > len(data):
-            trace.problems.append(f"the trace ends inside a record at byte {pos} (type {rtype}, {rbytes} bytes "
-                                  f"announced, {len(data) - pos} present)")
+        rtype, rbytes = RECORD_V2.unpack_from(data, pos)
+        if version >= 3 and not _sealed(data, pos):
+            # Damage or truncation: a later record whose checksum holds tells them apart.
+            resume = _next_sealed(data, pos + 1)
+            if resume < 0 and pos + rbytes > len(data) and rbytes <= MAX_RECORD:
+                trace.problems.append(f"truncated: the trace ends inside a record at byte {pos} (type {rtype}, "
+                                      f"{rbytes} bytes announced, {len(data) - pos} present)")
+                break
+            where = f"bytes {pos}..{resume - 1}" if resume >= 0 else f"bytes {pos}..{len(data) - 1} (the end)"
+            trace.problems.append(f"damaged: {where} fail their checksums and were skipped; "
+                                  f"{sum(len(b) for b in blocks)} events before them were read"
+                                  + (", reading went on after them" if resume >= 0 else ""))
+            if resume < 0:
+                break
+            pos = resume
+            continue
+        if rbytes < head.size or (version < 3 and rbytes > MAX_RECORD):
+            trace.problems.append(f"damaged: the record at byte {pos} announces {rbytes} bytes (type {rtype}); "
+                                  f"{sum(len(b) for b in blocks)} events before it were read, the rest skipped")
             break
-        body = data[pos + RECORD.size:pos + rbytes]
+        if pos + rbytes > len(data):
+            trace.problems.append(f"truncated: the trace ends inside a record at byte {pos} (type {rtype}, "
+                                  f"{rbytes} bytes announced, {len(data) - pos} present)")
+            break
+        body = data[pos + head.size:pos + rbytes]
         try:
             if rtype == EVENTS:
                 thread, count, packed, _ = EVENTS_HEADER.unpack_from(body, 0)
@@ -138,11 +193,16 @@ def read_trace(path: str | os.PathLike) -> Trace:
                     name = body[off + MODULE.size:off + MODULE.size + n].decode(errors="replace")
                     trace.modules.append((start, end, bias, name))
                     off += MODULE.size + n
+            elif rtype == EXEC_MARK:
+                t, n, _ = EXEC.unpack_from(body, 0)
+                trace.execs.append((t, body[EXEC.size:EXEC.size + n].decode(errors="replace")))
             elif rtype == END:
                 trace.complete = True
         except (struct.error, zstandard.ZstdError, ValueError) as exc:
             trace.problems.append(f"record at byte {pos} (type {rtype}) is damaged: {exc}")
         pos += rbytes
+    if trace.execs and not trace.complete:
+        trace.complete = True  # the process replaced itself; everything before was written out
     if not trace.complete and not trace.problems:
         trace.problems.append("no end record: the program did not stop cleanly (killed, _exit or a crash); "
                               "events still in its buffers are missing")

@@ -38,11 +38,6 @@ void *fail_null(int code, const char *fmt, ...) {
   return nullptr;
 }
 
-void clear_error() {
-  t_code = HM_OK;
-  t_message[0] = '\0';
-}
-
 void set_log_level(int level) { g_log_level = level; }
 
 void log(int level, const char *fmt, ...) {

@@ -9,7 +9,6 @@ namespace hm {
 int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // The same, returning nullptr for allocation paths.
 void *fail_null(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void clear_error();
 // Writes a diagnostic line to stderr when HM_VERBOSE >= level (without allocating).
 void log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void set_log_level(int level);

@@ -51,7 +51,11 @@ const OptionSpec kOptions[] = {
     {"HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)"},
     {"HM_PROFILE_LARGE", "1M", "objects at least this large get their own mapping and per-phase referenced bytes"},
     {"HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded"},
+    {"HM_PROFILE_ROOT_PID", "", "set by the preload library: the process whose trace is TRACE; every other "
+     "process of the run (forked or exec'd, with HM_PROFILE_CHILDREN=1) writes TRACE.PID"},
     {"HM_RULES", "", "preload library: placement rules file (set by `hetmem run --rules`)"},
+    {"HM_PM_CHECK", "0", "1: persistent octrees validate every family when restored (slower; bounds are always "
+     "checked)"},
 };
 constexpr int kCount = sizeof(kOptions) / sizeof(kOptions[0]);
 

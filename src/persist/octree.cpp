@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "base/error.h"
+#include "base/options.h"
 #include "hetmem/hetmem.h"
 
 namespace hm::persist {
@@ -25,8 +26,10 @@ bool checks_on() {
   return true;
 #else
   static const bool on = [] {
-    const char *v = std::getenv("HM_PM_CHECK");
-    return v && *v && std::strcmp(v, "0") != 0;
+    const std::string *v = option_text("HM_PM_CHECK");
+    if (!v || v->empty()) options_load();  // a tree used before hm_init
+    long value = 0;
+    return option_int("HM_PM_CHECK", &value) == HM_OK && value != 0;
   }();
   return on;
 #endif

@@ -1,13 +1,7 @@
 #include "place/rules.h"
 #include "profile/hooks.h"
 
-#include <dlfcn.h>
 #include <elf.h>
-#include <fcntl.h>
-#include <link.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -42,20 +36,12 @@ struct Ranges {
 };
 
 void symbols_matching(const char *path, uintptr_t bias, const std::string &fragment, Ranges *out) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Elf64_Ehdr))) {
-    close(fd);
-    return;
-  }
-  size_t len = static_cast<size_t>(st.st_size);
-  void *map = mmap(nullptr, len, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) return;
+  void *map = nullptr;
+  size_t len = 0;
+  if (prim::map_file_readonly(path, &map, &len) != HM_OK) return;
   auto *base = static_cast<const unsigned char *>(map);
   auto *eh = reinterpret_cast<const Elf64_Ehdr *>(base);
-  bool ok = std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+  bool ok = len >= sizeof(Elf64_Ehdr) && std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
             eh->e_shoff + static_cast<size_t>(eh->e_shnum) * sizeof(Elf64_Shdr) <= len;
   if (ok) {
     auto *sh = reinterpret_cast<const Elf64_Shdr *>(base + eh->e_shoff);
@@ -80,7 +66,7 @@ void symbols_matching(const char *path, uintptr_t bias, const std::string &fragm
       if (found) break;
     }
   }
-  munmap(map, len);
+  prim::unmap(map, len);
 }
 
 std::vector<Ranges> *g_ranges = nullptr;  // one per rule, for function rules
@@ -94,29 +80,23 @@ void resolve_functions() {
       const Rule *rule;
       Ranges *out;
     } ctx{&rule, &(*g_ranges)[r]};
-    dl_iterate_phdr(
-        [](dl_phdr_info *info, size_t, void *data) {
+    prim::for_each_loaded_object(
+        [](const prim::LoadedObject &object, void *data) {
           auto *c = static_cast<Ctx *>(data);
-          char exe[512] = {};
-          const char *path = info->dlpi_name;
-          if (!path || !*path) {
-            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-            path = n > 0 ? exe : nullptr;
-          }
-          if (path && *path) symbols_matching(path, info->dlpi_addr, c->rule->text, c->out);
-          return 0;
+          if (*object.path) symbols_matching(object.path, object.bias, c->rule->text, c->out);
         },
         &ctx);
   }
 }
 
 bool site_matches(const Rule &rule, const void *caller) {
-  Dl_info info;
-  if (!dladdr(caller, &info) || !info.dli_fname) return false;
-  std::string name = info.dli_fname;
+  const char *path = nullptr;
+  uintptr_t base = 0;
+  if (!prim::object_at(caller, &path, &base)) return false;
+  std::string name = path;
   bool module_ok = name == rule.text || (name.size() >= rule.text.size() &&
                                          name.compare(name.size() - rule.text.size(), rule.text.size(), rule.text) == 0);
-  return module_ok && reinterpret_cast<uintptr_t>(caller) - reinterpret_cast<uintptr_t>(info.dli_fbase) == rule.offset;
+  return module_ok && reinterpret_cast<uintptr_t>(caller) - base == rule.offset;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 // then passes every call through.
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -259,11 +260,18 @@ __attribute__((constructor)) void start_up() {
     }
     if (trace && *trace) {
       int depth = atoi(option("HM_PROFILE_DEPTH").c_str());
-      // A program exec'd by a followed child writes TRACE.PID, never over the first trace.
+      // Any program exec'd with --children (by a followed child, or by the first process itself)
+      // writes TRACE.PID, never over the first trace.
       std::string path = trace;
-      const char *root = getenv("HM_PROFILE_ROOT_PID");
-      if (!root) setenv("HM_PROFILE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
-      else if (atoi(root) != getpid()) path += "." + std::to_string(getpid());
+      if (option("HM_PROFILE_ROOT_PID").empty()) {
+        setenv("HM_PROFILE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
+      } else {
+        // A forked child that then execs keeps its pid: its trace up to the exec is TRACE.PID,
+        // the exec'd program's TRACE.PID.2 (.3 after a second exec, ...).
+        path += "." + std::to_string(getpid());
+        std::string first = path;
+        for (int n = 2; access(path.c_str(), F_OK) == 0 && n < 1000; ++n) path = first + "." + std::to_string(n);
+      }
       if (hm_profile_start(path.c_str(), depth, g_large) == HM_OK) g_profiling = true;
       else say("not profiling", hm_last_error());
     }
@@ -434,3 +442,108 @@ HM_DELETE(_ZdlPvRKSt9nothrow_t, (void *p, const std::nothrow_t &), kDelete)
 HM_DELETE(_ZdaPvRKSt9nothrow_t, (void *p, const std::nothrow_t &), kDeleteArray)
 HM_DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, (void *p, std::align_val_t, const std::nothrow_t &), kDelete)
 HM_DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, (void *p, std::align_val_t, const std::nothrow_t &), kDeleteArray)
+
+// The exec family. The C library's own execl/execvp reach execve internally, past any
+// interposition, so each public entry is hooked: the trace is written out before the process
+// image is replaced (events still buffered would otherwise vanish with it).
+namespace {
+
+template <class Fn>
+Fn real_exec(const char *name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
+void before_exec(const char *program) {
+  if (g_profiling) {
+    Inside inside;
+    hm_profile_before_exec(program);
+  }
+}
+
+// The arguments of execl/execlp/execle after `first`, up to the terminating null pointer, into
+// argv (on the caller's stack: the heap may be a tier the exec is about to discard). false (E2BIG)
+// when there are more than fit.
+constexpr int kMaxExecArgs = 4096;
+
+bool collect_args(const char *first, va_list *ap, const char **argv) {
+  int n = 0;
+  argv[n++] = first;
+  while (argv[n - 1] && n <= kMaxExecArgs) argv[n++] = va_arg(*ap, const char *);
+  if (!argv[n - 1]) return true;
+  errno = E2BIG;
+  return false;
+}
+
+}  // namespace
+
+HM_EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+  before_exec(path);
+  return real_exec<int (*)(const char *, char *const[], char *const[])>("execve")(path, argv, envp);
+}
+
+HM_EXPORT int execv(const char *path, char *const argv[]) {
+  before_exec(path);
+  return real_exec<int (*)(const char *, char *const[])>("execv")(path, argv);
+}
+
+HM_EXPORT int execvp(const char *file, char *const argv[]) {
+  before_exec(file);
+  return real_exec<int (*)(const char *, char *const[])>("execvp")(file, argv);
+}
+
+HM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
+  before_exec(file);
+  return real_exec<int (*)(const char *, char *const[], char *const[])>("execvpe")(file, argv, envp);
+}
+
+HM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
+  before_exec(nullptr);
+  return real_exec<int (*)(int, char *const[], char *const[])>("fexecve")(fd, argv, envp);
+}
+
+HM_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags) {
+  before_exec(path);
+  return real_exec<int (*)(int, const char *, char *const[], char *const[], int)>("execveat")(dirfd, path, argv, envp,
+                                                                                           flags);
+}
+
+// _exit and _Exit run no destructors: the trace is finished here instead (shells such as dash
+// leave through _exit).
+HM_EXPORT void _exit(int status) {
+  if (g_profiling) {  // not cleared: a vfork child shares it with its parent
+    Inside inside;
+    hm_profile_before_exit();
+  }
+  real_exec<void (*)(int)>("_exit")(status);
+  __builtin_unreachable();
+}
+
+HM_EXPORT void _Exit(int status) { _exit(status); }
+
+HM_EXPORT int execl(const char *path, const char *arg, ...) {
+  const char *argv[kMaxExecArgs + 1];
+  va_list ap;
+  va_start(ap, arg);
+  bool ok = collect_args(arg, &ap, argv);
+  va_end(ap);
+  return ok ? execv(path, const_cast<char *const *>(argv)) : -1;
+}
+
+HM_EXPORT int execlp(const char *file, const char *arg, ...) {
+  const char *argv[kMaxExecArgs + 1];
+  va_list ap;
+  va_start(ap, arg);
+  bool ok = collect_args(arg, &ap, argv);
+  va_end(ap);
+  return ok ? execvp(file, const_cast<char *const *>(argv)) : -1;
+}
+
+HM_EXPORT int execle(const char *path, const char *arg, ...) {
+  const char *argv[kMaxExecArgs + 1];
+  va_list ap;
+  va_start(ap, arg);
+  bool ok = collect_args(arg, &ap, argv);
+  char *const *envp = ok ? va_arg(ap, char *const *) : nullptr;  // after the null pointer
+  va_end(ap);
+  return ok ? execve(path, const_cast<char *const *>(argv), envp) : -1;
+}

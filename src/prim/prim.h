@@ -30,7 +30,6 @@ int map_file_fixed(void *addr, size_t len, int fd, uint64_t offset, bool try_syn
 // Moves the pages of [from, from+len) to `to` (anonymous memory), replacing what was there.
 int remap_fixed(void *from, size_t len, void *to);
 int advise_huge(void *addr, size_t len, bool on);
-int advise_dontneed(void *addr, size_t len);
 int sync_range(void *addr, size_t len);
 
 // NUMA. `node` < 0 means "no binding" for bind_node.
@@ -62,6 +61,30 @@ bool read_text(const std::string &path, std::string *out);  // whole small file 
 bool write_text_atomic(const std::string &path, const std::string &text);  // any bytes; fsync, then rename
 bool list_dir(const std::string &path, std::string *names);  // newline-separated entries
 bool make_dirs(const std::string &path);
+// Creates (truncating) `path` for appending records: every write lands at the end, whole.
+int create_append_file(const std::string &path, int *fd);
+// Writes the pieces in order with one system call (writev); HM_EIO unless all were written.
+struct Piece {
+  const void *data;
+  size_t bytes;
+};
+int write_pieces(int fd, const Piece *pieces, int count);
+// A whole file mapped read-only and private; release with unmap(*data, *len).
+int map_file_readonly(const std::string &path, void **data, size_t *len);
+
+// Loaded objects (the dynamic linker's list).
+struct LoadedObject {
+  const char *path;  // the main program's from /proc/self/exe
+  uintptr_t bias;    // ELF address = runtime address - bias
+  struct Segment {
+    uintptr_t start, end;  // runtime addresses of an executable PT_LOAD segment
+  } code[8];
+  int code_segments;
+};
+// Calls fn(object, ctx) for every loaded object.
+void for_each_loaded_object(void (*fn)(const LoadedObject &, void *), void *ctx);
+// The object holding `addr` (dladdr): its path and load base. false when none does.
+bool object_at(const void *addr, const char **path, uintptr_t *base);
 
 // TCP byte streams (replicas on another host). HM_OK or HM_EIO (errno's text in *why when given).
 int tcp_connect(const std::string &host, int port, int *fd, std::string *why = nullptr);
@@ -97,6 +120,7 @@ int thread_id();
 uint64_t now_ns();
 // Seconds since 1970 (CLOCK_REALTIME): for records of when something was made.
 int64_t wall_seconds();
+uint64_t wall_ns();  // the same, in nanoseconds
 // A cheaper monotonic clock for per-event timestamps: the invariant TSC scaled to nanoseconds
 // (calibrated against CLOCK_MONOTONIC on first use), or now_ns() where there is none.
 uint64_t fast_now_ns();

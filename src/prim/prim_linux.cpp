@@ -2,6 +2,9 @@
 #include "prim/prim.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <sys/uio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <numa.h>
@@ -120,10 +123,6 @@ int remap_fixed(void *from, size_t len, void *to) {
 
 int advise_huge(void *addr, size_t len, bool on) {
   return madvise(addr, len, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? HM_OK : HM_ENOTSUP;
-}
-
-int advise_dontneed(void *addr, size_t len) {
-  return madvise(addr, len, MADV_DONTNEED) == 0 ? HM_OK : errno_code(errno);
 }
 
 int sync_range(void *addr, size_t len) { return msync(addr, len, MS_SYNC) == 0 ? HM_OK : HM_EIO; }
@@ -399,6 +398,76 @@ bool make_dirs(const std::string &path) {
   return true;
 }
 
+int create_append_file(const std::string &path, int *fd) {
+  *fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  return *fd >= 0 ? HM_OK : HM_EIO;
+}
+
+int write_pieces(int fd, const Piece *pieces, int count) {
+  iovec iov[8];
+  if (count > 8) return HM_EINVAL;
+  size_t total = 0;
+  for (int i = 0; i < count; ++i) {
+    iov[i] = {const_cast<void *>(pieces[i].data), pieces[i].bytes};
+    total += pieces[i].bytes;
+  }
+  ssize_t w;
+  do w = writev(fd, iov, count);
+  while (w < 0 && errno == EINTR);
+  return w == static_cast<ssize_t>(total) ? HM_OK : HM_EIO;
+}
+
+int map_file_readonly(const std::string &path, void **data, size_t *len) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return HM_EIO;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) {
+    close(fd);
+    return HM_EIO;
+  }
+  void *map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return HM_EIO;
+  *data = map;
+  *len = static_cast<size_t>(st.st_size);
+  return HM_OK;
+}
+
+void for_each_loaded_object(void (*fn)(const LoadedObject &, void *), void *ctx) {
+  struct Call {
+    void (*fn)(const LoadedObject &, void *);
+    void *ctx;
+  } call{fn, ctx};
+  dl_iterate_phdr(
+      [](dl_phdr_info *info, size_t, void *data) {
+        auto *c = static_cast<Call *>(data);
+        char exe[512] = {};
+        LoadedObject o{};
+        o.path = info->dlpi_name;
+        if (!o.path || !*o.path) {
+          ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+          o.path = n > 0 ? exe : "";
+        }
+        o.bias = info->dlpi_addr;
+        for (int i = 0; i < info->dlpi_phnum && o.code_segments < 8; ++i) {
+          const ElfW(Phdr) &ph = info->dlpi_phdr[i];
+          if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X))
+            o.code[o.code_segments++] = {info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz};
+        }
+        c->fn(o, c->ctx);
+        return 0;
+      },
+      &call);
+}
+
+bool object_at(const void *addr, const char **path, uintptr_t *base) {
+  Dl_info info;
+  if (!dladdr(addr, &info) || !info.dli_fname) return false;
+  *path = info.dli_fname;
+  *base = reinterpret_cast<uintptr_t>(info.dli_fbase);
+  return true;
+}
+
 const char *env(const char *name) { return getenv(name); }
 
 uint64_t hugetlb_free_pages(size_t page_size) {
@@ -439,6 +508,12 @@ int64_t wall_seconds() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<int64_t>(ts.tv_sec);
+}
+
+uint64_t wall_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 namespace {

@@ -53,5 +53,7 @@ void hm_profile_record(int op, int fn, const void *ptr, size_t size, const void 
 void hm_profile_note_large(const void *ptr, size_t size) { hm::profile::note_large(ptr, size); }
 void hm_profile_forget_large(const void *ptr) { hm::profile::forget_large(ptr); }
 void hm_profile_after_fork(int follow) { hm::profile::after_fork_in_child(follow != 0); }
+void hm_profile_before_exec(const char *program) { hm::profile::before_exec(program); }
+void hm_profile_before_exit(void) { hm::profile::before_exit(); }
 
 }  // extern "C"

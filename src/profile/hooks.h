@@ -12,6 +12,10 @@ HM_HOOK_API void hm_profile_note_large(const void *ptr, size_t size);
 HM_HOOK_API void hm_profile_forget_large(const void *ptr);
 // In a fork child: drop the parent's buffers; follow != 0 starts the child's own trace.
 HM_HOOK_API void hm_profile_after_fork(int follow);
+// Before the process execs `program`: everything recorded so far is written out.
+HM_HOOK_API void hm_profile_before_exec(const char *program);
+// Before _exit: the trace is finished (end record) as at a normal exit.
+HM_HOOK_API void hm_profile_before_exit(void);
 // Loads and installs placement rules; on error writes "FILE:LINE:COL: what" to error.
 HM_HOOK_API int hm_rules_install(const char *path, char *error, size_t error_len);
 // Only checks a rules file (the `hetmem run` command does this before starting anything).

@@ -1,10 +1,8 @@
 #include "profile/profiler.h"
 
-#include <fcntl.h>
-#include <link.h>
 #include <pthread.h>
-#include <sys/uio.h>
 #include <unistd.h>
+#include <zlib.h>
 #include <zstd.h>
 
 #include <cstring>
@@ -49,6 +47,7 @@ struct SiteSlot {
 };
 
 int g_fd = -1;
+int g_trace_pid = 0;  // the process the open trace belongs to (a vfork child is not it)
 Options g_options;
 std::atomic<uint64_t> g_generation{0};  // a new trace (start, or a followed fork) starts a new one
 uint64_t g_start_ns = 0;
@@ -71,11 +70,18 @@ void disable(const char *why) {
   }
 }
 
-int write_all(const iovec *iov, int n) {
-  size_t total = 0;
-  for (int i = 0; i < n; ++i) total += iov[i].iov_len;
-  ssize_t w = writev(g_fd, iov, n);  // O_APPEND: each record lands whole
-  return w == static_cast<ssize_t>(total) ? HM_OK : HM_EIO;
+// One record: its head (length and CRC-32 over type, length and payload), then the payload pieces,
+// in one write (O_APPEND: each record lands whole, whichever thread writes it).
+int write_sealed(uint32_t type, const prim::Piece *payload, int pieces) {
+  trace::RecordHead head{type, static_cast<uint32_t>(sizeof(trace::RecordHead)), 0, 0};
+  for (int i = 0; i < pieces; ++i) head.bytes += static_cast<uint32_t>(payload[i].bytes);
+  uLong crc = crc32(0L, reinterpret_cast<const Bytef *>(&head), 8);
+  for (int i = 0; i < pieces; ++i)
+    if (payload[i].bytes) crc = crc32(crc, static_cast<const Bytef *>(payload[i].data), static_cast<uInt>(payload[i].bytes));
+  head.crc = static_cast<uint32_t>(crc);
+  prim::Piece all[4] = {{&head, sizeof head}};
+  for (int i = 0; i < pieces; ++i) all[i + 1] = payload[i];
+  return prim::write_pieces(g_fd, all, pieces + 1);
 }
 
 // Lays the block out column by column, each column split into byte planes (all low bytes, then
@@ -128,9 +134,8 @@ void flush_locked(ThreadBuffer *b) {
     return;
   }
   trace::EventsHeader eh{b->tid, b->count, static_cast<uint32_t>(packed), 0};
-  trace::RecordHead head{trace::kEvents, static_cast<uint32_t>(sizeof head + sizeof eh + packed)};
-  iovec iov[3] = {{&head, sizeof head}, {&eh, sizeof eh}, {b->packed, packed}};
-  if (write_all(iov, 3) != HM_OK) disable("writing the trace failed (disk full?)");
+  prim::Piece payload[2] = {{&eh, sizeof eh}, {b->packed, packed}};
+  if (write_sealed(trace::kEvents, payload, 2) != HM_OK) disable("writing the trace failed (disk full?)");
   b->count = 0;
 }
 
@@ -225,46 +230,37 @@ int write_header() {
   h.version = trace::kVersion;
   h.header_bytes = sizeof h;
   h.start_monotonic_ns = g_start_ns;  // fast_now_ns: CLOCK_MONOTONIC through the TSC
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  h.start_unix_ns = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  h.start_unix_ns = prim::wall_ns();
   h.pid = static_cast<uint32_t>(getpid());
   h.stack_depth = static_cast<uint32_t>(g_options.depth);
   h.large_threshold = g_options.large;
-  return write(g_fd, &h, sizeof h) == static_cast<ssize_t>(sizeof h) ? HM_OK : HM_EIO;
+  prim::Piece piece{&h, sizeof h};
+  return prim::write_pieces(g_fd, &piece, 1);
 }
 
 // The executable segments of every loaded object, so that addresses can be symbolised offline.
 int write_modules() {
   std::string payload;
-  dl_iterate_phdr(
-      [](dl_phdr_info *info, size_t, void *data) {
+  prim::for_each_loaded_object(
+      [](const prim::LoadedObject &object, void *data) {
         auto *out = static_cast<std::string *>(data);
-        char exe[512] = {};
-        const char *path = info->dlpi_name;
-        if (!path || !*path) {
-          ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-          path = n > 0 ? exe : "";
-        }
-        for (int i = 0; i < info->dlpi_phnum; ++i) {
-          const ElfW(Phdr) &ph = info->dlpi_phdr[i];
-          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
-          trace::ModuleEntry e{info->dlpi_addr + ph.p_vaddr, info->dlpi_addr + ph.p_vaddr + ph.p_memsz,
-                               info->dlpi_addr, static_cast<uint32_t>(std::strlen(path)), 0};
+        for (int i = 0; i < object.code_segments; ++i) {
+          trace::ModuleEntry e{object.code[i].start, object.code[i].end, object.bias,
+                               static_cast<uint32_t>(std::strlen(object.path)), 0};
           out->append(reinterpret_cast<const char *>(&e), sizeof e);
-          out->append(path, e.path_bytes);
+          out->append(object.path, e.path_bytes);
         }
-        return 0;
       },
       &payload);
   return write_record(trace::kModules, payload.data(), payload.size());
 }
 
 int open_trace(const std::string &path) {
-  g_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (g_fd < 0) return fail(HM_EIO, "cannot write the trace %s: %s", path.c_str(), std::strerror(errno));
+  if (prim::create_append_file(path, &g_fd) != HM_OK)
+    return fail(HM_EIO, "cannot write the trace %s: %s", path.c_str(), std::strerror(errno));
+  g_trace_pid = getpid();
   if (write_header() != HM_OK) {
-    close(g_fd);
+    prim::close_fd(g_fd);
     g_fd = -1;
     return fail(HM_EIO, "cannot write the trace %s", path.c_str());
   }
@@ -281,9 +277,8 @@ uint64_t large_threshold() { return g_options.large; }
 
 int write_record(uint32_t type, const void *payload, size_t bytes, const void *extra, size_t extra_bytes) {
   if (g_fd < 0) return HM_EINVAL;
-  trace::RecordHead head{type, static_cast<uint32_t>(sizeof head + bytes + extra_bytes)};
-  iovec iov[3] = {{&head, sizeof head}, {const_cast<void *>(payload), bytes}, {const_cast<void *>(extra), extra_bytes}};
-  int rc = write_all(iov, extra_bytes ? 3 : 2);
+  prim::Piece pieces[2] = {{payload, bytes}, {extra, extra_bytes}};
+  int rc = write_sealed(type, pieces, extra_bytes ? 2 : 1);
   if (rc != HM_OK) disable("writing the trace failed (disk full?)");
   return rc;
 }
@@ -338,13 +333,29 @@ int stop() {
   std::lock_guard<std::mutex> guard(g_mutex);
   write_modules();  // again: libraries loaded since the start
   write_record(trace::kEnd, nullptr, 0);
-  close(g_fd);
+  prim::close_fd(g_fd);
   g_fd = -1;
   g_large->clear();
   // Forget the sites: a new trace defines its own.
   std::memset(static_cast<void *>(g_sites), 0, sizeof(SiteSlot) * kSiteSlots);
   g_site_count = 0;
   return HM_OK;
+}
+
+void before_exec(const char *program) {
+  InternalScope internal;
+  // A vfork child shares the parent's memory and buffers; the parent's trace is not its to write.
+  if (!g_active.load() || g_fd < 0 || getpid() != g_trace_pid) return;
+  flush(true);
+  std::lock_guard<std::mutex> guard(g_mutex);
+  write_modules();
+  trace::ExecRecord r{now(), static_cast<uint32_t>(program ? std::strlen(program) : 0), 0};
+  write_record(trace::kExec, &r, sizeof r, program, r.path_bytes);
+  // The descriptor is close-on-exec: if the exec fails, recording simply goes on.
+}
+
+void before_exit() {
+  if (g_fd >= 0 && getpid() == g_trace_pid) stop();
 }
 
 void record(trace::Op op, trace::Fn fn, const void *ptr, size_t size, const void *caller) {
@@ -410,7 +421,7 @@ void after_fork_in_child(bool follow) {
   g_buffers = nullptr;
   t_buffer = nullptr;
   new (&g_mutex) std::mutex();
-  if (g_fd >= 0) close(g_fd);
+  if (g_fd >= 0) prim::close_fd(g_fd);
   g_fd = -1;
   if (!g_active.load()) return;
   if (!follow) {

@@ -42,6 +42,12 @@ size_t large_object_count();
 // In a child after fork: the parent's buffers are dropped; with follow = true the child starts its
 // own trace (path.PID), else it records nothing.
 void after_fork_in_child(bool follow);
+// Before an exec-family call: the buffered events, the loaded objects and an exec record written,
+// so that the trace is whole if the exec succeeds (and goes on if it fails).
+void before_exec(const char *program);
+// Before _exit (which runs no destructors): the trace finished as by stop(), unless this process
+// is a vfork child sharing its parent's trace.
+void before_exit();
 // Writes one record (head + payload + extra) with a single write. Used by phases.
 int write_record(uint32_t type, const void *payload, size_t bytes, const void *extra = nullptr, size_t extra_bytes = 0);
 uint64_t now();  // ns since the trace started (or since the process loaded the profiler)

@@ -1,13 +1,14 @@
-// The hetmem trace format, version 1 (documented byte by byte in docs/trace-format.md).
-// Little-endian. A 64-byte file header, then records: {uint32 type, uint32 bytes (including this
-// 8-byte head)} followed by the payload. A reader that meets a record it does not know skips it.
+// The hetmem trace format, version 3 (documented byte by byte in docs/trace-format.md).
+// Little-endian. A 64-byte file header, then records: a 16-byte RecordHead followed by the
+// payload. A reader that meets a record it does not know skips it; one whose checksum fails is
+// damaged, and the reader looks for the next record whose checksum holds.
 #pragma once
 #include <cstdint>
 
 namespace hm::trace {
 
 constexpr char kMagic[8] = {'H', 'M', 'T', 'R', 'A', 'C', 'E', '\0'};
-constexpr uint32_t kVersion = 2;  // 2: PhaseHeader.phase carries kPhaseSampled
+constexpr uint32_t kVersion = 3;  // 2: PhaseHeader.phase carries kPhaseSampled; 3: RecordHead.crc
 
 struct FileHeader {  // 64 bytes
   char magic[8];
@@ -31,12 +32,17 @@ enum RecordType : uint32_t {
   kModules = 6,     // repeated ModuleEntry, each followed by path_bytes of path
   kEnd = 7,         // written by a clean stop; a trace without it is partial
   kThreadName = 8,  // reserved
+  kExec = 9,        // ExecRecord, then the new program's path: the process replaced itself
 };
 
+// Versions 1 and 2 had an 8-byte head {type, bytes}.
 struct RecordHead {
   uint32_t type;
-  uint32_t bytes;
+  uint32_t bytes;     // the whole record, this head included
+  uint32_t crc;       // CRC-32 (zlib's, as Python's zlib.crc32) of type and bytes, then the payload
+  uint32_t reserved;
 };
+static_assert(sizeof(RecordHead) == 16);
 
 enum Op : uint8_t { kAlloc = 1, kFree = 2 };
 // The function that made the event.
@@ -98,6 +104,12 @@ struct IterationRecord {
   uint32_t iteration;  // the iteration that starts now
   uint32_t reserved;
   uint64_t time_ns;
+};
+
+struct ExecRecord {
+  uint64_t time_ns;
+  uint32_t path_bytes;
+  uint32_t reserved;
 };
 
 struct ModuleEntry {

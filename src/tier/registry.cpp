@@ -15,7 +15,10 @@
 namespace hm {
 namespace {
 
-std::unique_ptr<Tier> g_tiers[kMaxTiers];
+// Plain pointers, deleted only by tiers_finalize: the tiers must outlive every exit-time
+// destructor of the program and its libraries, whose frees still reach them through the preload
+// library (a static array of owners would be destroyed first).
+Tier *g_tiers[kMaxTiers] = {};
 int g_count = 0;
 int g_roles[HM_ROLE_COUNT] = {-1, -1, -1};
 int g_local_node = 0;
@@ -27,7 +30,7 @@ int add_tier(std::unique_ptr<Tier> t, std::string *error) {
     return HM_EINVAL;
   }
   t->id = g_count;
-  g_tiers[g_count] = std::move(t);
+  g_tiers[g_count] = t.release();
   return g_count++;
 }
 
@@ -251,13 +254,16 @@ int tiers_init() {
 }
 
 void tiers_finalize() {
-  for (int i = 0; i < g_count; ++i) g_tiers[i].reset();
+  for (int i = 0; i < g_count; ++i) {
+    delete g_tiers[i];
+    g_tiers[i] = nullptr;
+  }
   g_count = 0;
   for (int &r : g_roles) r = -1;
 }
 
 int tier_count() { return g_count; }
-Tier *tier_get(int id) { return id >= 0 && id < g_count ? g_tiers[id].get() : nullptr; }
+Tier *tier_get(int id) { return id >= 0 && id < g_count ? g_tiers[id] : nullptr; }
 int role_tier(hm_role_t role) { return role >= 0 && role < HM_ROLE_COUNT ? g_roles[role] : -1; }
 const char *role_name(hm_role_t role) { return role >= 0 && role < HM_ROLE_COUNT ? kRoleNames[role] : "?"; }
 

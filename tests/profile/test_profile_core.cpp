@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <atomic>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "hetmem/hetmem.h"
 #include "profile/trace_format.h"
+
 #include "../support.h"
 
 namespace {
@@ -21,7 +23,8 @@ std::vector<char> slurp(const std::string &path) {
   return std::vector<char>(std::istreambuf_iterator<char>(in), {});
 }
 
-// Counts records by type; stops at the first damaged one.
+// Counts records by type (counts[0]: records whose CRC-32 fails); stops at the first whose length
+// does not fit.
 std::vector<int> record_types(const std::vector<char> &data) {
   std::vector<int> counts(16, 0);
   size_t pos = sizeof(hm::trace::FileHeader);
@@ -29,7 +32,10 @@ std::vector<int> record_types(const std::vector<char> &data) {
     hm::trace::RecordHead h;
     std::memcpy(&h, data.data() + pos, sizeof h);
     if (h.bytes < sizeof h || pos + h.bytes > data.size()) break;
-    if (h.type < 16) counts[h.type]++;
+    const auto *bytes = reinterpret_cast<const Bytef *>(data.data() + pos);
+    uLong crc = crc32(crc32(0L, bytes, 8), bytes + sizeof h, static_cast<uInt>(h.bytes - sizeof h));
+    if (crc != h.crc) counts[0]++;
+    else if (h.type < 16) counts[h.type]++;
     pos += h.bytes;
   }
   return counts;
@@ -112,6 +118,7 @@ TEST(Profile, RecordsApiAllocationsPhasesAndIterations) {
   ASSERT_GE(data.size(), sizeof(hm::trace::FileHeader));
   EXPECT_EQ(std::memcmp(data.data(), hm::trace::kMagic, 8), 0);
   auto counts = record_types(data);
+  EXPECT_EQ(counts[0], 0) << "every record's checksum holds";
   EXPECT_GE(counts[hm::trace::kEvents], 2) << "at least one block per thread";
   EXPECT_GE(counts[hm::trace::kSite], 1);
   EXPECT_EQ(counts[hm::trace::kPhaseName], 1);
