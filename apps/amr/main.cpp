@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,38 @@ long parse_int(const char *flag, const char *v, long lo, long hi) {
   return x;
 }
 
+[[noreturn]] void path_error(const std::string &why) {
+  std::fprintf(stderr, "hetmem-amr: %s\n", why.c_str());
+  std::exit(2);
+}
+
+// Paths checked before the first step, so that a mistake costs no run: the pool must be a file,
+// the replica another file than the pool, and the JSON file writable.
+void check_paths(const Options &o) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(o.pool, ec))
+    path_error("--pool '" + o.pool + "' is a directory; name the pool file (for example " +
+                (fs::path(o.pool) / "amr.pool").string() + ")");
+  if (!o.replica.empty() && o.replica.rfind("tcp://", 0) != 0) {
+    bool same = fs::exists(o.replica, ec) && fs::exists(o.pool, ec) ? fs::equivalent(o.replica, o.pool, ec)
+                                                                      : fs::weakly_canonical(o.replica, ec) ==
+                                                                            fs::weakly_canonical(o.pool, ec);
+    if (same) path_error("--replica '" + o.replica + "' is the pool itself; a replica is a second file (or tcp://HOST:PORT)");
+    if (fs::is_directory(o.replica, ec)) path_error("--replica '" + o.replica + "' is a directory; name a pool file");
+  }
+  if (!o.json.empty()) {
+    fs::path json(o.json);
+    fs::path dir = json.has_parent_path() ? json.parent_path() : fs::path(".");
+    if (fs::is_directory(json, ec)) path_error("--json '" + o.json + "' is a directory; name a file");
+    bool writable = fs::exists(json, ec) ? access(o.json.c_str(), W_OK) == 0
+                                         : fs::is_directory(dir, ec) && access(dir.c_str(), W_OK) == 0;
+    if (!writable)
+      path_error("--json '" + o.json + "' cannot be written (" +
+                  (fs::is_directory(dir, ec) ? "no permission" : "no directory '" + dir.string() + "'") + ")");
+  }
+}
+
 Options parse(int argc, char **argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -135,6 +168,7 @@ Options parse(int argc, char **argv) {
     const char *dir = std::getenv("TMPDIR");
     o.pool = std::string(dir && *dir ? dir : "/tmp") + "/hetmem-amr.pool";
   }
+  check_paths(o);
   return o;
 }
 

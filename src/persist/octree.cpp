@@ -64,10 +64,13 @@ int Octree<Dim>::setup() {
     return fail(HM_EINVAL, "PM-octree: gc_threshold %g is outside [0, 1)", options_.gc_threshold);
   if (!(options_.t_transform > 0)) return fail(HM_EINVAL, "PM-octree: t_transform %g must be positive", options_.t_transform);
   if (fast_cap_ > 0) {
-    fast_ = static_cast<Family *>(hm_alloc(HM_FAST, fast_cap_ * sizeof(Family), 64, 0));
+    // Strict: C0 on the capacity tier would be C0 in name only (every "fast" write as slow as the
+    // pool's), so a full fast tier is an error naming the budget rather than a silent fallback.
+    fast_ = static_cast<Family *>(hm_alloc(HM_FAST, fast_cap_ * sizeof(Family), 64, HM_STRICT));
     if (!fast_)
-      return fail(HM_ENOMEM, "PM-octree: no room for C0 (%llu bytes) on the fast tier: %s",
-                  static_cast<unsigned long long>(fast_cap_ * sizeof(Family)), hm_last_error());
+      return fail(HM_EBUDGET, "PM-octree: no room for C0 (%s) on the fast tier: %s; lower fast_bytes (--fast-kib) "
+                  "or raise HM_FAST_BUDGET",
+                  format_size(fast_cap_ * sizeof(Family)).c_str(), hm_last_error());
     fast_home_.assign(fast_cap_, 0);
     fast_dirty_.assign(fast_cap_, 0);
     fast_hits_.assign(fast_cap_, 0);

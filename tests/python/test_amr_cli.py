@@ -50,6 +50,31 @@ def test_bad_input_is_named():
     assert r.returncode == 2 and "--steps needs a value" in r.stderr
 
 
+def test_paths_are_checked_before_the_first_step(tmp_path):
+    """A pool that is a directory, a replica that is the pool itself, a JSON file that cannot be
+    written: each named at once with status 2, before any step runs or any file is made."""
+    pool = tmp_path / "p.pool"
+    cases = [
+        (["--pool", str(tmp_path)], "is a directory; name the pool file"),
+        (["--pool", str(pool), "--replica", str(tmp_path / ".." / tmp_path.name / "p.pool")], "is the pool itself"),
+        (["--pool", str(pool), "--json", str(tmp_path / "missing" / "t.json")], "cannot be written (no directory"),
+        (["--pool", str(pool), "--json", str(tmp_path)], "is a directory; name a file"),
+    ]
+    for args, message in cases:
+        r = amr("--dim", "2", "--steps", "2", "--level", "4", *args)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+        assert "step" not in r.stdout and "constructed" not in r.stdout
+        assert not pool.exists(), "nothing was created"
+
+
+def test_c0_is_never_silently_on_a_slower_tier(tmp_path):
+    env_budget = dict(os.environ, HM_FAST_BUDGET="64K")
+    r = subprocess.run([str(AMR), "--dim", "2", "--steps", "1", "--level", "4", "--fast-kib", "1024", "--pool",
+                        str(tmp_path / "p.pool")], capture_output=True, text=True, env=env_budget, timeout=300)
+    assert r.returncode != 0 and "no room for C0" in r.stderr and "HM_FAST_BUDGET" in r.stderr, r.stderr
+    assert not (tmp_path / "p.pool").exists()
+
+
 def test_restore_refuses_missing_pool_and_other_dimension(tmp_path):
     r = amr("--restore", "--pool", str(tmp_path / "none.pool"))
     assert r.returncode == 1 and "cannot be opened" in r.stderr
