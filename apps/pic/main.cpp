@@ -6,11 +6,13 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -196,6 +198,12 @@ int main(int argc, char **argv) {
     pic::Simulation sim(p);
     long particles = 0;
     for (auto &s : sim.species()) particles += s.count();
+    energy << std::setprecision(17);  // full double precision: conservation is read from these columns
+    double species_rho = 0;
+    for (auto &s : sim.species()) species_rho += std::fabs(s.params.charge * s.params.density);
+    if (std::fabs(sim.background_charge_density()) > 1e-9 * species_rho)
+      std::printf("  neutralising background: %.6g C/m^3, uniform and immobile (the species' net charge; in the "
+                  "Gauss-law diagnostic)\n", sim.background_charge_density());
     energy << "step,time_s,field_J";
     for (auto &s : sim.species()) energy << ",kinetic_" << s.params.name << "_J";
     energy << ",total_J,charge_error\n";

@@ -250,6 +250,12 @@ Simulation::Simulation(const Params &p) : p_(p) {
     }
     species_.push_back(std::move(species));
   }
+  // The background: the particles' own net charge, so that it cancels their deposit exactly.
+  double net_charge = 0;
+  for (const Species &sp : species_)
+    for (const Tile &t : sp.tiles)
+      for (size_t n = 0; n < t.size(); ++n) net_charge += sp.params.charge * t.w[n];
+  background_rho_ = -net_charge / (g.lx() * g.ly() * g.lz());
   if (p_.particles_first) allocate_grid();
   for (const Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz})
     hm::access(f->data(), static_cast<size_t>(f->stride_z()) * (g.nz + 2 * Field::kGuard), Access::write);
@@ -665,12 +671,13 @@ double Simulation::gauss_error() const {
       for (int i = 0; i < g.nx; ++i) {
         double div = (f_.ex.at(i, j, k) - f_.ex.at(i - 1, j, k)) / g.dx + (f_.ey.at(i, j, k) - f_.ey.at(i, j - 1, k)) / g.dy +
                      (f_.ez.at(i, j, k) - f_.ez.at(i, j, k - 1)) / g.dz;
-        double r = rho.at(i, j, k) / kEps0;
+        double r = (rho.at(i, j, k) + background_rho_) / kEps0;
         worst = std::max(worst, std::fabs(div - r));
         scale = std::max(scale, std::fabs(r));
       }
-  // When rho itself is at rounding level (a neutral plasma at rest), compare with a small fraction of
-  // one species' charge density instead, so that noise over noise does not read as an error of 1.
+  // When the net rho is at rounding level (a neutral plasma, or one species over its background, at
+  // rest), compare with a small fraction of one species' charge density instead, so that noise
+  // over noise does not read as an error of 1.
   double floor_scale = 0;
   for (const Species &sp : species_) floor_scale += 1e-10 * std::fabs(sp.params.charge) * sp.params.density / kEps0;
   double denominator = std::max(scale, floor_scale);

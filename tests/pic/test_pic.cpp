@@ -96,6 +96,25 @@ TEST_F(Pic, EsirkepovConservesCharge) {
   EXPECT_LT(worst, 1e-11) << "max|div E - rho/eps0| / max|rho/eps0|";
 }
 
+TEST_F(Pic, SingleSpeciesIsNeutralisedByAnExplicitBackground) {
+  // Electrons alone (as preset:L0): the uniform background of opposite charge is part of Gauss's
+  // law, so div E = (rho + rho_background) / eps0 holds to rounding from the first step.
+  Params p = cube(16, 16e-6);
+  SpeciesParams e;
+  e.density = 1e24;
+  e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
+  e.u_th = 0.05;
+  p.species = {e};
+  Simulation sim(p);
+  EXPECT_NEAR(sim.background_charge_density(), -e.charge * e.density, 1e-12 * std::fabs(e.charge * e.density));
+  double worst = 0;
+  for (int n = 0; n < 20; ++n) {
+    sim.step();
+    worst = std::max(worst, sim.gauss_error());
+  }
+  EXPECT_LT(worst, 1e-11) << "max|div E - (rho + rho_bg)/eps0| / max|(rho + rho_bg)/eps0|";
+}
+
 TEST_F(Pic, LangmuirOscillationMatchesTheAnalyticField) {
   // WarpX's 3D Langmuir test (inputs_base_3d: 64^3 cells over 40 um, electrons and positrons of
   // 2e24 m^-3 each at 1 per cell, eps = 0.01, k = 2 * 2 pi / L, cfl 1, 40 steps) on half the box:

@@ -20,6 +20,18 @@ def pic(*args, env_extra=None, cwd=None):
     return subprocess.run([str(PIC), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
 
 
+def test_single_species_background_is_explicit_and_the_log_is_full_precision(tmp_path):
+    out = tmp_path / "diags"
+    r = pic("preset:L0", "max_step=4", "diag.interval=0", f"diag.directory={out}", "diag.progress=2")
+    assert r.returncode == 0, r.stderr
+    assert "neutralising background" in r.stdout
+    lines = (out / "energy.csv").read_text().splitlines()
+    errors = [float(line.split(",")[-1]) for line in lines[1:] if line.split(",")[-1]]
+    assert len(errors) == 2 and max(errors) < 1e-10, errors  # was 0.889 with the background left out
+    total = lines[-1].split(",")[-2]
+    assert len(total.replace(".", "").replace("-", "").split("e")[0].lstrip("0")) >= 15, total
+
+
 def test_run_writes_valid_openpmd_and_energy_log(tmp_path):
     out = tmp_path / "diags"
     r = pic("preset:langmuir", "max_step=4", "diag.interval=2", f"diag.directory={out}", "diag.progress=2")
