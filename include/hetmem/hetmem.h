@@ -485,6 +485,12 @@ int hm_prefetch_distance(const char *phase, double ns_per_unit);
  * level. HM_EFORMAT if extra_json is not a JSON object, HM_EIO if the file cannot be written. */
 int hm_summary_write(const char *path, const char *extra_json);
 
+/* Checks a placement-rules file (docs/profiler.md, `hetmem run --rules`) without installing it:
+ * HM_OK, or HM_EFORMAT with "FILE:LINE:COLUMN: what is wrong" written to `error` (error_len
+ * bytes, may be 0), HM_EIO if the file cannot be read, HM_ENOTIER for a rule naming an unknown
+ * tier. Initialises hetmem (the tiers are needed to check tier names). */
+int hm_rules_check(const char *path, char *error, size_t error_len);
+
 /* The active policy's name ("first-touch", ...). */
 const char *hm_policy_name(void);
 /* Selects the policy for this process. HM_EINVAL, listing the policies, for an unknown name;

@@ -1,7 +1,5 @@
 #include "persist/pool.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -103,24 +101,24 @@ int Pool::open(const std::string &path, std::unique_ptr<Pool> *out) {
   if (pool->map(fd, size) != HM_OK) return reject(HM_EIO, "cannot be mapped");
   const PoolHeader &h = *pool->at<PoolHeader>(0);
   if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
-    munmap(pool->base_, size);
+    prim::unmap(pool->base_, size);
     pool->base_ = nullptr;
     return reject(HM_EFORMAT, "not a hetmem persistent pool (wrong magic)");
   }
   if (h.version != kVersion) {
     uint32_t v = h.version;
-    munmap(pool->base_, size);
+    prim::unmap(pool->base_, size);
     pool->base_ = nullptr;
     return reject(HM_EFORMAT, "format version " + std::to_string(v) + "; this hetmem reads version 1");
   }
   if (h.checksum != header_checksum(h)) {
-    munmap(pool->base_, size);
+    prim::unmap(pool->base_, size);
     pool->base_ = nullptr;
     return reject(HM_EFORMAT, "header checksum mismatch (the header is damaged)");
   }
   if (h.pool_bytes > size) {
     uint64_t want = h.pool_bytes;
-    munmap(pool->base_, size);
+    prim::unmap(pool->base_, size);
     pool->base_ = nullptr;
     return reject(HM_EFORMAT, "truncated: the header says " + std::to_string(want) + " bytes, the file has " +
                                   std::to_string(size));
@@ -143,7 +141,7 @@ std::string Pool::content() const {
 }
 
 Pool::~Pool() {
-  if (base_) munmap(base_, bytes_);
+  if (base_) prim::unmap(base_, bytes_);
   if (fd_ >= 0) prim::close_fd(fd_);
 }
 

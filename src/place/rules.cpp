@@ -1,5 +1,5 @@
 #include "place/rules.h"
-#include "profile/hooks.h"
+#include "place/hooks.h"
 
 #include <elf.h>
 

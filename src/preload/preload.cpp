@@ -24,6 +24,7 @@
 
 #include "alloc/hook.h"
 #include "hetmem/hetmem.h"
+#include "place/hooks.h"
 #include "profile/hooks.h"
 #include "profile/trace_format.h"
 

@@ -1,10 +1,13 @@
-// The profiler and the placement rules as the preload library reaches them: C functions exported
-// from libhetmem.so (not part of the public API), so that the shim and the program share one core.
+// The profiler as the preload library reaches it: C functions exported from libhetmem.so (not part
+// of the public API), so that the shim and the program share one core. The placement rules' are in
+// place/hooks.h.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 
+#ifndef HM_HOOK_API
 #define HM_HOOK_API extern "C" __attribute__((visibility("default")))
+#endif
 
 HM_HOOK_API int hm_profile_active(void);
 HM_HOOK_API void hm_profile_record(int op, int fn, const void *ptr, size_t size, const void *caller);
@@ -16,11 +19,3 @@ HM_HOOK_API void hm_profile_after_fork(int follow);
 HM_HOOK_API void hm_profile_before_exec(const char *program);
 // Before _exit: the trace is finished (end record) as at a normal exit.
 HM_HOOK_API void hm_profile_before_exit(void);
-// Loads and installs placement rules; on error writes "FILE:LINE:COL: what" to error.
-HM_HOOK_API int hm_rules_install(const char *path, char *error, size_t error_len);
-// Only checks a rules file (the `hetmem run` command does this before starting anything).
-HM_HOOK_API int hm_rules_check(const char *path, char *error, size_t error_len);
-// 0: the C library, 1: a tier (*tier), 2: huge pages, 3: an object class (*tier is the class).
-HM_HOOK_API int hm_rules_decide(size_t size, const void *caller, int *tier);
-// Lists on fd the class rules (a plan's sites) no allocation matched.
-HM_HOOK_API void hm_rules_report_unused(int fd);
