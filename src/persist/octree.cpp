@@ -113,21 +113,43 @@ int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out, 
     return fail(HM_EFORMAT, "persistent pool '%s' holds %s, not a %dD tree (%s)", path.c_str(),
                 pool->content().empty() ? "no tree" : ("'" + pool->content() + "'").c_str(), Dim, content_name());
   const uint64_t top = pool->root();
-  if (top == 0) return fail(HM_EFORMAT, "persistent pool '%s' holds no committed tree", path.c_str());
+  // Which version this is, and why it may not be the newest: said with every refusal.
+  const uint64_t version = pool->sequence();
+  const std::string which =
+      pool->newest_slot_damaged()
+          ? "the newest root slot is damaged, so the version before it (" + std::to_string(version) + ") was tried: "
+          : "version " + std::to_string(version) + ": ";
+  if (top == 0) {
+    if (pool->damaged_slots())
+      return fail(HM_EFORMAT, "persistent pool '%s': %s root slot(s) damaged and no intact version to restore",
+                  path.c_str(), pool->damaged_slots() == 2 ? "both" : "a");
+    return fail(HM_EFORMAT, "persistent pool '%s' holds no committed tree", path.c_str());
+  }
   std::unique_ptr<Octree> tree(new Octree(std::move(pool), options));
   if (top < kHeaderBytes || (top - kHeaderBytes) % tree->slots_.slot_bytes() != 0 ||
       top + sizeof(Top) > tree->pool_->committed_top())
-    return fail(HM_EFORMAT, "persistent pool '%s': its root offset is damaged", path.c_str());
+    return fail(HM_EFORMAT, "persistent pool '%s': %sits root offset is outside the data", path.c_str(), which.c_str());
   const Top *t = tree->pool_->template at<Top>(top);
-  if (t->dim != Dim) return fail(HM_EFORMAT, "persistent pool '%s': its root is damaged", path.c_str());
+  if (t->seal != seal_of(*t) || t->dim != Dim)
+    return fail(HM_EFORMAT, "persistent pool '%s': %sits root object (offset %llu) fails its seal (%s)", path.c_str(),
+                which.c_str(), static_cast<unsigned long long>(top),
+                tree->pool_->newest_slot_damaged() ? "its space was reused since, or it is damaged" : "damaged");
+  if (t->stamp > version)
+    return fail(HM_EFORMAT, "persistent pool '%s': %sits root object's space was reused by version %llu since; "
+                "no intact version is left", path.c_str(), which.c_str(), static_cast<unsigned long long>(t->stamp));
   tree->root_child_ = t->child;
   tree->root_value_ = t->value;
   tree->leaves_ = t->leaves;
+  // Always: no traversal may follow a damaged offset or return a damaged value.
+  std::string why;
+  if (!tree->intact(&why))
+    return fail(HM_EFORMAT, "persistent pool '%s': %s%s", path.c_str(), which.c_str(), why.c_str());
   if ((rc = tree->setup()) != HM_OK) return rc;
-  if (checks_on()) {
-    std::string why;
-    if (!tree->valid(&why)) return fail(HM_EFORMAT, "persistent pool '%s': the restored tree is not valid: %s", path.c_str(), why.c_str());
-  }
+  if (checks_on() && !tree->valid(&why))
+    return fail(HM_EFORMAT, "persistent pool '%s': the restored tree is not valid: %s", path.c_str(), why.c_str());
+  if (tree->pool_->newest_slot_damaged())
+    log(0, "persistent pool '%s': the newest root slot is damaged; restored the version before it (%llu), which is "
+        "intact (the last persist's work is lost)", path.c_str(), static_cast<unsigned long long>(version));
   *out = std::move(tree);
   return HM_OK;
 }
@@ -227,6 +249,7 @@ int Octree<Dim>::new_family(const uint32_t *coord, uint32_t level, uint64_t *out
   std::memset(static_cast<void *>(f), 0, sizeof(Family));
   for (int d = 0; d < Dim; ++d) f->coord[d] = coord[d];
   f->level = level + 1;
+  if (!is_fast(*out)) f->stamp = pool_->sequence() + 1;  // a reused slot shows it at once
   count_write(*out);
   return HM_OK;
 }
@@ -262,6 +285,7 @@ int Octree<Dim>::writable(uint64_t ref, uint64_t *out) {
   int rc = slots_.allocate(&copy);
   if (rc != HM_OK) return rc;
   std::memcpy(static_cast<void *>(mut(copy)), f, sizeof(Family));
+  mut(copy)->stamp = pool_->sequence() + 1;
   slots_.release(ref);  // a deletion mark: V(i-1) still has it
   count_write(copy);
   *out = copy;
@@ -778,6 +802,68 @@ uint64_t Octree<Dim>::checksum() const {
     for (unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
   });
   return h;
+}
+
+template <int Dim>
+bool Octree<Dim>::intact(std::string *why) const {
+  const uint64_t version = pool_->sequence(), data_end = pool_->committed_top(), slot = slots_.slot_bytes();
+  struct Item {
+    uint64_t ref;
+    uint32_t coord[3];
+    uint32_t level;  // the parent octant's level
+  };
+  std::vector<Item> stack;
+  uint64_t covered = 0, counted = 0;
+  auto say = [&](const std::string &what, uint64_t ref) {
+    if (why) *why = what + " (family at offset " + std::to_string(ref) + ")";
+    return false;
+  };
+  if (root_child_ == 0) {
+    covered = uint64_t{1} << (Dim * kMaxLevel);
+    counted = 1;
+  } else {
+    stack.push_back({root_child_, {0, 0, 0}, 0});
+  }
+  while (!stack.empty()) {
+    const Item it = stack.back();
+    stack.pop_back();
+    if (is_fast(it.ref) || it.ref < kHeaderBytes || (it.ref - kHeaderBytes) % slot != 0 || it.ref + sizeof(Family) > data_end)
+      return say("a child offset points outside the committed data", it.ref);
+    const Family *f = pool_->template at<Family>(it.ref);
+    const bool sealed = f->seal == seal_of(*f);
+    // A newer stamp: the slot was taken by a later version (sealed) or by the work after the last
+    // persist (not sealed yet, at most two versions on).
+    if (f->stamp > version && (sealed || f->stamp <= version + 2))
+      return say("its space was reused by version " + std::to_string(f->stamp) + (sealed ? "" : " (unfinished)") +
+                     " since; this version is gone",
+                 it.ref);
+    if (!sealed) return say("a family fails its seal (damaged)", it.ref);
+    if (f->level != it.level + 1 || f->level > static_cast<uint32_t>(kMaxLevel))
+      return say("a family is not one level below its parent", it.ref);
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    for (int d = 0; d < Dim; ++d)
+      if (f->coord[d] != it.coord[d] || f->coord[d] % (2 * size) != 0)
+        return say("a family is not where its parent's index says", it.ref);
+    for (int c = 0; c < kChildren; ++c) {
+      if (f->child[c] == 0) {
+        covered += uint64_t{1} << (Dim * (kMaxLevel - f->level));
+        ++counted;
+        continue;
+      }
+      Item kid{f->child[c], {f->coord[0], f->coord[1], f->coord[2]}, f->level};
+      for (int d = 0; d < Dim; ++d) kid.coord[d] += ((c >> d) & 1) ? size : 0;
+      stack.push_back(kid);
+    }
+  }
+  if (covered != uint64_t{1} << (Dim * kMaxLevel)) {
+    if (why) *why = "the leaves do not cover the domain exactly once";
+    return false;
+  }
+  if (counted != leaves_) {
+    if (why) *why = "the root object records " + std::to_string(leaves_) + " leaves, the tree has " + std::to_string(counted);
+    return false;
+  }
+  return true;
 }
 
 template <int Dim>

@@ -20,6 +20,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -84,6 +85,11 @@ class Octree {
     uint32_t level;                // the children's level
     uint64_t child[kChildren];     // each child's own family; 0 for a leaf
     double value[kChildren];
+    // Pool families only, set when a persist commits them: the version that wrote the family
+    // (a version older than some of its families has had its space reused) and seal_of() of
+    // everything above, so that a damaged family is detected rather than followed or returned.
+    uint64_t stamp;
+    uint64_t seal;
   };
   // The root object a commit names.
   struct Top {
@@ -91,7 +97,10 @@ class Octree {
     double value;     // the root leaf's value
     uint64_t leaves;
     uint64_t dim;
+    uint64_t stamp;   // as a family's
+    uint64_t seal;
   };
+  static_assert(sizeof(Family) % 8 == 0 && sizeof(Top) % 8 == 0);
   using Feature = std::function<bool(const Leaf &)>;
 
   ~Octree();
@@ -145,6 +154,11 @@ class Octree {
   // Leaves sorted, non-overlapping and covering the domain exactly; children aligned to levels;
   // offsets inside the pool; the leaf count as recorded.
   bool valid(std::string *why) const;
+  // What restore checks, always (one pass over the committed version's families): every offset
+  // inside the committed data and aligned to a slot, every level one below its parent's, every
+  // family's seal intact and its stamp no newer than the version, the leaves covering the domain
+  // once and as many as recorded. False with what is wrong and where.
+  bool intact(std::string *why) const;
   // No two touching leaves differ by more than one level.
   bool balanced() const;
 
@@ -159,7 +173,22 @@ class Octree {
   static constexpr uint64_t kFast = uint64_t{1} << 63;
   Octree(std::unique_ptr<Pool> pool, const OctreeOptions &options);
   // The pool's content tag: "octree2" for a quadtree, "octree3" for an octree.
-  static const char *content_name() { return Dim == 2 ? "octree2" : "octree3"; }
+  // ".2": families carry stamps and seals (pools of the first format, without them, are refused).
+  static const char *content_name() { return Dim == 2 ? "octree2.2" : "octree3.2"; }
+  // A 64-bit sum of the object's words, each times its own odd constant: any change to a single
+  // word (so any flipped byte or bit) changes it.
+  template <class Object>
+  static uint64_t seal_of(const Object &o) {
+    const auto *bytes = reinterpret_cast<const unsigned char *>(&o);
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i + 1 < sizeof(Object) / 8; ++i) {
+      uint64_t w;
+      std::memcpy(&w, bytes + 8 * i, 8);
+      h += w * (0xD6E8FEB86659FD93ull + 2 * i * 0x9E3779B97F4A7C15ull);
+    }
+    return h;
+  }
+  void seal_fresh(uint64_t top, uint64_t stamp);
   int setup();
   static bool is_fast(uint64_t ref) { return (ref & kFast) != 0; }
   // Child c of a family as a leaf (its corner, level and value).

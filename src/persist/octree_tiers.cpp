@@ -38,6 +38,7 @@ int Octree<Dim>::merge(uint64_t ref, uint64_t *home, bool *moved) {
     if (old) slots_.release(old);
   }
   std::memcpy(static_cast<void *>(pool_->template at<Family>(dst)), &image, sizeof image);
+  pool_->template at<Family>(dst)->stamp = pool_->sequence() + 1;
   count_write(dst);
   fast_home_[i] = dst;
   fast_dirty_[i] = 0;
@@ -139,6 +140,7 @@ int Octree<Dim>::persist() {
   t->dim = Dim;
   count_write(top);
   if (pool_->root() != 0) slots_.release(pool_->root());
+  seal_fresh(top, pool_->sequence() + 1);
   slots_.each_fresh([&](uint64_t off) { pool_->written(pool_->template at<char>(off), sizeof(Family)); });
   const uint64_t flushed = pool_->flushed_bytes();
   if ((rc = pool_->commit(top)) != HM_OK) {
@@ -153,6 +155,23 @@ int Octree<Dim>::persist() {
   transform();
   charge();
   return rc;
+}
+
+// Every pool family this version wrote, and its root object, get the version's stamp and their
+// seal: the last writes before the commit flushes them.
+template <int Dim>
+void Octree<Dim>::seal_fresh(uint64_t top, uint64_t stamp) {
+  slots_.each_fresh([&](uint64_t off) {
+    if (off == top) {
+      Top *t = pool_->template at<Top>(off);
+      t->stamp = stamp;
+      t->seal = seal_of(*t);
+    } else {
+      Family *f = pool_->template at<Family>(off);
+      f->stamp = stamp;
+      f->seal = seal_of(*f);
+    }
+  });
 }
 
 // Back to the last persisted version: C0 is emptied, what the working version allocated is free.

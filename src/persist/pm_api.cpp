@@ -129,8 +129,12 @@ int pm_restore_ex(const char *path, const pm_options_t *options, pm_octree_t **o
     content = pool->content();
   }
   try {
-    if (content == "octree2") return open_tree<2>(path, 0, Open::restore, out, nullptr, options);
-    if (content == "octree3") return open_tree<3>(path, 0, Open::restore, out, nullptr, options);
+    if (content == "octree2.2") return open_tree<2>(path, 0, Open::restore, out, nullptr, options);
+    if (content == "octree3.2") return open_tree<3>(path, 0, Open::restore, out, nullptr, options);
+    if (content == "octree2" || content == "octree3")
+      return fail(HM_EFORMAT, "persistent pool '%s' holds a PM-octree of the first format (families without "
+                  "version stamps and seals), which this hetmem does not restore; the file was left as it is "
+                  "(recreate the tree, or load it from a snapshot with pm_snapshot_load)", path);
   } catch (...) {
     return fail(HM_ENOMEM, "pm_restore: out of memory");
   }

@@ -130,6 +130,15 @@ int Pool::open(const std::string &path, std::unique_ptr<Pool> *out) {
       pool->committed_ = h.slots[s];
       pool->committed_slot_ = s;
     }
+  for (int s = 0; s < 2; ++s) {
+    const RootSlot &slot = h.slots[s];
+    const bool written = slot.sequence || slot.root || slot.top || slot.checksum;
+    if (!written || slot_valid(slot, h.pool_bytes)) continue;
+    ++pool->damaged_slots_;
+    // A damaged slot is the newer one unless its (possibly damaged) sequence says otherwise: the
+    // slots alternate, so the one not in use was written last unless the last commit used it.
+    if (pool->committed_slot_ < 0 || slot.sequence != pool->committed_.sequence - 1) pool->newest_slot_damaged_ = true;
+  }
   pool->top_ = pool->committed_slot_ >= 0 ? pool->committed_.top : kHeaderBytes;
   *out = std::move(pool);
   return HM_OK;

@@ -84,6 +84,11 @@ class Pool {
   // Forgets everything the working version allocated since the last commit.
   void rollback();
 
+  // Root slots that hold something but fail their checksum or bounds (0, 1 or 2), and whether the
+  // damaged one was written after the slot in use (its sequence, if readable, is higher): then the
+  // version restored is not the newest one committed.
+  int damaged_slots() const { return damaged_slots_; }
+  bool newest_slot_damaged() const { return newest_slot_damaged_; }
   uint64_t root() const { return committed_.root; }
   uint64_t sequence() const { return committed_.sequence; }
   uint64_t top() const { return top_; }
@@ -110,6 +115,8 @@ class Pool {
   bool map_sync_ = false;
   RootSlot committed_{};
   int committed_slot_ = -1;
+  int damaged_slots_ = 0;
+  bool newest_slot_damaged_ = false;
   uint64_t top_ = kHeaderBytes;
   std::vector<std::pair<uint64_t, uint64_t>> dirty_;  // [offset, end) written since the last commit
   uint64_t flushed_bytes_ = 0;

@@ -211,7 +211,7 @@ TYPED_TEST(OctreeDims, RestoreRefusesAPoolHoldingSomethingElse) {
   }
   std::unique_ptr<Octree<Dim>> tree;
   EXPECT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_EFORMAT);
-  EXPECT_NE(std::string(hm_last_error()).find("holds 'octree" + std::to_string(Other) + "', not a " +
+  EXPECT_NE(std::string(hm_last_error()).find("holds 'octree" + std::to_string(Other) + ".2', not a " +
                                                      std::to_string(Dim) + "D tree"), std::string::npos) << hm_last_error();
   EXPECT_FALSE(tree);
   std::unique_ptr<Octree<Other>> same;
@@ -359,4 +359,135 @@ TYPED_TEST(OctreeDims, KilledAtAnyInstantRecoversAPersistedVersion) {
     if (v > 1 && v < 9) ++recovered_mid_run;
   }
   EXPECT_GT(recovered_mid_run, 0) << "at least one kill landed between two persists";
+}
+
+namespace {
+
+// A tree with history: three persisted versions, values changed and octants coarsened between
+// them, so that the pool holds families of several versions and reused space.
+template <int Dim>
+void build_history(Octree<Dim> &tree) {
+  auto near = [](const auto &leaf) { return leaf.coord[0] < (1u << 19) && leaf.coord[1] < (3u << 18); };
+  ASSERT_EQ(tree.refine([](const auto &) { return true; }), HM_OK);
+  ASSERT_EQ(tree.refine([](const auto &) { return true; }), HM_OK);
+  ASSERT_EQ(tree.refine(near), HM_OK);
+  ASSERT_EQ(tree.persist(), HM_OK);
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 40; ++i) {
+      double p[3] = {std::uniform_real_distribution<double>(0, 1)(rng), std::uniform_real_distribution<double>(0, 1)(rng),
+                     std::uniform_real_distribution<double>(0, 1)(rng)};
+      ASSERT_EQ(tree.set_value(p, round * 100.0 + i), HM_OK);
+    }
+    ASSERT_EQ(tree.refine([&](const auto &leaf) { return near(leaf) && leaf.level < 5u + round % 2; }), HM_OK);
+    ASSERT_EQ(tree.coarsen([&](const auto *family) { return family[0].level == 5u && round == 1; }), HM_OK);
+    ASSERT_EQ(tree.persist(), HM_OK);
+  }
+}
+
+std::vector<char> read_file(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_file(const std::string &path, const std::vector<char> &data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+}  // namespace
+
+// Random single-byte flips in the committed data: restore either returns exactly the persisted
+// tree (the byte was not part of it) or refuses with HM_EFORMAT; it never crashes and never
+// returns a different tree. Run by CTest with HM_PM_CHECK=1 and again with HM_PM_CHECK=0.
+TYPED_TEST(OctreeDims, SingleByteDamageIsRefusedNeverFollowedNorReturned) {
+  constexpr int Dim = TypeParam::value;
+  uint64_t want_sum = 0, data_end = 0;
+  size_t want_leaves = 0;
+  {
+    std::unique_ptr<Octree<Dim>> tree;
+    ASSERT_EQ(Octree<Dim>::create(this->path_, 1 << 20, &tree), HM_OK) << hm_last_error();
+    build_history(*tree);
+    want_sum = tree->checksum();
+    want_leaves = tree->leaf_count();
+    data_end = tree->pool().committed_top();
+  }
+  const std::vector<char> good = read_file(this->path_);
+  std::mt19937_64 rng(2024 + Dim);
+  int refused = 0, identical = 0;
+  const int trials = std::getenv("HM_TEST_FLIPS") ? std::atoi(std::getenv("HM_TEST_FLIPS")) : 300;
+  for (int trial = 0; trial < trials; ++trial) {
+    std::vector<char> bad = good;
+    const uint64_t at = hm::persist::kHeaderBytes + rng() % (data_end - hm::persist::kHeaderBytes);
+    bad[at] = static_cast<char>(bad[at] ^ static_cast<char>(1 + rng() % 255));
+    write_file(this->path_, bad);
+    std::unique_ptr<Octree<Dim>> tree;
+    int rc = Octree<Dim>::restore(this->path_, &tree);
+    if (rc == HM_OK) {
+      size_t visited = 0;
+      tree->leaves([&](const auto &) { ++visited; });
+      ASSERT_EQ(tree->checksum(), want_sum) << "a flip at byte " << at << " gave a different tree";
+      ASSERT_EQ(visited, want_leaves);
+      ++identical;
+    } else {
+      ASSERT_EQ(rc, HM_EFORMAT) << hm_last_error();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, trials / 4) << "most of the committed data is the tree";
+  EXPECT_GT(identical, 0) << "slots of the older versions and free space are not the tree";
+  write_file(this->path_, good);
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_OK);
+  EXPECT_EQ(tree->checksum(), want_sum);
+}
+
+// The newest root slot damaged after work went on past the last persist: the version before it
+// has had its space reused. Restore must refuse it and say so; with the slot damaged right after
+// a persist (nothing reused), the version before is intact and is restored.
+TYPED_TEST(OctreeDims, ADamagedNewestRootSlotNeverReturnsAReusedVersion) {
+  constexpr int Dim = TypeParam::value;
+  for (bool work_after = false;; work_after = true) {
+    uint64_t previous_sum = 0;
+    int newest_slot = 0;
+    {
+      std::unique_ptr<Octree<Dim>> tree;
+      ASSERT_EQ(Octree<Dim>::create(this->path_, 1 << 20, &tree), HM_OK) << hm_last_error();
+      build_history(*tree);
+      previous_sum = tree->checksum();
+      // One more version that rewrites every value: the previous version's families are then
+      // its alone, freed by this persist and the first slots the next work takes.
+      ASSERT_EQ(tree->refine([](const auto &leaf) { return leaf.level < 4u; }), HM_OK);
+      std::vector<std::array<double, 3>> points;
+      tree->leaves([&](const auto &leaf) {
+        const double h = 0.5 / (1u << 20);
+        points.push_back({leaf.coord[0] / double(1u << 20) + h, leaf.coord[1] / double(1u << 20) + h,
+                          leaf.coord[2] / double(1u << 20) + h});
+      });
+      for (auto &p : points) ASSERT_EQ(tree->set_value(p.data(), 1.0), HM_OK);
+      ASSERT_EQ(tree->persist(), HM_OK);
+      if (work_after)
+        for (auto &p : points) ASSERT_EQ(tree->set_value(p.data(), 2.0), HM_OK);  // not persisted
+      newest_slot = tree->version() % 2 == 0 ? 1 : 0;  // version 1 went to slot 0, then alternating
+    }
+    // Root slots are 32 bytes at 56 and 88; flip a byte of the newest one's root offset.
+    std::vector<char> data = read_file(this->path_);
+    const size_t slot_at = 56 + 32 * static_cast<size_t>(newest_slot);
+    data[slot_at + 8] = static_cast<char>(data[slot_at + 8] ^ 0x40);
+    write_file(this->path_, data);
+    std::unique_ptr<Octree<Dim>> tree;
+    int rc = Octree<Dim>::restore(this->path_, &tree);
+    if (work_after) {
+      ASSERT_EQ(rc, HM_EFORMAT) << "the version before the damaged slot has had its space reused";
+      const std::string msg = hm_last_error();
+      EXPECT_NE(msg.find("the newest root slot is damaged"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("reused"), std::string::npos) << msg;
+    } else {
+      ASSERT_EQ(rc, HM_OK) << hm_last_error();
+      EXPECT_EQ(tree->checksum(), previous_sum) << "the version before the damaged slot, intact";
+    }
+    tree.reset();
+    unlink(this->path_.c_str());
+    if (work_after) break;
+  }
 }
