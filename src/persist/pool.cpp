@@ -140,6 +140,9 @@ int Pool::open(const std::string &path, std::unique_ptr<Pool> *out) {
     if (pool->committed_slot_ < 0 || slot.sequence != pool->committed_.sequence - 1) pool->newest_slot_damaged_ = true;
   }
   pool->top_ = pool->committed_slot_ >= 0 ? pool->committed_.top : kHeaderBytes;
+  // The committed data is about to be read whole (restore checks every family): its pages are
+  // mapped in one call rather than faulted one by one. Only the data: a pool is mostly holes.
+  prim::prefault(pool->base_, pool->top_);
   *out = std::move(pool);
   return HM_OK;
 }

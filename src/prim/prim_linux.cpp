@@ -125,6 +125,14 @@ int advise_huge(void *addr, size_t len, bool on) {
   return madvise(addr, len, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? HM_OK : HM_ENOTSUP;
 }
 
+int prefault(void *addr, size_t len) {
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+  if (madvise(addr, len, MADV_POPULATE_READ) == 0) return HM_OK;
+  return madvise(addr, len, MADV_WILLNEED) == 0 ? HM_OK : HM_ENOTSUP;
+}
+
 int sync_range(void *addr, size_t len) { return msync(addr, len, MS_SYNC) == 0 ? HM_OK : HM_EIO; }
 
 bool numa_available() {
