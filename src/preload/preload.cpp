@@ -9,11 +9,12 @@
 // then passes every call through.
 #include <dlfcn.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -454,6 +455,11 @@ Fn real_exec(const char *name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
 }
 
+int no_such_call() {  // the C library lacks the entry (an older glibc): as the call would fail
+  errno = ENOSYS;
+  return -1;
+}
+
 void before_exec(const char *program) {
   if (g_profiling) {
     Inside inside;
@@ -479,32 +485,44 @@ bool collect_args(const char *first, va_list *ap, const char **argv) {
 
 HM_EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
   before_exec(path);
-  return real_exec<int (*)(const char *, char *const[], char *const[])>("execve")(path, argv, envp);
+  auto real = real_exec<int (*)(const char *, char *const[], char *const[])>("execve");
+  if (!real) return no_such_call();
+  return real(path, argv, envp);
 }
 
 HM_EXPORT int execv(const char *path, char *const argv[]) {
   before_exec(path);
-  return real_exec<int (*)(const char *, char *const[])>("execv")(path, argv);
+  auto real = real_exec<int (*)(const char *, char *const[])>("execv");
+  if (!real) return no_such_call();
+  return real(path, argv);
 }
 
 HM_EXPORT int execvp(const char *file, char *const argv[]) {
   before_exec(file);
-  return real_exec<int (*)(const char *, char *const[])>("execvp")(file, argv);
+  auto real = real_exec<int (*)(const char *, char *const[])>("execvp");
+  if (!real) return no_such_call();
+  return real(file, argv);
 }
 
 HM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
   before_exec(file);
-  return real_exec<int (*)(const char *, char *const[], char *const[])>("execvpe")(file, argv, envp);
+  auto real = real_exec<int (*)(const char *, char *const[], char *const[])>("execvpe");
+  if (!real) return no_such_call();
+  return real(file, argv, envp);
 }
 
 HM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
   before_exec(nullptr);
-  return real_exec<int (*)(int, char *const[], char *const[])>("fexecve")(fd, argv, envp);
+  auto real = real_exec<int (*)(int, char *const[], char *const[])>("fexecve");
+  if (!real) return no_such_call();
+  return real(fd, argv, envp);
 }
 
 HM_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags) {
   before_exec(path);
-  return real_exec<int (*)(int, const char *, char *const[], char *const[], int)>("execveat")(dirfd, path, argv, envp,
+  auto real = real_exec<int (*)(int, const char *, char *const[], char *const[], int)>("execveat");
+  if (!real) return no_such_call();
+  return real(dirfd, path, argv, envp,
                                                                                            flags);
 }
 
@@ -515,7 +533,8 @@ HM_EXPORT void _exit(int status) {
     Inside inside;
     hm_profile_before_exit();
   }
-  real_exec<void (*)(int)>("_exit")(status);
+  if (auto real = real_exec<void (*)(int)>("_exit")) real(status);
+  syscall(SYS_exit_group, status);  // never returns
   __builtin_unreachable();
 }
 
