@@ -15,7 +15,7 @@ module hetmem
 
   integer(c_int), parameter, public :: HM_OK = 0, HM_ENOMEM = -1, HM_EBUDGET = -2, HM_EINVAL = -3, &
        HM_ENOTIER = -4, HM_EFORMAT = -5, HM_EIO = -6, HM_ENOTSUP = -7, HM_ENOTOWNED = -8, &
-       HM_EINIT = -9, HM_ECAPACITY = -10
+       HM_EINIT = -9, HM_ECAPACITY = -10, HM_EBUSY = -11, HM_EAUTH = -12
   integer(c_int), parameter, public :: HM_FAST = 0, HM_CAPACITY = 1, HM_PERSISTENT = 2
   integer(c_int), parameter, public :: HM_PREFERRED = 0, HM_STRICT = 1, HM_ZERO = 2, HM_MOVABLE = 4, &
        HM_HUGE = 8, HM_NO_HUGE = 16

@@ -1,35 +1,49 @@
 // hetmem-replica: keeps the replica of a PM-octree pool for a primary on another host (seed 003
-// §3.4). It listens on a TCP port; a primary opened with replica "tcp://THIS_HOST:PORT" sends each
-// version's delta, which lands in the replica pool file at the same offsets and is committed under
-// the same version number. A primary whose pool is gone fetches the replica's last version back.
-// One primary at a time; stop it with SIGINT or SIGTERM.
-#include <cerrno>
+// §3.4). It listens on a TCP address; a primary opened with replica "tcp://THIS_HOST:PORT" sends
+// each version's delta, which lands in the replica pool file at the same offsets and is committed
+// under the same version number. A primary whose pool is gone fetches the replica's last version
+// back. One primary at a time; stop it with SIGINT or SIGTERM. Loopback only unless a shared key
+// is given (docs/replica.md: the threat model).
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "hetmem/hetmem.h"
-#include "persist/replica.h"
-#include "prim/prim.h"
+#include "hetmem/pm_octree.h"
 
 namespace {
 
 const char kUsage[] =
-    "usage: hetmem-replica --pool PATH [--port N]\n"
-    "  --pool PATH   the replica pool file (made by the first primary that connects)\n"
-    "  --port N      TCP port to listen on; 0 (default) picks a free one, printed at start\n";
+    "usage: hetmem-replica --pool PATH [--listen ADDRESS:PORT] [--key FILE]\n"
+    "  --pool PATH            the replica pool file (made by the first primary that connects)\n"
+    "  --listen ADDRESS:PORT  where to listen; default 127.0.0.1:0 (this host only, a free port,\n"
+    "                         printed at start). Any other address needs --key\n"
+    "  --port N               the same as --listen 127.0.0.1:N\n"
+    "  --key FILE             a shared key (owner-only file, at least 16 bytes; make one with\n"
+    "                         head -c 32 /dev/urandom > FILE): primaries must prove they hold it\n"
+    "                         (HM_REPLICA_KEY=FILE on their side), and so does this server\n";
 
 [[noreturn]] void usage_error(const std::string &why) {
   std::fprintf(stderr, "hetmem-replica: %s\n%s", why.c_str(), kUsage);
   std::exit(2);
 }
 
+struct Where {
+  std::string pool;
+  bool keyed;
+};
+
+void ready(const char *address, int port, void *arg) {
+  const auto *w = static_cast<const Where *>(arg);
+  std::printf("hetmem-replica: listening on %s port %d, replica pool %s%s\n", address, port, w->pool.c_str(),
+              w->keyed ? ", primaries must hold the key" : " (this host only, no key)");
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
-  std::string pool;
-  long port = 0;
+  std::string pool, listen = "127.0.0.1:0", key;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -39,27 +53,25 @@ int main(int argc, char **argv) {
     } else if (a == "--pool" && v) {
       pool = v;
       ++i;
+    } else if (a == "--listen" && v) {
+      listen = v;
+      ++i;
+    } else if (a == "--key" && v) {
+      key = v;
+      ++i;
     } else if (a == "--port" && v) {
       char *end = nullptr;
-      port = std::strtol(v, &end, 10);
+      long port = std::strtol(v, &end, 10);
       if (!*v || *end || port < 0 || port > 65535) usage_error(std::string("--port wants 0..65535, got '") + v + "'");
+      listen = "127.0.0.1:" + std::to_string(port);
       ++i;
     } else {
       usage_error(v || a.rfind("--", 0) != 0 ? "unknown option '" + a + "'" : a + " needs a value");
     }
   }
   if (pool.empty()) usage_error("--pool is required");
-  int listener = -1, bound = 0;
-  if (hm::prim::tcp_listen(static_cast<int>(port), &listener, &bound) != HM_OK) {
-    std::fprintf(stderr, "hetmem-replica: cannot listen on port %ld: %s\n", port, std::strerror(errno));
-    return 1;
-  }
-  std::printf("hetmem-replica: listening on port %d, replica pool %s\n", bound, pool.c_str());
-  std::fflush(stdout);
-  for (;;) {
-    int fd = -1;
-    if (hm::prim::tcp_accept(listener, &fd) != HM_OK) continue;
-    if (hm::persist::serve_replica(fd, pool) != HM_OK)
-      std::fprintf(stderr, "hetmem-replica: a primary's connection ended with an error: %s\n", hm_last_error());
-  }
+  Where where{pool, !key.empty()};
+  int rc = pm_replica_serve(listen.c_str(), pool.c_str(), key.empty() ? nullptr : key.c_str(), ready, &where);
+  std::fprintf(stderr, "hetmem-replica: %s\n", hm_last_error());
+  return rc == HM_EINVAL || rc == HM_EAUTH ? 2 : 1;
 }

@@ -46,7 +46,8 @@ enum {
   HM_ENOTOWNED = -8,  /* the pointer was not allocated by hetmem */
   HM_EINIT = -9,      /* the library failed to initialise (see hm_last_error()) */
   HM_ECAPACITY = -10, /* the tier's backing (file pool, hugetlb pool) is full */
-  HM_EBUSY = -11      /* the resource (a persistent pool) is in use by another process */
+  HM_EBUSY = -11,     /* the resource (a persistent pool) is in use by another process */
+  HM_EAUTH = -12      /* a peer (a replica server or primary) did not prove it holds the shared key */
 };
 
 /* Explains an error code in a few words. Never returns NULL. */

@@ -95,6 +95,17 @@ int pm_snapshot_save(const pm_octree_t *tree, const char *snapshot_path);
  * HM_EFORMAT for a damaged or foreign file (no pool is left behind), HM_EIO when unreadable. */
 int pm_snapshot_load(const char *snapshot_path, const char *pool_path, uint64_t bytes, pm_octree_t **out);
 
+/* Replica server (hetmem-replica, docs/replica.md): listens on `listen` ("ADDRESS:PORT", a port
+ * of 0 picks a free one; "[::1]:PORT" for IPv6) and keeps the replica of one primary at a time in
+ * `pool_path`. `key_file` (NULL: none) is a shared key: every primary must prove it holds it, and
+ * the server proves it in return; an address that is not loopback needs one. Calls `ready` (may be
+ * NULL) with the address and port once listening, then serves until the process ends. Returns
+ * only on an error before serving: HM_EINVAL (malformed `listen`), HM_EAUTH (no key for a
+ * non-loopback address, a key file others can read or shorter than 16 bytes), HM_EIO. */
+typedef void (*pm_replica_ready_fn)(const char *address, int port, void *arg);
+int pm_replica_serve(const char *listen, const char *pool_path, const char *key_file, pm_replica_ready_fn ready,
+                     void *arg);
+
 int pm_dim(const pm_octree_t *tree);
 /* The last persisted version's number (1 after pm_create). */
 uint64_t pm_version(const pm_octree_t *tree);

@@ -72,6 +72,7 @@ const char *hm_strerror(int code) {
     case HM_EINIT: return "hetmem failed to initialise";
     case HM_ECAPACITY: return "the tier's backing is full";
     case HM_EBUSY: return "in use by another process";
+    case HM_EAUTH: return "authentication failed";
     default: return "unknown error code";
   }
 }

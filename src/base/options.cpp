@@ -54,6 +54,8 @@ const OptionSpec kOptions[] = {
     {"HM_PROFILE_ROOT_PID", "", "set by the preload library: the process whose trace is TRACE; every other "
      "process of the run (forked or exec'd, with HM_PROFILE_CHILDREN=1) writes TRACE.PID"},
     {"HM_RULES", "", "preload library: placement rules file (set by `hetmem run --rules`)"},
+    {"HM_REPLICA_KEY", "", "key file shared with a hetmem-replica server started with --key (owner-only, at least "
+     "16 bytes): a primary and the server then prove to each other that they hold it"},
     {"HM_PM_CHECK", "0", "1: persistent octrees validate every family when restored (slower; bounds are always "
      "checked)"},
 };

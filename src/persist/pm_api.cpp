@@ -315,3 +315,15 @@ int pm_valid(const pm_octree_t *t) {
 }
 
 }  // extern "C"
+
+int pm_replica_serve(const char *listen, const char *pool_path, const char *key_file, pm_replica_ready_fn ready,
+                     void *arg) {
+  try {
+    return hm::persist::serve_replicas(listen ? listen : "", pool_path ? pool_path : "", key_file ? key_file : "",
+                                       [&](const std::string &address, int port) {
+                                         if (ready) ready(address.c_str(), port, arg);
+                                       });
+  } catch (...) {
+    return hm::fail(HM_ENOMEM, "pm_replica_serve: out of memory");
+  }
+}

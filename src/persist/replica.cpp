@@ -1,10 +1,17 @@
 #include "persist/replica.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 
 #include "base/error.h"
+#include "base/options.h"
 #include "hetmem/hetmem.h"
 #include "prim/prim.h"
 
@@ -12,6 +19,25 @@ namespace hm::persist {
 namespace {
 
 constexpr size_t kContent = 16;
+constexpr size_t kNonce = 32, kProof = 32;
+constexpr size_t kChunk = size_t{1} << 20;  // fetches stream in pieces this large
+constexpr size_t kMinKey = 16;
+
+using Proof = std::array<unsigned char, kProof>;
+
+// HMAC-SHA256(key, role || first || second): what each side sends to show it holds the key, bound
+// to both nonces so that no answer can be replayed.
+Proof prove(const std::string &key, const char *role, const unsigned char *first, const unsigned char *second) {
+  unsigned char message[32 + 2 * kNonce] = {};
+  const size_t role_bytes = std::strlen(role);
+  std::memcpy(message, role, role_bytes);
+  std::memcpy(message + role_bytes, first, kNonce);
+  std::memcpy(message + role_bytes + kNonce, second, kNonce);
+  Proof out{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), message, role_bytes + 2 * kNonce, out.data(), &len);
+  return out;
+}
 
 // Copies ranges from the primary into a replica pool and commits there.
 int apply(Pool &replica, const Pool &primary, const Ranges &ranges, uint64_t root, uint64_t top, uint64_t sequence) {
@@ -109,14 +135,56 @@ bool parse_remote(const std::string &where, std::string *host, int *port) {
   return true;
 }
 
+// The primary's key, from HM_REPLICA_KEY ("" when none is set).
+int primary_key(std::string *key) {
+  key->clear();
+  const std::string *path = option_text("HM_REPLICA_KEY");
+  if (!path || path->empty()) {
+    options_load();
+    path = option_text("HM_REPLICA_KEY");
+  }
+  if (!path || path->empty()) return HM_OK;
+  return load_replica_key(*path, key);
+}
+
+// Connects and authenticates: the server greets with its mode ('A': keyed, 'O': open) and a nonce;
+// against a keyed server the primary answers with its nonce and its proof, and checks the
+// server's proof in return.
 int connect_to(const std::string &where, std::unique_ptr<Stream> *out) {
-  std::string host, why;
+  std::string host, why, key;
   int port = 0, fd = -1;
   if (!parse_remote(where, &host, &port))
     return fail(HM_EINVAL, "replica '%s': a remote replica is tcp://HOST:PORT", where.c_str());
+  if (int rc = primary_key(&key); rc != HM_OK) return rc;
   if (prim::tcp_connect(host, port, &fd, &why) != HM_OK)
     return fail(HM_EIO, "replica server %s cannot be reached: %s", where.c_str(), why.c_str());
-  *out = std::make_unique<Stream>(fd);
+  auto s = std::make_unique<Stream>(fd);
+  char mode = 0;
+  unsigned char server_nonce[kNonce], client_nonce[kNonce];
+  if (!s->get(&mode) || !s->get_bytes(server_nonce, kNonce))
+    return fail(HM_EIO, "replica server %s closed the connection before greeting (not a hetmem-replica?)", where.c_str());
+  if (mode == 'O') {
+    if (!key.empty())
+      return fail(HM_EAUTH, "replica server %s does not check keys, but HM_REPLICA_KEY is set: start it with --key "
+                  "(a primary with a key sends only to a server that proves it holds it)", where.c_str());
+  } else if (mode == 'A') {
+    if (key.empty())
+      return fail(HM_EAUTH, "replica server %s requires a key: set HM_REPLICA_KEY to the key file it was started with",
+                  where.c_str());
+    if (RAND_bytes(client_nonce, kNonce) != 1) return fail(HM_EIO, "no random bytes for the replica handshake");
+    const Proof mine = prove(key, "hetmem-replica primary", server_nonce, client_nonce);
+    if (!s->put_bytes(client_nonce, kNonce) || !s->put_bytes(mine.data(), kProof))
+      return fail(HM_EIO, "replica server %s: the connection broke", where.c_str());
+    if (int rc = s->status(where); rc != HM_OK) return rc;
+    Proof theirs{};
+    if (!s->get_bytes(theirs.data(), kProof)) return fail(HM_EIO, "replica server %s closed the connection", where.c_str());
+    const Proof expected = prove(key, "hetmem-replica server", client_nonce, server_nonce);
+    if (CRYPTO_memcmp(theirs.data(), expected.data(), kProof) != 0)
+      return fail(HM_EAUTH, "replica server %s did not prove it holds the key; nothing was sent", where.c_str());
+  } else {
+    return fail(HM_EIO, "replica server %s greeted with something else (not a hetmem-replica?)", where.c_str());
+  }
+  *out = std::move(s);
   return HM_OK;
 }
 
@@ -171,24 +239,56 @@ int ReplicaSink::open(const std::string &where, const Pool &primary, std::unique
   return HM_OK;
 }
 
-int ReplicaSink::fetch(const std::string &where, const std::string &path) {
-  std::string bytes;
-  if (!is_remote_replica(where)) {
-    if (!prim::read_text(where, &bytes)) return fail(HM_EIO, "replica '%s' cannot be read", where.c_str());
-  } else {
-    std::unique_ptr<Stream> s;
-    int rc = connect_to(where, &s);
-    if (rc != HM_OK) return rc;
-    if (!s->put('F')) return fail(HM_EIO, "replica server %s: the connection broke", where.c_str());
-    if ((rc = s->status(where)) != HM_OK) return rc;
-    uint64_t size = 0;
-    if (!s->get(&size) || size > (uint64_t{1} << 46)) return fail(HM_EIO, "replica server %s sent no pool", where.c_str());
-    bytes.resize(size);
-    if (!s->get_bytes(bytes.data(), size)) return fail(HM_EIO, "replica server %s: the pool arrived truncated", where.c_str());
+// Writes a pool file at `path` from its used part: `used` bytes (header and committed data) read
+// by `next` in pieces, the rest left as a hole, the whole `capacity` long; owner-only (0600) like
+// every pool, synced, then renamed into place.
+template <class Next>
+int write_pool_file(const std::string &path, uint64_t capacity, uint64_t used, const Next &next) {
+  const std::string tmp = path + ".fetch";
+  prim::remove_path(tmp);  // a fetch interrupted before
+  int fd = -1;
+  if (prim::create_private_file(tmp, &fd) != HM_OK)
+    return fail(HM_EIO, "persistent pool '%s': cannot create %s: %s", path.c_str(), tmp.c_str(), std::strerror(errno));
+  std::string piece;
+  int rc = prim::set_file_size(fd, capacity);
+  for (uint64_t at = 0; rc == HM_OK && at < used; at += piece.size()) {
+    piece.resize(static_cast<size_t>(std::min<uint64_t>(kChunk, used - at)));
+    rc = next(piece.data(), piece.size());
+    if (rc == HM_OK && prim::write_at(fd, piece.data(), piece.size(), at) != HM_OK)
+      rc = fail(HM_EIO, "persistent pool '%s': writing %s failed (disk full?)", path.c_str(), tmp.c_str());
   }
-  if (!prim::write_text_atomic(path, bytes))
-    return fail(HM_EIO, "persistent pool '%s' could not be written from its replica '%s'", path.c_str(), where.c_str());
-  return HM_OK;
+  if (rc == HM_OK && prim::sync_fd(fd) != HM_OK) rc = fail(HM_EIO, "persistent pool '%s': sync failed", path.c_str());
+  prim::close_fd(fd);
+  if (rc == HM_OK && prim::rename_path(tmp, path) != HM_OK)
+    rc = fail(HM_EIO, "persistent pool '%s': cannot rename %s into place", path.c_str(), tmp.c_str());
+  if (rc != HM_OK) prim::remove_path(tmp);
+  return rc;
+}
+
+int ReplicaSink::fetch(const std::string &where, const std::string &path) {
+  if (!is_remote_replica(where)) {
+    std::unique_ptr<Pool> replica;
+    if (Pool::open(where, &replica) != HM_OK)
+      return fail(HM_EIO, "replica '%s' cannot be read: %s", where.c_str(), hm_last_error());
+    const char *from = replica->at<char>(0);
+    uint64_t done = 0;
+    return write_pool_file(path, replica->capacity(), replica->committed_top(), [&](char *to, size_t bytes) {
+      std::memcpy(to, from + done, bytes);
+      done += bytes;
+      return HM_OK;
+    });
+  }
+  std::unique_ptr<Stream> s;
+  int rc = connect_to(where, &s);
+  if (rc != HM_OK) return rc;
+  if (!s->put('F')) return fail(HM_EIO, "replica server %s: the connection broke", where.c_str());
+  if ((rc = s->status(where)) != HM_OK) return rc;
+  uint64_t capacity = 0, used = 0;
+  if (!s->get(&capacity) || !s->get(&used) || used > capacity || capacity > (uint64_t{1} << 50))
+    return fail(HM_EIO, "replica server %s sent no pool", where.c_str());
+  return write_pool_file(path, capacity, used, [&](char *to, size_t bytes) {
+    return s->get_bytes(to, bytes) ? HM_OK : fail(HM_EIO, "replica server %s: the pool arrived truncated", where.c_str());
+  });
 }
 
 int ReplicaSink::fetch_if_missing(const std::string &where, const std::string &path) {
@@ -200,8 +300,37 @@ int ReplicaSink::fetch_if_missing(const std::string &where, const std::string &p
   return HM_OK;
 }
 
-int serve_replica(int fd, const std::string &path) {
+int load_replica_key(const std::string &path, std::string *key) {
+  bool others = true;
+  if (prim::readable_by_others(path, &others) != HM_OK)
+    return fail(HM_EIO, "replica key file '%s' cannot be read: %s", path.c_str(), std::strerror(errno));
+  if (others)
+    return fail(HM_EAUTH, "replica key file '%s' is readable by others; make it the owner's alone (chmod 600 %s)",
+                path.c_str(), path.c_str());
+  if (!prim::read_text(path, key)) return fail(HM_EIO, "replica key file '%s' cannot be read", path.c_str());
+  if (key->size() < kMinKey)
+    return fail(HM_EAUTH, "replica key file '%s' holds %zu bytes; a key is at least %zu (make one with: head -c 32 "
+                "/dev/urandom > %s)", path.c_str(), key->size(), kMinKey, path.c_str());
+  return HM_OK;
+}
+
+int serve_replica(int fd, const std::string &path, const std::string &key) {
   Stream s(fd);
+  unsigned char server_nonce[kNonce], client_nonce[kNonce];
+  if (RAND_bytes(server_nonce, kNonce) != 1) return fail(HM_EIO, "no random bytes for the replica handshake");
+  if (!s.put(key.empty() ? 'O' : 'A') || !s.put_bytes(server_nonce, kNonce)) return HM_EIO;
+  if (!key.empty()) {
+    Proof theirs{};
+    if (!s.get_bytes(client_nonce, kNonce) || !s.get_bytes(theirs.data(), kProof)) return HM_EIO;
+    const Proof expected = prove(key, "hetmem-replica primary", server_nonce, client_nonce);
+    if (CRYPTO_memcmp(theirs.data(), expected.data(), kProof) != 0) {
+      int rc = fail(HM_EAUTH, "the primary did not prove it holds the key (HM_REPLICA_KEY differs from --key)");
+      s.answer(rc);
+      return rc;
+    }
+    const Proof mine = prove(key, "hetmem-replica server", client_nonce, server_nonce);
+    if (!s.answer(HM_OK) || !s.put_bytes(mine.data(), kProof)) return HM_EIO;
+  }
   std::unique_ptr<Pool> pool;
   for (;;) {
     char request = 0;
@@ -238,13 +367,55 @@ int serve_replica(int fd, const std::string &path) {
       if (rc == HM_OK) rc = apply(*pool, *pool, ranges, root, top, sequence);  // the data is in place
       if (!s.answer(rc)) return HM_EIO;
     } else if (request == 'F') {
-      std::string bytes;
-      int rc = prim::read_text(path, &bytes) ? HM_OK : fail(HM_EIO, "the replica '%s' cannot be read", path.c_str());
-      if (!s.answer(rc) || (rc == HM_OK && (!s.put(static_cast<uint64_t>(bytes.size())) || !s.put_bytes(bytes.data(), bytes.size()))))
-        return HM_EIO;
+      // The used part only (header and committed data), streamed from the mapping: never the
+      // whole file, never all of it in memory.
+      std::unique_ptr<Pool> opened;
+      int rc = HM_OK;
+      if (!pool && (rc = Pool::open(path, &opened)) != HM_OK)
+        rc = fail(HM_EIO, "the replica '%s' cannot be read: %s", path.c_str(), hm_last_error());
+      const Pool *from = pool ? pool.get() : opened.get();
+      if (!s.answer(rc)) return HM_EIO;
+      if (rc != HM_OK) continue;
+      const uint64_t used = from->committed_top();
+      if (!s.put(from->capacity()) || !s.put(used)) return HM_EIO;
+      for (uint64_t at = 0; at < used; at += kChunk)
+        if (!s.put_bytes(from->at<char>(at), static_cast<size_t>(std::min<uint64_t>(kChunk, used - at)))) return HM_EIO;
     } else {
       return fail(HM_EFORMAT, "unknown request %d from the primary", request);
     }
+  }
+}
+
+int serve_replicas(const std::string &listen, const std::string &path, const std::string &key_file,
+                   const std::function<void(const std::string &, int)> &ready) {
+  const size_t colon = listen.rfind(':');
+  std::string address = colon == std::string::npos ? "" : listen.substr(0, colon);
+  char *end = nullptr;
+  const long port = colon == std::string::npos ? -1 : std::strtol(listen.c_str() + colon + 1, &end, 10);
+  if (address.size() > 2 && address.front() == '[' && address.back() == ']') address = address.substr(1, address.size() - 2);
+  if (address.empty() || port < 0 || port > 65535 || !end || *end || colon + 1 == listen.size())
+    return fail(HM_EINVAL, "--listen wants ADDRESS:PORT (127.0.0.1:7070, [::1]:0, 0.0.0.0:7070), got '%s'", listen.c_str());
+  if (path.empty()) return fail(HM_EINVAL, "a replica pool path is needed");
+  std::string key, why;
+  if (!key_file.empty()) {
+    if (int rc = load_replica_key(key_file, &key); rc != HM_OK) return rc;
+  } else {
+    bool loopback = false;
+    if (prim::is_loopback(address, &loopback, &why) != HM_OK)
+      return fail(HM_EIO, "--listen %s: the address does not resolve: %s", listen.c_str(), why.c_str());
+    if (!loopback)
+      return fail(HM_EAUTH, "--listen %s is reachable from other hosts: give a shared key (--key FILE, and "
+                  "HM_REPLICA_KEY=FILE on the primary), or listen on loopback (127.0.0.1)", listen.c_str());
+  }
+  int listener = -1, bound = 0;
+  if (prim::tcp_listen(address, static_cast<int>(port), &listener, &bound, &why) != HM_OK)
+    return fail(HM_EIO, "cannot listen on %s: %s", listen.c_str(), why.c_str());
+  ready(address, bound);
+  for (;;) {
+    int fd = -1;
+    if (prim::tcp_accept(listener, &fd) != HM_OK) continue;
+    if (serve_replica(fd, path, key) != HM_OK)
+      log(0, "hetmem-replica: a primary's connection ended with an error: %s", hm_last_error());
   }
 }
 

@@ -3,13 +3,18 @@
 // same sequence number. A replica is a second pool file (a path, on any mounted file system) or a
 // `hetmem-replica` server on another host (`tcp://HOST:PORT`).
 //
-// Wire protocol (little-endian, one request at a time, each answered by an int32 status, then
-// on failure a uint32 length and the message):
+// Wire protocol (little-endian). The server greets: mode:u8 ('O' open, 'A' keyed) nonce[32]. To a
+// keyed server the primary sends nonce[32] proof[32] (HMAC-SHA256 of the key over "hetmem-replica
+// primary" || server nonce || primary nonce), answered by a status and the server's proof
+// ("hetmem-replica server" || primary nonce || server nonce). Then one request at a time, each
+// answered by an int32 status, then on failure a uint32 length and the message:
 //   'H' content[16] capacity:u64            -> status, sequence:u64 (the replica's last version)
 //   'D' sequence:u64 root:u64 top:u64 n:u32, n x (offset:u64 bytes:u64 data) -> status
-//   'F'                                      -> status, size:u64, the pool file's bytes
+//   'F'                                      -> status, capacity:u64, used:u64, the pool file's
+//                                               first `used` bytes (header and committed data)
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -39,10 +44,20 @@ class ReplicaSink {
   static int fetch_if_missing(const std::string &where, const std::string &path);
 };
 
-// The server side: answers requests on a connected stream `fd`, keeping its replica in the pool
-// file `path` (created on the first hello if missing), until the peer closes. HM_OK when it did.
-int serve_replica(int fd, const std::string &path);
+// The server side: greets, authenticates the primary when `key` is not empty (HMAC-SHA256
+// challenge-response, both ways), then answers requests on a connected stream `fd`, keeping its
+// replica in the pool file `path` (created on the first hello if missing), until the peer closes.
+// HM_OK when it did; HM_EAUTH when the primary's proof was wrong.
+int serve_replica(int fd, const std::string &path, const std::string &key = "");
+// Reads a shared key: the file must be the owner's alone (no group or other permissions) and
+// hold at least 16 bytes. HM_EAUTH saying which otherwise, HM_EIO when it cannot be read.
+int load_replica_key(const std::string &path, std::string *key);
 
 bool is_remote_replica(const std::string &where);
+
+// The server loop (pm_replica_serve): listen ("ADDRESS:PORT"), check the key rules, then accept and
+// serve primaries one at a time forever; `ready` is told where it listens.
+int serve_replicas(const std::string &listen, const std::string &path, const std::string &key_file,
+                   const std::function<void(const std::string &, int)> &ready);
 
 }  // namespace hm::persist

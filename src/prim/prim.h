@@ -64,6 +64,15 @@ bool read_text(const std::string &path, std::string *out);  // whole small file 
 bool write_text_atomic(const std::string &path, const std::string &text);  // any bytes; fsync, then rename
 bool list_dir(const std::string &path, std::string *names);  // newline-separated entries
 bool make_dirs(const std::string &path);
+// A new file only its owner can read and write (0600), failing if `path` exists; filled with
+// write_at (what is never written stays a hole), given its size by set_file_size, made durable by
+// sync_fd, and published by rename_path.
+int create_private_file(const std::string &path, int *fd);
+int write_at(int fd, const void *data, size_t bytes, uint64_t offset);
+int set_file_size(int fd, uint64_t bytes);
+int sync_fd(int fd);
+int rename_path(const std::string &from, const std::string &to);
+int remove_path(const std::string &path);
 // Creates (truncating) `path` for appending records: every write lands at the end, whole.
 int create_append_file(const std::string &path, int *fd);
 // Writes the pieces in order with one system call (writev); HM_EIO unless all were written.
@@ -91,7 +100,14 @@ bool object_at(const void *addr, const char **path, uintptr_t *base);
 
 // TCP byte streams (replicas on another host). HM_OK or HM_EIO (errno's text in *why when given).
 int tcp_connect(const std::string &host, int port, int *fd, std::string *why = nullptr);
-int tcp_listen(int port, int *fd, int *bound_port);  // port 0: any free one, told in *bound_port
+// Listens on `address` ("127.0.0.1", "::1", "0.0.0.0", "::", a host name) and `port` (0: any free
+// one, told in *bound_port).
+int tcp_listen(const std::string &address, int port, int *fd, int *bound_port, std::string *why = nullptr);
+// Whether every address `host` resolves to is a loopback address (127.0.0.0/8, ::1). HM_EIO if it
+// does not resolve.
+int is_loopback(const std::string &host, bool *loopback, std::string *why = nullptr);
+// Whether `path` can be read by anyone but its owner (group or other permission bits).
+int readable_by_others(const std::string &path, bool *others);
 int tcp_accept(int listen_fd, int *fd);
 int send_all(int fd, const void *data, size_t bytes);  // never raises SIGPIPE
 int recv_all(int fd, void *data, size_t bytes);        // HM_EIO also when the peer closed early

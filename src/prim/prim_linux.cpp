@@ -1,27 +1,29 @@
 // Linux implementation of the OS primitives.
 #include "prim/prim.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <dlfcn.h>
-#include <link.h>
-#include <sys/uio.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <numa.h>
-#include <numaif.h>
-#include <sched.h>
+#include <link.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <numa.h>
+#include <numaif.h>
+#include <sched.h>
 #include <sys/file.h>
-#include <sys/socket.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
+// Local unwinding only (libunwind's _UL* functions, in libunwind.so itself).
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -269,24 +271,67 @@ int tcp_connect(const std::string &host, int port, int *fd, std::string *why) {
   return HM_OK;
 }
 
-int tcp_listen(int port, int *fd, int *bound_port) {
-  int s = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (s < 0) return HM_EIO;
-  int one = 1, zero = 0;
-  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);  // IPv4 clients too
-  sockaddr_in6 a{};
-  a.sin6_family = AF_INET6;
-  a.sin6_addr = in6addr_any;
-  a.sin6_port = htons(static_cast<uint16_t>(port));
-  socklen_t len = sizeof a;
-  if (bind(s, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 || listen(s, 4) != 0 ||
-      getsockname(s, reinterpret_cast<sockaddr *>(&a), &len) != 0) {
-    close(s);
+int tcp_listen(const std::string &address, int port, int *fd, int *bound_port, std::string *why) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  int rc = getaddrinfo(address.empty() ? nullptr : address.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (rc != 0) {
+    if (why) *why = gai_strerror(rc);
     return HM_EIO;
   }
+  int s = -1;
+  for (addrinfo *a = found; a && s < 0; a = a->ai_next) {
+    s = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (s < 0) continue;
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(s, a->ai_addr, a->ai_addrlen) != 0 || listen(s, 4) != 0) {
+      if (why) *why = std::strerror(errno);
+      close(s);
+      s = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (s < 0) return HM_EIO;
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  getsockname(s, reinterpret_cast<sockaddr *>(&bound), &len);
+  *bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6 *>(&bound)->sin6_port)
+                                            : ntohs(reinterpret_cast<sockaddr_in *>(&bound)->sin_port);
   *fd = s;
-  *bound_port = ntohs(a.sin6_port);
+  return HM_OK;
+}
+
+int is_loopback(const std::string &host, bool *loopback, std::string *why) {
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), "1", &hints, &found);
+  if (rc != 0) {
+    if (why) *why = gai_strerror(rc);
+    return HM_EIO;
+  }
+  bool all = found != nullptr;
+  for (addrinfo *a = found; a; a = a->ai_next) {
+    if (a->ai_family == AF_INET)
+      all = all && (ntohl(reinterpret_cast<sockaddr_in *>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    else if (a->ai_family == AF_INET6)
+      all = all && IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<sockaddr_in6 *>(a->ai_addr)->sin6_addr);
+    else
+      all = false;
+  }
+  freeaddrinfo(found);
+  *loopback = all;
+  return HM_OK;
+}
+
+int readable_by_others(const std::string &path, bool *others) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return HM_EIO;
+  *others = (st.st_mode & (S_IRWXG | S_IRWXO)) != 0;
   return HM_OK;
 }
 
@@ -405,6 +450,29 @@ bool make_dirs(const std::string &path) {
   }
   return true;
 }
+
+int create_private_file(const std::string &path, int *fd) {
+  *fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  return *fd >= 0 ? HM_OK : HM_EIO;
+}
+
+int write_at(int fd, const void *data, size_t bytes, uint64_t offset) {
+  auto *p = static_cast<const char *>(data);
+  while (bytes) {
+    ssize_t n = pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return HM_EIO;
+    p += n, bytes -= static_cast<size_t>(n), offset += static_cast<uint64_t>(n);
+  }
+  return HM_OK;
+}
+
+int set_file_size(int fd, uint64_t bytes) { return ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? HM_OK : HM_EIO; }
+int sync_fd(int fd) { return fsync(fd) == 0 ? HM_OK : HM_EIO; }
+int rename_path(const std::string &from, const std::string &to) {
+  return rename(from.c_str(), to.c_str()) == 0 ? HM_OK : HM_EIO;
+}
+int remove_path(const std::string &path) { return unlink(path.c_str()) == 0 ? HM_OK : HM_EIO; }
 
 int create_append_file(const std::string &path, int *fd) {
   *fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);

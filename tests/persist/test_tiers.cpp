@@ -3,13 +3,16 @@
 // transformation moves C0 to where the features point, and incremental adaptation equals a
 // rebuild from scratch.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
+#include "base/options.h"
 #include "hetmem/hetmem.h"
 #include "persist/octree.h"
 #include "../support.h"
@@ -163,6 +166,14 @@ TYPED_TEST(Tiers, ReplicaGetsDeltasAndRestoresALostPool) {
   ASSERT_EQ(unlink(this->path_.c_str()), 0);
   std::unique_ptr<Octree<Dim>> back;
   ASSERT_EQ(Octree<Dim>::restore(this->path_, &back, o), HM_OK) << hm_last_error();
+  {
+    // Only the used part came back: the fetched pool is sparse, and owner-only like every pool.
+    struct stat st {};
+    ASSERT_EQ(stat(this->path_.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 16 << 20);
+    EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, static_cast<uint64_t>(st.st_size) / 2);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+  }
   EXPECT_EQ(back->checksum(), sum);
   EXPECT_EQ(back->version(), version);
   std::string why;
@@ -276,7 +287,7 @@ TYPED_TEST(Tiers, ARemoteReplicaGetsDeltasAndRestoresALostPool) {
   const std::string served = this->path_ + ".replica";
   unlink(served.c_str());
   int listener = -1, port = 0;
-  ASSERT_EQ(hm::prim::tcp_listen(0, &listener, &port), HM_OK);
+  ASSERT_EQ(hm::prim::tcp_listen("127.0.0.1", 0, &listener, &port), HM_OK);
   std::thread server([&] {
     for (int connection = 0; connection < 3; ++connection) {
       int fd = -1;
@@ -305,6 +316,14 @@ TYPED_TEST(Tiers, ARemoteReplicaGetsDeltasAndRestoresALostPool) {
   std::unique_ptr<Octree<Dim>> back;
   ASSERT_EQ(Octree<Dim>::restore(this->path_, &back, OctreeOptions{}), HM_EIO) << "without the replica: gone";
   ASSERT_EQ(Octree<Dim>::restore(this->path_, &back, o), HM_OK) << hm_last_error();
+  {
+    // Only the used part came back: the fetched pool is sparse, and owner-only like every pool.
+    struct stat st {};
+    ASSERT_EQ(stat(this->path_.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 16 << 20);
+    EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, static_cast<uint64_t>(st.st_size) / 2);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+  }
   EXPECT_EQ(back->checksum(), sum);
   EXPECT_EQ(back->version(), version);
   ASSERT_EQ(back->persist(), HM_OK) << "and the restored tree goes on sending to the replica";
@@ -319,6 +338,72 @@ TYPED_TEST(Tiers, ARemoteReplicaGetsDeltasAndRestoresALostPool) {
   EXPECT_EQ(Octree<Dim>::create(this->path_, 16 << 20, &none, o), HM_EIO);
   EXPECT_NE(std::string(hm_last_error()).find("cannot be reached"), std::string::npos) << hm_last_error();
   EXPECT_FALSE(std::filesystem::exists(this->path_));
+}
+
+TYPED_TEST(Tiers, AKeyedReplicaServerAdmitsOnlyPrimariesHoldingTheKey) {
+  constexpr int Dim = TypeParam::value;
+  const std::string served = this->path_ + ".replica", key = this->path_ + ".key", other = this->path_ + ".other";
+  auto write_key = [](const std::string &path, const std::string &bytes, mode_t mode) {
+    std::ofstream(path, std::ios::binary) << bytes;
+    chmod(path.c_str(), mode);
+  };
+  write_key(key, "0123456789abcdef0123456789abcdef", 0600);
+  write_key(other, "fedcba9876543210fedcba9876543210", 0600);
+  std::string loaded;
+  write_key(this->path_ + ".open", "0123456789abcdef0123456789abcdef", 0644);
+  EXPECT_EQ(hm::persist::load_replica_key(this->path_ + ".open", &loaded), HM_EAUTH) << "readable by others";
+  write_key(this->path_ + ".short", "too short", 0600);
+  EXPECT_EQ(hm::persist::load_replica_key(this->path_ + ".short", &loaded), HM_EAUTH) << "under 16 bytes";
+  ASSERT_EQ(hm::persist::load_replica_key(key, &loaded), HM_OK);
+
+  unlink(served.c_str());
+  int listener = -1, port = 0;
+  ASSERT_EQ(hm::prim::tcp_listen("127.0.0.1", 0, &listener, &port), HM_OK);
+  std::vector<int> results;
+  std::thread server([&] {
+    for (int connection = 0; connection < 3; ++connection) {
+      int fd = -1;
+      if (hm::prim::tcp_accept(listener, &fd) != HM_OK) return;
+      results.push_back(hm::persist::serve_replica(fd, served, loaded));
+    }
+  });
+  OctreeOptions o;
+  o.replica = "tcp://127.0.0.1:" + std::to_string(port);
+  std::unique_ptr<Octree<Dim>> tree;
+  hm::option_set("HM_REPLICA_KEY", "");
+  EXPECT_EQ(Octree<Dim>::create(this->path_, 1 << 20, &tree, o), HM_EAUTH);
+  EXPECT_NE(std::string(hm_last_error()).find("requires a key"), std::string::npos) << hm_last_error();
+  unlink(this->path_.c_str());
+  hm::option_set("HM_REPLICA_KEY", other);
+  EXPECT_EQ(Octree<Dim>::create(this->path_, 1 << 20, &tree, o), HM_EAUTH) << "a wrong key is refused";
+  EXPECT_NE(std::string(hm_last_error()).find("did not prove it holds the key"), std::string::npos) << hm_last_error();
+  unlink(this->path_.c_str());
+  hm::option_set("HM_REPLICA_KEY", key);
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 1 << 20, &tree, o), HM_OK) << hm_last_error();
+  ASSERT_EQ(tree->refine([](const auto &) { return true; }), HM_OK);
+  ASSERT_EQ(tree->persist(), HM_OK) << hm_last_error();
+  EXPECT_GT(tree->stats().replica_bytes, 0u);
+  tree.reset();
+  server.join();
+  hm::prim::close_fd(listener);
+  ASSERT_EQ(results.size(), 3u);
+  EXPECT_EQ(results[1], HM_EAUTH) << "the server refused the wrong key";
+  EXPECT_EQ(results[2], HM_OK);
+  // A primary holding a key never sends to a server that does not check it.
+  ASSERT_EQ(hm::prim::tcp_listen("127.0.0.1", 0, &listener, &port), HM_OK);
+  std::thread open_server([&] {
+    int fd = -1;
+    if (hm::prim::tcp_accept(listener, &fd) == HM_OK) hm::persist::serve_replica(fd, served + ".2");
+  });
+  o.replica = "tcp://127.0.0.1:" + std::to_string(port);
+  unlink(this->path_.c_str());
+  EXPECT_EQ(Octree<Dim>::create(this->path_, 1 << 20, &tree, o), HM_EAUTH);
+  EXPECT_NE(std::string(hm_last_error()).find("does not check keys"), std::string::npos) << hm_last_error();
+  open_server.join();
+  hm::prim::close_fd(listener);
+  hm::option_set("HM_REPLICA_KEY", "");
+  for (const std::string &f : {served, served + ".2", key, other, this->path_ + ".open", this->path_ + ".short"})
+    unlink(f.c_str());
 }
 
 }  // namespace

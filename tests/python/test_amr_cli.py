@@ -149,14 +149,19 @@ def test_octree_benchmark_quick(tmp_path):
     assert "dynamic transformation" in r.stdout
 
 
+def start_replica(tmp_path, *args):
+    server = subprocess.Popen([str(BUILD / "apps" / "replica" / "hetmem-replica"), "--pool",
+                               str(tmp_path / "replica.pool"), *args], stdout=subprocess.PIPE, text=True)
+    line = server.stdout.readline()
+    assert " port " in line, line
+    return server, line, "tcp://127.0.0.1:" + line.split(" port ")[1].split(",")[0]
+
+
 def test_a_replica_on_another_host_restores_a_lost_pool(tmp_path):
     # hetmem-replica stands in for the other host; localhost carries the deltas.
-    server = subprocess.Popen([str(BUILD / "apps" / "replica" / "hetmem-replica"), "--pool",
-                               str(tmp_path / "replica.pool")], stdout=subprocess.PIPE, text=True)
+    server, line, where = start_replica(tmp_path)
     try:
-        line = server.stdout.readline()
-        assert "listening on port" in line, line
-        where = "tcp://127.0.0.1:" + line.split("port ")[1].split(",")[0]
+        assert "listening on 127.0.0.1" in line and "this host only" in line, line
         pool = tmp_path / "run.pool"
         r = amr("--steps", "5", "--level", "5", "--pool", str(pool), "--replica", where, "--progress", "0")
         assert r.returncode == 0, r.stderr
@@ -166,11 +171,44 @@ def test_a_replica_on_another_host_restores_a_lost_pool(tmp_path):
                 "--progress", "0")
         assert r.returncode == 0, r.stderr
         assert ": version 7 (step 5)" in r.stdout, r.stdout
+        # The fetch sent the used part only: the 1 GiB pool comes back sparse and owner-only.
+        st = pool.stat()
+        assert st.st_size == 1 << 30 and st.st_blocks * 512 < 64 << 20, (st.st_size, st.st_blocks)
+        assert st.st_mode & 0o777 == 0o600
     finally:
         server.terminate()
         server.wait(timeout=10)
     r = amr("--steps", "1", "--pool", str(tmp_path / "other.pool"), "--replica", "tcp://127.0.0.1:1")
     assert r.returncode == 1 and "cannot be reached" in r.stderr
-    r = subprocess.run([str(BUILD / "apps" / "replica" / "hetmem-replica"), "--port", "70000", "--pool", "x"],
-                       capture_output=True, text=True)
+    replica = str(BUILD / "apps" / "replica" / "hetmem-replica")
+    r = subprocess.run([replica, "--port", "70000", "--pool", "x"], capture_output=True, text=True)
     assert r.returncode == 2 and "--port wants 0..65535" in r.stderr
+    r = subprocess.run([replica, "--listen", "0.0.0.0:0", "--pool", "x"], capture_output=True, text=True)
+    assert r.returncode == 2 and "reachable from other hosts" in r.stderr and "--key" in r.stderr, r.stderr
+    r = subprocess.run([replica, "--listen", "nonsense", "--pool", "x"], capture_output=True, text=True)
+    assert r.returncode == 2 and "ADDRESS:PORT" in r.stderr
+
+
+def test_a_keyed_replica_server_on_every_interface(tmp_path):
+    key = tmp_path / "replica.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o644)
+    replica = str(BUILD / "apps" / "replica" / "hetmem-replica")
+    r = subprocess.run([replica, "--listen", "0.0.0.0:0", "--key", str(key), "--pool", "x"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "readable by others" in r.stderr and "chmod 600" in r.stderr
+    key.chmod(0o600)
+    server, line, where = start_replica(tmp_path, "--listen", "0.0.0.0:0", "--key", str(key))
+    try:
+        assert "primaries must hold the key" in line, line
+        pool = tmp_path / "run.pool"
+        r = amr("--steps", "2", "--level", "4", "--pool", str(pool), "--replica", where, "--progress", "0")
+        assert r.returncode == 1 and "requires a key" in r.stderr and "HM_REPLICA_KEY" in r.stderr, r.stderr
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
+        env["HM_REPLICA_KEY"] = str(key)
+        r = subprocess.run([str(AMR), "--steps", "2", "--level", "4", "--pool", str(pool), "--replica", where,
+                            "--progress", "0", "--overwrite"], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0 and "KiB sent" in r.stdout, r.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
