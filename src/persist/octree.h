@@ -179,14 +179,15 @@ class Octree {
   // word (so any flipped byte or bit) changes it.
   template <class Object>
   static uint64_t seal_of(const Object &o) {
+    constexpr size_t kWords = sizeof(Object) / 8 - 1;  // every word but the seal itself
     const auto *bytes = reinterpret_cast<const unsigned char *>(&o);
-    uint64_t h = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; i + 1 < sizeof(Object) / 8; ++i) {
+    uint64_t h[4] = {0x9E3779B97F4A7C15ull, 0, 0, 0};  // four sums: independent multiplies
+    for (size_t i = 0; i < kWords; ++i) {
       uint64_t w;
       std::memcpy(&w, bytes + 8 * i, 8);
-      h += w * (0xD6E8FEB86659FD93ull + 2 * i * 0x9E3779B97F4A7C15ull);
+      h[i % 4] += w * (0xD6E8FEB86659FD93ull + 2 * i * 0x9E3779B97F4A7C15ull);
     }
-    return h;
+    return h[0] + h[1] + h[2] + h[3];
   }
   void seal_fresh(uint64_t top, uint64_t stamp);
   int setup();

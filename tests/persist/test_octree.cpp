@@ -466,8 +466,9 @@ TYPED_TEST(OctreeDims, ADamagedNewestRootSlotNeverReturnsAReusedVersion) {
       });
       for (auto &p : points) ASSERT_EQ(tree->set_value(p.data(), 1.0), HM_OK);
       ASSERT_EQ(tree->persist(), HM_OK);
-      if (work_after)
+      if (work_after) {
         for (auto &p : points) ASSERT_EQ(tree->set_value(p.data(), 2.0), HM_OK);  // not persisted
+      }
       newest_slot = tree->version() % 2 == 0 ? 1 : 0;  // version 1 went to slot 0, then alternating
     }
     // Root slots are 32 bytes at 56 and 88; flip a byte of the newest one's root offset.
