@@ -45,6 +45,7 @@ namespace {
 struct Args {
   std::vector<std::string> child;  // --restart-child KIND PATH SCRATCH BYTES (internal)
   bool quick = false;
+  bool restart_only = false;  // only the restart figures (the slowest to change, quickest to rerun)
   std::string json = "hetmem-bench-octree.json";
   std::string dir;
 };
@@ -247,11 +248,12 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
     if (s == "--quick") a.quick = true;
+    else if (s == "--restart-only") a.restart_only = true;
     else if (s == "--json" && i + 1 < argc) a.json = argv[++i];
     else if (s == "--dir" && i + 1 < argc) a.dir = argv[++i];
     else if (s == "--restart-child" && i + 4 < argc) a.child.assign(argv + i + 1, argv + i + 5), i += 4;
     else {
-      std::fprintf(stderr, "usage: hetmem-bench-octree [--quick] [--json FILE] [--dir DIR]\n");
+      std::fprintf(stderr, "usage: hetmem-bench-octree [--quick] [--restart-only] [--json FILE] [--dir DIR]\n");
       return 2;
     }
   }
@@ -277,7 +279,7 @@ int main(int argc, char **argv) {
               "not emulated: the pool's file system sets the speed");
 
   // 1. Refine and balance throughput, and p4est on the same tree.
-  {
+  if (!a.restart_only) {
     const int level = a.quick ? 7 : 9;
     std::vector<double> ref, bal;
     uint64_t refined = 0, balanced = 0;
@@ -323,7 +325,7 @@ int main(int argc, char **argv) {
   // refinement (a feature appears: the leaves within rho of a point on the sphere go one level
   // deeper, then 2:1 balance; rho halves until at most 5% of the leaves change) and a solver
   // update (the values of 5% of the leaves, a contiguous stretch in Morton order).
-  {
+  if (!a.restart_only) {
     const int level = a.quick ? 7 : 9;
     auto t = make(pool, uint64_t{4} << 30);
     adapt_sphere(*t, level, 0.5);

@@ -693,8 +693,6 @@ int Octree<Dim>::after_change(int rc, const char *op) {
 template <int Dim>
 void Octree<Dim>::leaves_below(uint64_t ref, const std::function<void(const Leaf &)> &visit) const {
   const Family *f = read(ref);
-  for (int c = 0; c < kChildren; ++c)  // the children's loads overlap instead of one after another
-    if (f->child[c] != 0 && !is_fast(f->child[c])) __builtin_prefetch(pool_->template at<char>(f->child[c]));
   for (int c = 0; c < kChildren; ++c) {
     if (f->child[c] != 0) {
       leaves_below(f->child[c], visit);
@@ -854,8 +852,6 @@ bool Octree<Dim>::intact(std::string *why) const {
       }
       Item kid{f->child[c], {f->coord[0], f->coord[1], f->coord[2]}, f->level};
       for (int d = 0; d < Dim; ++d) kid.coord[d] += ((c >> d) & 1) ? size : 0;
-      // The children are the next families checked: their loads start now, together.
-      if (kid.ref >= kHeaderBytes && kid.ref < data_end) __builtin_prefetch(pool_->template at<char>(kid.ref));
       stack.push_back(kid);
     }
   }
