@@ -134,6 +134,7 @@ int read_smaps(std::string *text);
 int stack_trace(void **frames, int depth);
 void stack_trace_cache_per_thread();  // libunwind's per-thread cache of unwind information
 int thread_id();
+int process_id();
 
 // Time.
 uint64_t now_ns();

@@ -573,6 +573,7 @@ int stack_trace(void **frames, int depth) { return unw_backtrace(frames, depth);
 void stack_trace_cache_per_thread() { unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD); }
 
 int thread_id() { return static_cast<int>(syscall(SYS_gettid)); }
+int process_id() { return static_cast<int>(getpid()); }
 
 uint64_t now_ns() {
   timespec ts;

@@ -1,7 +1,6 @@
 #include "profile/profiler.h"
 
 #include <pthread.h>
-#include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -231,7 +230,7 @@ int write_header() {
   h.header_bytes = sizeof h;
   h.start_monotonic_ns = g_start_ns;  // fast_now_ns: CLOCK_MONOTONIC through the TSC
   h.start_unix_ns = prim::wall_ns();
-  h.pid = static_cast<uint32_t>(getpid());
+  h.pid = static_cast<uint32_t>(prim::process_id());
   h.stack_depth = static_cast<uint32_t>(g_options.depth);
   h.large_threshold = g_options.large;
   prim::Piece piece{&h, sizeof h};
@@ -258,7 +257,7 @@ int write_modules() {
 int open_trace(const std::string &path) {
   if (prim::create_append_file(path, &g_fd) != HM_OK)
     return fail(HM_EIO, "cannot write the trace %s: %s", path.c_str(), std::strerror(errno));
-  g_trace_pid = getpid();
+  g_trace_pid = prim::process_id();
   if (write_header() != HM_OK) {
     prim::close_fd(g_fd);
     g_fd = -1;
@@ -345,7 +344,7 @@ int stop() {
 void before_exec(const char *program) {
   InternalScope internal;
   // A vfork child shares the parent's memory and buffers; the parent's trace is not its to write.
-  if (!g_active.load() || g_fd < 0 || getpid() != g_trace_pid) return;
+  if (!g_active.load() || g_fd < 0 || prim::process_id() != g_trace_pid) return;
   flush(true);
   std::lock_guard<std::mutex> guard(g_mutex);
   write_modules();
@@ -355,7 +354,7 @@ void before_exec(const char *program) {
 }
 
 void before_exit() {
-  if (g_fd >= 0 && getpid() == g_trace_pid) stop();
+  if (g_fd >= 0 && prim::process_id() == g_trace_pid) stop();
 }
 
 void record(trace::Op op, trace::Fn fn, const void *ptr, size_t size, const void *caller) {
@@ -431,7 +430,7 @@ void after_fork_in_child(bool follow) {
   std::memset(static_cast<void *>(g_sites), 0, sizeof(SiteSlot) * kSiteSlots);  // redefined in the child's trace
   g_site_count = 0;
   g_start_ns = prim::fast_now_ns();
-  std::string path = g_options.path + "." + std::to_string(getpid());
+  std::string path = g_options.path + "." + std::to_string(prim::process_id());
   if (open_trace(path) != HM_OK) {
     g_active.store(false);
     return;
