@@ -16,7 +16,7 @@ import tempfile
 
 from .lib import HetmemError, find_program
 
-FAMILY_BYTES = 144  # a 3D family: corner and level, 8 child offsets, 8 values
+FAMILY_BYTES = 160  # a 3D family: corner and level, 8 child offsets, 8 values, stamp and seal
 
 
 def amr(tmp: str, name: str, *args: str) -> dict:

@@ -8,7 +8,7 @@
     hetmem run [--rules FILE | --plan PLAN] [--policy NAME] -- CMD ARGS
     hetmem compare [--policies LIST] [--fraction F | --budget SIZE] [--iterations N] [--repeat R]
                    [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...] | --plan PLAN -- CMD ARGS]
-    hetmem bench alloc|emul|profiler|pic|octree|placement [--quick] [--out PATH]
+    hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg [--quick] [--out PATH]
     hetmem demo
 """
 
@@ -155,6 +155,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from .bench_profiler import main as bench_profiler
         return bench_profiler(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-profiler.json",
                               args.quick)
+    if args.what == "mg":
+        from .bench_mg import main as bench_mg
+        return bench_mg(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-mg.json", args.quick)
     if args.what == "stream":
         out = args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-stream.json"
         return _run([find_program("hetmem-bench-stream"), "--json", out] + (["--mib", "64"] if args.quick else []))
@@ -391,7 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plan)
 
     b = sub.add_parser("bench", help="run a benchmark of the library")
-    b.add_argument("what", choices=["alloc", "emul", "profiler", "pic", "octree", "placement", "stream"],
+    b.add_argument("what", choices=["alloc", "emul", "profiler", "pic", "octree", "placement", "stream", "mg"],
                    help="alloc: allocation, free, arena, copy and emulation figures; "
                         "emul: the emulated tier's bookkeeping overhead (PIC, stencil) and its fidelity to the model; "
                         "profiler: profiling overhead, heaptrack comparison, rules-only cost; "
@@ -400,7 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "per-step time vs snapshot and SQLite baselines; "
                         "placement: every policy on the PIC code's 1.2 GiB rung with a fast budget of 25%% of it, "
                         "and the helper and prefetch sweeps (Figures 12 and 11); "
-                        "stream: the streaming engine's staging copies against the machine's non-temporal copies")
+                        "stream: the streaming engine's staging copies against the machine's non-temporal copies; "
+                        "mg: hetmem-mg against hypre's PFMG on the same problem, and with 4 KiB pages, THP and a "
+                        "hugetlb pool")
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     b.add_argument("--out", default="hetmem-bench-alloc.json", help="JSON results file")
     b.set_defaults(func=cmd_bench)

@@ -139,7 +139,7 @@ def find_bench_program(name: str) -> str:
 def find_program(name: str) -> str:
     """A binary of the project: from the build tree (bench/, examples/) or from PATH."""
     for d in build_dirs():
-        for sub in ("bench", "examples", "apps/pic", "apps/amr", "."):
+        for sub in ("bench", "examples", "apps/pic", "apps/amr", "apps/mg", "apps/replica", "."):
             candidate = d / sub / name
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return str(candidate)

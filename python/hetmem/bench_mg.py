@@ -1,0 +1,136 @@
+"""`hetmem bench mg`: hetmem-mg against hypre's PFMG on the same problem, and with 4 KiB pages,
+transparent huge pages and a preallocated hugetlb pool (docs/multigrid.md).
+
+Every figure is on this machine's DRAM (the placement policy is first-touch: nothing emulated);
+times are medians of interleaved repetitions."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+
+from .lib import HetmemError, find_program
+
+
+def _env(threads: int, extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_") or k == "HM_CALIBRATION"}
+    env["OMP_NUM_THREADS"] = str(threads)
+    env.update(extra or {})
+    return env
+
+
+def ours(tmp: str, n: int, threads: int, extra: dict | None = None) -> dict:
+    out = os.path.join(tmp, "mg.json")
+    cmd = [find_program("hetmem-mg"), f"mg.n={n}", f"mg.json={out}"]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(threads, extra))
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise HetmemError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    with open(out) as f:
+        res = json.load(f)
+    res["process_s"] = wall
+    res["stdout"] = r.stdout
+    return res
+
+
+def hypre(n: int, relax: int, pre: int, post: int) -> dict | None:
+    try:
+        program = find_program("hetmem-bench-mg-hypre")
+    except HetmemError:
+        return None
+    r = subprocess.run([program, str(n), "1e-8", "0.5", str(relax), str(pre), str(post)], capture_output=True,
+                       text=True, env=_env(1))
+    if r.returncode != 0:
+        raise HetmemError(f"hetmem-bench-mg-hypre failed: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
+
+def hugetlb_free() -> int:
+    try:
+        with open("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages") as f:
+            return int(f.read())
+    except OSError:
+        return 0
+
+
+def main(out: str, quick: bool) -> int:
+    n = 64 if quick else 128
+    reps = 3 if quick else 5
+    with tempfile.TemporaryDirectory(prefix="hetmem-mg-") as tmp:
+        # 1. The peer, one thread each (hypre's Debian build has no OpenMP).
+        runs = {"hetmem-mg": [], "pfmg-rbgs": [], "pfmg-default": []}
+        for _ in range(reps):
+            runs["hetmem-mg"].append(ours(tmp, n, 1))
+            for name, settings in (("pfmg-rbgs", (2, 2, 2)), ("pfmg-default", (1, 1, 1))):
+                h = hypre(n, *settings)
+                if h:
+                    runs[name].append(h)
+        mine = runs["hetmem-mg"]
+        solve = statistics.median(r["seconds_per_solve"] for r in mine)
+        cycle = statistics.median(r["seconds_per_cycle"] for r in mine)
+        print(f"hetmem bench mg: {n}^3 cells, Dirichlet, kappa(z) = 1 + 0.5 sin(2 pi z), residual reduced 1e-8 from "
+              f"zero, one thread, DRAM (not emulated), medians of {reps}")
+        print(f"  {'solver':34s} {'cycles':>6s} {'solve s':>9s} {'s/cycle':>9s} {'setup s':>9s} {'max error':>11s}")
+        print(f"  {'hetmem-mg V(2,2) red-black GS':34s} {mine[0]['cycles']:6d} {solve:9.4f} {cycle:9.5f} "
+              f"{0.0:9.4f} {mine[0]['error_max']:11.4e}")
+        peers = {}
+        for name, label in (("pfmg-rbgs", "hypre PFMG V(2,2) red-black GS"), ("pfmg-default", "hypre PFMG defaults")):
+            if not runs[name]:
+                continue
+            s = statistics.median(r["solve_s"] for r in runs[name])
+            setup = statistics.median(r["setup_s"] for r in runs[name])
+            cycles = runs[name][0]["cycles"]
+            peers[name] = {"cycles": cycles, "solve_s": s, "setup_s": setup, "seconds_per_cycle": s / cycles,
+                           "error_max": runs[name][0]["error_max"]}
+            print(f"  {label:34s} {cycles:6d} {s:9.4f} {s / cycles:9.5f} {setup:9.4f} {runs[name][0]['error_max']:11.4e}")
+        result = {"benchmark": "hetmem bench mg", "n": n, "threads": 1, "emulated": False,
+                  "hetmem_mg": {"cycles": mine[0]["cycles"], "solve_s": solve, "seconds_per_cycle": cycle,
+                                "factor": mine[0]["factor"], "error_max": mine[0]["error_max"]},
+                  "hypre": peers}
+        if peers:
+            best = min(peers.values(), key=lambda p: p["solve_s"] + p["setup_s"])
+            ratio = (best["solve_s"] + best["setup_s"]) / solve
+            same = abs(best["error_max"] - mine[0]["error_max"]) <= 1e-6 * mine[0]["error_max"]
+            print(f"  hypre's faster setting (setup + solve) / hetmem-mg: {ratio:.2f}x (aim: above 1, hetmem-mg "
+                  f"faster): {'MET' if ratio > 1 else 'NOT MET'}; the same discretisation error: "
+                  f"{'yes' if same else 'NO'}")
+            result["ratio_hypre_over_ours"] = ratio
+            result["same_problem"] = same
+        else:
+            print("  hypre: not built (libhypre-dev missing): no peer figures")
+
+        # 2. Pages: 4 KiB, transparent huge pages, the hugetlb pool.
+        free = hugetlb_free()
+        mib = (mine[0]["multigrid_bytes"] >> 20) + 16
+        variants = [("4 KiB pages", {"HM_THP": "0"}), ("transparent huge pages", {"HM_THP": "1"})]
+        if free * 2 >= mib:
+            variants.append((f"hugetlb pool ({mib} MiB)", {"HM_HUGETLB_POOL": f"{mib}M"}))
+        pages = {name: [] for name, _ in variants}
+        process = {name: [] for name, _ in variants}
+        for _ in range(reps):
+            for name, extra in variants:
+                r = ours(tmp, n, 2, extra)
+                pages[name].append(r["seconds_per_solve"])
+                process[name].append(r["process_s"])
+        print(f"\npages ({n}^3, two threads; the hierarchy's arrays are 2 MiB or more):")
+        base = statistics.median(pages[variants[0][0]])
+        result["pages"] = {}
+        for name, _ in variants:
+            s = statistics.median(pages[name])
+            p = statistics.median(process[name])
+            result["pages"][name] = {"solve_s": s, "process_s": p}
+            print(f"  {name:28s} {s:8.4f} s per solve  {base / s:5.2f}x   process {p:6.3f} s (start-up, reservation "
+                  "and run)")
+        if free * 2 < mib:
+            print(f"  hugetlb pool: not measured: the kernel has {free} free 2 MiB pages, {mib // 2} are needed "
+                  f"(as root: echo {mib // 2} > /proc/sys/vm/nr_hugepages)")
+            result["pages"]["hugetlb pool"] = None
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"\nresults: {out}")
+    return 0
