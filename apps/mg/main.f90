@@ -15,12 +15,14 @@ program hetmem_mg
   implicit none
 
   integer :: n = 64, max_cycles = 30, steps = 1, domain_fields = 6, strict = 0
+  integer(c_int) :: domain_role = HM_CAPACITY
   type(mg_settings) :: s
   real(c_double) :: tol = 1e-8_c_double
   character(len=256) :: json = ""
   type(mg_level), allocatable :: levels(:)
   real(c_double), allocatable, target :: domain(:, :, :, :)
   real(c_double) :: r0, r, rprev, t0, t_solve, t_domain, t_cycles, factor_product, err, last_factor
+  real(c_double) :: steady_solve = 0, steady_domain = 0  ! the steps after the first (placement observes the first)
   real(c_double), allocatable :: history(:)
   integer :: step, cycle, stat, cycles_done, rc, total_cycles
   integer(c_int64_t) :: mg_bytes, domain_bytes
@@ -31,12 +33,13 @@ program hetmem_mg
   domain_bytes = int(domain_fields, c_int64_t) * 8_c_int64_t * int(n + 2, c_int64_t)**3
   write(output_unit, '("hetmem-mg: ", i0, "^3 cells, ", a, ", ", a, "-cycles (", i0, "+", i0, " red-black sweeps), ", &
        & i0, " thread(s); multigrid ", f0.1, " MiB (classes mg.level*, policy ", a, "), domain ", i0, " fields ", &
-       & f0.1, " MiB (capacity tier)")') n, trim(bc_name()), trim(merge("V", "W", s%gamma == 1)), s%pre, s%post, &
-       omp_get_max_threads(), mg_bytes / 1048576.0, policy_name(), domain_fields, domain_bytes / 1048576.0
+       & f0.1, " MiB (", a, " tier)")') n, trim(bc_name()), trim(merge("V", "W", s%gamma == 1)), s%pre, s%post, &
+       omp_get_max_threads(), mg_bytes / 1048576.0, policy_name(), domain_fields, domain_bytes / 1048576.0, &
+       trim(merge("capacity", "fast    ", domain_role == HM_CAPACITY))
   if (strict == 1) call check_budgets()
 
   ! The domain: an unchanged ALLOCATE, steered to the capacity tier by the scope around it.
-  rc = hm_mode_push(HM_CAPACITY)
+  rc = hm_mode_push(domain_role)
   allocate(domain(0:n + 1, 0:n + 1, 0:n + 1, domain_fields), stat=stat)
   rc = hm_mode_pop()
   if (stat /= 0) call fail("the domain arrays cannot be allocated")
@@ -55,6 +58,7 @@ program hetmem_mg
      call update_domain()
      rc = hm_phase_end()
      t_domain = t_domain + (omp_get_wtime() - t0)
+     if (step > 1) steady_domain = steady_domain + (omp_get_wtime() - t0)
      call mg_set_problem(levels(0), s%bc)
      t0 = omp_get_wtime()
      r0 = mg_residual_norm(levels(0), s%bc)
@@ -73,6 +77,7 @@ program hetmem_mg
      end do
      t_solve = omp_get_wtime() - t0
      t_cycles = t_cycles + t_solve
+     if (step > 1) steady_solve = steady_solve + t_solve
      total_cycles = total_cycles + cycles_done
      rc = hm_iteration_next()
      if (r > tol * r0) then
@@ -139,6 +144,7 @@ contains
   subroutine update_domain()
     integer :: d, i, j, k
     do d = 1, domain_fields
+       rc = hm_access(c_loc(domain(0, 0, 0, d)), 8_c_size_t * int(n + 2, c_size_t)**3, HM_ACCESS_RW)
        !$omp parallel do private(i, j)
        do k = 1, n
           do j = 1, n
@@ -155,14 +161,15 @@ contains
   !> Where the unchanged ALLOCATE put the domain (the scope steers it only when the preload library
   !> is in the process, which hetmem-mg links).
   subroutine report_domain_tier()
-    integer(c_int) :: at, capacity
+    integer(c_int) :: at, wanted
     if (size(domain) == 0) return
     if (hm_ptr_tier(c_loc(domain(0, 0, 0, 1)), at) /= HM_OK) at = -1
-    if (hm_role_tier(HM_CAPACITY, capacity) /= HM_OK) capacity = -2
-    if (at == capacity) then
-       write(output_unit, '("  domain arrays: on the capacity tier (ALLOCATE inside hm_mode_push(HM_CAPACITY))")')
+    if (hm_role_tier(domain_role, wanted) /= HM_OK) wanted = -3
+    if (at == wanted) then
+       write(output_unit, '("  domain arrays: on the ", a, " tier (ALLOCATE inside hm_mode_push)")') &
+            trim(merge("capacity", "fast    ", domain_role == HM_CAPACITY))
     else
-       write(output_unit, '("  domain arrays: NOT on the capacity tier (the C library took them)")')
+       write(output_unit, '("  domain arrays: NOT where hm_mode_push asked (the C library took them)")')
     end if
   end subroutine report_domain_tier
 
@@ -170,7 +177,7 @@ contains
   !> tier's, before anything is allocated.
   subroutine check_budgets()
     call fits(HM_FAST, mg_bytes, "the multigrid hierarchy")
-    call fits(HM_CAPACITY, domain_bytes, "the domain arrays")
+    call fits(domain_role, domain_bytes, "the domain arrays")
   end subroutine check_budgets
 
   subroutine fits(role, bytes, what)
@@ -198,8 +205,15 @@ contains
     write(u, '(" ""cycles"": ", i0, ", ""reduction"": ", es24.16, ", ""factor"": ", es24.16, ", ""last_factor"": ", &
          & es24.16, ",")') cycles_done, r / r0, factor_product, last_factor
     write(u, '(" ""error_max"": ", es24.16, ", ""checksum"": ", es24.16, ",")') err, checksum()
-    write(u, '(" ""seconds_per_solve"": ", es14.6, ", ""seconds_per_cycle"": ", es14.6, ", ""multigrid_bytes"": ", i0, &
-         & ", ""domain_bytes"": ", i0, "}")') t_cycles / steps, t_cycles / total_cycles, mg_bytes, domain_bytes
+    write(u, '(" ""seconds_per_solve"": ", es14.6, ", ""seconds_per_cycle"": ", es14.6, ", ""domain_seconds_per_step"": ", &
+         & es14.6, ", ""multigrid_bytes"": ", i0, ", ""domain_bytes"": ", i0)') t_cycles / steps, t_cycles / total_cycles, &
+         t_domain / steps, mg_bytes, domain_bytes
+    if (steps > 1) then
+       write(u, '(" ,""steady_solve_s"": ", es14.6, ", ""steady_domain_s"": ", es14.6, "}")') steady_solve / (steps - 1), &
+            steady_domain / (steps - 1)
+    else
+       write(u, '("}")')
+    end if
     close(u)
   end subroutine write_json
 
@@ -285,6 +299,14 @@ contains
           steps = whole(key, value)
        case ("mg.domain_fields")
           domain_fields = whole(key, value, 0)
+       case ("mg.domain_role")
+          if (value == "capacity") then
+             domain_role = HM_CAPACITY
+          else if (value == "fast") then
+             domain_role = HM_FAST
+          else
+             call fail("mg.domain_role = '" // trim(value) // "': capacity (the default) or fast")
+          end if
        case ("mg.json")
           json = value
        case ("hetmem.strict")
@@ -293,7 +315,7 @@ contains
           strict = merge(1, 0, value == "1")
        case default
           call fail("unknown key '" // trim(key) // "' (known: preset, mg.n, mg.bc, mg.cycle, mg.tol, mg.max_cycles, " // &
-               "mg.pre, mg.post, mg.coefficients, mg.steps, mg.domain_fields, mg.json, hetmem.strict)")
+               "mg.pre, mg.post, mg.coefficients, mg.steps, mg.domain_fields, mg.domain_role, mg.json, hetmem.strict)")
        end select
     end do
     if (n < 4 .or. iand(n, n - 1) /= 0) then
@@ -332,7 +354,8 @@ contains
          "  mg.tol            residual reduction to reach, in (0, 1); default 1e-8", &
          "  mg.max_cycles     default 30;  mg.pre, mg.post: red-black sweeps, default 2 and 2", &
          "  mg.steps          time steps (domain update + pressure solve); default 1", &
-         "  mg.domain_fields  domain arrays on the capacity tier; default 6", &
+         "  mg.domain_fields  domain arrays; default 6", &
+         "  mg.domain_role    where hm_mode_push puts the domain: capacity (default) or fast", &
          "  mg.json           write the figures as JSON", &
          "  hetmem.strict     1: refuse to start when the hierarchy or the domain exceeds its tier's budget", &
          "Placement: HM_POLICY (first-touch, all-fast, memory-mode, hetmem-static, ...), HM_FAST_BUDGET.", &

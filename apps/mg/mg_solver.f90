@@ -119,6 +119,15 @@ contains
     lv%r(0:, 0:, 0:) => all(:, :, :, 3)
   end subroutine level_arrays
 
+  !> Declares a kernel's pass over one of a level's arrays (the emulated tiers charge by it).
+  subroutine declare(lv, a, how)
+    type(mg_level), intent(in) :: lv
+    real(c_double), intent(in), target :: a(0:, 0:, 0:)
+    integer(c_int), intent(in) :: how
+    integer(c_int) :: rc
+    rc = hm_access(c_loc(a(0, 0, 0)), 8_c_size_t * int(lv%n + 2, c_size_t)**3, how)
+  end subroutine declare
+
   subroutine mg_destroy(levels)
     type(mg_level), allocatable, intent(inout) :: levels(:)
     integer :: l
@@ -240,6 +249,8 @@ contains
     n = lv%n
     h2 = lv%h * lv%h
     do s = 1, sweeps
+       call declare(lv, lv%p, HM_ACCESS_RW)
+       call declare(lv, lv%f, HM_ACCESS_READ)
        do colour = 0, 1
           call fill_ghosts(lv, lv%p, bc)
           !$omp parallel do private(i, j, ku, kd)
@@ -268,6 +279,9 @@ contains
     n = lv%n
     ih2 = 1 / (lv%h * lv%h)
     call fill_ghosts(lv, lv%p, bc)
+    call declare(lv, lv%p, HM_ACCESS_READ)
+    call declare(lv, lv%f, HM_ACCESS_READ)
+    call declare(lv, lv%r, HM_ACCESS_WRITE)
     !$omp parallel do private(i, j, ku, kd)
     do k = 1, n
        ku = lv%kz(k)
@@ -287,6 +301,9 @@ contains
     type(mg_level), intent(in) :: fine
     type(mg_level), intent(inout) :: coarse
     integer :: i, j, k
+    call declare(fine, fine%r, HM_ACCESS_READ)
+    call declare(coarse, coarse%f, HM_ACCESS_WRITE)
+    call declare(coarse, coarse%p, HM_ACCESS_WRITE)
     !$omp parallel do private(i, j)
     do k = 1, coarse%n
        do j = 1, coarse%n
@@ -307,6 +324,8 @@ contains
     integer :: i, j, k, ic, jc, kc, di, dj, dk
     real(c_double), parameter :: w(0:1) = [0.75_c_double, 0.25_c_double]
     call fill_ghosts(coarse, coarse%p, bc)
+    call declare(coarse, coarse%p, HM_ACCESS_READ)
+    call declare(fine, fine%p, HM_ACCESS_RW)
     !$omp parallel do private(i, j, ic, jc, kc, di, dj, dk)
     do k = 1, fine%n
        kc = (k + 1) / 2

@@ -1,8 +1,9 @@
-"""`hetmem bench mg`: hetmem-mg against hypre's PFMG on the same problem, and with 4 KiB pages,
-transparent huge pages and a preallocated hugetlb pool (docs/multigrid.md).
+"""`hetmem bench mg`: hetmem-mg against hypre's PFMG on the same problem, with 4 KiB pages,
+transparent huge pages and a preallocated hugetlb pool, and seed 004's memory-mode study on the
+emulated Optane tier (docs/multigrid.md).
 
-Every figure is on this machine's DRAM (the placement policy is first-touch: nothing emulated);
-times are medians of interleaved repetitions."""
+The peer and page figures are on this machine's DRAM (first-touch: nothing emulated); the study's
+capacity tier is emulated. Times are medians of interleaved repetitions."""
 
 from __future__ import annotations
 
@@ -131,7 +132,65 @@ def main(out: str, quick: bool) -> int:
             print(f"  hugetlb pool: not measured: the kernel has {free} free 2 MiB pages, {mib // 2} are needed "
                   f"(as root: echo {mib // 2} > /proc/sys/vm/nr_hugepages)")
             result["pages"]["hugetlb pool"] = None
+        # 3. Seed 004's memory-mode study, per problem class, on the emulated Optane tier.
+        result["memory_mode_study"] = study(tmp, ["S"] if quick else ["S", "W"], 3 if quick else 5)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"\nresults: {out}")
     return 0
+
+
+PRESET_N = {"S": 64, "W": 128, "B": 256, "C": 512}
+
+
+def study(tmp: str, presets: list[str], reps: int) -> dict:
+    """all-fast (everything in DRAM), memory-mode (DRAM as a cache of the capacity tier, sized at half
+    the footprint) and hetmem-static (the hierarchy fast, the domain on the capacity tier; a fast
+    budget of the hierarchy plus an eighth): seconds per time step, and per pressure solve (the MGS)."""
+    configs = [("all-fast", {"HM_POLICY": "all-fast"}, ["mg.domain_role=fast"]),
+               ("memory-mode", {"HM_POLICY": "memory-mode"}, []),
+               ("hetmem-static", {"HM_POLICY": "hetmem-static"}, [])]
+    print("\nmemory-mode study (seed 004; capacity tier emulated as Optane, two threads, 4 time steps: the first,"
+          " observed, left out):")
+    print(f"  {'class':6s} {'footprint':>10s}  {'memory-mode / all-fast':>24s}  {'hetmem-static / all-fast':>26s}  "
+          f"{'static gains':>13s}")
+    print(f"  {'':6s} {'':10s}  {'total':>11s} {'MGS':>12s}  {'total':>12s} {'MGS':>13s}  {'total':>13s}")
+    rows = {}
+    for preset in presets:
+        n = PRESET_N[preset]
+        times = {name: {"total": [], "mgs": []} for name, _, _ in configs}
+        footprint = None
+        for _ in range(reps):
+            for name, env, args in configs:
+                extra = {"HM_TIERS": "capacity=emul:optane", **env}
+                probe = None
+                if name != "all-fast":
+                    probe = probe or ours_args(tmp, n, 2, {"HM_POLICY": "first-touch"}, ["mg.steps=1"])
+                    mg_bytes, dom = probe["multigrid_bytes"], probe["domain_bytes"]
+                    footprint = mg_bytes + dom
+                    budget = footprint // 2 if name == "memory-mode" else mg_bytes + mg_bytes // 8
+                    extra["HM_FAST_BUDGET"] = str(budget)
+                r = ours_args(tmp, n, 2, extra, ["mg.steps=4", *args])
+                times[name]["total"].append(r["steady_solve_s"] + r["steady_domain_s"])
+                times[name]["mgs"].append(r["steady_solve_s"])
+        med = {name: {k: statistics.median(v) for k, v in t.items()} for name, t in times.items()}
+        base = med["all-fast"]
+        mm = {k: med["memory-mode"][k] / base[k] for k in base}
+        st = {k: med["hetmem-static"][k] / base[k] for k in base}
+        gain = med["memory-mode"]["total"] / med["hetmem-static"]["total"]
+        rows[preset] = {"n": n, "footprint_bytes": footprint, "seconds": med, "memory_mode_slowdown": mm,
+                        "hetmem_static_slowdown": st, "hetmem_static_gain_over_memory_mode": gain, "emulated": True}
+        print(f"  {preset:6s} {footprint / 2**20:8.0f} MiB  {mm['total']:10.2f}x {mm['mgs']:11.2f}x  "
+              f"{st['total']:11.2f}x {st['mgs']:12.2f}x  {gain:12.2f}x   [emulated]")
+    print("  (seed 004 on real Optane: memory mode 1.00-1.19x in total, 1.07-1.13x for the MGS)")
+    return rows
+
+
+def ours_args(tmp: str, n: int, threads: int, extra: dict, args: list[str]) -> dict:
+    out = os.path.join(tmp, "study.json")
+    cmd = [find_program("hetmem-mg"), f"mg.n={n}", f"mg.json={out}", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_env(threads, extra))
+    if r.returncode != 0:
+        raise HetmemError(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    with open(out) as f:
+        return json.load(f)

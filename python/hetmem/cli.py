@@ -170,7 +170,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from . import compare
     rest = args.workload[1:] if args.workload and args.workload[0] == "--" else args.workload
-    workload = compare.PlanWorkload(args.plan, rest) if args.plan else compare.PicWorkload(rest)
+    if args.plan:
+        workload = compare.PlanWorkload(args.plan, rest)
+    elif rest and rest[0] == "mg":
+        workload = compare.MgWorkload(rest[1:])  # hetmem compare mg preset=W ...
+    else:
+        workload = compare.PicWorkload(rest)
     policies = compare.POLICIES if args.policies == "all" else [p.strip() for p in args.policies.split(",") if p.strip()]
     budget = compare.parse_size(args.budget) if args.budget else None
     threads = args.threads or os.cpu_count() or 1

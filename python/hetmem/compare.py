@@ -89,6 +89,20 @@ class PicWorkload:
                  f"diag.directory={tmp}/out-{tag}", f"diag.summary={summary}", "diag.interval=0"], {})
 
 
+class MgWorkload:
+    """hetmem-mg (`hetmem compare mg [key=value ...]`): each time step (domain update + pressure solve)
+    is an iteration; the preload library it links writes the run summary."""
+
+    def __init__(self, args: list[str]):
+        self.args = args or ["preset=S"]
+
+    def describe(self, doc: dict) -> str:
+        return f"hetmem-mg {' '.join(self.args)}"
+
+    def command(self, iterations: int, tmp: str, tag: str, summary: str) -> tuple[list[str], dict]:
+        return [find_program("hetmem-mg"), *self.args, f"mg.steps={iterations}"], {"HM_SUMMARY": summary}
+
+
 class PlanWorkload:
     """Any program with a plan (`hetmem plan`), run unchanged through the preload library; its
     iterations are those it marks with hm_iteration_next (else the whole run is one)."""
