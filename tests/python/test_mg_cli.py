@@ -99,3 +99,32 @@ def test_bad_input_is_named_with_status_2(tmp_path, args, message):
 def test_a_problem_over_budget_with_strict_placement_is_refused(tmp_path):
     r, _ = mg(tmp_path, "mg.n=64", "hetmem.strict=1", env_extra={"HM_FAST_BUDGET": "1M"})
     assert r.returncode == 2 and "the multigrid hierarchy needs" in r.stderr and "fast tier" in r.stderr, r.stderr
+
+
+def test_compare_runs_hetmem_mg_and_shows_its_phases(tmp_path):
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_") or k == "HM_CALIBRATION"}
+    env["PYTHONPATH"] = str(ROOT / "python")
+    r = subprocess.run([sys.executable, "-m", "hetmem", "compare", "--iterations", "2", "--repeat", "1", "--policies",
+                        "all-fast,hetmem-static", "--out", str(tmp_path / "cmp"), "mg", "mg.n=16"],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert "hetmem-mg mg.n=16" in r.stdout and "mg.smooth0" in r.stdout and "hetmem-static" in r.stdout
+
+
+def test_bench_mg_quick_reports_the_peer_pages_and_the_study(tmp_path):
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_") or k == "HM_CALIBRATION"}
+    env["PYTHONPATH"] = str(ROOT / "python")
+    out = tmp_path / "mg.json"
+    r = subprocess.run([sys.executable, "-m", "hetmem", "bench", "mg", "--quick", "--out", str(out)],
+                       capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["hetmem_mg"]["cycles"] > 0 and set(res["pages"]) >= {"4 KiB pages", "transparent huge pages"}
+    if res["hypre"]:
+        assert res["same_problem"] is True, "hypre solves the same discretised problem"
+        assert "hetmem-mg:" in r.stdout and ("MET" in r.stdout)
+    study = res["memory_mode_study"]["S"]
+    assert study["emulated"] is True and study["memory_mode_slowdown"]["total"] > 0
+    assert "[emulated]" in r.stdout
