@@ -128,3 +128,10 @@ def test_bench_mg_quick_reports_the_peer_pages_and_the_study(tmp_path):
     study = res["memory_mode_study"]["S"]
     assert study["emulated"] is True and study["memory_mode_slowdown"]["total"] > 0
     assert "[emulated]" in r.stdout
+
+
+def test_huge_pages_do_not_change_the_result(tmp_path):
+    plain = mg(tmp_path, "mg.n=32", env_extra={"HM_THP": "0"})[1]
+    thp = mg(tmp_path, "mg.n=32", env_extra={"HM_THP": "1"})[1]
+    pool = mg(tmp_path, "mg.n=32", env_extra={"HM_HUGETLB_POOL": "16M"})[1]  # THP when no page can be reserved
+    assert plain["checksum"] == thp["checksum"] == pool["checksum"]
