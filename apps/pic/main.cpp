@@ -126,7 +126,23 @@ void report_streaming(pic::Simulation &sim) {
                 m.stage ? "staging" : "tiles stay at home from then on (staging would not pay)");
 }
 
+// The number of processes an MPI launcher started this one among (1 when none did): Open MPI,
+// MPICH/Hydra and Slurm's PMI say so in the environment.
+int launched_ranks() {
+  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}) {
+    const char *v = std::getenv(name);
+    if (v && std::atoi(v) > 1) return std::atoi(v);
+  }
+  return 1;
+}
+
 int main(int argc, char **argv) {
+  // This build runs one process: under mpirun -np N, N copies would run the whole problem and
+  // overwrite each other's output. Refuse before reading anything.
+  if (int ranks = launched_ranks(); ranks > 1)
+    return die("started by an MPI launcher as one of " + std::to_string(ranks) + " processes, but this hetmem-pic "
+               "runs the whole problem in one process (each would run it again and overwrite the others' output); "
+               "run it without mpirun, with OMP_NUM_THREADS for the cores");
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fprintf(stderr, "usage: hetmem-pic INPUT [key=value ...]   (INPUT may be 'preset:NAME')\n");
     return argc < 2 ? 2 : 0;
