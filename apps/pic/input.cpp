@@ -14,7 +14,8 @@ const char *kGlobalKeys[] = {"max_step", "amr.n_cell", "geometry.prob_hi", "warp
                              "algo.particle_pusher", "algo.current_deposition", "algo.maxwell_solver",
                              "particles.species_names", "hetmem.tile_size", "hetmem.seed", "hetmem.fields",
                              "hetmem.particles", "diag.interval", "diag.directory", "diag.energy_log",
-                             "diag.progress", "diag.summary", "hetmem.strict", "hetmem.allocation_order", "hetmem.sort_interval", "preset"};
+                             "diag.progress", "diag.summary", "hetmem.strict", "hetmem.allocation_order", "hetmem.sort_interval", "preset",
+                             "diag.checkpoint_interval", "diag.checkpoint_directory", "restart"};
 const char *kSpeciesKeys[] = {"charge", "mass", "density", "num_particles_per_cell_each_dim", "u_th", "ux", "uy",
                               "uz", "langmuir.epsilon", "langmuir.modes", "langmuir.sign"};
 
@@ -238,6 +239,15 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
   if (kv.count("diag.directory")) p.output_dir = kv["diag.directory"];
   if (kv.count("diag.energy_log")) p.energy_log = kv["diag.energy_log"];
   if (kv.count("diag.summary")) p.summary_path = kv["diag.summary"];
+  if (kv.count("diag.checkpoint_interval")) {
+    if (!whole_numbers(kv["diag.checkpoint_interval"], 1, v, 0)) {
+      *error = "diag.checkpoint_interval = '" + kv["diag.checkpoint_interval"] + "': steps between checkpoints, 0 for none";
+      return false;
+    }
+    p.checkpoint_interval = static_cast<int>(v[0]);
+  }
+  p.checkpoint_dir = kv.count("diag.checkpoint_directory") ? kv["diag.checkpoint_directory"] : p.output_dir + "/checkpoints";
+  if (kv.count("restart")) p.restart = kv["restart"];
   if (kv.count("hetmem.allocation_order")) {
     const std::string &order = kv["hetmem.allocation_order"];
     if (order != "fields-first" && order != "particles-first") {

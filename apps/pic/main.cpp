@@ -206,12 +206,24 @@ int main(int argc, char **argv) {
   }
   if ((p.output_interval > 0 || p.energy_log.empty()) && !make_dirs(p.output_dir))
     return die("output directory '" + p.output_dir + "' cannot be created or written");
+  if (p.checkpoint_interval > 0 && !make_dirs(p.checkpoint_dir))
+    return die("checkpoint directory '" + p.checkpoint_dir + "' cannot be created or written");
   std::string energy_path = p.energy_log.empty() ? p.output_dir + "/energy.csv" : p.energy_log;
-  std::ofstream energy(energy_path);
-  if (!energy) return die("energy log '" + energy_path + "' cannot be written");
+  std::ofstream energy;
 
   try {
     pic::Simulation sim(p);
+    // A restart replaces the initial state before anything is written: a checkpoint of another
+    // problem, or a damaged one, stops the run with every earlier output as it was.
+    if (!p.restart.empty()) {
+      if (!sim.restore(p.restart, &error)) return die(error);
+      if (sim.steps_done() >= p.steps)
+        return die("restart = '" + p.restart + "': it is at step " + std::to_string(sim.steps_done()) +
+                   ", max_step is " + std::to_string(p.steps) + ": nothing to run (max_step counts from step 0)");
+      std::printf("restarted from %s at step %d (t = %.6e s)\n", p.restart.c_str(), sim.steps_done(), sim.time());
+    }
+    energy.open(energy_path, p.restart.empty() ? std::ios::trunc : std::ios::app);  // a restart continues the log
+    if (!energy) return die("energy log '" + energy_path + "' cannot be written");
     long particles = 0;
     for (auto &s : sim.species()) particles += s.count();
     energy << std::setprecision(17);  // full double precision: conservation is read from these columns
@@ -220,9 +232,11 @@ int main(int argc, char **argv) {
     if (std::fabs(sim.background_charge_density()) > 1e-9 * species_rho)
       std::printf("  neutralising background: %.6g C/m^3, uniform and immobile (the species' net charge; in the "
                   "Gauss-law diagnostic)\n", sim.background_charge_density());
-    energy << "step,time_s,field_J";
-    for (auto &s : sim.species()) energy << ",kinetic_" << s.params.name << "_J";
-    energy << ",total_J,charge_error\n";
+    if (p.restart.empty()) {
+      energy << "step,time_s,field_J";
+      for (auto &s : sim.species()) energy << ",kinetic_" << s.params.name << "_J";
+      energy << ",total_J,charge_error\n";
+    }
     auto log_energy = [&] {
       double total = sim.field_energy();
       energy << sim.steps_done() << "," << sim.time() << "," << total;
@@ -238,11 +252,12 @@ int main(int argc, char **argv) {
         energy << sim.gauss_error();
       energy << "\n";
     };
-    log_energy();
+    if (p.restart.empty()) log_energy();
     auto start = std::chrono::steady_clock::now();
     pic::RunRecord record;
     const double cpu_start = cpu_now();
-    for (int n = 0; n < p.steps; ++n) {
+    const int first_step = sim.steps_done(), to_run = p.steps - first_step;
+    for (int n = 0; n < to_run; ++n) {
       auto step_start = std::chrono::steady_clock::now();
       double step_cpu = cpu_now();
       sim.step();
@@ -255,10 +270,18 @@ int main(int argc, char **argv) {
         hm_phase_end();
         if (!ok) return die(error);
       }
-      if (p.progress_interval > 0 && (sim.steps_done() % p.progress_interval == 0 || n + 1 == p.steps)) {
+      if (p.checkpoint_interval > 0 && sim.steps_done() % p.checkpoint_interval == 0) {
+        char name[64];
+        std::snprintf(name, sizeof name, "/checkpoint_%06d.h5", sim.steps_done());
+        hm_phase_begin("diagnostics");
+        bool ok = sim.save_checkpoint(p.checkpoint_dir + name, &error);
+        hm_phase_end();
+        if (!ok) return die(error);
+      }
+      if (p.progress_interval > 0 && (sim.steps_done() % p.progress_interval == 0 || n + 1 == to_run)) {
         double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         std::printf("step %6d/%d  t = %.4e s  %.3f s/step  %.3g particle-steps/s\n", sim.steps_done(), p.steps, sim.time(),
-                    s / sim.steps_done(), particles * static_cast<double>(sim.steps_done()) / s);
+                    s / (n + 1), particles * static_cast<double>(n + 1) / s);
         std::fflush(stdout);
       }
     }
@@ -267,16 +290,16 @@ int main(int argc, char **argv) {
 #pragma omp parallel
 #pragma omp single
     threads = omp_get_num_threads();
-    if (p.steps > 0) {
-      double per = seconds / (static_cast<double>(particles) * p.steps) * 1e9;
+    if (to_run > 0) {
+      double per = seconds / (static_cast<double>(particles) * to_run) * 1e9;
       std::printf("\n%ld particles, %d steps, %d thread(s): %.1f ns wall per particle-step, %.1f ns core time\n", particles,
-                  p.steps, threads, per, per * threads);
+                  to_run, threads, per, per * threads);
       for (const char *phase : kPhases) {
         uint64_t calls = 0;
         double secs = 0;
         if (hm_phase_stats(phase, &calls, &secs) == HM_OK)
           std::printf("  %-22s %8.3f s  %5.1f%%  %.1f ns per particle-step\n", phase, secs, 100 * secs / seconds,
-                      secs / (static_cast<double>(particles) * p.steps) * 1e9);
+                      secs / (static_cast<double>(particles) * to_run) * 1e9);
       }
     }
     report_placement();

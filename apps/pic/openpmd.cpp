@@ -5,11 +5,14 @@
 #include <hdf5.h>
 
 #include <cstdio>
+#include <functional>
 #include <ctime>
 #include <string>
 #include <vector>
 
 #include "openpmd.hpp"
+
+static_assert(sizeof(hid_t) == sizeof(int64_t), "HDF5 1.10 or later: hid_t is 64 bits");
 
 namespace pic {
 namespace {
@@ -97,10 +100,14 @@ void record_attributes(hid_t record, const std::vector<double> &unit_dimension, 
 }  // namespace
 
 bool write_openpmd(Simulation &sim, const std::string &dir, std::string *error) {
-  const Grid &g = sim.grid();
   char name[64];
   std::snprintf(name, sizeof name, "/openpmd_%06d.h5", sim.steps_done());
-  std::string path = dir + name;
+  return write_openpmd_file(sim, dir + name, nullptr, error);
+}
+
+bool write_openpmd_file(Simulation &sim, const std::string &path, const std::function<bool(int64_t)> &extra,
+                        std::string *error) {
+  const Grid &g = sim.grid();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file < 0) {
@@ -232,9 +239,10 @@ bool write_openpmd(Simulation &sim, const std::string &dir, std::string *error) 
     H5Gclose(s);
   }
   H5Gclose(particles);
+  bool extra_ok = !extra || extra(it);
   H5Gclose(it);
   H5Gclose(data);
-  bool ok = H5Fclose(file) >= 0;
+  bool ok = H5Fclose(file) >= 0 && extra_ok;
   if (!ok) *error = "cannot finish " + path;
   return ok;
 }

@@ -69,6 +69,7 @@ class Field {
   long stride_y() const { return sx_; }
   long guard_cells() const;  // cells of the guard layer
   long stride_z() const { return static_cast<long>(sx_) * sy_; }
+  size_t size_with_guards() const { return data_.size(); }  // every value, the guard layer's too
 
  private:
   int nx_ = 0, ny_ = 0, nz_ = 0, sx_ = 0, sy_ = 0, sz_ = 0;
@@ -113,6 +114,9 @@ struct Params {
   std::string energy_log = "";          // CSV file (empty: diag.directory/energy.csv)
   int progress_interval = 10;
   std::string summary_path = "";        // JSON run summary (summary.hpp; empty: none)
+  int checkpoint_interval = 0;          // a checkpoint every N steps (0: none)
+  std::string checkpoint_dir;           // where (default diag.directory/checkpoints)
+  std::string restart;                  // a checkpoint to continue from ("": start anew)
 };
 
 // Bytes the problem needs on the field and particle tiers (fields, particles, tile buffers).
@@ -185,6 +189,12 @@ class Simulation {
   int tiles_x() const { return ntx_; }
   int tiles_y() const { return nty_; }
   int tiles_z() const { return ntz_; }
+  // Checkpoints (checkpoint.cpp): everything needed to continue bit for bit (fields with their
+  // guards, every tile's particles in order, time, step, the background), in an openPMD file
+  // written beside and renamed into place. restore() replaces this simulation's state with a
+  // checkpoint's; false (and *error naming the mismatch or the damage) leaves it untouched.
+  bool save_checkpoint(const std::string &path, std::string *error);
+  bool restore(const std::string &path, std::string *error);
 
  private:
   template <class Plane>

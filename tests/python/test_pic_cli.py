@@ -141,3 +141,82 @@ def test_mpirun_without_an_mpi_build_is_refused_before_any_output(tmp_path):
                             f"diag.directory={out}"], capture_output=True, text=True, timeout=300)
         assert r.returncode != 0 and "one of 2 processes" in r.stderr, r.stdout + r.stderr
         assert not out.exists()
+
+
+def _series_arrays(path):
+    """E, B, and every species' positions, momenta and ids of a one-iteration openPMD file."""
+    io = pytest.importorskip("openpmd_api")
+    series = io.Series(str(path), io.Access.read_only)
+    (step, it), = series.iterations.items()
+    arrays = {}
+    for rec in ("E", "B"):
+        for comp in ("x", "y", "z"):
+            chunk = it.meshes[rec][comp].load_chunk()
+            series.flush()
+            arrays[f"{rec}{comp}"] = chunk.copy()
+    for name, sp in it.particles.items():
+        for rec in ("position", "momentum"):
+            for comp in ("x", "y", "z"):
+                chunk = sp[rec][comp].load_chunk()
+                series.flush()
+                arrays[f"{name}.{rec}{comp}"] = chunk.copy()
+        ids = sp["id"][io.Mesh_Record_Component.SCALAR].load_chunk()
+        series.flush()
+        arrays[f"{name}.id"] = ids.copy()
+    series.close()
+    return step, arrays
+
+
+def test_restart_continues_bit_for_bit(tmp_path):
+    import numpy as np
+    whole, first, second = tmp_path / "whole", tmp_path / "first", tmp_path / "second"
+    common = ["preset:langmuir", "diag.progress=0", "diag.checkpoint_interval=3"]
+    r = pic(*common, "max_step=6", f"diag.directory={whole}")
+    assert r.returncode == 0, r.stderr
+    r = pic(*common, "max_step=3", f"diag.directory={first}")
+    assert r.returncode == 0, r.stderr
+    checkpoint = first / "checkpoints" / "checkpoint_000003.h5"
+    r = pic(*common, "max_step=6", f"diag.directory={second}", f"restart={checkpoint}")
+    assert r.returncode == 0 and "restarted from" in r.stdout and "at step 3" in r.stdout, r.stderr
+    step_a, a = _series_arrays(whole / "checkpoints" / "checkpoint_000006.h5")
+    step_b, b = _series_arrays(second / "checkpoints" / "checkpoint_000006.h5")
+    assert step_a == step_b == 6 and a.keys() == b.keys()
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key  # bitwise: 3 + restart + 3 steps = 6 steps
+    last = (whole / "energy.csv").read_text().splitlines()[-1]
+    assert (second / "energy.csv").read_text().splitlines()[-1] == last
+    # A checkpoint is an openPMD file too.
+    check = shutil.which("openPMD_check_h5") or str(Path(sys.executable).parent / "openPMD_check_h5")
+    if Path(check).exists():
+        v = subprocess.run([check, "-i", str(checkpoint)], capture_output=True, text=True)
+        assert v.returncode == 0 and "0 Errors" in v.stdout, v.stdout
+
+
+def test_bad_checkpoints_are_refused_before_any_output(tmp_path):
+    first = tmp_path / "first"
+    r = pic("preset:langmuir", "max_step=2", "diag.progress=0", "diag.checkpoint_interval=2", f"diag.directory={first}")
+    assert r.returncode == 0, r.stderr
+    good = first / "checkpoints" / "checkpoint_000002.h5"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "energy.csv").write_text("an earlier run's log\n")
+    damaged = tmp_path / "damaged.h5"
+    damaged.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    cases = [
+        (damaged, "damaged"),
+        (tmp_path / "missing.h5", "cannot be read"),
+    ]
+    for path, message in cases:
+        r = pic("preset:langmuir", "max_step=4", "diag.progress=0", f"diag.directory={out}", f"restart={path}")
+        assert r.returncode == 2 and message in r.stderr, (path, r.stderr)
+    r = pic("preset:langmuir", "max_step=4", "amr.n_cell=16 16 16", "diag.progress=0", f"diag.directory={out}",
+            f"restart={good}")
+    assert r.returncode == 2 and "another problem" in r.stderr, r.stderr
+    r = pic("preset:langmuir", "max_step=2", "diag.progress=0", f"diag.directory={out}", f"restart={good}")
+    assert r.returncode == 2 and "nothing to run" in r.stderr
+    assert (out / "energy.csv").read_text() == "an earlier run's log\n", "no output was overwritten"
+    # A write cut short leaves only PATH.partial; the previous checkpoint is untouched and loads.
+    (first / "checkpoints" / "checkpoint_000004.h5.partial").write_bytes(b"cut short")
+    r = pic("preset:langmuir", "max_step=3", "diag.progress=0", f"diag.directory={tmp_path / 'again'}",
+            f"restart={good}")
+    assert r.returncode == 0, r.stderr
