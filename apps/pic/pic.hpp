@@ -174,6 +174,7 @@ class Simulation {
   double dt() const { return dt_; }
   int steps_done() const { return steps_; }
   const Grid &grid() const { return p_.grid; }
+  const Params &params() const { return p_; }
   Fields &fields() { return f_; }
   std::vector<Species> &species() { return species_; }
   // Diagnostics

@@ -49,8 +49,9 @@ def test_run_writes_valid_openpmd_and_energy_log(tmp_path):
     if not Path(check).exists():
         pytest.skip("openPMD_check_h5 is not installed (pip install openpmd-validator)")
     for f in files:
-        v = subprocess.run([check, "-i", str(out / f)], capture_output=True, text=True)
-        assert v.returncode == 0 and "0 Errors" in v.stdout, v.stdout + v.stderr
+        for mode in ([], ["--EDPIC"]):  # openPMD, and its ED-PIC extension's attributes
+            v = subprocess.run([check, "-i", str(out / f), *mode], capture_output=True, text=True)
+            assert v.returncode == 0 and "0 Errors" in v.stdout, mode + [v.stdout + v.stderr]
     io = pytest.importorskip("openpmd_api")
     series = io.Series(str(out / "openpmd_%06T.h5"), io.Access.read_only)
     assert sorted(series.iterations) == [2, 4]
@@ -61,6 +62,9 @@ def test_run_writes_valid_openpmd_and_energy_log(tmp_path):
     assert ex.shape == (32, 32, 32) and x.shape == (32 * 32 * 32,)
     assert abs(ex).max() > 0 and (x >= 0).all() and (x < 20e-6).all()
     assert list(it.meshes["E"]["x"].position) == [0.0, 0.0, 0.5]
+    # The leapfrog's momenta lag the positions by half a step.
+    assert it.particles["electrons"]["momentum"].time_offset == pytest.approx(-0.5 * it.dt, rel=1e-6)
+    assert it.particles["electrons"]["position"].time_offset == 0
 
 
 @pytest.mark.parametrize("args,message", [
