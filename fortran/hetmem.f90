@@ -34,7 +34,7 @@ module hetmem
 
   public :: hm_init, hm_finalize, hm_alloc, hm_tier_alloc, hm_free, hm_usable_size, hm_mode_push, &
        hm_mode_push_tier, hm_mode_pop, hm_mode_current, hm_role_tier, hm_tier_stats, hm_tier_set_budget, &
-       hm_ptr_tier, hm_tier_find_f, hm_last_error_f, hm_allocate, hm_deallocate, hm_phase_begin_f, &
+       hm_ptr_tier, hm_tier_find_f, hm_last_error_f, hm_policy_name_f, hm_allocate, hm_deallocate, hm_phase_begin_f, &
        hm_phase_end, hm_iteration_next, hm_access, hm_access_scattered, hm_class_define_f, hm_class_alloc, &
        hm_class_interleave
 
@@ -147,6 +147,9 @@ module hetmem
        character(kind=c_char), dimension(*), intent(in) :: name
        integer(c_int), intent(out) :: tier
      end function c_hm_tier_find
+     type(c_ptr) function c_hm_policy_name() bind(C, name="hm_policy_name")
+       import :: c_ptr
+     end function c_hm_policy_name
      type(c_ptr) function c_hm_last_error() bind(C, name="hm_last_error")
        import :: c_ptr
      end function c_hm_last_error
@@ -190,10 +193,20 @@ contains
   !> The calling thread's last error message.
   function hm_last_error_f() result(msg)
     character(len=:), allocatable :: msg
-    type(c_ptr) :: p
+    msg = from_c(c_hm_last_error())
+  end function hm_last_error_f
+
+  !> The active placement policy's name ("first-touch", "hetmem-static", ...).
+  function hm_policy_name_f() result(name)
+    character(len=:), allocatable :: name
+    name = from_c(c_hm_policy_name())
+  end function hm_policy_name_f
+
+  function from_c(p) result(msg)
+    type(c_ptr), intent(in) :: p
+    character(len=:), allocatable :: msg
     character(kind=c_char), pointer :: chars(:)
     integer(c_size_t) :: n, i
-    p = c_hm_last_error()
     n = c_strlen(p)
     allocate(character(len=n) :: msg)
     if (n == 0) return
@@ -201,7 +214,7 @@ contains
     do i = 1, n
        msg(i:i) = chars(i)
     end do
-  end function hm_last_error_f
+  end function from_c
 
   !> Allocates `bytes` on a role's tier, 64-byte aligned; reports failure through stat or stops.
   type(c_ptr) function raw_allocate(bytes, role, flags, stat) result(p)

@@ -32,9 +32,9 @@ program hetmem_mg
   mg_bytes = mg_levels_bytes(n)
   domain_bytes = int(domain_fields, c_int64_t) * 8_c_int64_t * int(n + 2, c_int64_t)**3
   write(output_unit, '("hetmem-mg: ", i0, "^3 cells, ", a, ", ", a, "-cycles (", i0, "+", i0, " red-black sweeps), ", &
-       & i0, " thread(s); multigrid ", f0.1, " MiB (classes mg.level*, policy ", a, "), domain ", i0, " fields ", &
-       & f0.1, " MiB (", a, " tier)")') n, trim(bc_name()), trim(merge("V", "W", s%gamma == 1)), s%pre, s%post, &
-       omp_get_max_threads(), mg_bytes / 1048576.0, policy_name(), domain_fields, domain_bytes / 1048576.0, &
+       & i0, " thread(s); multigrid ", a, " MiB (classes mg.level*, policy ", a, "), domain ", i0, " fields ", &
+       & a, " MiB (", a, " tier)")') n, trim(bc_name()), trim(merge("V", "W", s%gamma == 1)), s%pre, s%post, &
+       omp_get_max_threads(), mib(mg_bytes), hm_policy_name_f(), domain_fields, mib(domain_bytes), &
        trim(merge("capacity", "fast    ", domain_role == HM_CAPACITY))
   if (strict == 1) call check_budgets()
 
@@ -83,7 +83,7 @@ program hetmem_mg
      if (r > tol * r0) then
         write(error_unit, '("hetmem-mg: not converged: residual reduced by ", es9.2, " after ", i0, &
              & " cycles (mg.tol = ", es9.2, ", mg.max_cycles = ", i0, ")")') r / r0, cycles_done, tol, max_cycles
-        stop 1
+        stop 1, quiet=.true.
      end if
   end do
   err = mg_error_max(levels(0), s%bc)
@@ -104,7 +104,7 @@ contains
   subroutine fail(message)
     character(len=*), intent(in) :: message
     write(error_unit, '("hetmem-mg: ", a)') message
-    stop 2
+    stop 2, quiet=.true.
   end subroutine fail
 
   function bc_name() result(name)
@@ -112,27 +112,14 @@ contains
     name = merge("dirichlet", "periodic ", s%bc == BC_DIRICHLET)
   end function bc_name
 
-  function policy_name() result(name)
-    character(len=:), allocatable :: name
-    interface
-       type(c_ptr) function c_policy_name() bind(C, name="hm_policy_name")
-         import :: c_ptr
-       end function c_policy_name
-       integer(c_size_t) function c_strlen(p) bind(C, name="strlen")
-         import :: c_ptr, c_size_t
-         type(c_ptr), value :: p
-       end function c_strlen
-    end interface
-    character(kind=c_char), pointer :: chars(:)
-    type(c_ptr) :: p
-    integer :: i
-    p = c_policy_name()
-    call c_f_pointer(p, chars, [c_strlen(p)])
-    allocate(character(len=size(chars)) :: name)
-    do i = 1, size(chars)
-       name(i:i) = chars(i)
-    end do
-  end function policy_name
+  !> Bytes as MiB with one decimal ("0.2", "7.6").
+  function mib(bytes) result(text)
+    integer(c_int64_t), intent(in) :: bytes
+    character(len=:), allocatable :: text
+    character(len=24) :: buf
+    write(buf, '(f24.1)') bytes / 1048576.0_c_double
+    text = trim(adjustl(buf))
+  end function mib
 
   real(c_double) function geometric_mean(x)
     real(c_double), intent(in) :: x(:)
@@ -190,8 +177,8 @@ contains
     if (hm_role_tier(role, tier) /= HM_OK) return
     if (hm_tier_stats(tier, st) /= HM_OK) return
     if (st%budget > 0 .and. st%budget - st%in_use < bytes) then
-       write(line, '(a, " needs ", f0.1, " MiB; the ", a, " tier''s budget leaves ", f0.1, " MiB")') what, &
-            bytes / 1048576.0, trim(merge("fast    ", "capacity", role == HM_FAST)), (st%budget - st%in_use) / 1048576.0
+       write(line, '(a, " needs ", a, " MiB; the ", a, " tier''s budget leaves ", a, " MiB")') what, &
+            mib(bytes), trim(merge("fast    ", "capacity", role == HM_FAST)), mib(st%budget - st%in_use)
        call fail(trim(line) // " (hetmem.strict = 1)")
     end if
   end subroutine fits
