@@ -460,8 +460,10 @@ int no_such_call() {  // the C library lacks the entry (an older glibc): as the 
   return -1;
 }
 
+// Not when this thread is already inside a hook: a signal handler that execs or _exits may have
+// interrupted the profiler while it held a buffer's lock.
 void before_exec(const char *program) {
-  if (g_profiling) {
+  if (g_profiling && !hm_inside_hook) {
     Inside inside;
     hm_profile_before_exec(program);
   }
@@ -529,7 +531,7 @@ HM_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *co
 // _exit and _Exit run no destructors: the trace is finished here instead (shells such as dash
 // leave through _exit).
 HM_EXPORT void _exit(int status) {
-  if (g_profiling) {  // not cleared: a vfork child shares it with its parent
+  if (g_profiling && !hm_inside_hook) {  // not cleared: a vfork child shares it with its parent
     Inside inside;
     hm_profile_before_exit();
   }
