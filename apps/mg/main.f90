@@ -276,6 +276,10 @@ contains
              call fail("mg.coefficients = '" // trim(value) // "': palm (kappa varying with height, the default) " // &
                   "or constant (the model problem)")
           end if
+       case ("mg.omega")
+          read(value, *, iostat=ios) omega
+          if (ios /= 0 .or. verify(trim(value), "0123456789.eE+-") /= 0 .or. .not. (omega > 0 .and. omega < 2)) &
+               call fail("mg.omega = '" // trim(value) // "': the smoother's relaxation factor, in (0, 2)")
        case ("mg.max_cycles")
           max_cycles = whole(key, value)
        case ("mg.pre")
@@ -302,7 +306,7 @@ contains
           strict = merge(1, 0, value == "1")
        case default
           call fail("unknown key '" // trim(key) // "' (known: preset, mg.n, mg.bc, mg.cycle, mg.tol, mg.max_cycles, " // &
-               "mg.pre, mg.post, mg.coefficients, mg.steps, mg.domain_fields, mg.domain_role, mg.json, hetmem.strict)")
+               "mg.pre, mg.post, mg.omega, mg.coefficients, mg.steps, mg.domain_fields, mg.domain_role, mg.json, hetmem.strict)")
        end select
     end do
     if (n < 4 .or. iand(n, n - 1) /= 0) then
@@ -340,6 +344,7 @@ contains
          "  mg.coefficients   palm (kappa(z) = 1 + 0.5 sin(2 pi z), default) or constant (the model problem)", &
          "  mg.tol            residual reduction to reach, in (0, 1); default 1e-8", &
          "  mg.max_cycles     default 30;  mg.pre, mg.post: red-black sweeps, default 2 and 2", &
+         "  mg.omega          the smoother's over-relaxation, in (0, 2); default 1.2", &
          "  mg.steps          time steps (domain update + pressure solve); default 1", &
          "  mg.domain_fields  domain arrays; default 6", &
          "  mg.domain_role    where hm_mode_push puts the domain: capacity (default) or fast", &
