@@ -77,7 +77,7 @@ def main(out: str, quick: bool) -> int:
         print(f"hetmem bench mg: {n}^3 cells, Dirichlet, kappa(z) = 1 + 0.5 sin(2 pi z), residual reduced 1e-8 from "
               f"zero, one thread, DRAM (not emulated), medians of {reps}")
         print(f"  {'solver':34s} {'cycles':>6s} {'solve s':>9s} {'s/cycle':>9s} {'setup s':>9s} {'max error':>11s}")
-        print(f"  {'hetmem-mg V(2,2) red-black GS':34s} {mine[0]['cycles']:6d} {solve:9.4f} {cycle:9.5f} "
+        print(f"  {'hetmem-mg V(2,2) RB-SOR, omega 1.2':34s} {mine[0]['cycles']:6d} {solve:9.4f} {cycle:9.5f} "
               f"{0.0:9.4f} {mine[0]['error_max']:11.4e}")
         peers = {}
         for name, label in (("pfmg-rbgs", "hypre PFMG V(2,2) red-black GS"), ("pfmg-default", "hypre PFMG defaults")):
