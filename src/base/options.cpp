@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <mutex>
 
 #include "base/error.h"
@@ -67,6 +68,7 @@ struct Value {
 };
 Value g_values[kCount];
 std::mutex g_mutex;
+std::atomic<bool> g_loaded{false};  // options_load has run (hm_init, or the first read before it)
 
 int index_of(const char *name) {
   for (int i = 0; i < kCount; ++i)
@@ -87,6 +89,7 @@ void options_load() {
       g_values[i] = {kOptions[i].default_value, OptionSource::kDefault};
     }
   }
+  g_loaded.store(true, std::memory_order_release);
 }
 
 int option_count() { return kCount; }
@@ -95,6 +98,7 @@ const OptionSpec &option_spec(int i) { return kOptions[i]; }
 const std::string *option_text(const char *name, OptionSource *source) {
   int i = index_of(name);
   if (i < 0) return nullptr;
+  if (!g_loaded.load(std::memory_order_acquire)) options_load();  // read before hm_init
   if (source) *source = g_values[i].source;
   return &g_values[i].text;
 }

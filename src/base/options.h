@@ -17,7 +17,8 @@ enum class OptionSource { kDefault, kEnvironment, kApi };
 void options_load();
 int option_count();
 const OptionSpec &option_spec(int i);
-// Effective value as text; nullptr for an unknown name.
+// Effective value as text; nullptr for an unknown name. Reads the environment first if nothing has
+// (a layer used before hm_init).
 const std::string *option_text(const char *name, OptionSource *source = nullptr);
 void option_set(const char *name, const std::string &value);  // records source "api"
 const char *option_source_name(OptionSource s);

@@ -26,8 +26,6 @@ bool checks_on() {
   return true;
 #else
   static const bool on = [] {
-    const std::string *v = option_text("HM_PM_CHECK");
-    if (!v || v->empty()) options_load();  // a tree used before hm_init
     long value = 0;
     return option_int("HM_PM_CHECK", &value) == HM_OK && value != 0;
   }();

@@ -139,10 +139,6 @@ bool parse_remote(const std::string &where, std::string *host, int *port) {
 int primary_key(std::string *key) {
   key->clear();
   const std::string *path = option_text("HM_REPLICA_KEY");
-  if (!path || path->empty()) {
-    options_load();
-    path = option_text("HM_REPLICA_KEY");
-  }
   if (!path || path->empty()) return HM_OK;
   return load_replica_key(*path, key);
 }
