@@ -455,11 +455,6 @@ Fn real_exec(const char *name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
 }
 
-int no_such_call() {  // the C library lacks the entry (an older glibc): as the call would fail
-  errno = ENOSYS;
-  return -1;
-}
-
 // Not when this thread is already inside a hook: a signal handler that execs or _exits may have
 // interrupted the profiler while it held a buffer's lock.
 void before_exec(const char *program) {
@@ -467,6 +462,19 @@ void before_exec(const char *program) {
     Inside inside;
     hm_profile_before_exec(program);
   }
+}
+
+// One exec-family entry: the trace written out, then the C library's own `name` with the same
+// arguments (ENOSYS, as the call itself would fail, when an older C library lacks it).
+template <class... Args>
+int exec_through(const char *name, const char *program, Args... args) {
+  before_exec(program);
+  auto real = real_exec<int (*)(Args...)>(name);
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  return real(args...);
 }
 
 // The arguments of execl/execlp/execle after `first`, up to the terminating null pointer, into
@@ -486,46 +494,23 @@ bool collect_args(const char *first, va_list *ap, const char **argv) {
 }  // namespace
 
 HM_EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
-  before_exec(path);
-  auto real = real_exec<int (*)(const char *, char *const[], char *const[])>("execve");
-  if (!real) return no_such_call();
-  return real(path, argv, envp);
+  return exec_through("execve", path, path, argv, envp);
 }
 
-HM_EXPORT int execv(const char *path, char *const argv[]) {
-  before_exec(path);
-  auto real = real_exec<int (*)(const char *, char *const[])>("execv");
-  if (!real) return no_such_call();
-  return real(path, argv);
-}
+HM_EXPORT int execv(const char *path, char *const argv[]) { return exec_through("execv", path, path, argv); }
 
-HM_EXPORT int execvp(const char *file, char *const argv[]) {
-  before_exec(file);
-  auto real = real_exec<int (*)(const char *, char *const[])>("execvp");
-  if (!real) return no_such_call();
-  return real(file, argv);
-}
+HM_EXPORT int execvp(const char *file, char *const argv[]) { return exec_through("execvp", file, file, argv); }
 
 HM_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
-  before_exec(file);
-  auto real = real_exec<int (*)(const char *, char *const[], char *const[])>("execvpe");
-  if (!real) return no_such_call();
-  return real(file, argv, envp);
+  return exec_through("execvpe", file, file, argv, envp);
 }
 
 HM_EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
-  before_exec(nullptr);
-  auto real = real_exec<int (*)(int, char *const[], char *const[])>("fexecve");
-  if (!real) return no_such_call();
-  return real(fd, argv, envp);
+  return exec_through("fexecve", nullptr, fd, argv, envp);
 }
 
 HM_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[], int flags) {
-  before_exec(path);
-  auto real = real_exec<int (*)(int, const char *, char *const[], char *const[], int)>("execveat");
-  if (!real) return no_such_call();
-  return real(dirfd, path, argv, envp,
-                                                                                           flags);
+  return exec_through("execveat", path, dirfd, path, argv, envp, flags);
 }
 
 // _exit and _Exit run no destructors: the trace is finished here instead (shells such as dash
