@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "hdf5_io.hpp"
 #include "openpmd.hpp"
 #include "pic.hpp"
 
@@ -19,28 +20,11 @@ namespace {
 
 constexpr int kFormat = 1;
 
-void attr(hid_t obj, const char *name, hid_t type, const void *value) {
-  hid_t space = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, type, value);
-  H5Aclose(a);
-  H5Sclose(space);
-}
-
 bool read_attr(hid_t obj, const char *name, hid_t type, void *value) {
   if (H5Aexists(obj, name) <= 0) return false;
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   bool ok = a >= 0 && H5Aread(a, type, value) >= 0;
   if (a >= 0) H5Aclose(a);
-  return ok;
-}
-
-bool write_array(hid_t parent, const char *name, hid_t type, const void *data, hsize_t count) {
-  hid_t space = H5Screate_simple(1, &count, nullptr);
-  hid_t d = H5Dcreate2(parent, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  bool ok = d >= 0 && H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
-  if (d >= 0) H5Dclose(d);
-  H5Sclose(space);
   return ok;
 }
 
@@ -69,32 +53,26 @@ bool Simulation::save_checkpoint(const std::string &path, std::string *error) {
   const std::string partial = path + ".partial";
   Field *fields[6] = {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz};
   auto restart_data = [&](int64_t it) {
-    hid_t r = H5Gcreate2(it, "hetmem_restart", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t r = group(it, "hetmem_restart");
     if (r < 0) return false;
-    const int format = kFormat;
-    const long long step = steps_;
-    const int grid[3] = {p_.grid.nx, p_.grid.ny, p_.grid.nz}, species = static_cast<int>(species_.size());
-    attr(r, "format", H5T_NATIVE_INT, &format);
-    attr(r, "step", H5T_NATIVE_LLONG, &step);
-    attr(r, "time", H5T_NATIVE_DOUBLE, &time_);
-    attr(r, "dt", H5T_NATIVE_DOUBLE, &dt_);
-    attr(r, "background_rho", H5T_NATIVE_DOUBLE, &background_rho_);
+    const int grid[3] = {p_.grid.nx, p_.grid.ny, p_.grid.nz};
+    attr_scalar(r, "format", H5T_NATIVE_INT, kFormat);
+    attr_scalar(r, "step", H5T_NATIVE_LLONG, static_cast<long long>(steps_));
+    attr_scalar(r, "time", H5T_NATIVE_DOUBLE, time_);
+    attr_scalar(r, "dt", H5T_NATIVE_DOUBLE, dt_);
+    attr_scalar(r, "background_rho", H5T_NATIVE_DOUBLE, background_rho_);
+    attr_scalar(r, "species", H5T_NATIVE_INT, static_cast<int>(species_.size()));
     bool ok = write_array(r, "grid", H5T_NATIVE_INT, grid, 3) && write_array(r, "tile", H5T_NATIVE_INT, p_.tile, 3);
-    attr(r, "species", H5T_NATIVE_INT, &species);
     for (int c = 0; ok && c < 6; ++c)
       ok = write_array(r, kFieldNames[c], H5T_NATIVE_DOUBLE, fields[c]->data(), fields[c]->size_with_guards());
     for (size_t s = 0; ok && s < species_.size(); ++s) {
       const Species &sp = species_[s];
-      hid_t g = H5Gcreate2(r, ("species_" + std::to_string(s)).c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      hid_t g = group(r, "species_" + std::to_string(s));
       if (g < 0) {
         ok = false;
         break;
       }
-      const std::string &name = sp.params.name;
-      hid_t str = H5Tcopy(H5T_C_S1);
-      H5Tset_size(str, name.size() + 1);
-      attr(g, "name", str, name.c_str());
-      H5Tclose(str);
+      attr_string(g, "name", sp.params.name);
       std::vector<uint64_t> counts, ids;
       std::vector<double> cols[7];
       for (const Tile &t : sp.tiles) {
