@@ -18,7 +18,7 @@
 namespace pic {
 namespace {
 
-constexpr int kFormat = 1;
+constexpr int kFormat = 2;  // 2: fields without guards, particles of every tile in global tile order
 
 bool read_attr(hid_t obj, const char *name, hid_t type, void *value) {
   if (H5Aexists(obj, name) <= 0) return false;
@@ -47,46 +47,37 @@ bool read_array(hid_t parent, const char *name, hid_t type, hsize_t count, std::
 
 const char *kFieldNames[6] = {"ex", "ey", "ez", "bx", "by", "bz"};
 
-}  // namespace
-
-bool Simulation::save_checkpoint(const std::string &path, std::string *error) {
+// Rank 0's part of save_checkpoint: the gathered snapshot as an openPMD file with the restart
+// data beside it, written under another name, synced and renamed into place.
+bool write_checkpoint(const Simulation &sim, const Snapshot &snap, const std::string &path, std::string *error) {
   const std::string partial = path + ".partial";
-  Field *fields[6] = {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz};
+  const Params &p = sim.params();
   auto restart_data = [&](int64_t it) {
     hid_t r = group(it, "hetmem_restart");
     if (r < 0) return false;
-    const int grid[3] = {p_.grid.nx, p_.grid.ny, p_.grid.nz};
+    const int grid[3] = {p.grid.nx, p.grid.ny, p.grid.nz};
     attr_scalar(r, "format", H5T_NATIVE_INT, kFormat);
-    attr_scalar(r, "step", H5T_NATIVE_LLONG, static_cast<long long>(steps_));
-    attr_scalar(r, "time", H5T_NATIVE_DOUBLE, time_);
-    attr_scalar(r, "dt", H5T_NATIVE_DOUBLE, dt_);
-    attr_scalar(r, "background_rho", H5T_NATIVE_DOUBLE, background_rho_);
-    attr_scalar(r, "species", H5T_NATIVE_INT, static_cast<int>(species_.size()));
-    bool ok = write_array(r, "grid", H5T_NATIVE_INT, grid, 3) && write_array(r, "tile", H5T_NATIVE_INT, p_.tile, 3);
-    for (int c = 0; ok && c < 6; ++c)
-      ok = write_array(r, kFieldNames[c], H5T_NATIVE_DOUBLE, fields[c]->data(), fields[c]->size_with_guards());
-    for (size_t s = 0; ok && s < species_.size(); ++s) {
-      const Species &sp = species_[s];
+    attr_scalar(r, "step", H5T_NATIVE_LLONG, static_cast<long long>(sim.steps_done()));
+    attr_scalar(r, "time", H5T_NATIVE_DOUBLE, sim.time());
+    attr_scalar(r, "dt", H5T_NATIVE_DOUBLE, sim.dt());
+    attr_scalar(r, "background_rho", H5T_NATIVE_DOUBLE, sim.background_charge_density());
+    attr_scalar(r, "species", H5T_NATIVE_INT, static_cast<int>(snap.species.size()));
+    attr_scalar(r, "ranks", H5T_NATIVE_INT, sim.comm().size());  // for the record: any count may restart
+    bool ok = write_array(r, "grid", H5T_NATIVE_INT, grid, 3) && write_array(r, "tile", H5T_NATIVE_INT, p.tile, 3);
+    for (int c = 0; ok && c < Snapshot::kFields; ++c)
+      ok = write_array(r, kFieldNames[c], H5T_NATIVE_DOUBLE, snap.fields[c].data(), snap.fields[c].size());
+    for (size_t s = 0; ok && s < snap.species.size(); ++s) {
+      const Snapshot::Particles &pp = snap.species[s];
       hid_t g = group(r, "species_" + std::to_string(s));
       if (g < 0) {
         ok = false;
         break;
       }
-      attr_string(g, "name", sp.params.name);
-      std::vector<uint64_t> counts, ids;
-      std::vector<double> cols[7];
-      for (const Tile &t : sp.tiles) {
-        counts.push_back(t.size());
-        for (size_t k = 0; k < t.size(); ++k) {
-          cols[0].push_back(t.x[k]), cols[1].push_back(t.y[k]), cols[2].push_back(t.z[k]);
-          cols[3].push_back(t.ux[k]), cols[4].push_back(t.uy[k]), cols[5].push_back(t.uz[k]), cols[6].push_back(t.w[k]);
-          ids.push_back(t.id[k]);
-        }
-      }
+      attr_string(g, "name", p.species[s].name);
       const char *names[7] = {"x", "y", "z", "ux", "uy", "uz", "w"};
-      ok = write_array(g, "tile_counts", H5T_NATIVE_UINT64, counts.data(), counts.size()) &&
-           write_array(g, "id", H5T_NATIVE_UINT64, ids.data(), ids.size());
-      for (int c = 0; ok && c < 7; ++c) ok = write_array(g, names[c], H5T_NATIVE_DOUBLE, cols[c].data(), cols[c].size());
+      ok = write_array(g, "tile_counts", H5T_NATIVE_UINT64, pp.tile_counts.data(), pp.tile_counts.size()) &&
+           write_array(g, "id", H5T_NATIVE_UINT64, pp.id.data(), pp.id.size());
+      for (int c = 0; ok && c < 7; ++c) ok = write_array(g, names[c], H5T_NATIVE_DOUBLE, pp.col[c].data(), pp.col[c].size());
       H5Gclose(g);
     }
     H5Gclose(r);
@@ -94,7 +85,7 @@ bool Simulation::save_checkpoint(const std::string &path, std::string *error) {
     return ok;
   };
   std::remove(partial.c_str());
-  if (!write_openpmd_file(*this, partial, restart_data, error)) {
+  if (!write_openpmd_file(sim, snap, partial, restart_data, error)) {
     std::remove(partial.c_str());
     return false;
   }
@@ -110,7 +101,35 @@ bool Simulation::save_checkpoint(const std::string &path, std::string *error) {
   return true;
 }
 
+}  // namespace
+
+bool Simulation::save_checkpoint(const std::string &path, std::string *error) {
+  Snapshot snap;
+  gather(&snap);
+  bool ok = comm_.rank() != 0 || write_checkpoint(*this, snap, path, error);
+  return agree(comm_, ok, error);
+}
+
 bool Simulation::restore(const std::string &path, std::string *error) {
+  // Every rank reads the file (each takes its part); all must succeed before any state changes.
+  Checkpoint c;
+  bool ok = read_checkpoint(path, &c, error);
+  if (!comm_.all(ok)) {
+    if (ok) *error = "restart = '" + path + "': another rank could not read it";
+    return false;
+  }
+  std::string why;
+  if (!comm_.all(adopt(c.snapshot, &why))) {
+    *error = "restart = '" + path + "': " + (why.empty() ? "another rank could not take its part" : why);
+    return false;
+  }
+  steps_ = static_cast<int>(c.step);
+  time_ = c.time;
+  background_rho_ = c.background_rho;
+  return true;
+}
+
+bool Simulation::read_checkpoint(const std::string &path, Checkpoint *out, std::string *error) const {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   auto fail = [&](const std::string &why) {
     *error = "restart = '" + path + "': " + why;
@@ -153,7 +172,8 @@ bool Simulation::restore(const std::string &path, std::string *error) {
       !read_attr(r, "species", H5T_NATIVE_INT, &species) || !read_array(r, "grid", H5T_NATIVE_INT, 3, &grid) ||
       !read_array(r, "tile", H5T_NATIVE_INT, 3, &tile))
     return done(fail("its restart data is damaged (a header value cannot be read)"));
-  if (format != kFormat) return done(fail("restart data format " + std::to_string(format) + "; this hetmem-pic reads 1"));
+  if (format != kFormat)
+    return done(fail("restart data format " + std::to_string(format) + "; this hetmem-pic reads " + std::to_string(kFormat)));
   if (grid[0] != p_.grid.nx || grid[1] != p_.grid.ny || grid[2] != p_.grid.nz)
     return done(fail("it is of another problem: a " + std::to_string(grid[0]) + " x " + std::to_string(grid[1]) + " x " +
                      std::to_string(grid[2]) + " grid, this input has " + std::to_string(p_.grid.nx) + " x " +
@@ -165,16 +185,12 @@ bool Simulation::restore(const std::string &path, std::string *error) {
     return done(fail("it has " + std::to_string(species) + " species, this input " + std::to_string(species_.size())));
   if (dt != dt_) return done(fail("its time step differs from this input's (warpx.cfl or the cell size changed)"));
   // Everything read before anything is replaced: a damaged file leaves this simulation as it was.
-  Field *fields[6] = {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz};
-  std::vector<std::vector<double>> field_data(6);
-  for (int c = 0; c < 6; ++c)
-    if (!read_array(r, kFieldNames[c], H5T_NATIVE_DOUBLE, fields[c]->size_with_guards(), &field_data[c]))
+  const size_t cells = static_cast<size_t>(p_.grid.cells());
+  Snapshot &snap = out->snapshot;
+  for (int c = 0; c < Snapshot::kFields; ++c)
+    if (!read_array(r, kFieldNames[c], H5T_NATIVE_DOUBLE, cells, &snap.fields[c]))
       return done(fail(std::string("field ") + kFieldNames[c] + " is missing or damaged"));
-  struct Particles {
-    std::vector<uint64_t> counts, ids;
-    std::vector<double> cols[7];
-  };
-  std::vector<Particles> parts(species_.size());
+  snap.species.resize(species_.size());
   for (size_t s = 0; s < species_.size(); ++s) {
     const std::string group = "species_" + std::to_string(s);
     if (H5Lexists(r, group.c_str(), H5P_DEFAULT) <= 0) return done(fail(group + " is missing"));
@@ -188,13 +204,14 @@ bool Simulation::restore(const std::string &path, std::string *error) {
       H5Aclose(a);
     }
     bool ok = name == species_[s].params.name;
-    Particles &pp = parts[s];
-    ok = ok && read_array(g, "tile_counts", H5T_NATIVE_UINT64, species_[s].tiles.size(), &pp.counts);
+    Snapshot::Particles &pp = snap.species[s];
+    ok = ok && read_array(g, "tile_counts", H5T_NATIVE_UINT64, static_cast<size_t>(decomposition_.global_tiles()),
+                          &pp.tile_counts);
     uint64_t total = 0;
-    for (uint64_t c : pp.counts) total += c;
+    for (uint64_t c : pp.tile_counts) total += c;
     const char *names[7] = {"x", "y", "z", "ux", "uy", "uz", "w"};
-    ok = ok && read_array(g, "id", H5T_NATIVE_UINT64, total, &pp.ids);
-    for (int c = 0; ok && c < 7; ++c) ok = read_array(g, names[c], H5T_NATIVE_DOUBLE, total, &pp.cols[c]);
+    ok = ok && read_array(g, "id", H5T_NATIVE_UINT64, total, &pp.id);
+    for (int c = 0; ok && c < 7; ++c) ok = read_array(g, names[c], H5T_NATIVE_DOUBLE, total, &pp.col[c]);
     H5Gclose(g);
     if (!ok)
       return done(fail(name == species_[s].params.name
@@ -202,24 +219,9 @@ bool Simulation::restore(const std::string &path, std::string *error) {
                            : "species " + std::to_string(s) + " is '" + name + "', this input's is '" +
                                  species_[s].params.name + "'"));
   }
-  for (int c = 0; c < 6; ++c) std::copy(field_data[c].begin(), field_data[c].end(), fields[c]->data());
-  for (size_t s = 0; s < species_.size(); ++s) {
-    const Particles &pp = parts[s];
-    size_t at = 0;
-    for (size_t t = 0; t < species_[s].tiles.size(); ++t) {
-      Tile &tile = species_[s].tiles[t];
-      const size_t n = static_cast<size_t>(pp.counts[t]);
-      tile.n = 0;
-      tile.reserve(n + n / 16 + 8);
-      for (size_t k = 0; k < n; ++k, ++at)
-        tile.push_back(pp.cols[0][at], pp.cols[1][at], pp.cols[2][at], pp.cols[3][at], pp.cols[4][at], pp.cols[5][at],
-                       pp.cols[6][at], pp.ids[at]);
-      tile.declare(hm::Access::write, true);
-    }
-  }
-  steps_ = static_cast<int>(step);
-  time_ = time;
-  background_rho_ = background;
+  out->step = step;
+  out->time = time;
+  out->background_rho = background;
   return done(true);
 }
 

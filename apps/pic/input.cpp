@@ -15,7 +15,7 @@ const char *kGlobalKeys[] = {"max_step", "amr.n_cell", "geometry.prob_hi", "warp
                              "particles.species_names", "hetmem.tile_size", "hetmem.seed", "hetmem.fields",
                              "hetmem.particles", "diag.interval", "diag.directory", "diag.energy_log",
                              "diag.progress", "diag.summary", "hetmem.strict", "hetmem.allocation_order", "hetmem.sort_interval", "preset",
-                             "diag.checkpoint_interval", "diag.checkpoint_directory", "restart"};
+                             "diag.checkpoint_interval", "diag.checkpoint_directory", "restart", "hetmem.decomposition"};
 const char *kSpeciesKeys[] = {"charge", "mass", "density", "num_particles_per_cell_each_dim", "u_th", "ux", "uy",
                               "uz", "langmuir.epsilon", "langmuir.modes", "langmuir.sign"};
 
@@ -189,6 +189,13 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
       return false;
     }
     for (int d = 0; d < 3; ++d) p.tile[d] = static_cast<int>(v[d]);
+  }
+  if (kv.count("hetmem.decomposition")) {
+    if (!whole_numbers(kv["hetmem.decomposition"], 3, v, 1)) {
+      *error = "hetmem.decomposition = '" + kv["hetmem.decomposition"] + "': three positive whole numbers of ranks (x y z)";
+      return false;
+    }
+    for (int d = 0; d < 3; ++d) p.decomposition[d] = static_cast<int>(v[d]);
   }
   int n[3] = {p.grid.nx, p.grid.ny, p.grid.nz};
   for (int d = 0; d < 3; ++d)

@@ -126,23 +126,60 @@ void report_streaming(pic::Simulation &sim) {
                 m.stage ? "staging" : "tiles stay at home from then on (staging would not pay)");
 }
 
-// The number of processes an MPI launcher started this one among (1 when none did): Open MPI,
-// MPICH/Hydra and Slurm's PMI say so in the environment.
-int launched_ranks() {
-  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}) {
-    const char *v = std::getenv(name);
-    if (v && std::atoi(v) > 1) return std::atoi(v);
-  }
-  return 1;
+// What the exchanges of a run took per step: this rank's messages, the slowest rank's seconds.
+void report_exchange(const pic::Simulation &sim, int steps, double seconds) {
+  const pic::Comm &comm = sim.comm();
+  if (!comm.parallel() || steps <= 0) return;
+  const pic::ExchangeStats &x = sim.exchange_stats();
+  const double field = comm.max(x.field_seconds), current = comm.max(x.current_seconds),
+               particle = comm.max(x.particle_seconds);
+  const double moved = static_cast<double>(comm.sum(static_cast<long>(x.particles_sent)));
+  if (comm.rank() != 0) return;
+  const auto &d = sim.decomposition().dims();
+  std::printf("  decomposition %d x %d x %d over %d ranks; per step on rank 0 (%zu neighbour(s)): guard fills %.0f "
+              "messages (%.0f with one per component), %.1f KiB; currents %.0f messages, %.1f KiB; particles %.0f "
+              "messages, %.1f KiB; %.0f particles changed rank per step (all ranks)\n", d[0], d[1], d[2], comm.size(),
+              sim.exchange_peers(), double(x.field_messages) / steps, double(x.field_messages_unpacked) / steps,
+              x.field_bytes / 1024.0 / steps, double(x.current_messages) / steps, x.current_bytes / 1024.0 / steps,
+              double(x.particle_messages) / steps, x.particle_bytes / 1024.0 / steps, moved / steps);
+  std::printf("  exchange time (slowest rank): guard fills %.3f s, currents %.3f s, particles %.3f s (%.1f%% of the run)\n",
+              field, current, particle, seconds > 0 ? 100 * (field + current + particle) / seconds : 0.0);
 }
 
+// Each rank's share of the node's fast tier: HM_FAST_BUDGET, when set, is the node's, split evenly
+// between the ranks on it (before hm_init reads it). Returns what this rank got ("" if unchanged).
+std::string split_fast_budget(const pic::Comm &comm) {
+  if (!comm.parallel()) return "";
+  MPI_Comm node;
+  MPI_Comm_split_type(comm.handle(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL, &node);
+  int on_node = 1;
+  MPI_Comm_size(node, &on_node);
+  MPI_Comm_free(&node);
+  const char *v = std::getenv("HM_FAST_BUDGET");
+  if (!v || !*v || on_node <= 1) return "";
+  char *end = nullptr;
+  double bytes = std::strtod(v, &end);
+  std::string unit = end ? end : "";
+  double scale = unit.empty() || unit == "B" ? 1 : unit[0] == 'K' ? 1024.0 : unit[0] == 'M' ? 1048576.0
+               : unit[0] == 'G' ? 1073741824.0 : unit[0] == 'T' ? 1099511627776.0 : 0;
+  if (bytes <= 0 || scale == 0) return "";  // unlimited, or a value hm_init will refuse by name
+  const unsigned long long share = static_cast<unsigned long long>(bytes * scale / on_node);
+  setenv("HM_FAST_BUDGET", std::to_string(share).c_str(), 1);
+  return std::string(v) + " for the node, " + std::to_string(share >> 20) + " MiB for each of its " +
+         std::to_string(on_node) + " ranks";
+}
+
+// Ends MPI however main returns.
+struct MpiSession {
+  MpiSession(int *argc, char ***argv) { pic::Comm::init(argc, argv); }
+  ~MpiSession() { pic::Comm::finalize(); }
+};
+
 int main(int argc, char **argv) {
-  // This build runs one process: under mpirun -np N, N copies would run the whole problem and
-  // overwrite each other's output. Refuse before reading anything.
-  if (int ranks = launched_ranks(); ranks > 1)
-    return die("started by an MPI launcher as one of " + std::to_string(ranks) + " processes, but this hetmem-pic "
-               "runs the whole problem in one process (each would run it again and overwrite the others' output); "
-               "run it without mpirun, with OMP_NUM_THREADS for the cores");
+  MpiSession mpi(&argc, &argv);
+  const pic::Comm &comm = pic::Comm::world();
+  // Rank 0 speaks for the run: the other ranks' standard output is dropped (errors still show).
+  if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout)) return die("cannot silence rank output");
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fprintf(stderr, "usage: hetmem-pic INPUT [key=value ...]   (INPUT may be 'preset:NAME')\n");
     return argc < 2 ? 2 : 0;
@@ -166,6 +203,11 @@ int main(int argc, char **argv) {
   pic::Params p;
   std::string error;
   if (!pic::parse_input(text, overrides, &p, &error)) return die(error);
+  pic::Decomposition decomposition;
+  if (!pic::Decomposition::make({p.grid.nx, p.grid.ny, p.grid.nz}, {p.tile[0], p.tile[1], p.tile[2]}, comm.size(),
+                                p.decomposition, &decomposition, &error))
+    return die(error);
+  const std::string budget_share = split_fast_budget(comm);
   if (hm_init() != HM_OK) return die(hm_last_error());
 
   // What the problem needs, against the budgets, before anything is allocated.
@@ -189,6 +231,15 @@ int main(int argc, char **argv) {
   std::printf("hetmem-pic: %d x %d x %d cells, %zu species, %d steps; fields %.1f MiB (%s), particles %.1f MiB (%s)\n",
               p.grid.nx, p.grid.ny, p.grid.nz, p.species.size(), p.steps, need.fields / 1048576.0,
               field_where.c_str(), need.particles / 1048576.0, particle_where.c_str());
+  if (comm.parallel()) {
+    const auto &d = decomposition.dims();
+    const pic::Box b = decomposition.box(0);
+    std::printf("  %d ranks: %d x %d x %d boxes of %d x %d x %d cells (hetmem.decomposition); each rank holds about "
+                "1/%d of the above%s%s\n", comm.size(), d[0], d[1], d[2], b.extent(0), b.extent(1), b.extent(2),
+                comm.size(), budget_share.empty() ? "" : "; fast budget ", budget_share.c_str());
+    need.fields /= static_cast<uint64_t>(comm.size());  // the strict check is per rank
+    need.particles /= static_cast<uint64_t>(comm.size());
+  }
   if (p.strict) {
     for (auto [t, bytes] : {std::pair<hm_tier_t, uint64_t>{field_tier, need.fields}, {particle_tier, need.particles}}) {
       hm_tier_stats_t s;
@@ -204,9 +255,11 @@ int main(int argc, char **argv) {
       }
     }
   }
-  if ((p.output_interval > 0 || p.energy_log.empty()) && !make_dirs(p.output_dir))
+  // Rank 0 writes every file; the others learn whether it could.
+  const bool root = comm.rank() == 0;
+  if (!pic::agree(comm, !root || !(p.output_interval > 0 || p.energy_log.empty()) || make_dirs(p.output_dir), &error))
     return die("output directory '" + p.output_dir + "' cannot be created or written");
-  if (p.checkpoint_interval > 0 && !make_dirs(p.checkpoint_dir))
+  if (!pic::agree(comm, !root || p.checkpoint_interval <= 0 || make_dirs(p.checkpoint_dir), &error))
     return die("checkpoint directory '" + p.checkpoint_dir + "' cannot be created or written");
   std::string energy_path = p.energy_log.empty() ? p.output_dir + "/energy.csv" : p.energy_log;
   std::ofstream energy;
@@ -222,10 +275,9 @@ int main(int argc, char **argv) {
                    ", max_step is " + std::to_string(p.steps) + ": nothing to run (max_step counts from step 0)");
       std::printf("restarted from %s at step %d (t = %.6e s)\n", p.restart.c_str(), sim.steps_done(), sim.time());
     }
-    energy.open(energy_path, p.restart.empty() ? std::ios::trunc : std::ios::app);  // a restart continues the log
-    if (!energy) return die("energy log '" + energy_path + "' cannot be written");
-    long particles = 0;
-    for (auto &s : sim.species()) particles += s.count();
+    if (root) energy.open(energy_path, p.restart.empty() ? std::ios::trunc : std::ios::app);  // a restart continues the log
+    if (!pic::agree(comm, !root || energy, &error)) return die("energy log '" + energy_path + "' cannot be written");
+    const long particles = sim.global_particles();
     energy << std::setprecision(17);  // full double precision: conservation is read from these columns
     double species_rho = 0;
     for (auto &s : sim.species()) species_rho += std::fabs(s.params.charge * s.params.density);
@@ -237,7 +289,7 @@ int main(int argc, char **argv) {
       for (auto &s : sim.species()) energy << ",kinetic_" << s.params.name << "_J";
       energy << ",total_J,charge_error\n";
     }
-    auto log_energy = [&] {
+    auto log_energy = [&] {  // collective: every rank computes, rank 0 writes
       double total = sim.field_energy();
       energy << sim.steps_done() << "," << sim.time() << "," << total;
       for (size_t s = 0; s < sim.species().size(); ++s) {
@@ -285,7 +337,8 @@ int main(int argc, char **argv) {
         std::fflush(stdout);
       }
     }
-    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // The slowest rank's time is the run's.
+    double seconds = comm.max(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     int threads = 1;
 #pragma omp parallel
 #pragma omp single
@@ -297,11 +350,14 @@ int main(int argc, char **argv) {
       for (const char *phase : kPhases) {
         uint64_t calls = 0;
         double secs = 0;
-        if (hm_phase_stats(phase, &calls, &secs) == HM_OK)
+        if (hm_phase_stats(phase, &calls, &secs) != HM_OK) secs = -1;
+        secs = comm.max(secs);
+        if (secs >= 0)
           std::printf("  %-22s %8.3f s  %5.1f%%  %.1f ns per particle-step\n", phase, secs, 100 * secs / seconds,
                       secs / (static_cast<double>(particles) * to_run) * 1e9);
       }
     }
+    report_exchange(sim, to_run, seconds);
     report_placement();
     report_streaming(sim);
     report_emulation(seconds);
@@ -311,12 +367,16 @@ int main(int argc, char **argv) {
       record.seconds = seconds;
       record.cpu_seconds = cpu_now() - cpu_start;
       record.footprint = need;
-      if (!pic::write_summary(p.summary_path, p, record, &error)) return die(error);
+      record.ranks = comm.size();
+      if (!pic::agree(comm, !root || pic::write_summary(p.summary_path, p, record, &error), &error)) return die(error);
       std::printf("run summary: %s\n", p.summary_path.c_str());
     }
     std::printf("energy log: %s\n", energy_path.c_str());
   } catch (const std::exception &e) {
-    return die(std::string("run stopped: ") + e.what());
+    die(std::string("run stopped: ") + e.what());
+    // The other ranks may be waiting for this one in an exchange: end them all.
+    if (comm.parallel()) MPI_Abort(comm.handle(), 2);
+    return 2;
   }
   return 0;
 }

@@ -49,11 +49,25 @@ void record_attributes(hid_t record, const std::vector<double> &unit_dimension, 
 bool write_openpmd(Simulation &sim, const std::string &dir, std::string *error) {
   char name[64];
   std::snprintf(name, sizeof name, "/openpmd_%06d.h5", sim.steps_done());
-  return write_openpmd_file(sim, dir + name, nullptr, error);
+  Snapshot snapshot;
+  sim.gather(&snapshot);
+  bool ok = sim.comm().rank() != 0 || write_openpmd_file(sim, snapshot, dir + name, nullptr, error);
+  return agree(sim.comm(), ok, error);
 }
 
-bool write_openpmd_file(Simulation &sim, const std::string &path, const std::function<bool(int64_t)> &extra,
-                        std::string *error) {
+bool agree(const Comm &comm, bool ok, std::string *error) {
+  if (!comm.parallel()) return ok;
+  int good = ok ? 1 : 0;
+  comm.broadcast(&good, sizeof good);
+  unsigned long length = good ? 0 : error->size();
+  comm.broadcast(&length, sizeof length);
+  error->resize(length);
+  comm.broadcast(error->data(), length);
+  return good == 1;
+}
+
+bool write_openpmd_file(const Simulation &sim, const Snapshot &snap, const std::string &path,
+                        const std::function<bool(int64_t)> &extra, std::string *error) {
   const Grid &g = sim.grid();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -91,15 +105,14 @@ bool write_openpmd_file(Simulation &sim, const std::string &path, const std::fun
   attr_string(meshes, "currentSmoothing", "none");
   attr_string(meshes, "chargeCorrection", "none");
   hsize_t dims[3] = {static_cast<hsize_t>(g.nz), static_cast<hsize_t>(g.ny), static_cast<hsize_t>(g.nx)};
-  std::vector<double> buf(static_cast<size_t>(g.cells()));
   struct Comp {
     const char *record, *axis;
-    Field *field;
+    const std::vector<double> *values;
     std::vector<double> position;  // (z, y, x)
   };
-  Fields &f = sim.fields();
-  std::vector<Comp> comps = {{"E", "x", &f.ex, {0, 0, 0.5}}, {"E", "y", &f.ey, {0, 0.5, 0}}, {"E", "z", &f.ez, {0.5, 0, 0}},
-                             {"B", "x", &f.bx, {0.5, 0.5, 0}}, {"B", "y", &f.by, {0.5, 0, 0.5}}, {"B", "z", &f.bz, {0, 0.5, 0.5}}};
+  const auto &f = snap.fields;
+  std::vector<Comp> comps = {{"E", "x", &f[0], {0, 0, 0.5}}, {"E", "y", &f[1], {0, 0.5, 0}}, {"E", "z", &f[2], {0.5, 0, 0}},
+                             {"B", "x", &f[3], {0.5, 0.5, 0}}, {"B", "y", &f[4], {0.5, 0, 0.5}}, {"B", "z", &f[5], {0, 0.5, 0.5}}};
   for (const char *rec : {"E", "B"}) {
     hid_t r = group(meshes, rec);
     attr_string(r, "geometry", "cartesian");
@@ -115,13 +128,9 @@ bool write_openpmd_file(Simulation &sim, const std::string &path, const std::fun
                                                    : std::vector<double>{0, 1, -2, -1, 0, 0, 0});
     for (const Comp &c : comps) {
       if (c.record[0] != rec[0]) continue;
-      hm::access(&c.field->at(0, 0, 0), static_cast<size_t>(g.cells()), hm::Access::read);
-      for (int k = 0; k < g.nz; ++k)
-        for (int j = 0; j < g.ny; ++j)
-          for (int i = 0; i < g.nx; ++i) buf[(static_cast<size_t>(k) * g.ny + j) * g.nx + i] = c.field->at(i, j, k);
       hid_t space = H5Screate_simple(3, dims, nullptr);
       hid_t d = H5Dcreate2(r, c.axis, H5T_NATIVE_DOUBLE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-      H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data());
+      H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.values->data());
       attr_scalar(d, "unitSI", H5T_NATIVE_DOUBLE, 1.0);
       attr_doubles(d, "position", c.position);
       H5Dclose(d);
@@ -132,22 +141,16 @@ bool write_openpmd_file(Simulation &sim, const std::string &path, const std::fun
   H5Gclose(meshes);
 
   hid_t particles = group(it, "particles");
-  for (Species &sp : sim.species()) {
-    uint64_t n = static_cast<uint64_t>(sp.count());
-    std::vector<double> cols[7];
-    std::vector<uint64_t> ids;
-    for (auto &c : cols) c.reserve(n);
-    ids.reserve(n);
-    for (const Tile &t : sp.tiles) {
-      t.declare(hm::Access::read, true);
-      for (size_t k = 0; k < t.size(); ++k) {
-        cols[0].push_back(t.x[k]), cols[1].push_back(t.y[k]), cols[2].push_back(t.z[k]);
-        cols[3].push_back(t.ux[k] * sp.params.mass), cols[4].push_back(t.uy[k] * sp.params.mass);
-        cols[5].push_back(t.uz[k] * sp.params.mass), cols[6].push_back(t.w[k]);
-        ids.push_back(t.id[k]);
-      }
-    }
-    hid_t s = group(particles, sp.params.name);
+  for (size_t si = 0; si < sim.params().species.size(); ++si) {
+    const SpeciesParams &params = sim.params().species[si];
+    const Snapshot::Particles &pp = snap.species[si];
+    const uint64_t n = pp.id.size();
+    const std::vector<double> *cols = pp.col;
+    std::vector<double> momentum[3];  // u = gamma v times the mass
+    for (int d = 0; d < 3; ++d)
+      for (double u : cols[3 + d]) momentum[d].push_back(u * params.mass);
+    const std::vector<uint64_t> &ids = pp.id;
+    hid_t s = group(particles, params.name);
     attr_scalar(s, "particleShape", H5T_NATIVE_DOUBLE, 1.0);  // ED-PIC: the order, as a number
     attr_string(s, "currentDeposition", "Esirkepov");
     attr_string(s, "particlePush", sim.params().pusher == "vay" ? "Vay" : "Boris");
@@ -167,9 +170,9 @@ bool write_openpmd_file(Simulation &sim, const std::string &path, const std::fun
     hid_t mom = group(s, "momentum");
     // The leapfrog's momenta are half a step behind the positions.
     record_attributes(mom, {1, 1, -1, 0, 0, 0, 0}, 1, static_cast<float>(-0.5 * sim.dt()));
-    dataset(mom, "x", H5T_NATIVE_DOUBLE, 1, &count, cols[3].data());
-    dataset(mom, "y", H5T_NATIVE_DOUBLE, 1, &count, cols[4].data());
-    dataset(mom, "z", H5T_NATIVE_DOUBLE, 1, &count, cols[5].data());
+    dataset(mom, "x", H5T_NATIVE_DOUBLE, 1, &count, momentum[0].data());
+    dataset(mom, "y", H5T_NATIVE_DOUBLE, 1, &count, momentum[1].data());
+    dataset(mom, "z", H5T_NATIVE_DOUBLE, 1, &count, momentum[2].data());
     H5Gclose(mom);
     // Scalar records: a dataset (or constant group) directly under the species.
     {
@@ -186,8 +189,8 @@ bool write_openpmd_file(Simulation &sim, const std::string &path, const std::fun
       H5Dclose(d);
       H5Sclose(space);
     }
-    for (auto [rec, value, dim] : {std::tuple<const char *, double, std::vector<double>>{"charge", sp.params.charge, {0, 0, 1, 1, 0, 0, 0}},
-                                   {"mass", sp.params.mass, {0, 1, 0, 0, 0, 0, 0}}}) {
+    for (auto [rec, value, dim] : {std::tuple<const char *, double, std::vector<double>>{"charge", params.charge, {0, 0, 1, 1, 0, 0, 0}},
+                                   {"mass", params.mass, {0, 1, 0, 0, 0, 0, 0}}}) {
       hid_t r = group(s, rec);
       attr_scalar(r, "value", H5T_NATIVE_DOUBLE, value);
       attr_u64s(r, "shape", {n});

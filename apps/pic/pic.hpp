@@ -8,6 +8,9 @@
 
 #include <hetmem/hetmem.hpp>
 
+#include "halo.hpp"
+
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -50,29 +53,29 @@ struct Grid {
   long cells() const { return static_cast<long>(nx) * ny * nz; }
 };
 
-// A field component with one guard layer on every side, filled periodically.
+// A field component with one guard layer on every side, over this rank's box of the grid (the
+// whole grid in a single-process run), indexed by global cell coordinates. The guard layer is
+// filled from the cells' owners (Halo::fill), periodically.
 class Field {
  public:
   static constexpr int kGuard = 1;
   Field() = default;
-  Field(const Grid &g, const Where &where);
+  Field(const FieldLayout &layout, const Where &where);
+  Field(const Grid &g, const Where &where);  // the whole grid
   double &at(int i, int j, int k) { return data_[index(i, j, k)]; }
   double at(int i, int j, int k) const { return data_[index(i, j, k)]; }
-  long index(int i, int j, int k) const {
-    return (static_cast<long>(k + kGuard) * sy_ + (j + kGuard)) * sx_ + (i + kGuard);
-  }
-  void fill_guards();      // copies the periodic images into the guard layer
-  void fold_guards();      // adds what was deposited into the guard layer onto the periodic images
+  long index(int i, int j, int k) const { return layout_.index(i, j, k); }
   void zero();
   double *data() { return data_.data(); }
   const double *data() const { return data_.data(); }
-  long stride_y() const { return sx_; }
-  long guard_cells() const;  // cells of the guard layer
-  long stride_z() const { return static_cast<long>(sx_) * sy_; }
+  const FieldLayout &layout() const { return layout_; }
+  long stride_y() const { return layout_.sx; }
+  long guard_cells() const { return layout_.guard_cells(); }  // cells of the guard layer
+  long stride_z() const { return layout_.sx * layout_.sy; }
   size_t size_with_guards() const { return data_.size(); }  // every value, the guard layer's too
 
  private:
-  int nx_ = 0, ny_ = 0, nz_ = 0, sx_ = 0, sy_ = 0, sz_ = 0;
+  FieldLayout layout_;
   TierVector<double> data_;
 };
 
@@ -108,6 +111,7 @@ struct Params {
   std::string particle_role;            // pins the particle tiles likewise
   bool strict = false;                  // refuse to start if the problem does not fit the budgets
   bool particles_first = false;         // allocate particles before fields, as WarpX does (seed 000 §6)
+  std::array<int, 3> decomposition{0, 0, 0};  // ranks along x, y, z (0 0 0: Decomposition chooses)
   // Diagnostics (the CLI's; the library ignores them)
   int output_interval = 0;              // openPMD output every N steps (0: none)
   std::string output_dir = "diags";
@@ -165,9 +169,27 @@ struct Species {
   long count() const;
 };
 
+// The whole run's state in global order, as output and checkpoints hold it (snapshot.cpp): the
+// fields' cells without guards, A[k][j][i] (x fastest); per species the particles of every tile,
+// tile after tile in global order, with each tile's count.
+struct Snapshot {
+  static constexpr int kFields = 6;  // ex ey ez bx by bz
+  std::vector<double> fields[kFields];
+  struct Particles {
+    std::vector<uint64_t> tile_counts, id;
+    std::vector<double> col[7];  // x y z ux uy uz w
+  };
+  std::vector<Particles> species;
+};
+
+// One rank's part of the run: the fields of its box (with guards) and the particles of its tiles.
+// Tiles are numbered globally (x fastest); this rank holds its own, in global order. With one rank
+// every tile is its own and the box is the grid. Runs on any decomposition give the same bits.
 class Simulation {
  public:
-  explicit Simulation(const Params &p);
+  // Throws std::invalid_argument when the grid cannot be split over comm's ranks as p asks (main
+  // checks with Decomposition::make first, to say so before anything is allocated).
+  explicit Simulation(const Params &p, const Comm &comm = Comm::world());
   void step();                      // one full PIC step
   void field_step_vacuum();         // Maxwell only (no particles, no current)
   double time() const { return time_; }
@@ -177,8 +199,17 @@ class Simulation {
   const Params &params() const { return p_; }
   Fields &fields() { return f_; }
   std::vector<Species> &species() { return species_; }
-  // Diagnostics
-  void deposit_charge(Field &rho) const;            // rho at nodes, with periodic folding
+  const Comm &comm() const { return comm_; }
+  const Decomposition &decomposition() const { return decomposition_; }
+  const Box &box() const { return halo_->layout().box; }
+  // Global index of this rank's local tile l (the index into Species::tiles).
+  int global_tile(size_t l) const { return tile_ids_[l]; }
+  const ExchangeStats &exchange_stats() const { return halo_->stats; }
+  size_t exchange_peers() const { return halo_->peers().size(); }
+  // Particles on every rank.
+  long global_particles() const;
+  // Diagnostics (collective: every rank calls them; the result is the whole run's)
+  void deposit_charge(Field &rho) const;            // rho at nodes of this rank's box, guards folded
   // max|div E - (rho + rho_background)/eps0| / max|(rho + rho_background)/eps0|
   double gauss_error() const;
   // The uniform immobile background that neutralises the species' net charge (C/m^3): minus their
@@ -194,8 +225,15 @@ class Simulation {
   // guards, every tile's particles in order, time, step, the background), in an openPMD file
   // written beside and renamed into place. restore() replaces this simulation's state with a
   // checkpoint's; false (and *error naming the mismatch or the damage) leaves it untouched.
+  // Collective: every rank calls them; the file is written by rank 0 and read by every rank, and
+  // every rank gets the same result.
   bool save_checkpoint(const std::string &path, std::string *error);
   bool restore(const std::string &path, std::string *error);
+  // The whole state on rank 0 (collective; other ranks get an empty snapshot).
+  void gather(Snapshot *out) const;
+  // Takes this rank's part of a whole snapshot (fields of its box, particles of its tiles).
+  // false with *error when the snapshot does not fit this problem; nothing is changed then.
+  bool adopt(const Snapshot &snapshot, std::string *error);
 
  private:
   template <class Plane>
@@ -206,9 +244,20 @@ class Simulation {
   void reduce_current();
   void redistribute();
   void sort_by_cell();
-  int tile_of(double x, double y, double z) const;
+  struct Checkpoint {
+    Snapshot snapshot;
+    long long step = 0;
+    double time = 0, background_rho = 0;
+  };
+  bool read_checkpoint(const std::string &path, Checkpoint *out, std::string *error) const;
+  int tile_of(double x, double y, double z) const;  // global tile
+  int local_tile(int t) const;                         // this rank's index of global tile t (owned)
 
   Params p_;
+  const Comm &comm_;
+  Decomposition decomposition_;
+  std::unique_ptr<Halo> halo_;
+  std::vector<int> tile_ids_;  // global index of each local tile
   double dt_ = 0, time_ = 0;
   double inv_dx_ = 0, inv_dy_ = 0, inv_dz_ = 0;
   int steps_ = 0;

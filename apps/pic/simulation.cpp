@@ -80,40 +80,14 @@ hm::Tier first_tier(const std::string &pinned, hm::Class cls) {
 }
 
 // ------------------------------------------------------------------------------------------------
+Field::Field(const FieldLayout &layout, const Where &where) : layout_(layout), data_(layout.size(), 0.0, where) {}
+
 Field::Field(const Grid &g, const Where &where)
-    : nx_(g.nx), ny_(g.ny), nz_(g.nz), sx_(g.nx + 2 * kGuard), sy_(g.ny + 2 * kGuard), sz_(g.nz + 2 * kGuard),
-      data_(static_cast<size_t>(sx_) * sy_ * sz_, 0.0, where) {}
+    : Field(FieldLayout::over(Box{{0, 0, 0}, {g.nx, g.ny, g.nz}}, kGuard), where) {}
 
 void Field::zero() {
   std::fill(data_.begin(), data_.end(), 0.0);
   hm::access(data_, Access::write);
-}
-
-long Field::guard_cells() const {
-  return static_cast<long>(sx_) * sy_ * sz_ - static_cast<long>(nx_) * ny_ * nz_;
-}
-
-void Field::fill_guards() {
-  hm::access(data_.data(), static_cast<size_t>(2 * guard_cells()), Access::read_write);  // images and guards
-  for (int k = -kGuard; k < nz_ + kGuard; ++k)
-    for (int j = -kGuard; j < ny_ + kGuard; ++j)
-      for (int i = -kGuard; i < nx_ + kGuard; ++i) {
-        bool inside = i >= 0 && i < nx_ && j >= 0 && j < ny_ && k >= 0 && k < nz_;
-        if (!inside) at(i, j, k) = at(wrap(i, nx_), wrap(j, ny_), wrap(k, nz_));
-      }
-}
-
-void Field::fold_guards() {
-  hm::access(data_.data(), static_cast<size_t>(2 * guard_cells()), Access::read_write);
-  for (int k = -kGuard; k < nz_ + kGuard; ++k)
-    for (int j = -kGuard; j < ny_ + kGuard; ++j)
-      for (int i = -kGuard; i < nx_ + kGuard; ++i) {
-        bool inside = i >= 0 && i < nx_ && j >= 0 && j < ny_ && k >= 0 && k < nz_;
-        if (!inside) {
-          at(wrap(i, nx_), wrap(j, ny_), wrap(k, nz_)) += at(i, j, k);
-          at(i, j, k) = 0;
-        }
-      }
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -177,8 +151,13 @@ long Species::count() const {
 }
 
 // ------------------------------------------------------------------------------------------------
-Simulation::Simulation(const Params &p) : p_(p) {
+Simulation::Simulation(const Params &p, const Comm &comm) : p_(p), comm_(comm) {
   const Grid &g = p_.grid;
+  std::string why;
+  if (!Decomposition::make({g.nx, g.ny, g.nz}, {p_.tile[0], p_.tile[1], p_.tile[2]}, comm.size(), p_.decomposition,
+                           &decomposition_, &why))
+    throw std::invalid_argument(why);
+  tile_ids_ = decomposition_.tiles_of(comm.rank());
   dt_ = p_.cfl / (kC * std::sqrt(1 / (g.dx * g.dx) + 1 / (g.dy * g.dy) + 1 / (g.dz * g.dz)));
   inv_dx_ = 1 / g.dx, inv_dy_ = 1 / g.dy, inv_dz_ = 1 / g.dz;
   ntx_ = g.nx / p_.tile[0];
@@ -195,17 +174,19 @@ Simulation::Simulation(const Params &p) : p_(p) {
   bx_ = p_.tile[0] + 4;
   by_ = p_.tile[1] + 4;
   bz_ = p_.tile[2] + 4;
-  int ntiles = ntx_ * nty_ * ntz_;
+  halo_ = std::make_unique<Halo>(comm, decomposition_, Field::kGuard, std::array<int, 3>{bx_, by_, bz_});
+  const Box &box = halo_->layout().box;
+  const int ntiles = static_cast<int>(tile_ids_.size());
   // Fields and current buffers before or after the particles (hetmem.allocation_order): the order
   // decides what a placement by allocation order (first-touch) puts on the fast tier.
   auto allocate_grid = [&] {
-    for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(g, fields);
+    for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(halo_->layout(), fields);
     for (int t = 0; t < ntiles; ++t)
       tile_j_.emplace_back(static_cast<size_t>(3) * bx_ * by_ * bz_, 0.0, currents);
   };
   if (!p_.particles_first) allocate_grid();
 
-  uint64_t next_id = 1;
+  uint64_t first_id = 1;  // ids run over the whole grid, cell by cell (x fastest), species after species
   for (size_t s = 0; s < p_.species.size(); ++s) {
     const SpeciesParams &sp = p_.species[s];
     // Tiles pinned to a role or tier (hetmem.particles) live there, never staged.
@@ -220,9 +201,12 @@ Simulation::Simulation(const Params &p) : p_(p) {
     double weight = per_cell > 0 ? sp.density * g.dx * g.dy * g.dz / per_cell : 0;
     double k[3] = {2 * M_PI * sp.langmuir_modes[0] / g.lx(), 2 * M_PI * sp.langmuir_modes[1] / g.ly(),
                    2 * M_PI * sp.langmuir_modes[2] / g.lz()};
-    for (int cz = 0; cz < g.nz; ++cz)
-      for (int cy = 0; cy < g.ny; ++cy)
-        for (int cx = 0; cx < g.nx; ++cx)
+    // This rank's cells only; a particle's id and random numbers depend on its cell, not on the
+    // decomposition.
+    for (int cz = box.lo[2]; cz < box.hi[2]; ++cz)
+      for (int cy = box.lo[1]; cy < box.hi[1]; ++cy)
+        for (int cx = box.lo[0]; cx < box.hi[0]; ++cx) {
+          uint64_t next_id = first_id + static_cast<uint64_t>((static_cast<long>(cz) * g.ny + cy) * g.nx + cx) * per_cell;
           for (int pz = 0; pz < sp.ppc[2]; ++pz)
             for (int py = 0; py < sp.ppc[1]; ++py)
               for (int px = 0; px < sp.ppc[0]; ++px) {
@@ -241,8 +225,10 @@ Simulation::Simulation(const Params &p) : p_(p) {
                   u[1] += a * k[1] * cxx * sy * czz;
                   u[2] += a * k[2] * cxx * cyy * sz;
                 }
-                species.tiles[tile_of(x, y, z)].push_back(x, y, z, u[0], u[1], u[2], weight, next_id++);
+                species.tiles[local_tile(tile_of(x, y, z))].push_back(x, y, z, u[0], u[1], u[2], weight, next_id++);
               }
+        }
+    first_id += static_cast<uint64_t>(g.cells()) * per_cell;
     // Each tile's allocation trimmed to its particles and a sixteenth more for those arriving.
     for (Tile &t : species.tiles) {
       t.reserve(t.size() + t.size() / 16 + 8);
@@ -250,15 +236,19 @@ Simulation::Simulation(const Params &p) : p_(p) {
     }
     species_.push_back(std::move(species));
   }
-  // The background: the particles' own net charge, so that it cancels their deposit exactly.
+  // The background: the particles' own net charge, so that it cancels their deposit. Every
+  // particle of a species has the same weight, so the net charge is a product per species: the
+  // same bits on every rank and for every decomposition.
   double net_charge = 0;
-  for (const Species &sp : species_)
-    for (const Tile &t : sp.tiles)
-      for (size_t n = 0; n < t.size(); ++n) net_charge += sp.params.charge * t.w[n];
+  for (const Species &sp : species_) {
+    const int per_cell = sp.params.ppc[0] * sp.params.ppc[1] * sp.params.ppc[2];
+    const double weight = per_cell > 0 ? sp.params.density * g.dx * g.dy * g.dz / per_cell : 0;
+    net_charge += sp.params.charge * weight * static_cast<double>(g.cells() * per_cell);
+  }
   background_rho_ = -net_charge / (g.lx() * g.ly() * g.lz());
   if (p_.particles_first) allocate_grid();
   for (const Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz})
-    hm::access(f->data(), static_cast<size_t>(f->stride_z()) * (g.nz + 2 * Field::kGuard), Access::write);
+    hm::access(f->data(), f->size_with_guards(), Access::write);
   for (const auto &buf : tile_j_) hm::access(buf, Access::write);
   // The arena's first chunk is written by every redistribution: declared from the start.
   void *first = arena_->allocate(1);
@@ -273,13 +263,28 @@ int Simulation::tile_of(double x, double y, double z) const {
   return ((cz / p_.tile[2]) * nty_ + cy / p_.tile[1]) * ntx_ + cx / p_.tile[0];
 }
 
+int Simulation::local_tile(int t) const {
+  const Box &b = box();
+  const int nx = b.extent(0) / p_.tile[0], ny = b.extent(1) / p_.tile[1];
+  const int tx = t % ntx_ - b.lo[0] / p_.tile[0], ty = (t / ntx_) % nty_ - b.lo[1] / p_.tile[1],
+            tz = t / (ntx_ * nty_) - b.lo[2] / p_.tile[2];
+  return (tz * ny + ty) * nx + tx;
+}
+
+long Simulation::global_particles() const {
+  long n = 0;
+  for (const Species &sp : species_) n += sp.count();
+  return comm_.sum(n);
+}
+
 void Simulation::half_b(double h) {
   const Grid &g = p_.grid;
-  f_.ex.fill_guards(), f_.ey.fill_guards(), f_.ez.fill_guards();
+  const Box &b = box();
+  halo_->fill({f_.ex.data(), f_.ey.data(), f_.ez.data()});
   const double rx = h / g.dx, ry = h / g.dy, rz = h / g.dz;
   sweep_planes({&f_.ex, &f_.ey, &f_.ez}, {&f_.bx, &f_.by, &f_.bz}, [&](int k) {
-    for (int j = 0; j < g.ny; ++j)
-      for (int i = 0; i < g.nx; ++i) {
+    for (int j = b.lo[1]; j < b.hi[1]; ++j)
+      for (int i = b.lo[0]; i < b.hi[0]; ++i) {
         f_.bx.at(i, j, k) -= ry * (f_.ez.at(i, j + 1, k) - f_.ez.at(i, j, k)) - rz * (f_.ey.at(i, j, k + 1) - f_.ey.at(i, j, k));
         f_.by.at(i, j, k) -= rz * (f_.ex.at(i, j, k + 1) - f_.ex.at(i, j, k)) - rx * (f_.ez.at(i + 1, j, k) - f_.ez.at(i, j, k));
         f_.bz.at(i, j, k) -= rx * (f_.ey.at(i + 1, j, k) - f_.ey.at(i, j, k)) - ry * (f_.ex.at(i, j + 1, k) - f_.ex.at(i, j, k));
@@ -292,32 +297,34 @@ void Simulation::half_b(double h) {
 template <class Plane>
 void Simulation::sweep_planes(std::initializer_list<const Field *> in, std::initializer_list<const Field *> out,
                               Plane plane) {
-  const size_t plane_cells = static_cast<size_t>(p_.grid.nx) * p_.grid.ny;
+  const Box &b = box();
+  const size_t plane_cells = static_cast<size_t>(b.extent(0)) * b.extent(1);
 #pragma omp parallel
   {
     size_t planes = 0;
     int first = 0;
 #pragma omp for schedule(static)
-    for (int k = 0; k < p_.grid.nz; ++k) {
+    for (int k = b.lo[2]; k < b.hi[2]; ++k) {
       if (planes++ == 0) first = k;
       plane(k);
     }
     // A static schedule gives each thread one run of planes: declared from its first one.
     if (planes) {
-      for (const Field *f : in) hm::access(f->data() + f->index(0, 0, first), planes * plane_cells, Access::read);
+      for (const Field *f : in) hm::access(f->data() + f->index(b.lo[0], b.lo[1], first), planes * plane_cells, Access::read);
       for (const Field *f : out)
-        hm::access(f->data() + f->index(0, 0, first), planes * plane_cells, Access::read_write);
+        hm::access(f->data() + f->index(b.lo[0], b.lo[1], first), planes * plane_cells, Access::read_write);
     }
   }
 }
 
 void Simulation::full_e(double dt) {
   const Grid &g = p_.grid;
-  f_.bx.fill_guards(), f_.by.fill_guards(), f_.bz.fill_guards();
+  const Box &b = box();
+  halo_->fill({f_.bx.data(), f_.by.data(), f_.bz.data()});
   const double c2 = kC * kC, rx = c2 * dt / g.dx, ry = c2 * dt / g.dy, rz = c2 * dt / g.dz, rj = dt / kEps0;
   sweep_planes({&f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}, {&f_.ex, &f_.ey, &f_.ez}, [&](int k) {
-    for (int j = 0; j < g.ny; ++j)
-      for (int i = 0; i < g.nx; ++i) {
+    for (int j = b.lo[1]; j < b.hi[1]; ++j)
+      for (int i = b.lo[0]; i < b.hi[0]; ++i) {
         f_.ex.at(i, j, k) += ry * (f_.bz.at(i, j, k) - f_.bz.at(i, j - 1, k)) - rz * (f_.by.at(i, j, k) - f_.by.at(i, j, k - 1)) -
                              rj * f_.jx.at(i, j, k);
         f_.ey.at(i, j, k) += rz * (f_.bx.at(i, j, k) - f_.bx.at(i, j, k - 1)) - rx * (f_.bz.at(i, j, k) - f_.bz.at(i - 1, j, k)) -
@@ -339,8 +346,8 @@ void Simulation::field_step_vacuum() {
 // Built twice: for x86-64-v3 (AVX2, FMA) and for any x86-64; the loader picks one per machine.
 __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::push_and_deposit() {
   const Grid &g = p_.grid;
-  for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz}) f->fill_guards();
-  const int ntiles = ntx_ * nty_ * ntz_;
+  halo_->fill({f_.ex.data(), f_.ey.data(), f_.ez.data(), f_.bx.data(), f_.by.data(), f_.bz.data()});
+  const int ntiles = static_cast<int>(tile_ids_.size());
   const long plane = static_cast<long>(bx_) * by_, comp = plane * bz_;
   for (auto &buf : tile_j_) {
     std::fill(buf.begin(), buf.end(), 0.0);
@@ -367,7 +374,7 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::pus
     for (int t = static_cast<int>(first); t < static_cast<int>(last); ++t) {
       const TileView tile = sp.tiles[t].in(stream.acquire(static_cast<size_t>(t)));
       double *jb = tile_j_[t].data();
-      const int tx = t % ntx_, ty = (t / ntx_) % nty_, tz = t / (ntx_ * nty_);
+      const int tg = tile_ids_[t], tx = tg % ntx_, ty = (tg / ntx_) % nty_, tz = tg / (ntx_ * nty_);
       // Buffer origin: two cells below the tile's first cell.
       const int ox = tx * p_.tile[0] - 2, oy = ty * p_.tile[1] - 2, oz = tz * p_.tile[2] - 2;
       // One particle: gather, push, deposit. Inlined into the two loops below, with and without
@@ -500,41 +507,57 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::pus
   }
 }
 
-// Adds the tile buffers into the grid in tile order: the same sums in the same order whatever the
-// number of threads, so runs are bitwise identical.
+// Adds the tile buffers into the grid in global tile order, this rank's tiles and those of other
+// ranks that cover its cells alike: every grid point gets the same sums in the same order whatever
+// the number of threads or ranks, so runs are bitwise identical.
 void Simulation::reduce_current() {
   const Grid &g = p_.grid;
+  const Box &box = this->box();
   f_.jx.zero(), f_.jy.zero(), f_.jz.zero();
   const long plane = static_cast<long>(bx_) * by_, comp = plane * bz_;
   Field *J[3] = {&f_.jx, &f_.jy, &f_.jz};
+  std::vector<Halo::TileBuffer> mine, all;
+  for (size_t l = 0; l < tile_ids_.size(); ++l) mine.emplace_back(tile_ids_[l], tile_j_[l].data());
+  halo_->gather_currents(mine, &all);
+  // Buffer index -> global cell along each direction, -1 where another rank owns the cell.
   std::vector<int> wx(bx_), wy(by_), wz(bz_);
-  for (int t = 0; t < ntx_ * nty_ * ntz_; ++t) {
+  auto owned = [](int c, int lo, int hi) { return c >= lo && c < hi ? c : -1; };
+  for (const auto &[t, jb] : all) {
     const int tx = t % ntx_, ty = (t / ntx_) % nty_, tz = t / (ntx_ * nty_);
     const int ox = tx * p_.tile[0] - 2, oy = ty * p_.tile[1] - 2, oz = tz * p_.tile[2] - 2;
-    for (int a = 0; a < bx_; ++a) wx[a] = wrap(ox + a, g.nx);
-    for (int b = 0; b < by_; ++b) wy[b] = wrap(oy + b, g.ny);
-    for (int c = 0; c < bz_; ++c) wz[c] = wrap(oz + c, g.nz);
-    const double *jb = tile_j_[t].data();
-    hm::access(tile_j_[t], Access::read);
-    for (const Field *f : J) hm::access(f->data() + f->index(wx[0], wy[0], wz[0]), static_cast<size_t>(comp), Access::read_write);
+    for (int a = 0; a < bx_; ++a) wx[a] = owned(wrap(ox + a, g.nx), box.lo[0], box.hi[0]);
+    for (int b = 0; b < by_; ++b) wy[b] = owned(wrap(oy + b, g.ny), box.lo[1], box.hi[1]);
+    for (int c = 0; c < bz_; ++c) wz[c] = owned(wrap(oz + c, g.nz), box.lo[2], box.hi[2]);
+    hm::access(jb, static_cast<size_t>(3 * comp), Access::read);
+    for (const Field *f : J)
+      hm::access(f->data() + f->index(std::max(wx[2], box.lo[0]), std::max(wy[2], box.lo[1]), std::max(wz[2], box.lo[2])),
+                 static_cast<size_t>(comp), Access::read_write);
     for (int d = 0; d < 3; ++d)
-      for (int c = 0; c < bz_; ++c)
+      for (int c = 0; c < bz_; ++c) {
+        if (wz[c] < 0) continue;
         for (int b = 0; b < by_; ++b) {
+          if (wy[b] < 0) continue;
           const double *row = jb + d * comp + c * plane + b * bx_;
           double *out = &J[d]->at(0, wy[b], wz[c]);
-          for (int a = 0; a < bx_; ++a) out[wx[a]] += row[a];
+          for (int a = 0; a < bx_; ++a)
+            if (wx[a] >= 0) out[wx[a]] += row[a];
         }
+      }
   }
 }
 
-// Particles that left their tile move to the tile they are in now, in a fixed order.
-// Particles that left their tile move to the tile they are in now, in a fixed order. The lists
-// of leavers are per-step temporaries: they come from the iteration arena, reset every step.
+// Particles that left their tile move to the tile they are in now, on this rank or another, in an
+// order that does not depend on the decomposition: every tile first loses its leavers (each
+// removal fills the hole from the end), then each tile gets its arrivals in the global order of
+// the tiles they came from, and in their order there. The lists of leavers are per-step
+// temporaries: they come from the iteration arena, reset every step.
 void Simulation::redistribute() {
   struct Leaver {
     int dest;
     uint32_t index;
   };
+  constexpr int R = Halo::kRecord;  // source tile, destination tile, x y z ux uy uz w id
+  const size_t npeers = halo_->peers().size();
   for (Species &sp : species_) {
     const int ntiles = static_cast<int>(sp.tiles.size());
     std::vector<Leaver *> leaving(ntiles);
@@ -544,36 +567,61 @@ void Simulation::redistribute() {
       Tile &tile = sp.tiles[t];
       const size_t n = tile.size();
       if (n == 0) continue;
+      const int self = tile_ids_[t];
       // Destinations first (one lookup per particle), then the list of those that leave.
       int *dest = static_cast<int *>(arena_->allocate(n * sizeof(int), alignof(int)));
       uint32_t m = 0;
-      for (size_t i = 0; i < n; ++i) m += (dest[i] = tile_of(tile.x[i], tile.y[i], tile.z[i])) != t;
+      for (size_t i = 0; i < n; ++i) m += (dest[i] = tile_of(tile.x[i], tile.y[i], tile.z[i])) != self;
       count[t] = m;
       for (const double *v : {tile.x, tile.y, tile.z}) hm::access(v, n, Access::read);
       hm::access(dest, n, Access::write);
       if (m == 0) continue;
       leaving[t] = static_cast<Leaver *>(arena_->allocate(m * sizeof(Leaver), alignof(Leaver)));
       for (size_t i = 0, k = 0; i < n; ++i)
-        if (dest[i] != t) leaving[t][k++] = Leaver{dest[i], static_cast<uint32_t>(i)};
+        if (dest[i] != self) leaving[t][k++] = Leaver{dest[i], static_cast<uint32_t>(i)};
       hm::access(dest, n, Access::read);
       hm::access(leaving[t], m, Access::write);
     }
-    std::vector<uint32_t> arriving(ntiles, 0);
+    // The leavers packed, in tile order: those staying on this rank, and one message per neighbour.
+    std::vector<double> local;
+    std::vector<std::vector<double>> out(npeers), in;
     for (int t = 0; t < ntiles; ++t) {
-      Tile &src = sp.tiles[t];
+      const Tile &src = sp.tiles[t];
       for (uint32_t k = 0; k < count[t]; ++k) {
-        const size_t n = leaving[t][k].index;
-        sp.tiles[leaving[t][k].dest].push_back(src.x[n], src.y[n], src.z[n], src.ux[n], src.uy[n], src.uz[n], src.w[n],
-                                                src.id[n]);
-        ++arriving[leaving[t][k].dest];
+        const Leaver &l = leaving[t][k];
+        const int owner = comm_.parallel() ? decomposition_.owner_of_tile(l.dest) : comm_.rank();
+        std::vector<double> &to = owner == comm_.rank() ? local : out[static_cast<size_t>(halo_->peer_slot(owner))];
+        const size_t n = l.index;
+        double id;
+        std::memcpy(&id, &src.id[n], sizeof id);
+        to.insert(to.end(), {static_cast<double>(tile_ids_[t]), static_cast<double>(l.dest), src.x[n], src.y[n], src.z[n],
+                             src.ux[n], src.uy[n], src.uz[n], src.w[n], id});
       }
-      for (uint32_t k = count[t]; k-- > 0;) src.remove(leaving[t][k].index);
-      if (count[t] == 0) continue;
-      // Each leaver: its 8 values read and the hole filled from the end (8 reads and 8 writes),
-      // scattered 8-byte accesses; its arrival is declared once per destination tile below.
-      hm::access(leaving[t], count[t], Access::read);
-      hm::access_scattered(src.x, 8 * uint64_t{count[t]}, sizeof(double), Access::read_write);
+      if (count[t]) {
+        // Each leaver: its 8 values read and the hole filled from the end (8 reads and 8 writes).
+        hm::access(leaving[t], count[t], Access::read);
+        hm::access_scattered(src.x, 8 * uint64_t{count[t]}, sizeof(double), Access::read_write);
+      }
     }
+    for (int t = 0; t < ntiles; ++t)
+      for (uint32_t k = count[t]; k-- > 0;) sp.tiles[t].remove(leaving[t][k].index);
+    if (comm_.parallel()) halo_->exchange_particles(out, &in);
+    // Arrivals by source tile: this rank's and each neighbour's lists are each in source-tile order
+    // and no source tile is in two of them.
+    std::vector<const double *> arrivals;
+    for (size_t r = 0; r < local.size(); r += R) arrivals.push_back(local.data() + r);
+    for (const auto &list : in)
+      for (size_t r = 0; r < list.size(); r += R) arrivals.push_back(list.data() + r);
+    std::stable_sort(arrivals.begin(), arrivals.end(), [](const double *a, const double *b) { return a[0] < b[0]; });
+    std::vector<uint32_t> arriving(ntiles, 0);
+    for (const double *a : arrivals) {
+      const int dest = local_tile(static_cast<int>(a[1]));
+      uint64_t id;
+      std::memcpy(&id, &a[9], sizeof id);
+      sp.tiles[dest].push_back(a[2], a[3], a[4], a[5], a[6], a[7], a[8], id);
+      ++arriving[dest];
+    }
+    // Each arrival's 8 values written, declared once per destination tile.
     for (int t = 0; t < ntiles; ++t)
       if (arriving[t]) hm::access_scattered(sp.tiles[t].x, 8 * uint64_t{arriving[t]}, sizeof(double), Access::write);
   }
@@ -656,19 +704,20 @@ void Simulation::deposit_charge(Field &rho) const {
             for (int a = 0; a < 2; ++a) rho.at(i + a, j + b, k + c) += q * sx[a] * sy[b] * sz[c];
       }
     }
-  rho.fold_guards();
+  halo_->fold(rho.data());
 }
 
 double Simulation::gauss_error() const {
   const Grid &g = p_.grid;
-  Field rho(g, Where(hm::Tier::of(hm::Role::fast)));
+  const Box &box = this->box();
+  Field rho(halo_->layout(), Where(hm::Tier::of(hm::Role::fast)));
   deposit_charge(rho);
   Fields &f = const_cast<Fields &>(f_);
-  f.ex.fill_guards(), f.ey.fill_guards(), f.ez.fill_guards();
+  halo_->fill({f.ex.data(), f.ey.data(), f.ez.data()});
   double worst = 0, scale = 0;
-  for (int k = 0; k < g.nz; ++k)
-    for (int j = 0; j < g.ny; ++j)
-      for (int i = 0; i < g.nx; ++i) {
+  for (int k = box.lo[2]; k < box.hi[2]; ++k)
+    for (int j = box.lo[1]; j < box.hi[1]; ++j)
+      for (int i = box.lo[0]; i < box.hi[0]; ++i) {
         double div = (f_.ex.at(i, j, k) - f_.ex.at(i - 1, j, k)) / g.dx + (f_.ey.at(i, j, k) - f_.ey.at(i, j - 1, k)) / g.dy +
                      (f_.ez.at(i, j, k) - f_.ez.at(i, j, k - 1)) / g.dz;
         double r = (rho.at(i, j, k) + background_rho_) / kEps0;
@@ -680,23 +729,26 @@ double Simulation::gauss_error() const {
   // over noise does not read as an error of 1.
   double floor_scale = 0;
   for (const Species &sp : species_) floor_scale += 1e-10 * std::fabs(sp.params.charge) * sp.params.density / kEps0;
+  worst = comm_.max(worst);
+  scale = comm_.max(scale);
   double denominator = std::max(scale, floor_scale);
   return denominator > 0 ? worst / denominator : worst;
 }
 
 double Simulation::field_energy() const {
   const Grid &g = p_.grid;
+  const Box &box = this->box();
   double e2 = 0, b2 = 0;
   for (const Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz})
-    hm::access(f->data(), static_cast<size_t>(g.cells()), Access::read);
-  for (int k = 0; k < g.nz; ++k)
-    for (int j = 0; j < g.ny; ++j)
-      for (int i = 0; i < g.nx; ++i) {
+    hm::access(f->data(), static_cast<size_t>(box.cells()), Access::read);
+  for (int k = box.lo[2]; k < box.hi[2]; ++k)
+    for (int j = box.lo[1]; j < box.hi[1]; ++j)
+      for (int i = box.lo[0]; i < box.hi[0]; ++i) {
         e2 += f_.ex.at(i, j, k) * f_.ex.at(i, j, k) + f_.ey.at(i, j, k) * f_.ey.at(i, j, k) + f_.ez.at(i, j, k) * f_.ez.at(i, j, k);
         b2 += f_.bx.at(i, j, k) * f_.bx.at(i, j, k) + f_.by.at(i, j, k) * f_.by.at(i, j, k) + f_.bz.at(i, j, k) * f_.bz.at(i, j, k);
       }
   const double dv = g.dx * g.dy * g.dz;
-  return 0.5 * kEps0 * (e2 + kC * kC * b2) * dv;  // B^2 / (2 mu0) = eps0 c^2 B^2 / 2
+  return 0.5 * kEps0 * (comm_.sum(e2) + kC * kC * comm_.sum(b2)) * dv;  // B^2 / (2 mu0) = eps0 c^2 B^2 / 2
 }
 
 double Simulation::kinetic_energy(int s) const {
@@ -709,7 +761,7 @@ double Simulation::kinetic_energy(int s) const {
       e += t.w[n] * sp.params.mass * kC * kC * (std::sqrt(1 + u2 / (kC * kC)) - 1);
     }
   }
-  return e;
+  return comm_.sum(e);
 }
 
 }  // namespace pic

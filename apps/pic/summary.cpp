@@ -10,6 +10,7 @@ bool write_summary(const std::string &path, const Params &p, const RunRecord &ru
                         {"particles", run.particles},
                         {"steps", p.steps},
                         {"threads", run.threads},
+                        {"ranks", run.ranks},
                         {"footprint_bytes", {{"fields", run.footprint.fields}, {"particles", run.footprint.particles}}},
                         {"seconds", run.seconds},
                         {"cpu_seconds", run.cpu_seconds},

@@ -12,6 +12,7 @@ namespace pic {
 struct RunRecord {
   long particles = 0;
   int threads = 1;
+  int ranks = 1;
   double seconds = 0;                  // the main loop
   double cpu_seconds = 0;              // the process's CPU time (user + system) in the main loop
   std::vector<double> step_seconds;    // each step

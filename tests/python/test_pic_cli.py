@@ -133,20 +133,6 @@ def test_a_full_fast_budget_does_not_stop_the_run(tmp_path):
     assert "particle-step" in r.stdout
 
 
-def test_mpirun_without_an_mpi_build_is_refused_before_any_output(tmp_path):
-    out = tmp_path / "diags"
-    r = pic("preset:L0", "max_step=1", f"diag.directory={out}", env_extra={"OMPI_COMM_WORLD_SIZE": "2"})
-    assert r.returncode == 2 and "one of 2 processes" in r.stderr and "without mpirun" in r.stderr, r.stderr
-    assert not out.exists(), "nothing was written"
-    mpirun = shutil.which("mpirun")
-    if mpirun:
-        extra = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-        r = subprocess.run([mpirun, *extra, "--oversubscribe", "-np", "2", str(PIC), "preset:L0", "max_step=1",
-                            f"diag.directory={out}"], capture_output=True, text=True, timeout=300)
-        assert r.returncode != 0 and "one of 2 processes" in r.stderr, r.stdout + r.stderr
-        assert not out.exists()
-
-
 def _series_arrays(path):
     """E, B, and every species' positions, momenta and ids of a one-iteration openPMD file."""
     io = pytest.importorskip("openpmd_api")
