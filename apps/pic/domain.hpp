@@ -112,7 +112,10 @@ struct ExchangeStats {
   uint64_t current_messages = 0, current_bytes = 0;    // tile current buffers
   uint64_t particle_messages = 0, particle_bytes = 0;  // leaving particles
   uint64_t particles_sent = 0;
-  double field_seconds = 0, current_seconds = 0, particle_seconds = 0;  // in exchange (pack, wait, unpack)
+  // Packing, copying and unpacking each kind; waiting for neighbours (the messages in flight, and
+  // a neighbour still computing: load imbalance) is counted apart.
+  double field_seconds = 0, current_seconds = 0, particle_seconds = 0;
+  double wait_seconds = 0;
 };
 
 }  // namespace pic

@@ -110,9 +110,13 @@ std::vector<int> Halo::covered_by_tile(int t) const {
   return out;
 }
 
-void Halo::wait(std::vector<MPI_Request> *requests) const {
+double Halo::wait(std::vector<MPI_Request> *requests) {
+  const auto t0 = std::chrono::steady_clock::now();
   if (!requests->empty()) MPI_Waitall(static_cast<int>(requests->size()), requests->data(), MPI_STATUSES_IGNORE);
   requests->clear();
+  const double waited = seconds_since(t0);
+  stats.wait_seconds += waited;
+  return waited;
 }
 
 void Halo::fill(std::initializer_list<double *> components) {
@@ -142,13 +146,13 @@ void Halo::fill(std::initializer_list<double *> components) {
   }
   for (double *c : components)
     for (size_t m = 0; m < self_to_.size(); ++m) c[self_to_[m]] = c[self_from_[m]];
-  wait(&requests);
+  const double waited = wait(&requests);
   for (size_t p = 0; p < peers_.size(); ++p) {
     const double *v = in[p].data();
     for (double *c : components)
       for (long at : recv_[p]) c[at] = *v++;
   }
-  stats.field_seconds += seconds_since(t0);
+  stats.field_seconds += seconds_since(t0) - waited;
 }
 
 void Halo::fold(double *component) {
@@ -177,23 +181,47 @@ void Halo::fold(double *component) {
     for (long at : list) component[at] = 0;
 }
 
+// Calls visit(offset) for each value of tile t's buffer (3 components) whose cell lies in `box`,
+// in buffer order: sender and receiver walk the same values in the same order.
+template <class Visit>
+void Halo::for_each_in_box(int t, const Box &box, Visit visit) const {
+  const auto n = d_.tiles();
+  const int tc[3] = {t % n[0], (t / n[0]) % n[1], t / (n[0] * n[1])};
+  std::vector<int> inside[3];  // buffer indices along each direction whose cells are in the box
+  for (int k = 0; k < 3; ++k)
+    for (int a = 0; a < buffer_[k]; ++a) {
+      const int c = wrap(tc[k] * d_.tile()[k] - 2 + a, d_.cells()[k]);
+      if (c >= box.lo[k] && c < box.hi[k]) inside[k].push_back(a);
+    }
+  const long plane = static_cast<long>(buffer_[0]) * buffer_[1], comp = plane * buffer_[2];
+  for (int d = 0; d < 3; ++d)
+    for (int c : inside[2])
+      for (int b : inside[1])
+        for (int a : inside[0]) visit(d * comp + c * plane + b * buffer_[0] + a);
+}
+
 void Halo::gather_currents(const std::vector<TileBuffer> &mine, std::vector<TileBuffer> *all) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::vector<double>> out(peers_.size());
+  // Only the values of a buffer that fall in the receiver's box travel; the receiver puts them
+  // back in place in a whole buffer (its other values are never read).
+  std::vector<std::vector<double>> out(peers_.size()), in(peers_.size());
   std::vector<MPI_Request> requests;
   for (size_t p = 0; p < peers_.size(); ++p) {
-    current_in_[p].resize(tiles_from_[p].size() * buffer_values_);
-    if (!current_in_[p].empty()) {
+    size_t expect = 0;
+    for (int t : tiles_from_[p]) for_each_in_box(t, layout_.box, [&](long) { ++expect; });
+    in[p].resize(expect);
+    if (expect) {
       requests.emplace_back();
-      MPI_Irecv(current_in_[p].data(), static_cast<int>(current_in_[p].size()), MPI_DOUBLE, peers_[p], kCurrentTag,
-                comm_.handle(), &requests.back());
+      MPI_Irecv(in[p].data(), static_cast<int>(expect), MPI_DOUBLE, peers_[p], kCurrentTag, comm_.handle(),
+                &requests.back());
     }
     if (tiles_to_[p].empty()) continue;
-    out[p].reserve(tiles_to_[p].size() * buffer_values_);
+    const Box to = d_.box(peers_[p]);
     size_t m = 0;
     for (int t : tiles_to_[p]) {  // both lists in global order
       while (mine[m].first != t) ++m;
-      out[p].insert(out[p].end(), mine[m].second, mine[m].second + buffer_values_);
+      const double *buffer = mine[m].second;
+      for_each_in_box(t, to, [&](long at) { out[p].push_back(buffer[at]); });
     }
     requests.emplace_back();
     MPI_Isend(out[p].data(), static_cast<int>(out[p].size()), MPI_DOUBLE, peers_[p], kCurrentTag, comm_.handle(),
@@ -201,13 +229,19 @@ void Halo::gather_currents(const std::vector<TileBuffer> &mine, std::vector<Tile
     ++stats.current_messages;
     stats.current_bytes += out[p].size() * sizeof(double);
   }
-  wait(&requests);
+  const double waited = wait(&requests);
   *all = mine;
-  for (size_t p = 0; p < peers_.size(); ++p)
-    for (size_t m = 0; m < tiles_from_[p].size(); ++m)
-      all->emplace_back(tiles_from_[p][m], current_in_[p].data() + m * buffer_values_);
+  for (size_t p = 0; p < peers_.size(); ++p) {
+    current_in_[p].resize(tiles_from_[p].size() * buffer_values_);
+    const double *v = in[p].data();
+    for (size_t m = 0; m < tiles_from_[p].size(); ++m) {
+      double *buffer = current_in_[p].data() + m * buffer_values_;
+      for_each_in_box(tiles_from_[p][m], layout_.box, [&](long at) { buffer[at] = *v++; });
+      all->emplace_back(tiles_from_[p][m], buffer);
+    }
+  }
   std::stable_sort(all->begin(), all->end(), [](const TileBuffer &a, const TileBuffer &b) { return a.first < b.first; });
-  stats.current_seconds += seconds_since(t0);
+  stats.current_seconds += seconds_since(t0) - waited;
 }
 
 void Halo::exchange_particles(const std::vector<std::vector<double>> &out, std::vector<std::vector<double>> *in) {
@@ -224,6 +258,7 @@ void Halo::exchange_particles(const std::vector<std::vector<double>> &out, std::
     stats.particle_bytes += out[p].size() * sizeof(double);
     stats.particles_sent += out[p].size() / kRecord;
   }
+  const auto w0 = std::chrono::steady_clock::now();
   for (size_t p = 0; p < peers_.size(); ++p) {
     MPI_Status status;
     MPI_Probe(peers_[p], kParticleTag, comm_.handle(), &status);
@@ -232,8 +267,10 @@ void Halo::exchange_particles(const std::vector<std::vector<double>> &out, std::
     (*in)[p].resize(static_cast<size_t>(count));
     MPI_Recv((*in)[p].data(), count, MPI_DOUBLE, peers_[p], kParticleTag, comm_.handle(), MPI_STATUS_IGNORE);
   }
-  wait(&requests);
-  stats.particle_seconds += seconds_since(t0);
+  const double probing = seconds_since(w0);
+  stats.wait_seconds += probing;
+  const double waited = probing + wait(&requests);
+  stats.particle_seconds += seconds_since(t0) - waited;
 }
 
 }  // namespace pic

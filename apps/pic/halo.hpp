@@ -46,7 +46,9 @@ class Halo {
  private:
   // The ranks whose cells tile t's current buffer covers, ascending.
   std::vector<int> covered_by_tile(int t) const;
-  void wait(std::vector<MPI_Request> *requests) const;
+  double wait(std::vector<MPI_Request> *requests);  // seconds waited, also added to stats
+  template <class Visit>
+  void for_each_in_box(int t, const Box &box, Visit visit) const;
 
   const Comm &comm_;
   Decomposition d_;

@@ -132,18 +132,19 @@ void report_exchange(const pic::Simulation &sim, int steps, double seconds) {
   if (!comm.parallel() || steps <= 0) return;
   const pic::ExchangeStats &x = sim.exchange_stats();
   const double field = comm.max(x.field_seconds), current = comm.max(x.current_seconds),
-               particle = comm.max(x.particle_seconds);
+               particle = comm.max(x.particle_seconds), waited = comm.max(x.wait_seconds);
   const double moved = static_cast<double>(comm.sum(static_cast<long>(x.particles_sent)));
   if (comm.rank() != 0) return;
   const auto &d = sim.decomposition().dims();
   std::printf("  decomposition %d x %d x %d over %d ranks; per step on rank 0 (%zu neighbour(s)): guard fills %.0f "
               "messages (%.0f with one per component), %.1f KiB; currents %.0f messages, %.1f KiB; particles %.0f "
-              "messages, %.1f KiB; %.0f particles changed rank per step (all ranks)\n", d[0], d[1], d[2], comm.size(),
+              "messages, %.1f KiB; %.1f particles changed rank per step (all ranks)\n", d[0], d[1], d[2], comm.size(),
               sim.exchange_peers(), double(x.field_messages) / steps, double(x.field_messages_unpacked) / steps,
               x.field_bytes / 1024.0 / steps, double(x.current_messages) / steps, x.current_bytes / 1024.0 / steps,
               double(x.particle_messages) / steps, x.particle_bytes / 1024.0 / steps, moved / steps);
-  std::printf("  exchange time (slowest rank): guard fills %.3f s, currents %.3f s, particles %.3f s (%.1f%% of the run)\n",
-              field, current, particle, seconds > 0 ? 100 * (field + current + particle) / seconds : 0.0);
+  std::printf("  exchange time (slowest rank): guard fills %.3f s, currents %.3f s, particles %.3f s packing and unpacking; "
+              "%.3f s waiting for neighbours (messages in flight and load imbalance); %.1f%% of the run in all\n",
+              field, current, particle, waited, seconds > 0 ? 100 * (field + current + particle + waited) / seconds : 0.0);
 }
 
 // Each rank's share of the node's fast tier: HM_FAST_BUDGET, when set, is the node's, split evenly
@@ -345,8 +346,12 @@ int main(int argc, char **argv) {
     threads = omp_get_num_threads();
     if (to_run > 0) {
       double per = seconds / (static_cast<double>(particles) * to_run) * 1e9;
-      std::printf("\n%ld particles, %d steps, %d thread(s): %.1f ns wall per particle-step, %.1f ns core time\n", particles,
-                  to_run, threads, per, per * threads);
+      if (comm.parallel())
+        std::printf("\n%ld particles, %d steps, %d ranks x %d thread(s): %.1f ns wall per particle-step, %.1f ns core time "
+                    "(phases: the slowest rank's)\n", particles, to_run, comm.size(), threads, per, per * threads * comm.size());
+      else
+        std::printf("\n%ld particles, %d steps, %d thread(s): %.1f ns wall per particle-step, %.1f ns core time\n", particles,
+                    to_run, threads, per, per * threads);
       for (const char *phase : kPhases) {
         uint64_t calls = 0;
         double secs = 0;

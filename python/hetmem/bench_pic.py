@@ -1,12 +1,15 @@
 """`hetmem bench pic`: the WarpX comparison problem (docs/pic.md): a uniform thermal electron
 plasma, 64^3 cells, 2x2x2 particles per cell, shape 1, Esirkepov, Boris, Yee, double precision,
-50 steps, no output; core time per particle-step and its split by phase, for 1 and 2 threads."""
+50 steps, no output; core time per particle-step and its split by phase, for 1 and 2 threads. With
+--ranks, the same problem over MPI ranks: time per particle-step, the split into compute and the
+exchanges, and the messages per step with and without packing."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -75,5 +78,91 @@ def main(out: str, quick: bool) -> int:
         json.dump({"benchmark": "hetmem-bench-pic", "steps": steps, "results": rows, "scaling": scaling,
                    "machine_scaling": machine,
                    "warpx_core_ns": WARPX_NS}, f, indent=1)
+    print(f"results: {out}")
+    return 0
+
+
+# --- hetmem bench pic --ranks 1,2: the same problem over MPI ranks --------------------------------
+
+def _mpi_env(threads: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
+    env.update(OMP_NUM_THREADS=str(threads), OMPI_MCA_rmaps_base_oversubscribe="1")
+    if os.geteuid() == 0:  # Open MPI refuses root unless told
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def run_ranks(ranks: int, threads: int, steps: int, tmp: str) -> dict:
+    """One run of the comparison problem on `ranks` processes of `threads` threads each: time per
+    particle-step, the slowest rank's phases and exchanges, and rank 0's messages per step."""
+    cmd = [find_program("hetmem-pic"), "preset:warpx-uniform", f"max_step={steps}", f"diag.directory={tmp}",
+           "diag.progress=0"]
+    if ranks > 1:
+        mpirun = shutil.which("mpirun")
+        if not mpirun:
+            raise HetmemError("mpirun is not installed (Debian: openmpi-bin); scripts/setup.sh installs it")
+        cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks), *cmd]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_mpi_env(threads))
+    if r.returncode != 0:
+        raise HetmemError(f"hetmem-pic on {ranks} rank(s) failed: {(r.stderr or r.stdout).strip()[-2000:]}")
+    m = re.search(r"([\d.]+) ns wall per particle-step, ([\d.]+) ns core time", r.stdout)
+    phases = {name.strip(): float(secs) for name, secs in
+              re.findall(r"^  (\S[^\n]*?)\s+([\d.]+) s\s+[\d.]+%\s+[\d.]+ ns per particle-step", r.stdout, re.M)}
+    row = {"ranks": ranks, "threads": threads, "wall_ns": float(m.group(1)), "core_ns": float(m.group(2)),
+           "phase_seconds": phases, "exchange": {}}
+    x = re.search(r"guard fills ([\d.]+) messages \(([\d.]+) with one per component\), ([\d.]+) KiB; currents ([\d.]+) "
+                  r"messages, ([\d.]+) KiB; particles ([\d.]+) messages, ([\d.]+) KiB; ([\d.]+) particles changed rank",
+                  r.stdout)
+    t = re.search(r"exchange time \(slowest rank\): guard fills ([\d.]+) s, currents ([\d.]+) s, particles ([\d.]+) s "
+                  r"packing and unpacking; ([\d.]+) s waiting", r.stdout)
+    if x and t:
+        keys = ("guard_messages", "guard_messages_one_per_component", "guard_kib", "current_messages", "current_kib",
+                "particle_messages", "particle_kib", "particles_moved")
+        row["exchange"] = {k: float(v) for k, v in zip(keys, x.groups())}
+        row["exchange"].update(guard_seconds=float(t.group(1)), current_seconds=float(t.group(2)),
+                               particle_seconds=float(t.group(3)), wait_seconds=float(t.group(4)))
+    return row
+
+
+def main_ranks(out: str, quick: bool, ranks_list: list[int]) -> int:
+    steps, reps = (10, 1) if quick else (50, 3)
+    configs = [(r, 1) for r in ranks_list]
+    if 1 in ranks_list and 2 in ranks_list:
+        configs.append((1, 2))  # the same two cores as threads of one process, for reference
+    with tempfile.TemporaryDirectory(prefix="hetmem-pic-") as tmp:
+        runs = {c: [] for c in configs}
+        for _ in range(reps):  # alternating, so every configuration sees the same machine
+            for ranks, threads in configs:
+                runs[(ranks, threads)].append(run_ranks(ranks, threads, steps, tmp))
+    rows = {c: median_run(runs[c]) for c in configs}
+    base = rows[configs[0]]["wall_ns"]
+    print(f"hetmem-pic over MPI ranks, WarpX comparison problem (64^3 cells, 8 particles per cell, {steps} steps; "
+          f"median of {reps} alternating runs; DRAM, not emulated)")
+    print(f"  {'ranks x threads':>16} {'ns/particle-step':>17} {'core ns':>8} {'speed-up':>9}  split (slowest rank, s): "
+          f"compute | guard fills | currents | particles | waiting")
+    for (ranks, threads), row in rows.items():
+        x = row["exchange"]
+        exchange = sum(x.get(k, 0.0) for k in ("guard_seconds", "current_seconds", "particle_seconds", "wait_seconds"))
+        compute = sum(row["phase_seconds"].values()) - exchange
+        row["compute_seconds"] = compute
+        print(f"  {f'{ranks} x {threads}':>16} {row['wall_ns']:17.1f} {row['core_ns']:8.1f} {base / row['wall_ns']:8.2f}x  "
+              f"{compute:.3f} | {x.get('guard_seconds', 0):.3f} | {x.get('current_seconds', 0):.3f} | "
+              f"{x.get('particle_seconds', 0):.3f} | {x.get('wait_seconds', 0):.3f}")
+    for (ranks, threads), row in rows.items():
+        x = row["exchange"]
+        if not x:
+            continue
+        print(f"  {ranks} ranks, per step on rank 0: guard fills {x['guard_messages']:.0f} messages packed "
+              f"({x['guard_messages_one_per_component']:.0f} with one message per component), {x['guard_kib']:.0f} KiB; "
+              f"currents {x['current_messages']:.0f} messages, {x['current_kib']:.0f} KiB; particles "
+              f"{x['particle_messages']:.0f} messages, {x['particle_kib']:.1f} KiB ({x['particles_moved']:.1f} particles "
+              f"changed rank per step)")
+    if (2, 1) in rows and (1, 1) in rows:
+        eff = rows[(1, 1)]["wall_ns"] / rows[(2, 1)]["wall_ns"]
+        print(f"  2 ranks / 1 rank throughput: {eff:.2f}x"
+              + (f"; 1 rank x 2 threads: {rows[(1, 1)]['wall_ns'] / rows[(1, 2)]['wall_ns']:.2f}x" if (1, 2) in rows else ""))
+    with open(out, "w") as f:
+        json.dump({"benchmark": "hetmem-bench-pic-ranks", "steps": steps, "repetitions": reps,
+                   "results": [dict(r) for r in rows.values()]}, f, indent=1)
     print(f"results: {out}")
     return 0

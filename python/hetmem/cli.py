@@ -138,6 +138,16 @@ def cmd_options(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "pic":
+        if args.ranks:
+            from .bench_pic import main_ranks
+            try:
+                ranks = [int(r) for r in args.ranks.split(",")]
+            except ValueError:
+                ranks = []
+            if not ranks or min(ranks) < 1:
+                raise HetmemError(f"--ranks '{args.ranks}': rank counts separated by commas, e.g. 1,2")
+            return main_ranks(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-pic-ranks.json",
+                              args.quick, ranks)
         from .bench_pic import main as bench_pic
         return bench_pic(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-pic.json", args.quick)
     if args.what == "octree":
@@ -403,7 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="alloc: allocation, free, arena, copy and emulation figures; "
                         "emul: the emulated tier's bookkeeping overhead (PIC, stencil) and its fidelity to the model; "
                         "profiler: profiling overhead, heaptrack comparison, rules-only cost; "
-                        "pic: the WarpX comparison problem, ns per particle-step for 1 and 2 threads; "
+                        "pic: the WarpX comparison problem, ns per particle-step for 1 and 2 threads (with --ranks: over "
+                        "MPI ranks, with the exchanges' split and messages); "
                         "octree: PM-octree restart, persist bytes, refine/balance vs p4est, transformation, "
                         "per-step time vs snapshot and SQLite baselines; "
                         "placement: every policy on the PIC code's 1.2 GiB rung with a fast budget of 25%% of it, "
@@ -412,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "mg: hetmem-mg against hypre's PFMG on the same problem, and with 4 KiB pages, THP and a "
                         "hugetlb pool")
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
+    b.add_argument("--ranks", help="pic only: the problem over these MPI rank counts (e.g. 1,2), one thread each")
     b.add_argument("--out", default="hetmem-bench-alloc.json", help="JSON results file")
     b.set_defaults(func=cmd_bench)
 
