@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "node.hpp"
 #include "openpmd.hpp"
 #include "pic.hpp"
 #include "summary.hpp"
@@ -147,29 +148,6 @@ void report_exchange(const pic::Simulation &sim, int steps, double seconds) {
               field, current, particle, waited, seconds > 0 ? 100 * (field + current + particle + waited) / seconds : 0.0);
 }
 
-// Each rank's share of the node's fast tier: HM_FAST_BUDGET, when set, is the node's, split evenly
-// between the ranks on it (before hm_init reads it). Returns what this rank got ("" if unchanged).
-std::string split_fast_budget(const pic::Comm &comm) {
-  if (!comm.parallel()) return "";
-  MPI_Comm node;
-  MPI_Comm_split_type(comm.handle(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL, &node);
-  int on_node = 1;
-  MPI_Comm_size(node, &on_node);
-  MPI_Comm_free(&node);
-  const char *v = std::getenv("HM_FAST_BUDGET");
-  if (!v || !*v || on_node <= 1) return "";
-  char *end = nullptr;
-  double bytes = std::strtod(v, &end);
-  std::string unit = end ? end : "";
-  double scale = unit.empty() || unit == "B" ? 1 : unit[0] == 'K' ? 1024.0 : unit[0] == 'M' ? 1048576.0
-               : unit[0] == 'G' ? 1073741824.0 : unit[0] == 'T' ? 1099511627776.0 : 0;
-  if (bytes <= 0 || scale == 0) return "";  // unlimited, or a value hm_init will refuse by name
-  const unsigned long long share = static_cast<unsigned long long>(bytes * scale / on_node);
-  setenv("HM_FAST_BUDGET", std::to_string(share).c_str(), 1);
-  return std::string(v) + " for the node, " + std::to_string(share >> 20) + " MiB for each of its " +
-         std::to_string(on_node) + " ranks";
-}
-
 // Ends MPI however main returns.
 struct MpiSession {
   MpiSession(int *argc, char ***argv) { pic::Comm::init(argc, argv); }
@@ -208,7 +186,7 @@ int main(int argc, char **argv) {
   if (!pic::Decomposition::make({p.grid.nx, p.grid.ny, p.grid.nz}, {p.tile[0], p.tile[1], p.tile[2]}, comm.size(),
                                 p.decomposition, &decomposition, &error))
     return die(error);
-  const std::string budget_share = split_fast_budget(comm);
+  const pic::NodeShare node = pic::share_node(comm);
   if (hm_init() != HM_OK) return die(hm_last_error());
 
   // What the problem needs, against the budgets, before anything is allocated.
@@ -236,8 +214,9 @@ int main(int argc, char **argv) {
     const auto &d = decomposition.dims();
     const pic::Box b = decomposition.box(0);
     std::printf("  %d ranks: %d x %d x %d boxes of %d x %d x %d cells (hetmem.decomposition); each rank holds about "
-                "1/%d of the above%s%s\n", comm.size(), d[0], d[1], d[2], b.extent(0), b.extent(1), b.extent(2),
-                comm.size(), budget_share.empty() ? "" : "; fast budget ", budget_share.c_str());
+                "1/%d of the above; %d rank(s) on rank 0's node, rank 0: %s%s%s\n", comm.size(), d[0], d[1], d[2],
+                b.extent(0), b.extent(1), b.extent(2), comm.size(), node.on_node, node.binding.c_str(),
+                node.budget.empty() ? "" : "; fast budget ", node.budget.c_str());
     need.fields /= static_cast<uint64_t>(comm.size());  // the strict check is per rank
     need.particles /= static_cast<uint64_t>(comm.size());
   }

@@ -44,18 +44,19 @@ diag.progress = 5
 """
 
 
-def env():
+def env(extra=None):
     e = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
+    e.update(extra or {})
     e.update(OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
              OMPI_MCA_rmaps_base_oversubscribe="1")
     return e
 
 
-def run(ranks, *args, input_file, check=True):
+def run(ranks, *args, input_file, check=True, env_extra=None):
     cmd = [str(PIC), str(input_file), *args]
     if ranks > 1:
         cmd = [MPIRUN, "--oversubscribe", "-np", str(ranks), *cmd]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env(env_extra), timeout=600)
     if check:
         assert r.returncode == 0, r.stdout + r.stderr
     return r
@@ -220,3 +221,15 @@ def test_checkpoint_of_another_problem_is_refused_on_every_rank(problem, tmp_pat
     r = run(2, f"diag.directory={out}", f"restart={damaged}", input_file=problem, check=False)
     assert r.returncode != 0 and "damaged" in r.stderr, r.stderr
     assert not (out / "energy.csv").exists()
+
+
+def test_the_nodes_fast_budget_is_split_between_its_ranks(problem, tmp_path):
+    """HM_FAST_BUDGET is the node's: each of 4 ranks on this node gets a quarter as its runtime's budget."""
+    import json
+    summary = tmp_path / "summary.json"
+    r = run(4, f"diag.directory={tmp_path / 'out'}", "max_step=2", f"diag.summary={summary}", input_file=problem,
+            env_extra={"HM_FAST_BUDGET": "64M", "HM_POLICY": "hetmem-static"})
+    assert "fast budget 64M for the node, 16 MiB for each of its 4 ranks" in r.stdout, r.stdout
+    assert "NUMA domain" in r.stdout  # bound to one, or told there is only one
+    tiers = json.loads(summary.read_text())["tiers"]  # rank 0's runtime
+    assert tiers[0]["budget"] == 16 << 20, tiers
