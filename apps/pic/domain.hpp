@@ -26,8 +26,8 @@ namespace pic {
 
 class Comm {
  public:
-  // Starts MPI when an MPI launcher started this process (launched_ranks() > 1, or always with
-  // `force`); a no-op otherwise. Call once, first thing in main.
+  // Starts MPI when an MPI launcher started this process (launched_ranks() > 1); a no-op
+  // otherwise. Call once, first thing in main.
   static void init(int *argc, char ***argv);
   static void finalize();
   static const Comm &world();

@@ -522,16 +522,22 @@ void Simulation::reduce_current() {
   // Buffer index -> global cell along each direction, -1 where another rank owns the cell.
   std::vector<int> wx(bx_), wy(by_), wz(bz_);
   auto owned = [](int c, int lo, int hi) { return c >= lo && c < hi ? c : -1; };
+  auto first_owned = [](const std::vector<int> &w) {
+    auto it = std::find_if(w.begin(), w.end(), [](int c) { return c >= 0; });
+    return it == w.end() ? -1 : *it;
+  };
   for (const auto &[t, jb] : all) {
     const int tx = t % ntx_, ty = (t / ntx_) % nty_, tz = t / (ntx_ * nty_);
     const int ox = tx * p_.tile[0] - 2, oy = ty * p_.tile[1] - 2, oz = tz * p_.tile[2] - 2;
     for (int a = 0; a < bx_; ++a) wx[a] = owned(wrap(ox + a, g.nx), box.lo[0], box.hi[0]);
     for (int b = 0; b < by_; ++b) wy[b] = owned(wrap(oy + b, g.ny), box.lo[1], box.hi[1]);
     for (int c = 0; c < bz_; ++c) wz[c] = owned(wrap(oz + c, g.nz), box.lo[2], box.hi[2]);
+    // Declared: the buffer read, and the run of grid values from its first owned cell on (on one
+    // rank: a buffer's worth of each component).
     hm::access(jb, static_cast<size_t>(3 * comp), Access::read);
-    for (const Field *f : J)
-      hm::access(f->data() + f->index(std::max(wx[2], box.lo[0]), std::max(wy[2], box.lo[1]), std::max(wz[2], box.lo[2])),
-                 static_cast<size_t>(comp), Access::read_write);
+    const int fx = first_owned(wx), fy = first_owned(wy), fz = first_owned(wz);
+    if (fx >= 0 && fy >= 0 && fz >= 0)
+      for (const Field *f : J) hm::access(f->data() + f->index(fx, fy, fz), static_cast<size_t>(comp), Access::read_write);
     for (int d = 0; d < 3; ++d)
       for (int c = 0; c < bz_; ++c) {
         if (wz[c] < 0) continue;

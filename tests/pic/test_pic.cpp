@@ -400,3 +400,54 @@ TEST_F(Pic, SortingByCellChangesOrderNotPhysics) {
   EXPECT_NEAR(e_sorted / e_plain, 1.0, 1e-9) << "the same physics up to rounding of summation order";
   EXPECT_LT(gauss_sorted, 1e-11);
 }
+
+// The decomposition every rank computes for itself: boxes of whole tiles that cover the grid once,
+// the least halo by default, and bad requests named.
+TEST(Decomposition, BoxesCoverEveryTileOnceAndOwnersWrapPeriodically) {
+  Decomposition d;
+  std::string error;
+  ASSERT_TRUE(Decomposition::make({32, 16, 16}, {4, 4, 4}, 4, {0, 0, 0}, &d, &error)) << error;
+  // 8 x 4 x 4 tiles over 4 ranks: 2 x 1 x 2, 2 x 2 x 1 and 4 x 1 x 1 (boxes with faces adding up to
+  // 512 cells) beat 1 x 2 x 2 (576); of the three, the one with more ranks along z.
+  EXPECT_EQ(d.dims(), (std::array<int, 3>{2, 1, 2}));
+  std::vector<int> seen(static_cast<size_t>(d.global_tiles()), 0);
+  for (int r = 0; r < 4; ++r) {
+    const Box b = d.box(r);
+    EXPECT_EQ(b.cells(), 32L * 16 * 16 / 4);
+    for (int t : d.tiles_of(r)) {
+      ++seen[static_cast<size_t>(t)];
+      EXPECT_EQ(d.owner_of_tile(t), r);
+    }
+    EXPECT_EQ(d.owner_of_cell(b.lo[0], b.lo[1], b.lo[2]), r);
+    EXPECT_EQ(d.owner_of_cell(b.hi[0] - 1 + 32, b.hi[1] - 1 - 16, b.hi[2] - 1), r);  // periodic images
+  }
+  for (int count : seen) EXPECT_EQ(count, 1);
+}
+
+TEST(Decomposition, DefaultSplitHasTheLeastSurfaceWithTiesAlongZThenY) {
+  Decomposition d;
+  std::string error;
+  ASSERT_TRUE(Decomposition::make({64, 64, 64}, {8, 8, 8}, 2, {0, 0, 0}, &d, &error)) << error;
+  EXPECT_EQ(d.dims(), (std::array<int, 3>{1, 1, 2}));
+  ASSERT_TRUE(Decomposition::make({64, 64, 64}, {8, 8, 8}, 4, {0, 0, 0}, &d, &error)) << error;
+  EXPECT_EQ(d.dims(), (std::array<int, 3>{1, 2, 2}));
+  ASSERT_TRUE(Decomposition::make({64, 64, 64}, {8, 8, 8}, 8, {0, 0, 0}, &d, &error)) << error;
+  EXPECT_EQ(d.dims(), (std::array<int, 3>{2, 2, 2}));
+  ASSERT_TRUE(Decomposition::make({128, 16, 16}, {8, 8, 8}, 4, {0, 0, 0}, &d, &error)) << error;
+  EXPECT_EQ(d.dims(), (std::array<int, 3>{4, 1, 1}));  // a long box splits along its length
+  ASSERT_TRUE(Decomposition::make({64, 64, 64}, {8, 8, 8}, 4, {4, 1, 1}, &d, &error)) << error;
+  EXPECT_EQ(d.dims(), (std::array<int, 3>{4, 1, 1}));  // as asked
+}
+
+TEST(Decomposition, BadRequestsAreNamed) {
+  Decomposition d;
+  std::string error;
+  EXPECT_FALSE(Decomposition::make({16, 16, 16}, {8, 8, 8}, 16, {0, 0, 0}, &d, &error));
+  EXPECT_NE(error.find("16 ranks, but the grid has only 8 tiles"), std::string::npos) << error;
+  EXPECT_FALSE(Decomposition::make({24, 24, 24}, {8, 8, 8}, 2, {0, 0, 0}, &d, &error));
+  EXPECT_NE(error.find("2 ranks cannot split the tile grid (3 3 3 tiles)"), std::string::npos) << error;
+  EXPECT_FALSE(Decomposition::make({32, 32, 32}, {8, 8, 8}, 3, {3, 1, 1}, &d, &error));
+  EXPECT_NE(error.find("does not divide the tile grid"), std::string::npos) << error;
+  EXPECT_FALSE(Decomposition::make({32, 32, 32}, {8, 8, 8}, 4, {2, 1, 1}, &d, &error));
+  EXPECT_NE(error.find("makes 2 boxes, but the run has 4 rank(s)"), std::string::npos) << error;
+}
