@@ -1,8 +1,10 @@
-// Checkpoints: an openPMD file (the same meshes and particles as the output) whose iteration also
-// holds a group `hetmem_restart` with everything needed to continue bit for bit: each field with
-// its guard layer as it is in memory, every tile's particles in order (momenta as u, not u m,
-// which would not round-trip), the step, the time, the neutralising background. Written to
-// PATH.partial, synced and renamed: a run killed while writing leaves the previous checkpoint.
+// Checkpoints: an openPMD file (the same meshes and particles as the output, written by every rank
+// together) whose iteration also holds a group `hetmem_restart` with what the openPMD records do
+// not: the momenta as u (the records hold u m, which would not round-trip), every tile's particle
+// count, the step, the time, the neutralising background. The fields are the meshes, the
+// positions, weights and ids the particle records: all held exactly. Written to PATH.partial,
+// synced and renamed: a run killed while writing leaves the previous checkpoint. Every rank reads
+// its own box and tiles back, whatever the number of ranks that wrote it.
 #include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -18,7 +20,9 @@
 namespace pic {
 namespace {
 
-constexpr int kFormat = 2;  // 2: fields without guards, particles of every tile in global tile order
+// 2: fields from the meshes and particles from the records in global tile order, with u and the
+// tile counts beside them (1: fields with guard layers and every particle in the restart group).
+constexpr int kFormat = 2;
 
 bool read_attr(hid_t obj, const char *name, hid_t type, void *value) {
   if (H5Aexists(obj, name) <= 0) return false;
@@ -28,98 +32,76 @@ bool read_attr(hid_t obj, const char *name, hid_t type, void *value) {
   return ok;
 }
 
-// Reads a 1-D dataset of exactly `count` values; false when it is missing, of another length or
-// unreadable (damaged).
-template <class T>
-bool read_array(hid_t parent, const char *name, hid_t type, hsize_t count, std::vector<T> *out) {
-  if (H5Lexists(parent, name, H5P_DEFAULT) <= 0) return false;
-  hid_t d = H5Dopen2(parent, name, H5P_DEFAULT);
-  if (d < 0) return false;
-  hid_t space = H5Dget_space(d);
-  hsize_t have = 0;
-  bool ok = H5Sget_simple_extent_ndims(space) == 1 && H5Sget_simple_extent_dims(space, &have, nullptr) == 1 && have == count;
-  out->resize(count);
-  ok = ok && H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out->data()) >= 0;
-  H5Sclose(space);
-  H5Dclose(d);
-  return ok;
-}
-
-const char *kFieldNames[6] = {"ex", "ey", "ez", "bx", "by", "bz"};
-
-// Rank 0's part of save_checkpoint: the gathered snapshot as an openPMD file with the restart
-// data beside it, written under another name, synced and renamed into place.
-bool write_checkpoint(const Simulation &sim, const Snapshot &snap, const std::string &path, std::string *error) {
-  const std::string partial = path + ".partial";
-  const Params &p = sim.params();
-  auto restart_data = [&](int64_t it) {
-    hid_t r = group(it, "hetmem_restart");
-    if (r < 0) return false;
-    const int grid[3] = {p.grid.nx, p.grid.ny, p.grid.nz};
-    attr_scalar(r, "format", H5T_NATIVE_INT, kFormat);
-    attr_scalar(r, "step", H5T_NATIVE_LLONG, static_cast<long long>(sim.steps_done()));
-    attr_scalar(r, "time", H5T_NATIVE_DOUBLE, sim.time());
-    attr_scalar(r, "dt", H5T_NATIVE_DOUBLE, sim.dt());
-    attr_scalar(r, "background_rho", H5T_NATIVE_DOUBLE, sim.background_charge_density());
-    attr_scalar(r, "species", H5T_NATIVE_INT, static_cast<int>(snap.species.size()));
-    attr_scalar(r, "ranks", H5T_NATIVE_INT, sim.comm().size());  // for the record: any count may restart
-    bool ok = write_array(r, "grid", H5T_NATIVE_INT, grid, 3) && write_array(r, "tile", H5T_NATIVE_INT, p.tile, 3);
-    for (int c = 0; ok && c < Snapshot::kFields; ++c)
-      ok = write_array(r, kFieldNames[c], H5T_NATIVE_DOUBLE, snap.fields[c].data(), snap.fields[c].size());
-    for (size_t s = 0; ok && s < snap.species.size(); ++s) {
-      const Snapshot::Particles &pp = snap.species[s];
-      hid_t g = group(r, "species_" + std::to_string(s));
-      if (g < 0) {
-        ok = false;
-        break;
-      }
-      attr_string(g, "name", p.species[s].name);
-      const char *names[7] = {"x", "y", "z", "ux", "uy", "uz", "w"};
-      ok = write_array(g, "tile_counts", H5T_NATIVE_UINT64, pp.tile_counts.data(), pp.tile_counts.size()) &&
-           write_array(g, "id", H5T_NATIVE_UINT64, pp.id.data(), pp.id.size());
-      for (int c = 0; ok && c < 7; ++c) ok = write_array(g, names[c], H5T_NATIVE_DOUBLE, pp.col[c].data(), pp.col[c].size());
-      H5Gclose(g);
-    }
-    H5Gclose(r);
-    if (!ok) *error = "writing the restart data of " + partial + " failed (disk full?)";
-    return ok;
-  };
-  std::remove(partial.c_str());
-  if (!write_openpmd_file(sim, snap, partial, restart_data, error)) {
-    std::remove(partial.c_str());
-    return false;
-  }
-  // On the medium before it takes the place of the previous checkpoint.
-  int fd = open(partial.c_str(), O_RDONLY | O_CLOEXEC);
-  bool synced = fd >= 0 && fsync(fd) == 0;
-  if (fd >= 0) close(fd);
-  if (!synced || std::rename(partial.c_str(), path.c_str()) != 0) {
-    std::remove(partial.c_str());
-    *error = "checkpoint " + path + " could not be synced and renamed into place";
-    return false;
-  }
-  return true;
-}
+const char *const kMomentumNames[3] = {"ux", "uy", "uz"};
 
 }  // namespace
 
 bool Simulation::save_checkpoint(const std::string &path, std::string *error) {
-  Snapshot snap;
-  gather(&snap);
-  bool ok = comm_.rank() != 0 || write_checkpoint(*this, snap, path, error);
+  const std::string partial = path + ".partial";
+  LocalState state;
+  collect(&state);
+  auto restart_data = [&](int64_t it, int64_t xfer) {
+    hid_t r = group(it, "hetmem_restart");
+    if (r < 0) return false;
+    attr_scalar(r, "format", H5T_NATIVE_INT, kFormat);
+    attr_scalar(r, "step", H5T_NATIVE_LLONG, static_cast<long long>(steps_));
+    attr_scalar(r, "time", H5T_NATIVE_DOUBLE, time_);
+    attr_scalar(r, "dt", H5T_NATIVE_DOUBLE, dt_);
+    attr_scalar(r, "background_rho", H5T_NATIVE_DOUBLE, background_rho_);
+    attr_scalar(r, "species", H5T_NATIVE_INT, static_cast<int>(species_.size()));
+    attr_scalar(r, "ranks", H5T_NATIVE_INT, comm_.size());  // for the record: any count may restart
+    const int grid[3] = {p_.grid.nx, p_.grid.ny, p_.grid.nz};
+    attr_raw(r, "grid", H5T_NATIVE_INT, grid, 3);
+    attr_raw(r, "tile", H5T_NATIVE_INT, p_.tile, 3);
+    bool ok = true;
+    for (size_t s = 0; s < species_.size(); ++s) {
+      const LocalState::Particles &pp = state.species[s];
+      hid_t g = group(r, "species_" + std::to_string(s));
+      attr_string(g, "name", species_[s].params.name);
+      // The counts are the same on every rank: rank 0 writes them.
+      const Blocks all = comm_.rank() == 0 ? Blocks{Block{{0}, {pp.tile_counts.size()}}} : Blocks{};
+      hid_t d = write_blocks(g, "tile_counts", H5T_NATIVE_UINT64, {pp.tile_counts.size()}, all, pp.tile_counts.data(), xfer);
+      ok = d >= 0 && H5Dclose(d) >= 0 && ok;
+      for (int c = 0; c < 3; ++c) {
+        d = write_blocks(g, kMomentumNames[c], H5T_NATIVE_DOUBLE, {pp.total}, pp.runs, pp.col[3 + c].data(), xfer);
+        ok = d >= 0 && H5Dclose(d) >= 0 && ok;
+      }
+      H5Gclose(g);
+    }
+    H5Gclose(r);
+    return ok;
+  };
+  if (comm_.rank() == 0) std::remove(partial.c_str());
+  if (!write_openpmd_file(*this, state, partial, restart_data, error)) {
+    if (comm_.rank() == 0) std::remove(partial.c_str());
+    *error = "checkpoint " + path + ": " + *error;
+    return false;
+  }
+  // On the medium before it takes the place of the previous checkpoint.
+  bool ok = true;
+  if (comm_.rank() == 0) {
+    int fd = open(partial.c_str(), O_RDONLY | O_CLOEXEC);
+    ok = fd >= 0 && fsync(fd) == 0;
+    if (fd >= 0) close(fd);
+    if (!ok || std::rename(partial.c_str(), path.c_str()) != 0) {
+      std::remove(partial.c_str());
+      *error = "checkpoint " + path + " could not be synced and renamed into place";
+      ok = false;
+    }
+  }
   return agree(comm_, ok, error);
 }
 
 bool Simulation::restore(const std::string &path, std::string *error) {
-  // Every rank reads the file (each takes its part); all must succeed before any state changes.
+  // Every rank reads its share; all must succeed before any state changes.
   Checkpoint c;
   bool ok = read_checkpoint(path, &c, error);
   if (!comm_.all(ok)) {
-    if (ok) *error = "restart = '" + path + "': another rank could not read it";
+    if (ok) *error = "restart = '" + path + "': another rank could not read its part";
     return false;
   }
   std::string why;
-  if (!comm_.all(adopt(c.snapshot, &why))) {
+  if (!comm_.all(adopt(c.state, &why))) {
     *error = "restart = '" + path + "': " + (why.empty() ? "another rank could not take its part" : why);
     return false;
   }
@@ -150,13 +132,13 @@ bool Simulation::read_checkpoint(const std::string &path, Checkpoint *out, std::
       iteration = name;
     }
   }
-  std::string where = iteration.empty() ? "" : iteration + "/hetmem_restart";
-  hid_t r = data >= 0 && !where.empty() && H5Lexists(data, iteration.c_str(), H5P_DEFAULT) > 0 &&
-                    H5Lexists(data, where.c_str(), H5P_DEFAULT) > 0
-                ? H5Gopen2(data, where.c_str(), H5P_DEFAULT)
-                : -1;
+  hid_t it = data >= 0 && !iteration.empty() && H5Lexists(data, iteration.c_str(), H5P_DEFAULT) > 0
+                 ? H5Gopen2(data, iteration.c_str(), H5P_DEFAULT)
+                 : -1;
+  hid_t r = it >= 0 && H5Lexists(it, "hetmem_restart", H5P_DEFAULT) > 0 ? H5Gopen2(it, "hetmem_restart", H5P_DEFAULT) : -1;
   auto done = [&](bool ok) {
     if (r >= 0) H5Gclose(r);
+    if (it >= 0) H5Gclose(it);
     if (data >= 0) H5Gclose(data);
     H5Fclose(file);
     return ok;
@@ -165,15 +147,17 @@ bool Simulation::read_checkpoint(const std::string &path, Checkpoint *out, std::
   int format = 0, species = 0;
   long long step = 0;
   double time = 0, dt = 0, background = 0;
-  std::vector<int> grid, tile;
-  if (!read_attr(r, "format", H5T_NATIVE_INT, &format) || !read_attr(r, "step", H5T_NATIVE_LLONG, &step) ||
-      !read_attr(r, "time", H5T_NATIVE_DOUBLE, &time) || !read_attr(r, "dt", H5T_NATIVE_DOUBLE, &dt) ||
-      !read_attr(r, "background_rho", H5T_NATIVE_DOUBLE, &background) ||
-      !read_attr(r, "species", H5T_NATIVE_INT, &species) || !read_array(r, "grid", H5T_NATIVE_INT, 3, &grid) ||
-      !read_array(r, "tile", H5T_NATIVE_INT, 3, &tile))
+  int grid[3] = {}, tile[3] = {};
+  if (!read_attr(r, "format", H5T_NATIVE_INT, &format))
     return done(fail("its restart data is damaged (a header value cannot be read)"));
   if (format != kFormat)
-    return done(fail("restart data format " + std::to_string(format) + "; this hetmem-pic reads " + std::to_string(kFormat)));
+    return done(fail("restart data format " + std::to_string(format) + "; this hetmem-pic reads " + std::to_string(kFormat) +
+                     (format == 1 ? " (format 1 came before the MPI build: rerun, or restart it with that build)" : "")));
+  if (!read_attr(r, "step", H5T_NATIVE_LLONG, &step) || !read_attr(r, "time", H5T_NATIVE_DOUBLE, &time) ||
+      !read_attr(r, "dt", H5T_NATIVE_DOUBLE, &dt) || !read_attr(r, "background_rho", H5T_NATIVE_DOUBLE, &background) ||
+      !read_attr(r, "species", H5T_NATIVE_INT, &species) || !read_attr(r, "grid", H5T_NATIVE_INT, grid) ||
+      !read_attr(r, "tile", H5T_NATIVE_INT, tile))
+    return done(fail("its restart data is damaged (a header value cannot be read)"));
   if (grid[0] != p_.grid.nx || grid[1] != p_.grid.ny || grid[2] != p_.grid.nz)
     return done(fail("it is of another problem: a " + std::to_string(grid[0]) + " x " + std::to_string(grid[1]) + " x " +
                      std::to_string(grid[2]) + " grid, this input has " + std::to_string(p_.grid.nx) + " x " +
@@ -185,13 +169,20 @@ bool Simulation::read_checkpoint(const std::string &path, Checkpoint *out, std::
     return done(fail("it has " + std::to_string(species) + " species, this input " + std::to_string(species_.size())));
   if (dt != dt_) return done(fail("its time step differs from this input's (warpx.cfl or the cell size changed)"));
   // Everything read before anything is replaced: a damaged file leaves this simulation as it was.
-  const size_t cells = static_cast<size_t>(p_.grid.cells());
-  Snapshot &snap = out->snapshot;
-  for (int c = 0; c < Snapshot::kFields; ++c)
-    if (!read_array(r, kFieldNames[c], H5T_NATIVE_DOUBLE, cells, &snap.fields[c]))
-      return done(fail(std::string("field ") + kFieldNames[c] + " is missing or damaged"));
-  snap.species.resize(species_.size());
+  LocalState &state = out->state;
+  state.box = box();
+  const std::vector<hsize_t> dims = {static_cast<hsize_t>(grid[2]), static_cast<hsize_t>(grid[1]),
+                                     static_cast<hsize_t>(grid[0])};
+  for (int c = 0; c < LocalState::kFields; ++c) {
+    state.fields[c].resize(static_cast<size_t>(state.box.cells()));
+    const std::string name = std::string("meshes/") + kMeshRecords[c][0] + "/" + kMeshRecords[c][1];
+    if (!read_blocks(it, name, H5T_NATIVE_DOUBLE, dims, {mesh_block(state.box)}, state.fields[c].data()))
+      return done(fail("field " + std::string(kMeshRecords[c][0]) + kMeshRecords[c][1] + " is missing or damaged"));
+  }
+  state.species.resize(species_.size());
+  const size_t tiles = static_cast<size_t>(decomposition_.global_tiles());
   for (size_t s = 0; s < species_.size(); ++s) {
+    const std::string &expected = species_[s].params.name;
     const std::string group = "species_" + std::to_string(s);
     if (H5Lexists(r, group.c_str(), H5P_DEFAULT) <= 0) return done(fail(group + " is missing"));
     hid_t g = H5Gopen2(r, group.c_str(), H5P_DEFAULT);
@@ -203,21 +194,27 @@ bool Simulation::read_checkpoint(const std::string &path, Checkpoint *out, std::
       H5Tclose(type);
       H5Aclose(a);
     }
-    bool ok = name == species_[s].params.name;
-    Snapshot::Particles &pp = snap.species[s];
-    ok = ok && read_array(g, "tile_counts", H5T_NATIVE_UINT64, static_cast<size_t>(decomposition_.global_tiles()),
-                          &pp.tile_counts);
-    uint64_t total = 0;
-    for (uint64_t c : pp.tile_counts) total += c;
-    const char *names[7] = {"x", "y", "z", "ux", "uy", "uz", "w"};
-    ok = ok && read_array(g, "id", H5T_NATIVE_UINT64, total, &pp.id);
-    for (int c = 0; ok && c < 7; ++c) ok = read_array(g, names[c], H5T_NATIVE_DOUBLE, total, &pp.col[c]);
+    LocalState::Particles &pp = state.species[s];
+    pp.tile_counts.resize(tiles);
+    bool ok = name == expected &&
+              read_blocks(g, "tile_counts", H5T_NATIVE_UINT64, {tiles}, {Block{{0}, {tiles}}}, pp.tile_counts.data());
+    for (uint64_t c : pp.tile_counts) pp.total += c;
+    pp.runs = particle_runs(pp.tile_counts, tile_ids_);
+    const size_t mine = static_cast<size_t>(elements(pp.runs));
+    for (auto &c : pp.col) c.resize(mine);
+    pp.id.resize(mine);
+    const std::string records = "particles/" + expected + "/";
+    const std::vector<hsize_t> all = {pp.total};
+    for (int c = 0; ok && c < 3; ++c)
+      ok = read_blocks(it, records + "position/" + kMeshRecords[c][1], H5T_NATIVE_DOUBLE, all, pp.runs, pp.col[c].data()) &&
+           read_blocks(g, kMomentumNames[c], H5T_NATIVE_DOUBLE, all, pp.runs, pp.col[3 + c].data());
+    ok = ok && read_blocks(it, records + "weighting", H5T_NATIVE_DOUBLE, all, pp.runs, pp.col[6].data()) &&
+         read_blocks(it, records + "id", H5T_NATIVE_UINT64, all, pp.runs, pp.id.data());
     H5Gclose(g);
     if (!ok)
-      return done(fail(name == species_[s].params.name
-                           ? "the particles of species '" + std::string(name) + "' are missing or damaged"
-                           : "species " + std::to_string(s) + " is '" + name + "', this input's is '" +
-                                 species_[s].params.name + "'"));
+      return done(fail(name == expected ? "the particles of species '" + expected + "' are missing or damaged"
+                                        : "species " + std::to_string(s) + " is '" + name + "', this input's is '" +
+                                              expected + "'"));
   }
   out->step = step;
   out->time = time;

@@ -68,23 +68,9 @@ void Comm::broadcast(void *data, size_t bytes, int root) const {
   if (parallel()) MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_);
 }
 
-std::vector<std::vector<double>> Comm::gather(const std::vector<double> &mine) const {
-  if (!parallel()) return {mine};
-  long count = static_cast<long>(mine.size());
-  std::vector<long> counts(rank_ == 0 ? size_ : 0);
-  MPI_Gather(&count, 1, MPI_LONG, counts.data(), 1, MPI_LONG, 0, comm_);
-  std::vector<std::vector<double>> out;
-  if (rank_ != 0) {
-    MPI_Send(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, 0, 201, comm_);
-    return out;
-  }
-  out.resize(static_cast<size_t>(size_));
-  out[0] = mine;
-  for (int r = 1; r < size_; ++r) {
-    out[r].resize(static_cast<size_t>(counts[r]));
-    MPI_Recv(out[r].data(), static_cast<int>(counts[r]), MPI_DOUBLE, r, 201, comm_, MPI_STATUS_IGNORE);
-  }
-  return out;
+void Comm::sum(std::vector<uint64_t> *values) const {
+  if (parallel())
+    MPI_Allreduce(MPI_IN_PLACE, values->data(), static_cast<int>(values->size()), MPI_UINT64_T, MPI_SUM, comm_);
 }
 
 bool Comm::all(bool ok) const {

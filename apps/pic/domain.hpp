@@ -42,11 +42,10 @@ class Comm {
   double sum(double v) const;
   double max(double v) const;
   long sum(long v) const;
+  void sum(std::vector<uint64_t> *values) const;  // element by element, in place
   void barrier() const;
   // The same bytes on every rank as on `root` (broadcast); for one process, nothing.
   void broadcast(void *data, size_t bytes, int root = 0) const;
-  // Every rank's `mine` on rank 0, by rank (other ranks get nothing).
-  std::vector<std::vector<double>> gather(const std::vector<double> &mine) const;
   // true on every rank when `ok` is true on every rank.
   bool all(bool ok) const;
 
@@ -91,6 +90,13 @@ class Decomposition {
  private:
   std::array<int, 3> cells_{}, tile_{}, dims_{1, 1, 1};
 };
+
+// A block of a dataset in a file: where it starts and how many elements along each dimension
+// (unsigned long long: HDF5's hsize_t).
+struct Block {
+  std::vector<unsigned long long> start, count;
+};
+using Blocks = std::vector<Block>;
 
 // Where a value of a field with `guard` layers around `box` lives in its array: x fastest, indexed
 // by global cell coordinates (the box's first cell is not at 0 unless the box starts the grid).

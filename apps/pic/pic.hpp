@@ -169,18 +169,26 @@ struct Species {
   long count() const;
 };
 
-// The whole run's state in global order, as output and checkpoints hold it (snapshot.cpp): the
-// fields' cells without guards, A[k][j][i] (x fastest); per species the particles of every tile,
-// tile after tile in global order, with each tile's count.
-struct Snapshot {
+// This rank's share of the run's state, in the order the files hold it (state.cpp): the fields of
+// its box, A[k][j][i] (x fastest); per species every tile's count (all ranks', the same on every
+// rank), and this rank's particles, tile after tile in global tile order, with the runs of the
+// file's particle records they fill.
+struct LocalState {
   static constexpr int kFields = 6;  // ex ey ez bx by bz
+  Box box;
   std::vector<double> fields[kFields];
   struct Particles {
-    std::vector<uint64_t> tile_counts, id;
-    std::vector<double> col[7];  // x y z ux uy uz w
+    std::vector<uint64_t> tile_counts;
+    uint64_t total = 0;              // every rank's
+    Blocks runs;                     // (first, count) in the file, ascending
+    std::vector<double> col[7];      // x y z ux uy uz w
+    std::vector<uint64_t> id;
   };
   std::vector<Particles> species;
 };
+// The runs of a file's particle records (every tile's particles in global tile order, tile_counts
+// each) that hold `tiles` (ascending), adjacent ones merged.
+Blocks particle_runs(const std::vector<uint64_t> &tile_counts, const std::vector<int> &tiles);
 
 // One rank's part of the run: the fields of its box (with guards) and the particles of its tiles.
 // Tiles are numbered globally (x fastest); this rank holds its own, in global order. With one rank
@@ -229,11 +237,12 @@ class Simulation {
   // every rank gets the same result.
   bool save_checkpoint(const std::string &path, std::string *error);
   bool restore(const std::string &path, std::string *error);
-  // The whole state on rank 0 (collective; other ranks get an empty snapshot).
-  void gather(Snapshot *out) const;
-  // Takes this rank's part of a whole snapshot (fields of its box, particles of its tiles).
-  // false with *error when the snapshot does not fit this problem; nothing is changed then.
-  bool adopt(const Snapshot &snapshot, std::string *error);
+  // This rank's share of the state (collective: the tile counts are summed over ranks).
+  void collect(LocalState *out) const;
+  // Takes this rank's share back (fields of its box, particles of its tiles). false with *error
+  // when it does not fit this problem; nothing is changed then.
+  bool adopt(const LocalState &state, std::string *error);
+  const std::vector<int> &tiles() const { return tile_ids_; }  // global indices of this rank's tiles
 
  private:
   template <class Plane>
@@ -245,7 +254,7 @@ class Simulation {
   void redistribute();
   void sort_by_cell();
   struct Checkpoint {
-    Snapshot snapshot;
+    LocalState state;
     long long step = 0;
     double time = 0, background_rho = 0;
   };

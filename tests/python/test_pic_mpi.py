@@ -70,13 +70,15 @@ def problem(tmp_path):
 
 
 def restart_arrays(path):
-    """Every dataset of a checkpoint's restart data (fields, particles with ids, per-tile counts)."""
+    """Every dataset of a checkpoint's iteration: the meshes, the particle records, and the restart
+    data beside them (momenta as u, per-tile counts)."""
     h5py = pytest.importorskip("h5py")
     out = {}
     with h5py.File(path) as f:
         (it,) = f["data"].keys()
-        r = f["data"][it]["hetmem_restart"]
-        r.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        group = f["data"][it]
+        group.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        r = group["hetmem_restart"]
         out["@step"] = np.array(r.attrs["step"])
         out["@time"] = np.array(r.attrs["time"])
     return out
@@ -100,7 +102,8 @@ def test_one_two_and_four_ranks_give_the_same_bits(problem, tmp_path):
             assert moved > 10, line  # the exchange was exercised
         results[(ranks, decomposition)] = restart_arrays(out / "checkpoints" / "checkpoint_000020.h5")
     reference = results[(1, None)]
-    assert reference["species_0/id"].size == 16 ** 3 * 2 and reference["species_1/id"].size == 16 ** 3
+    assert reference["particles/electrons/id"].size == 16 ** 3 * 2 and reference["particles/ions/id"].size == 16 ** 3
+    assert reference["meshes/E/x"].shape == (16, 16, 16) and reference["hetmem_restart/species_0/ux"].size == 16 ** 3 * 2
     for key, arrays in results.items():
         assert_bitwise(reference, arrays, f"{key[0]} rank(s), decomposition {key[1] or 'default'}")
 
