@@ -71,16 +71,6 @@ inline hid_t group(hid_t parent, const std::string &name) {
   return H5Gcreate2(parent, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
 }
 
-// A 1-D dataset of `count` values; false when HDF5 refuses (the disk is full, say).
-inline bool write_array(hid_t parent, const char *name, hid_t type, const void *data, hsize_t count) {
-  hid_t space = H5Screate_simple(1, &count, nullptr);
-  hid_t d = H5Dcreate2(parent, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  bool ok = d >= 0 && H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0;
-  if (d >= 0) H5Dclose(d);
-  H5Sclose(space);
-  return ok;
-}
-
 static_assert(std::is_same_v<hsize_t, unsigned long long>, "Block holds HDF5's hsize_t");
 
 // A file created by every rank together (MPI-IO with several ranks); *xfer is the transfer
