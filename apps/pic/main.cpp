@@ -25,8 +25,9 @@
 
 namespace {
 
+// For what every rank finds alike (bad input, a checkpoint that does not fit): rank 0 says it.
 int die(const std::string &msg) {
-  std::fprintf(stderr, "hetmem-pic: %s\n", msg.c_str());
+  if (pic::Comm::world().rank() == 0) std::fprintf(stderr, "hetmem-pic: %s\n", msg.c_str());
   return 2;
 }
 
@@ -159,6 +160,12 @@ int main(int argc, char **argv) {
   const pic::Comm &comm = pic::Comm::world();
   // Rank 0 speaks for the run: the other ranks' standard output is dropped (errors still show).
   if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout)) return die("cannot silence rank output");
+  // A launcher of another MPI (MPICH's, say) starts N processes that this Open MPI build would see
+  // as N runs of one rank each, overwriting each other's output: refused before anything is read.
+  if (const int launched = pic::Comm::launched_ranks(); launched > 1 && !comm.parallel())
+    return die("started by an MPI launcher as one of " + std::to_string(launched) + " processes, but MPI sees this "
+               "one alone (a launcher of another MPI implementation?): start it with Open MPI's mpirun, or without "
+               "a launcher");
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fprintf(stderr, "usage: hetmem-pic INPUT [key=value ...]   (INPUT may be 'preset:NAME')\n");
     return argc < 2 ? 2 : 0;
@@ -357,9 +364,10 @@ int main(int argc, char **argv) {
     }
     std::printf("energy log: %s\n", energy_path.c_str());
   } catch (const std::exception &e) {
-    die(std::string("run stopped: ") + e.what());
-    // The other ranks may be waiting for this one in an exchange: end them all.
-    if (comm.parallel()) MPI_Abort(comm.handle(), 2);
+    if (!comm.parallel()) return die(std::string("run stopped: ") + e.what());
+    // One rank's failure: it says so, and ends the others, which may be waiting for it.
+    std::fprintf(stderr, "hetmem-pic (rank %d of %d): run stopped: %s\n", comm.rank(), comm.size(), e.what());
+    MPI_Abort(comm.handle(), 2);
     return 2;
   }
   return 0;

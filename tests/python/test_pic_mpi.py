@@ -236,3 +236,17 @@ def test_the_nodes_fast_budget_is_split_between_its_ranks(problem, tmp_path):
     assert "NUMA domain" in r.stdout  # bound to one, or told there is only one
     tiers = json.loads(summary.read_text())["tiers"]  # rank 0's runtime
     assert tiers[0]["budget"] == 16 << 20, tiers
+
+
+def test_a_launcher_of_another_mpi_is_refused_before_any_output(tmp_path):
+    """MPICH's launcher says PMI_SIZE=2; this Open MPI build would see two runs of one rank each."""
+    out = tmp_path / "out"
+    r = subprocess.run([str(PIC), "preset:L0", "max_step=1", f"diag.directory={out}"], capture_output=True, text=True,
+                       env=env({"PMI_SIZE": "2"}), timeout=120)
+    assert r.returncode == 2 and "one of 2 processes, but MPI sees this one alone" in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_an_error_every_rank_finds_is_told_once(problem, tmp_path):
+    r = run(4, f"diag.directory={tmp_path / 'out'}", "restart=/nonexistent.h5", input_file=problem, check=False)
+    assert r.returncode != 0 and r.stderr.count("cannot be read") == 1, r.stderr
