@@ -250,3 +250,16 @@ def test_a_launcher_of_another_mpi_is_refused_before_any_output(tmp_path):
 def test_an_error_every_rank_finds_is_told_once(problem, tmp_path):
     r = run(4, f"diag.directory={tmp_path / 'out'}", "restart=/nonexistent.h5", input_file=problem, check=False)
     assert r.returncode != 0 and r.stderr.count("cannot be read") == 1, r.stderr
+
+
+def test_each_rank_places_with_its_own_runtime_and_the_bits_stay(problem, tmp_path):
+    """Two ranks under the full runtime (hetmem: tiles staged by helper threads through the fast tier,
+    an emulated slow tier, the node's budget split) give the bits of one rank with everything on DRAM."""
+    plain, placed = tmp_path / "plain", tmp_path / "placed"
+    run(1, f"diag.directory={plain}", "diag.checkpoint_interval=20", input_file=problem)
+    r = run(2, f"diag.directory={placed}", "diag.checkpoint_interval=20", input_file=problem,
+            env_extra={"HM_POLICY": "hetmem", "HM_FAST_BUDGET": "16M", "HM_TIERS": "capacity=emul:optane"})
+    assert "placement (policy hetmem)" in r.stdout and "streaming (electrons)" in r.stdout, r.stdout
+    assert "emul:optane (emulated)" in r.stdout
+    assert_bitwise(restart_arrays(plain / "checkpoints" / "checkpoint_000020.h5"),
+                   restart_arrays(placed / "checkpoints" / "checkpoint_000020.h5"), "hetmem policy on 2 ranks")
