@@ -137,6 +137,11 @@ def cmd_options(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    # Each benchmark writes hetmem-bench-WHAT.json unless --out says otherwise.
+    if args.ranks and args.what != "pic":
+        raise HetmemError(f"--ranks is for `hetmem bench pic`, not `{args.what}`")
+    study = f"{args.what}-ranks" if args.ranks else args.what
+    out = args.out or f"hetmem-bench-{study}.json"
     if args.what == "pic":
         if args.ranks:
             from .bench_pic import main_ranks
@@ -146,35 +151,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 ranks = []
             if not ranks or min(ranks) < 1:
                 raise HetmemError(f"--ranks '{args.ranks}': rank counts separated by commas, e.g. 1,2")
-            return main_ranks(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-pic-ranks.json",
-                              args.quick, ranks)
+            return main_ranks(out, args.quick, ranks)
         from .bench_pic import main as bench_pic
-        return bench_pic(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-pic.json", args.quick)
+        return bench_pic(out, args.quick)
     if args.what == "octree":
         from .bench_octree import main as bench_octree
-        return bench_octree(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-octree.json",
-                            args.quick)
+        return bench_octree(out, args.quick)
     if args.what == "emul":
         from .bench_emul import main as bench_emul
-        return bench_emul(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-emul.json", args.quick)
+        return bench_emul(out, args.quick)
     if args.what == "placement":
         from .compare import bench as bench_placement
-        return bench_placement(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-placement.json",
-                               args.quick, _console())
+        return bench_placement(out, args.quick, _console())
     if args.what == "profiler":
         from .bench_profiler import main as bench_profiler
-        return bench_profiler(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-profiler.json",
-                              args.quick)
+        return bench_profiler(out, args.quick)
     if args.what == "mg":
         from .bench_mg import main as bench_mg
-        return bench_mg(args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-mg.json", args.quick)
+        return bench_mg(out, args.quick)
     if args.what == "stream":
-        out = args.out if args.out != "hetmem-bench-alloc.json" else "hetmem-bench-stream.json"
         return _run([find_program("hetmem-bench-stream"), "--json", out] + (["--mib", "64"] if args.quick else []))
-    cmd = [find_program("hetmem-bench-alloc"), "--json", args.out]
-    if args.quick:
-        cmd.append("--quick")
-    return _run(cmd)
+    return _run([find_program("hetmem-bench-alloc"), "--json", out] + (["--quick"] if args.quick else []))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -424,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "hugetlb pool")
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     b.add_argument("--ranks", help="pic only: the problem over these MPI rank counts (e.g. 1,2), one thread each")
-    b.add_argument("--out", default="hetmem-bench-alloc.json", help="JSON results file")
+    b.add_argument("--out", help="JSON results file (default hetmem-bench-WHAT.json)")
     b.set_defaults(func=cmd_bench)
 
     pc = sub.add_parser("pic", help="the reference PIC code: hetmem pic INPUT [key=value ...] (docs/pic.md)")

@@ -21,6 +21,16 @@ Params cube(int n, double length) {
   return p;
 }
 
+// The largest charge-conservation error over `steps` steps (Simulation::gauss_error after each).
+double worst_gauss_error(Simulation &sim, int steps) {
+  double worst = 0;
+  for (int n = 0; n < steps; ++n) {
+    sim.step();
+    worst = std::max(worst, sim.gauss_error());
+  }
+  return worst;
+}
+
 // Leapfrog sequences of an eigenmode are exact cosines: cos(theta) = (A[n+1] + A[n-1]) / (2 A[n]),
 // fitted in the least-squares sense over the whole series.
 double measured_theta(const std::vector<double> &a) {
@@ -88,11 +98,7 @@ TEST_F(Pic, EsirkepovConservesCharge) {
   ion.u_th = 0.02;
   p.species = {e, ion};
   Simulation sim(p);
-  double worst = 0;
-  for (int n = 0; n < 20; ++n) {
-    sim.step();
-    worst = std::max(worst, sim.gauss_error());
-  }
+  const double worst = worst_gauss_error(sim, 20);
   EXPECT_LT(worst, 1e-11) << "max|div E - rho/eps0| / max|rho/eps0|";
 }
 
@@ -107,11 +113,7 @@ TEST_F(Pic, SingleSpeciesIsNeutralisedByAnExplicitBackground) {
   p.species = {e};
   Simulation sim(p);
   EXPECT_NEAR(sim.background_charge_density(), -e.charge * e.density, 1e-12 * std::fabs(e.charge * e.density));
-  double worst = 0;
-  for (int n = 0; n < 20; ++n) {
-    sim.step();
-    worst = std::max(worst, sim.gauss_error());
-  }
+  const double worst = worst_gauss_error(sim, 20);
   EXPECT_LT(worst, 1e-11) << "max|div E - (rho + rho_bg)/eps0| / max|(rho + rho_bg)/eps0|";
 }
 
