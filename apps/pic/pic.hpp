@@ -1,9 +1,11 @@
-// hetmem-pic: a 3D electromagnetic particle-in-cell code on a periodic Yee grid (SI units).
+// hetmem-pic: a 3D electromagnetic particle-in-cell code on a periodic Yee grid (SI units), on one
+// process or split over MPI ranks in boxes of whole tiles (domain.hpp, halo.hpp).
 // Fields: one array per component, staggered as in WarpX (Ex at (i+1/2, j, k), Bx at (i, j+1/2,
 // k+1/2), ...). Particles: tiles of cells, structure of arrays per tile, each tile one hetmem
-// allocation of a streamed tile container (the unit placement stages). Step: Boris push with energy-conserving gather and
-// Esirkepov (order 1) deposition into tile-local buffers, a fixed-order reduction (bitwise the
-// same for any thread count), B half step / E full step / B half step, redistribution.
+// allocation of a streamed tile container (the unit placement stages). Step: Boris push with
+// energy-conserving gather and Esirkepov (order 1) deposition into tile-local buffers, a reduction
+// in global tile order (bitwise the same for any thread or rank count), B half step / E full step /
+// B half step, redistribution.
 #pragma once
 
 #include <hetmem/hetmem.hpp>
