@@ -596,7 +596,12 @@ void Simulation::redistribute() {
       for (uint32_t k = 0; k < count[t]; ++k) {
         const Leaver &l = leaving[t][k];
         const int owner = comm_.parallel() ? decomposition_.owner_of_tile(l.dest) : comm_.rank();
-        std::vector<double> &to = owner == comm_.rank() ? local : out[static_cast<size_t>(halo_->peer_slot(owner))];
+        const int slot = owner == comm_.rank() ? -1 : halo_->peer_slot(owner);
+        // A particle moves less than a cell a step (c dt < the smallest cell, cfl < 1), so it stays
+        // on this rank or goes to a neighbour.
+        if (owner != comm_.rank() && slot < 0)
+          throw std::logic_error("a particle left for rank " + std::to_string(owner) + ", which is not a neighbour");
+        std::vector<double> &to = slot < 0 ? local : out[static_cast<size_t>(slot)];
         const size_t n = l.index;
         double id;
         std::memcpy(&id, &src.id[n], sizeof id);
