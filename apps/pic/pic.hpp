@@ -207,7 +207,12 @@ class Simulation {
   int steps_done() const { return steps_; }
   const Grid &grid() const { return p_.grid; }
   const Params &params() const { return p_; }
-  Fields &fields() { return f_; }
+  // The fields, to change: their guard layers are filled again before they are next read.
+  Fields &fields() {
+    e_guards_ = b_guards_ = false;
+    return f_;
+  }
+  const Fields &fields() const { return f_; }
   std::vector<Species> &species() { return species_; }
   const Comm &comm() const { return comm_; }
   const Decomposition &decomposition() const { return decomposition_; }
@@ -280,7 +285,11 @@ class Simulation {
   int bx_ = 0, by_ = 0, bz_ = 0;  // buffer extents
   std::unique_ptr<hm::Arena> arena_;  // per-step temporaries (redistribution lists)
   double background_rho_ = 0;
-  double ns_per_particle_ = 0;  // the last push's time per particle on one thread (the prefetch model's unit)
+  double ns_per_particle_ = 0;
+  // The guard layers of E and of B hold their owners' present values (filled since the last change),
+  // so a step fills each once after it changes: three exchanges a step, not four.
+  mutable bool e_guards_ = false, b_guards_ = false;
+  void fill_guards(bool e, bool b) const;  // the last push's time per particle on one thread (the prefetch model's unit)
 };
 
 // Input files: `key = value` lines with WarpX-like names; see docs/pic.md.

@@ -277,10 +277,23 @@ long Simulation::global_particles() const {
   return comm_.sum(n);
 }
 
+// Fills the guard layers of E and/or B that do not hold their owners' present values, in one
+// exchange (one message per neighbour for all the components it fills).
+void Simulation::fill_guards(bool e, bool b) const {
+  e = e && !e_guards_, b = b && !b_guards_;
+  Fields &f = const_cast<Fields &>(f_);  // the guard layers only: a copy of the owners' cells
+  if (e && b) halo_->fill({f.ex.data(), f.ey.data(), f.ez.data(), f.bx.data(), f.by.data(), f.bz.data()});
+  else if (e) halo_->fill({f.ex.data(), f.ey.data(), f.ez.data()});
+  else if (b) halo_->fill({f.bx.data(), f.by.data(), f.bz.data()});
+  e_guards_ = e_guards_ || e;
+  b_guards_ = b_guards_ || b;
+}
+
 void Simulation::half_b(double h) {
   const Grid &g = p_.grid;
   const Box &b = box();
-  halo_->fill({f_.ex.data(), f_.ey.data(), f_.ez.data()});
+  fill_guards(true, false);
+  b_guards_ = false;  // B changes below
   const double rx = h / g.dx, ry = h / g.dy, rz = h / g.dz;
   sweep_planes({&f_.ex, &f_.ey, &f_.ez}, {&f_.bx, &f_.by, &f_.bz}, [&](int k) {
     for (int j = b.lo[1]; j < b.hi[1]; ++j)
@@ -320,7 +333,8 @@ void Simulation::sweep_planes(std::initializer_list<const Field *> in, std::init
 void Simulation::full_e(double dt) {
   const Grid &g = p_.grid;
   const Box &b = box();
-  halo_->fill({f_.bx.data(), f_.by.data(), f_.bz.data()});
+  fill_guards(false, true);
+  e_guards_ = false;  // E changes below
   const double c2 = kC * kC, rx = c2 * dt / g.dx, ry = c2 * dt / g.dy, rz = c2 * dt / g.dz, rj = dt / kEps0;
   sweep_planes({&f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}, {&f_.ex, &f_.ey, &f_.ez}, [&](int k) {
     for (int j = b.lo[1]; j < b.hi[1]; ++j)
@@ -346,7 +360,7 @@ void Simulation::field_step_vacuum() {
 // Built twice: for x86-64-v3 (AVX2, FMA) and for any x86-64; the loader picks one per machine.
 __attribute__((target_clones("arch=x86-64-v3", "default"))) void Simulation::push_and_deposit() {
   const Grid &g = p_.grid;
-  halo_->fill({f_.ex.data(), f_.ey.data(), f_.ez.data(), f_.bx.data(), f_.by.data(), f_.bz.data()});
+  fill_guards(true, true);
   const int ntiles = static_cast<int>(tile_ids_.size());
   const long plane = static_cast<long>(bx_) * by_, comp = plane * bz_;
   for (auto &buf : tile_j_) {
@@ -723,8 +737,7 @@ double Simulation::gauss_error() const {
   const Box &box = this->box();
   Field rho(halo_->layout(), Where(hm::Tier::of(hm::Role::fast)));
   deposit_charge(rho);
-  Fields &f = const_cast<Fields &>(f_);
-  halo_->fill({f.ex.data(), f.ey.data(), f.ez.data()});
+  fill_guards(true, false);
   double worst = 0, scale = 0;
   for (int k = box.lo[2]; k < box.hi[2]; ++k)
     for (int j = box.lo[1]; j < box.hi[1]; ++j)

@@ -75,6 +75,7 @@ bool Simulation::adopt(const LocalState &state, std::string *error) {
     hm::access(fields[c]->data(), fields[c]->size_with_guards(), hm::Access::write);
   }
   // The guard layers are filled from their owners by the next step's exchanges.
+  e_guards_ = b_guards_ = false;
   for (size_t s = 0; s < species_.size(); ++s) {
     const LocalState::Particles &pp = state.species[s];
     size_t at = 0;
