@@ -1,5 +1,6 @@
 #include "node.hpp"
 
+#include <hetmem/hetmem.h>
 #include <hwloc.h>
 
 #include <cstdlib>
@@ -55,13 +56,10 @@ NodeShare share_node(const Comm &comm) {
   share.binding = bind(share.local_rank, share.on_node);
   const char *v = std::getenv("HM_FAST_BUDGET");
   if (!v || !*v || share.on_node <= 1) return share;
-  char *end = nullptr;
-  const double bytes = std::strtod(v, &end);
-  const std::string unit = end ? end : "";
-  const double scale = unit.empty() || unit == "B" ? 1 : unit[0] == 'K' ? 1024.0 : unit[0] == 'M' ? 1048576.0
-                     : unit[0] == 'G' ? 1073741824.0 : unit[0] == 'T' ? 1099511627776.0 : 0;
-  if (bytes <= 0 || scale == 0) return share;  // unlimited, or a value hm_init refuses by name
-  const unsigned long long each = static_cast<unsigned long long>(bytes * scale / share.on_node);
+  uint64_t bytes = 0;
+  // Read as hm_init reads it; a value it refuses is left for hm_init to refuse by name.
+  if (hm_size_parse(v, &bytes) != HM_OK || bytes == 0) return share;  // unlimited, or for hm_init to refuse
+  const uint64_t each = bytes / static_cast<uint64_t>(share.on_node);
   setenv("HM_FAST_BUDGET", std::to_string(each).c_str(), 1);
   share.budget = std::string(v) + " for the node, " + std::to_string(each >> 20) + " MiB for each of its " +
                  std::to_string(share.on_node) + " ranks";

@@ -74,6 +74,10 @@ void hm_finalize(void);
  * from ("default", "environment", "api") into the caller's buffers (either may be NULL).
  * Returns HM_EINVAL for an unknown name. */
 int hm_option_get(const char *name, char *value, size_t value_len, char *source, size_t source_len);
+/* Reads a size as the options read it ("2G", "512MiB", "1.5k", "4096": K, M, G, T, binary) into
+ * *bytes. HM_EINVAL, with hm_last_error() naming what is wrong, for anything else. Does not start
+ * the runtime: a program may use it to compute options before hm_init. */
+int hm_size_parse(const char *text, uint64_t *bytes);
 /* Number of options, and the name and one-line documentation of option i (0 <= i < count). */
 int hm_option_count(void);
 int hm_option_info(int i, const char **name, const char **default_value, const char **doc);

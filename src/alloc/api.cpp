@@ -103,6 +103,15 @@ int hm_option_info(int i, const char **name, const char **default_value, const c
   return HM_OK;
 }
 
+int hm_size_parse(const char *text, uint64_t *bytes) {
+  HM_GUARD_INT({
+    if (!text || !bytes) return fail(HM_EINVAL, "hm_size_parse: text and bytes must be given");
+    std::string why;
+    if (!parse_size(text, bytes, &why)) return fail(HM_EINVAL, "size '%s': %s", text, why.c_str());
+    return HM_OK;
+  })
+}
+
 int hm_option_get(const char *name, char *value, size_t value_len, char *source, size_t source_len) {
   HM_GUARD_INT({
     runtime_ensure();

@@ -42,6 +42,17 @@ TEST(Options, MalformedBudgetFailsInitNamingTheVariable) {
   ASSERT_EQ(hm_test::configure(""), HM_OK);
 }
 
+TEST(Options, SizesParseThroughThePublicApiAsTheOptionsDo) {
+  uint64_t bytes = 0;
+  ASSERT_EQ(hm_size_parse("64m", &bytes), HM_OK) << hm_last_error();
+  EXPECT_EQ(bytes, 64ull << 20);
+  ASSERT_EQ(hm_size_parse("1.5GiB", &bytes), HM_OK) << hm_last_error();
+  EXPECT_EQ(bytes, 3ull << 29);
+  EXPECT_EQ(hm_size_parse("12 parsecs", &bytes), HM_EINVAL);
+  EXPECT_NE(std::string(hm_last_error()).find("size '12 parsecs'"), std::string::npos) << hm_last_error();
+  EXPECT_EQ(hm_size_parse(nullptr, &bytes), HM_EINVAL);
+}
+
 TEST(Options, EffectiveValuesAndSources) {
   ASSERT_EQ(hm_test::configure("", "HM_FAST_BUDGET", "3G"), HM_OK);
   char value[64], source[32];
