@@ -187,6 +187,10 @@ Simulation::Simulation(const Params &p, const Comm &comm) : p_(p), comm_(comm) {
   if (!p_.particles_first) allocate_grid();
 
   uint64_t first_id = 1;  // ids run over the whole grid, cell by cell (x fastest), species after species
+  // The background: the particles' own net charge, so that it cancels their deposit. Every
+  // particle of a species has the same weight, so the net charge is a product per species: the
+  // same bits on every rank and for every decomposition.
+  double net_charge = 0;
   for (size_t s = 0; s < p_.species.size(); ++s) {
     const SpeciesParams &sp = p_.species[s];
     // Tiles pinned to a role or tier (hetmem.particles) live there, never staged.
@@ -229,21 +233,13 @@ Simulation::Simulation(const Params &p, const Comm &comm) : p_(p), comm_(comm) {
               }
         }
     first_id += static_cast<uint64_t>(g.cells()) * per_cell;
+    net_charge += sp.charge * weight * static_cast<double>(g.cells() * per_cell);
     // Each tile's allocation trimmed to its particles and a sixteenth more for those arriving.
     for (Tile &t : species.tiles) {
       t.reserve(t.size() + t.size() / 16 + 8);
       t.declare(Access::write, true);
     }
     species_.push_back(std::move(species));
-  }
-  // The background: the particles' own net charge, so that it cancels their deposit. Every
-  // particle of a species has the same weight, so the net charge is a product per species: the
-  // same bits on every rank and for every decomposition.
-  double net_charge = 0;
-  for (const Species &sp : species_) {
-    const int per_cell = sp.params.ppc[0] * sp.params.ppc[1] * sp.params.ppc[2];
-    const double weight = per_cell > 0 ? sp.params.density * g.dx * g.dy * g.dz / per_cell : 0;
-    net_charge += sp.params.charge * weight * static_cast<double>(g.cells() * per_cell);
   }
   background_rho_ = -net_charge / (g.lx() * g.ly() * g.lz());
   if (p_.particles_first) allocate_grid();
@@ -632,12 +628,13 @@ void Simulation::redistribute() {
       for (uint32_t k = count[t]; k-- > 0;) sp.tiles[t].remove(leaving[t][k].index);
     if (comm_.parallel()) halo_->exchange_particles(out, &in);
     // Arrivals by source tile: this rank's and each neighbour's lists are each in source-tile order
-    // and no source tile is in two of them.
+    // and no source tile is in two of them (with one rank, the local list is the order already).
     std::vector<const double *> arrivals;
     for (size_t r = 0; r < local.size(); r += R) arrivals.push_back(local.data() + r);
     for (const auto &list : in)
       for (size_t r = 0; r < list.size(); r += R) arrivals.push_back(list.data() + r);
-    std::stable_sort(arrivals.begin(), arrivals.end(), [](const double *a, const double *b) { return a[0] < b[0]; });
+    if (!in.empty())
+      std::stable_sort(arrivals.begin(), arrivals.end(), [](const double *a, const double *b) { return a[0] < b[0]; });
     std::vector<uint32_t> arriving(ntiles, 0);
     for (const double *a : arrivals) {
       const int dest = local_tile(static_cast<int>(a[1]));
