@@ -89,7 +89,7 @@ bool Simulation::save_checkpoint(const std::string &path, std::string *error) {
       ok = false;
     }
   }
-  return agree(comm_, ok, error);
+  return comm_.agree(ok, error);
 }
 
 bool Simulation::restore(const std::string &path, std::string *error) {

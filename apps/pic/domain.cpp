@@ -79,6 +79,17 @@ bool Comm::all(bool ok) const {
   return out == 1;
 }
 
+bool Comm::agree(bool ok, std::string *error) const {
+  if (!parallel()) return ok;
+  int good = ok ? 1 : 0;
+  broadcast(&good, sizeof good);
+  unsigned long length = good ? 0 : error->size();
+  broadcast(&length, sizeof length);
+  error->resize(length);
+  broadcast(error->data(), length);
+  return good == 1;
+}
+
 // ------------------------------------------------------------------------------------------------
 FieldLayout FieldLayout::over(const Box &box, int guard) {
   FieldLayout l;

@@ -48,6 +48,8 @@ class Comm {
   void broadcast(void *data, size_t bytes, int root = 0) const;
   // true on every rank when `ok` is true on every rank.
   bool all(bool ok) const;
+  // Rank 0's `ok` and *error on every rank (for what only rank 0 did: writing a file).
+  bool agree(bool ok, std::string *error) const;
 
  private:
   int rank_ = 0, size_ = 1;

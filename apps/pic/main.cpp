@@ -244,9 +244,9 @@ int main(int argc, char **argv) {
   }
   // Rank 0 writes every file; the others learn whether it could.
   const bool root = comm.rank() == 0;
-  if (!pic::agree(comm, !root || !(p.output_interval > 0 || p.energy_log.empty()) || make_dirs(p.output_dir), &error))
+  if (!comm.agree(!root || !(p.output_interval > 0 || p.energy_log.empty()) || make_dirs(p.output_dir), &error))
     return die("output directory '" + p.output_dir + "' cannot be created or written");
-  if (!pic::agree(comm, !root || p.checkpoint_interval <= 0 || make_dirs(p.checkpoint_dir), &error))
+  if (!comm.agree(!root || p.checkpoint_interval <= 0 || make_dirs(p.checkpoint_dir), &error))
     return die("checkpoint directory '" + p.checkpoint_dir + "' cannot be created or written");
   std::string energy_path = p.energy_log.empty() ? p.output_dir + "/energy.csv" : p.energy_log;
   std::ofstream energy;
@@ -263,7 +263,7 @@ int main(int argc, char **argv) {
       std::printf("restarted from %s at step %d (t = %.6e s)\n", p.restart.c_str(), sim.steps_done(), sim.time());
     }
     if (root) energy.open(energy_path, p.restart.empty() ? std::ios::trunc : std::ios::app);  // a restart continues the log
-    if (!pic::agree(comm, !root || energy, &error)) return die("energy log '" + energy_path + "' cannot be written");
+    if (!comm.agree(!root || energy, &error)) return die("energy log '" + energy_path + "' cannot be written");
     const long particles = sim.global_particles();
     energy << std::setprecision(17);  // full double precision: conservation is read from these columns
     double species_rho = 0;
@@ -359,7 +359,7 @@ int main(int argc, char **argv) {
       record.cpu_seconds = cpu_now() - cpu_start;
       record.footprint = need;
       record.ranks = comm.size();
-      if (!pic::agree(comm, !root || pic::write_summary(p.summary_path, p, record, &error), &error)) return die(error);
+      if (!comm.agree(!root || pic::write_summary(p.summary_path, p, record, &error), &error)) return die(error);
       std::printf("run summary: %s\n", p.summary_path.c_str());
     }
     std::printf("energy log: %s\n", energy_path.c_str());

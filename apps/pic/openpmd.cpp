@@ -69,17 +69,6 @@ bool write_openpmd(Simulation &sim, const std::string &dir, std::string *error) 
   return write_openpmd_file(sim, state, dir + name, nullptr, error);
 }
 
-bool agree(const Comm &comm, bool ok, std::string *error) {
-  if (!comm.parallel()) return ok;
-  int good = ok ? 1 : 0;
-  comm.broadcast(&good, sizeof good);
-  unsigned long length = good ? 0 : error->size();
-  comm.broadcast(&length, sizeof length);
-  error->resize(length);
-  comm.broadcast(error->data(), length);
-  return good == 1;
-}
-
 bool write_openpmd_file(const Simulation &sim, const LocalState &state, const std::string &path,
                         const std::function<bool(int64_t, int64_t)> &extra, std::string *error) {
   const Grid &g = sim.grid();

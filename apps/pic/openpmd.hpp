@@ -15,8 +15,6 @@ bool write_openpmd(Simulation &sim, const std::string &dir, std::string *error);
 // transfer property of the file's collective writes (also an hid_t).
 bool write_openpmd_file(const Simulation &sim, const LocalState &state, const std::string &path,
                         const std::function<bool(int64_t, int64_t)> &extra, std::string *error);
-// Rank 0's `ok` and *error on every rank (for what only rank 0 did).
-bool agree(const Comm &comm, bool ok, std::string *error);
 // The openPMD mesh records of the six field components (E x .. B z), and a rank's block of a mesh.
 extern const char *const kMeshRecords[6][2];
 Block mesh_block(const Box &box);
