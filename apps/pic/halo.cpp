@@ -61,6 +61,7 @@ Halo::Halo(const Comm &comm, const Decomposition &decomposition, int guard, cons
   send_.resize(peers_.size()), recv_.resize(peers_.size());
   tiles_to_.resize(peers_.size()), tiles_from_.resize(peers_.size());
   current_in_.resize(peers_.size());
+  out_.resize(peers_.size()), in_.resize(peers_.size());
 
   // Guard cells this rank receives, by owner, in its guard order.
   for_each_guard(layout_.box, guard, [&](int i, int j, int k) {
@@ -88,6 +89,9 @@ Halo::Halo(const Comm &comm, const Decomposition &decomposition, int guard, cons
       const auto c = covered_by_tile(t);
       if (std::binary_search(c.begin(), c.end(), me)) tiles_from_[p].push_back(t);
     }
+  current_values_from_.assign(peers_.size(), 0);
+  for (size_t p = 0; p < peers_.size(); ++p)
+    for (int t : tiles_from_[p]) for_each_in_box(t, layout_.box, [&](long) { ++current_values_from_[p]; });
 }
 
 int Halo::peer_slot(int rank) const {
@@ -127,17 +131,17 @@ void Halo::fill(std::initializer_list<double *> components) {
   const auto t0 = std::chrono::steady_clock::now();
   for (const double *c : components) hm::access(c, static_cast<size_t>(2 * layout_.guard_cells()), hm::Access::read_write);
   const size_t nc = components.size();
-  std::vector<std::vector<double>> out(peers_.size()), in(peers_.size());
+  std::vector<std::vector<double>> &out = out_, &in = in_;
   std::vector<MPI_Request> requests;
   for (size_t p = 0; p < peers_.size(); ++p) {
-    if (recv_[p].empty() && send_[p].empty()) continue;
+    out[p].clear();
     in[p].resize(recv_[p].size() * nc);
+    if (recv_[p].empty() && send_[p].empty()) continue;
     if (!in[p].empty()) {
       requests.emplace_back();
       MPI_Irecv(in[p].data(), static_cast<int>(in[p].size()), MPI_DOUBLE, peers_[p], kFieldTag, comm_.handle(),
                 &requests.back());
     }
-    out[p].reserve(send_[p].size() * nc);
     for (const double *c : components)
       for (long at : send_[p]) out[p].push_back(c[at]);
     if (!out[p].empty()) {
@@ -162,9 +166,10 @@ void Halo::fill(std::initializer_list<double *> components) {
 
 void Halo::fold(double *component) {
   hm::access(component, static_cast<size_t>(2 * layout_.guard_cells()), hm::Access::read_write);
-  std::vector<std::vector<double>> out(peers_.size()), in(peers_.size());
+  std::vector<std::vector<double>> &out = out_, &in = in_;
   std::vector<MPI_Request> requests;
   for (size_t p = 0; p < peers_.size(); ++p) {
+    out[p].clear();
     in[p].resize(send_[p].size());
     if (!in[p].empty()) {
       requests.emplace_back();
@@ -210,15 +215,14 @@ void Halo::gather_currents(const std::vector<TileBuffer> &mine, std::vector<Tile
   const auto t0 = std::chrono::steady_clock::now();
   // Only the values of a buffer that fall in the receiver's box travel; the receiver puts them
   // back in place in a whole buffer (its other values are never read).
-  std::vector<std::vector<double>> out(peers_.size()), in(peers_.size());
+  std::vector<std::vector<double>> &out = out_, &in = in_;
   std::vector<MPI_Request> requests;
   for (size_t p = 0; p < peers_.size(); ++p) {
-    size_t expect = 0;
-    for (int t : tiles_from_[p]) for_each_in_box(t, layout_.box, [&](long) { ++expect; });
-    in[p].resize(expect);
-    if (expect) {
+    out[p].clear();
+    in[p].resize(current_values_from_[p]);
+    if (!in[p].empty()) {
       requests.emplace_back();
-      MPI_Irecv(in[p].data(), static_cast<int>(expect), MPI_DOUBLE, peers_[p], kCurrentTag, comm_.handle(),
+      MPI_Irecv(in[p].data(), static_cast<int>(in[p].size()), MPI_DOUBLE, peers_[p], kCurrentTag, comm_.handle(),
                 &requests.back());
     }
     if (tiles_to_[p].empty()) continue;

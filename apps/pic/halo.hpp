@@ -62,7 +62,10 @@ class Halo {
   std::vector<long> self_from_, self_to_;
   // Currents: per peer, the local tiles sent (global indices) and the tiles expected.
   std::vector<std::vector<int>> tiles_to_, tiles_from_;
+  std::vector<size_t> current_values_from_;  // values each peer's message of currents holds
   std::vector<std::vector<double>> current_in_;
+  // Message buffers, per peer, kept from one exchange to the next (no allocation a step).
+  std::vector<std::vector<double>> out_, in_;
 };
 
 }  // namespace pic
