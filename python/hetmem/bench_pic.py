@@ -19,18 +19,13 @@ WARPX_NS = (160, 182)  # core time per particle-step of WarpX 24.10 on this kind
 
 
 def run(threads: int, steps: int, tmp: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
-    env["OMP_NUM_THREADS"] = str(threads)
-    r = subprocess.run([find_program("hetmem-pic"), "preset:warpx-uniform", f"max_step={steps}",
-                        f"diag.directory={tmp}", "diag.progress=0"], capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise HetmemError(f"hetmem-pic failed: {r.stderr.strip()}")
-    m = re.search(r"([\d.]+) ns wall per particle-step, ([\d.]+) ns core time", r.stdout)
+    """One process of `threads` threads: the headline and its split by phase in core time."""
+    row = run_ranks(1, threads, steps, tmp)
     # hetmem-pic prints each phase's wall time per particle-step; core time is wall time x threads,
     # the unit of the headline, so the split adds up to it (less the time outside the phases).
-    phases = {name.strip(): float(ns) * threads for name, ns in
-              re.findall(r"^  (\S[^\n]*?)\s+[\d.]+ s\s+[\d.]+%\s+([\d.]+) ns per particle-step", r.stdout, re.M)}
-    return {"threads": threads, "wall_ns": float(m.group(1)), "core_ns": float(m.group(2)), "phases_core_ns": phases}
+    row["phases_core_ns"] = {name: ns * threads for name, ns in row.pop("phase_ns").items()}
+    del row["phase_seconds"], row["exchange"], row["ranks"]
+    return row
 
 
 def machine_scaling() -> float:
@@ -84,7 +79,8 @@ def main(out: str, quick: bool) -> int:
 
 # --- hetmem bench pic --ranks 1,2: the same problem over MPI ranks --------------------------------
 
-def _mpi_env(threads: int) -> dict:
+def _pic_env(threads: int) -> dict:
+    """hetmem-pic's environment: no HM_ options, `threads` OpenMP threads, Open MPI allowed to run."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
     env.update(OMP_NUM_THREADS=str(threads), OMPI_MCA_rmaps_base_oversubscribe="1")
     if os.geteuid() == 0:  # Open MPI refuses root unless told
@@ -102,14 +98,14 @@ def run_ranks(ranks: int, threads: int, steps: int, tmp: str) -> dict:
         if not mpirun:
             raise HetmemError("mpirun is not installed (Debian: openmpi-bin); scripts/setup.sh installs it")
         cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks), *cmd]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=_mpi_env(threads))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=_pic_env(threads))
     if r.returncode != 0:
         raise HetmemError(f"hetmem-pic on {ranks} rank(s) failed: {(r.stderr or r.stdout).strip()[-2000:]}")
     m = re.search(r"([\d.]+) ns wall per particle-step, ([\d.]+) ns core time", r.stdout)
-    phases = {name.strip(): float(secs) for name, secs in
-              re.findall(r"^  (\S[^\n]*?)\s+([\d.]+) s\s+[\d.]+%\s+[\d.]+ ns per particle-step", r.stdout, re.M)}
+    phases = re.findall(r"^  (\S[^\n]*?)\s+([\d.]+) s\s+[\d.]+%\s+([\d.]+) ns per particle-step", r.stdout, re.M)
     row = {"ranks": ranks, "threads": threads, "wall_ns": float(m.group(1)), "core_ns": float(m.group(2)),
-           "phase_seconds": phases, "exchange": {}}
+           "phase_seconds": {name.strip(): float(secs) for name, secs, _ in phases},
+           "phase_ns": {name.strip(): float(ns) for name, _, ns in phases}, "exchange": {}}
     x = re.search(r"guard fills ([\d.]+) messages \(([\d.]+) with one per component\), ([\d.]+) KiB; currents ([\d.]+) "
                   r"messages, ([\d.]+) KiB; particles ([\d.]+) messages, ([\d.]+) KiB; ([\d.]+) particles changed rank",
                   r.stdout)
