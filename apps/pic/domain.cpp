@@ -60,10 +60,6 @@ long Comm::sum(long v) const {
   return out;
 }
 
-void Comm::barrier() const {
-  if (parallel()) MPI_Barrier(comm_);
-}
-
 void Comm::broadcast(void *data, size_t bytes, int root) const {
   if (parallel()) MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, comm_);
 }

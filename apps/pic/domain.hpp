@@ -43,7 +43,6 @@ class Comm {
   double max(double v) const;
   long sum(long v) const;
   void sum(std::vector<uint64_t> *values) const;  // element by element, in place
-  void barrier() const;
   // The same bytes on every rank as on `root` (broadcast); for one process, nothing.
   void broadcast(void *data, size_t bytes, int root = 0) const;
   // true on every rank when `ok` is true on every rank.

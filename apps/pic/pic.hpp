@@ -63,7 +63,6 @@ class Field {
   static constexpr int kGuard = 1;
   Field() = default;
   Field(const FieldLayout &layout, const Where &where);
-  Field(const Grid &g, const Where &where);  // the whole grid
   double &at(int i, int j, int k) { return data_[index(i, j, k)]; }
   double at(int i, int j, int k) const { return data_[index(i, j, k)]; }
   long index(int i, int j, int k) const { return layout_.index(i, j, k); }
@@ -217,8 +216,6 @@ class Simulation {
   const Comm &comm() const { return comm_; }
   const Decomposition &decomposition() const { return decomposition_; }
   const Box &box() const { return halo_->layout().box; }
-  // Global index of this rank's local tile l (the index into Species::tiles).
-  int global_tile(size_t l) const { return tile_ids_[l]; }
   const ExchangeStats &exchange_stats() const { return halo_->stats; }
   size_t exchange_peers() const { return halo_->peers().size(); }
   // Particles on every rank.
@@ -249,7 +246,7 @@ class Simulation {
   // Takes this rank's share back (fields of its box, particles of its tiles). false with *error
   // when it does not fit this problem; nothing is changed then.
   bool adopt(const LocalState &state, std::string *error);
-  const std::vector<int> &tiles() const { return tile_ids_; }  // global indices of this rank's tiles
+
 
  private:
   template <class Plane>

@@ -82,9 +82,6 @@ hm::Tier first_tier(const std::string &pinned, hm::Class cls) {
 // ------------------------------------------------------------------------------------------------
 Field::Field(const FieldLayout &layout, const Where &where) : layout_(layout), data_(layout.size(), 0.0, where) {}
 
-Field::Field(const Grid &g, const Where &where)
-    : Field(FieldLayout::over(Box{{0, 0, 0}, {g.nx, g.ny, g.nz}}, kGuard), where) {}
-
 void Field::zero() {
   std::fill(data_.begin(), data_.end(), 0.0);
   hm::access(data_, Access::write);
