@@ -536,6 +536,7 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
     if (want_huge) prim::advise_huge(e.addr, e.size, thp_enabled());
   }
   LargeBlock *lb = meta_alloc();
+  if (lb) lb->owner = SlotOwner{OwnerKind::kLarge, tier_->id};
   if (!lb || !slot_map().set(e.addr, e.size, &lb->owner)) {
     if (lb) meta_free(lb);
     if (pool) pool->give(e.addr, e.size);
@@ -545,7 +546,6 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
     }
     return fail_null(HM_ENOMEM, "cannot record a large block");
   }
-  lb->owner = SlotOwner{OwnerKind::kLarge, tier_->id};
   counters_.undeclared_records.fetch_add(1, std::memory_order_relaxed);
   lb->extent = e;
   lb->usable = len;

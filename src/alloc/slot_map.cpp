@@ -29,6 +29,8 @@ SlotMap::Leaf *SlotMap::leaf_for(uintptr_t slot) {
 bool SlotMap::set(const void *addr, size_t size, SlotOwner *owner) {
   uintptr_t first = reinterpret_cast<uintptr_t>(addr) >> kSlotShift;
   uintptr_t last = (reinterpret_cast<uintptr_t>(addr) + size - 1) >> kSlotShift;
+  owner->begin = reinterpret_cast<uintptr_t>(addr);
+  owner->end = owner->begin + size;
   for (uintptr_t s = first; s <= last; ++s) {
     Leaf *leaf = s < kSlots ? leaf_for(s) : nullptr;
     if (!leaf) {

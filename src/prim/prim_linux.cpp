@@ -70,11 +70,12 @@ int map_anon(size_t size, size_t align, size_t huge_page, void **out) {
 }
 
 int map_anon_guarded(size_t size, size_t align, void **out) {
-  // Data of 2 MiB or more starts on a 2 MiB boundary, so that its transparent huge pages cover
-  // the object exactly (the kernel's referenced bytes are then exact in 2 MiB units); the guard
+  // The data starts on a 2 MiB boundary: its transparent huge pages then cover the object exactly
+  // (the kernel's referenced bytes are exact in 2 MiB units), and no other guarded mapping can
+  // start inside the 2 MiB unit it starts in (the allocator keeps one owner per unit). The guard
   // page sits just below it, the surplus of the reservation is returned.
   size = (size + kPageSize - 1) & ~(kPageSize - 1);
-  size_t data_align = size >= kHugePage2M ? kHugePage2M : kPageSize;
+  size_t data_align = kHugePage2M;
   if (align > data_align) data_align = align;
   size_t total = size + data_align + 2 * kPageSize;
   void *p = nullptr;

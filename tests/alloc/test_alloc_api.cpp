@@ -2,6 +2,9 @@
 
 #include <cstring>
 #include <thread>
+#include <vector>
+
+#include <sys/mman.h>
 
 #include "hetmem/hetmem.h"
 #include "../support.h"
@@ -119,6 +122,62 @@ TEST_F(AllocApi, ForeignPointersAreReportedAndLeftAlone) {
   hm_free(big);
   hm_free(mine);
   hm_free(nullptr);
+}
+
+// A large block need not fill its last 2 MiB slot; the rest of that slot belongs to whoever maps
+// there next (the C library's mmap'd chunks, under the preload library). Such memory must never
+// pass for hetmem's: freeing it through hetmem would release the block instead (the crash of an
+// MD code under the profiler, whose realloc'd arrays were then unmapped under it).
+TEST_F(AllocApi, MemorySharingALargeBlocksLastSlotIsNotHetmems) {
+  constexpr size_t kSlot = size_t{2} << 20;
+  // Below 2 MiB only guarded blocks have a mapping of their own (smaller ones share segments).
+  const std::pair<unsigned, size_t> cases[] = {{0u, size_t{3} << 20}, {0u, size_t{11} << 19},
+                                               {HM_GUARDED, size_t{3} << 19}, {HM_GUARDED, size_t{3} << 20}};
+  for (auto [flags, size] : cases) {
+    {
+      SCOPED_TRACE(std::to_string(size) + (flags ? " guarded" : ""));
+      char *block = static_cast<char *>(hm_tier_alloc(fast_, size, 0, flags));
+      ASSERT_NE(block, nullptr) << hm_last_error();
+      uintptr_t end = (reinterpret_cast<uintptr_t>(block) + size + 4095) & ~uintptr_t{4095};
+      if (flags) end += 4096;  // the guard page after the data
+      uintptr_t slot_end = (end + kSlot - 1) & ~(kSlot - 1);
+      ASSERT_GT(slot_end, end) << "the block should leave part of its last slot";
+      // The first free page after the block in its last slot (a reused mapping may be longer).
+      void *foreign = MAP_FAILED;
+      for (uintptr_t at = end; at < slot_end && foreign == MAP_FAILED; at += 4096)
+        foreign = mmap(reinterpret_cast<void *>(at), 4096, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      ASSERT_NE(foreign, MAP_FAILED) << "no free page in the block's last slot";
+      EXPECT_EQ(hm_ptr_tier(foreign, nullptr), HM_ENOTOWNED);
+      EXPECT_EQ(hm_usable_size(foreign), 0u);
+      hm_free(foreign);
+      EXPECT_EQ(hm_last_error_code(), HM_ENOTOWNED);
+      EXPECT_EQ(hm_realloc(foreign, 100), nullptr);
+      EXPECT_EQ(hm_ptr_tier(block, nullptr), HM_OK) << "the block itself is still hetmem's";
+      EXPECT_EQ(hm_ptr_tier(block + size - 1, nullptr), HM_OK);
+      std::memset(block, 1, size);  // still mapped: the bad free released nothing
+      munmap(foreign, 4096);
+      hm_free(block);
+    }
+  }
+}
+
+// Profiled objects of 1-2 MiB each get a guarded mapping; two of them must not share a slot, or
+// the second one's record would hide the first.
+TEST_F(AllocApi, GuardedBlocksSmallerThanASlotKeepTheirOwnRecords) {
+  constexpr int kBlocks = 16;
+  auto size_of = [](int i) { return (size_t{1} << 20) + static_cast<size_t>(i) * 65536; };  // all different
+  std::vector<char *> blocks;
+  size_t total = 0;
+  for (int i = 0; i < kBlocks; ++i) {
+    blocks.push_back(static_cast<char *>(hm_tier_alloc(fast_, size_of(i), 0, HM_GUARDED)));
+    ASSERT_NE(blocks.back(), nullptr) << hm_last_error();
+    total += size_of(i);
+  }
+  for (int i = 0; i < kBlocks; ++i) EXPECT_EQ(hm_usable_size(blocks[i]), size_of(i)) << "block " << i;
+  hm_tier_stats_t before = hm_test::stats(fast_);
+  for (char *b : blocks) hm_free(b);
+  EXPECT_EQ(hm_test::stats(fast_).in_use, before.in_use - total);
 }
 
 TEST_F(AllocApi, CallocOverflowIsAnError) {
