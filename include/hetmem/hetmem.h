@@ -516,6 +516,25 @@ int hm_iteration_current(void);
 /* Calls and total seconds of the phase named `name` in this process. */
 int hm_phase_stats(const char *name, uint64_t *calls, double *seconds);
 
+/* Iterations of a program that marks none (programs that cannot change: the preload library
+ * starts this when it profiles, applies rules or writes a run summary). One phase named `phase`
+ * spans each inferred iteration, so the profiler records lifetimes and referenced bytes per
+ * iteration and the referenced-page sampler charges emulated tiers once per iteration (within
+ * HM_SAMPLE_BUDGET). `window_seconds` > 0: a helper thread ends an iteration every window (its
+ * sampler charges are owed by the program and paid by the program's threads at their next
+ * allocator call, hm_emul_pay_owed, or at hm_iteration_infer_stop); 0: iterations end only at
+ * hm_iteration_infer_tick (called on each entry into a function of the program). The program's
+ * own first hm_phase_begin/end or hm_iteration_next ends the inference for good.
+ * HM_EINVAL: an empty name, a window outside [0, 3600] s, inference already on, or the program
+ * already marks phases or iterations. */
+int hm_iteration_infer_start(const char *phase, double window_seconds);
+int hm_iteration_infer_tick(void);   /* HM_EINVAL when no inference is on */
+int hm_iteration_infer_stop(void);   /* ends the last inferred iteration; pays what is owed */
+int hm_iteration_inferred(void);     /* 1 while iterations are inferred */
+/* Waits off, on the calling thread, the emulated-tier charges owed by the program (see above).
+ * Returns the nanoseconds waited; costs one relaxed load when nothing is owed. */
+uint64_t hm_emul_pay_owed(void);
+
 /* ---------------------------------------------------------------------------------------------
  * The heap profiler (what `hetmem profile` turns on through the preload library). Records every
  * allocation and free that reaches hetmem or the preload hooks into a trace file (format:

@@ -374,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("profile", help="run a program under the heap and phase profiler and write a trace")
     pr.add_argument("-o", "--output", help="trace file (default hetmem-PROGRAM.hmtrace)")
     pr.add_argument("--depth", type=int, default=8, help="return addresses per call site (0..32, default 8)")
-    pr.add_argument("--large", default="1M", help="objects at least this large get per-phase referenced bytes")
+    pr.add_argument("--large", default="256K", help="objects at least this large get a mapping of their own and "
+                    "referenced bytes per phase or inferred iteration (default 256K)")
     pr.add_argument("--children", action="store_true",
                     help="follow every process the program starts: each forked child and each exec'd program writes "
                          "its own trace, TRACE.PID (a forked child that then execs: TRACE.PID up to the exec, "

@@ -106,6 +106,32 @@ def pair_events(ev: np.ndarray):
     return order[allocs], freed
 
 
+REALLOC_FN = 3  # trace function code of realloc (trace.FUNCTIONS)
+INFERRED_PREFIX = "iteration ("
+
+
+def inferred_iterations(trace: Trace) -> dict:
+    """How the trace's iterations were found: marked by the program, inferred by the preload
+    library (time windows or entries into a named function), or none."""
+    names = [n for n in trace.phase_names.values() if n.startswith(INFERRED_PREFIX)]
+    count = len(trace.iterations) + 1 if trace.iterations else (1 if trace.phases else 0)
+    if names and names[0] == "iteration (window)":
+        spans = [(p["end_ns"] - p["begin_ns"]) * 1e-9 for p in trace.phases]
+        window = float(np.median(spans)) if spans else 0.0
+        return {"how": "window", "unit": "window", "count": count, "window_s": window,
+                "text": f"{count} iteration(s) inferred as time windows of {window:.3g} s: the program marks "
+                        "none (hetmem profile --iteration-at FUNCTION ends one at each call of FUNCTION instead)"}
+    if names:
+        function = names[0][len("iteration (at "):-1]
+        return {"how": "function", "unit": "iteration", "count": count, "function": function,
+                "text": f"{count} iteration(s), one per call of {function} (--iteration-at)"}
+    if trace.iterations:
+        return {"how": "marked", "unit": "iteration", "count": count,
+                "text": f"{count} iteration(s) marked by the program (hm_iteration_next)"}
+    return {"how": "none", "unit": "run", "count": count,
+            "text": "no iterations: the program marks none and none were inferred (HM_ITERATION_WINDOW=0?)"}
+
+
 def iteration_of(times: np.ndarray, trace: Trace) -> np.ndarray:
     if not trace.iterations:
         return np.zeros(len(times), dtype=np.int64)
@@ -135,7 +161,10 @@ def analyse(trace: Trace, top: int = 10) -> dict:
     f_time = np.where(free_idx >= 0, ev["time_ns"][np.maximum(free_idx, 0)].astype(np.int64), -1)
     a_iter = iteration_of(a_time.astype(np.uint64), trace)
     f_iter = np.where(free_idx >= 0, iteration_of(np.maximum(f_time, 0).astype(np.uint64), trace), -1)
-    short = (free_idx >= 0) & (f_iter == a_iter)
+    # A block that realloc moves lives on at its new address: the move is not the object's end.
+    moved = (free_idx >= 0) & (ev["fn"][np.maximum(free_idx, 0)] == REALLOC_FN)
+    short = (free_idx >= 0) & (f_iter == a_iter) & ~moved
+    inference = inferred_iterations(trace)
 
     # Figure 1: allocations and frees per iteration.
     iters = iteration_of(ev["time_ns"], trace)
@@ -239,40 +268,41 @@ def analyse(trace: Trace, top: int = 10) -> dict:
         "by_count": sorted(sites.values(), key=lambda r: -r["count"])[:top],
     }
 
-    # Suggested classes for large sites.
-    site_refs: dict[int, list[float]] = {}
-    site_phase_hits: dict[int, list[float]] = {}
-    for o in objects.values():
-        s = group_of.get(ptr_site_raw.get(int(o["ptr"], 16), 0), 0)
-        for fr in o["phases"].values():
-            site_refs.setdefault(s, []).extend(fr)
+    # Suggested classes for large sites, from what every sampled phase instance (or inferred
+    # iteration) saw of the site's live objects: the share of their bytes referenced in it.
+    site_windows: dict[int, dict[int, list[int]]] = {}  # site -> sample -> [referenced, bytes]
+    for k, p in enumerate(trace.phases):
+        for ptr, size, ref in p["objects"]:
+            s = group_of.get(ptr_site_raw.get(int(ptr), 0), 0)
+            acc = site_windows.setdefault(s, {}).setdefault(k, [0, 0])
+            acc[0] += min(ref, size)
+            acc[1] += size
     classes = []
     threshold = trace.large_threshold or MiB
     for r in sorted(sites.values(), key=lambda r: -r["peak_bytes"]):
         if r["largest"] < threshold:
             continue
-        refs = site_refs.get(r["site"], [])
+        shares = np.array([ref / size for ref, size in site_windows.get(r["site"], {}).values() if size])
         evidence = [f"{r['count']} allocation(s), largest {r['largest'] / MiB:.1f} MiB, peak {r['peak_bytes'] / MiB:.1f} MiB",
-                    f"{100 * r['short_lived_fraction']:.0f}% freed within their iteration"]
+                    f"{100 * r['short_lived_fraction']:.0f}% freed within their {inference['unit']}"]
         if r["short_lived_fraction"] >= 0.8:
             cls = "temporary"
-        elif not refs:
+        elif not len(shares):
             cls = "unknown"
-            evidence.append("no phase recorded referenced bytes for it (mark phases with hm_phase_begin/end)")
+            evidence.append(f"no sampled {inference['unit']} saw it live (a longer run, or a larger HM_SAMPLE_BUDGET, "
+                            "samples more)")
         else:
-            touched = np.array(refs)
-            hot_share = float((touched >= 0.5).mean())
-            evidence.append(f"referenced in {100 * float((touched > 0.02).mean()):.0f}% of phase occurrences, "
-                            f"at least half of it in {100 * hot_share:.0f}%, mean {100 * float(touched.mean()):.0f}%")
-            if touched.max() < 0.05:
+            evidence.append(f"{100 * float(shares.mean()):.0f}% of its bytes referenced per sampled "
+                            f"{inference['unit']} (min {100 * float(shares.min()):.0f}%, {len(shares)} sample(s))")
+            if shares.max() < 0.05:
                 cls = "cold"
-            elif hot_share >= 0.5:
+            elif float(np.median(shares)) >= 0.5:
                 cls = "hot"
             else:
                 cls = "streaming"
-        # A hot site's priority: the mean share of it referenced per phase, in percent (the more
-        # of it every phase touches, the more the fast tier gains by holding it).
-        priority = max(1, round(100 * float(np.mean(refs)))) if cls == "hot" else 0
+        # A hot site's priority: the share of its bytes referenced per sampled phase or iteration,
+        # in percent (the more of it every step touches, the more the fast tier gains by holding it).
+        priority = max(1, round(100 * float(shares.mean()))) if cls == "hot" else 0
         classes.append({"site": r["site"], "function": r["function"], "file": r["file"], "line": r["line"],
                         "class": cls, "priority": priority, "evidence": evidence, "rule_site": r["rule_site"],
                         "rule_site_direct": r["rule_site_direct"], "via": r["via"]})
@@ -288,6 +318,8 @@ def analyse(trace: Trace, top: int = 10) -> dict:
     return {
         "trace": trace.path, "pid": trace.pid, "partial": trace.partial, "problems": trace.problems,
         "execs": [{"time_s": t / 1e9, "program": program} for t, program in trace.execs],
+        "iterations": inference,
+        "sampled": {"instances": len(trace.phases), "sampled": sum(1 for p in trace.phases if p.get("sampled", True))},
         "totals": {"events": int(len(ev)), "allocations": int((ev["op"] == ALLOC).sum()),
                    "frees": int((ev["op"] == FREE).sum()), "bytes_allocated": int(a_size.sum()),
                    "threads": int(len(np.unique(ev["thread"]))) if len(ev) else 0,
@@ -369,6 +401,8 @@ def html_page(result: dict, images: dict[str, bytes]) -> str:
         parts.append('<p class="warn">PARTIAL TRACE: ' + html.escape("; ".join(result["problems"])) + "</p>")
     parts.append(f"<p>{t['allocations']} allocations, {t['frees']} frees, {t['bytes_allocated'] / MiB:.1f} MiB "
                  f"allocated, {t['threads']} thread(s), {t['iterations']} iteration(s).</p>")
+    if result.get("iterations"):
+        parts.append(f"<p>{html.escape(result['iterations']['text'])}</p>")
     parts.append("<h2>Allocations and frees per iteration</h2>" + img("per_iteration.png"))
     parts.append("<h2>Lifetime and size (seed 000 Table 2)</h2>" + _table(
         ["size MiB", "short-lived", "long-lived", "accumulated MiB", "peak MiB"],
@@ -404,6 +438,13 @@ def text_report(result: dict) -> str:
     lines.append(f"trace {result['trace']} (pid {result['pid']}): {t['allocations']} allocations, {t['frees']} frees, "
                  f"{t['bytes_allocated'] / MiB:.1f} MiB allocated, {t['threads']} thread(s), "
                  f"{t['iterations']} iteration(s)")
+    it = result.get("iterations")
+    if it:
+        lines.append(it["text"])
+        sm = result.get("sampled", {})
+        if sm.get("instances"):
+            lines.append(f"referenced pages sampled in {sm['sampled']} of {sm['instances']} phase instance(s) "
+                         "(HM_SAMPLE_BUDGET bounds the sampler's cost; a page counts once per sample)")
     for e in result.get("execs", []):
         lines.append(f"the process exec'd {e['program'] or '(a file descriptor)'} at {e['time_s']:.3f} s: every event "
                      "before it is here; the new program's are in its own trace with --children (TRACE.PID)")

@@ -186,6 +186,8 @@ int hm_emul_charge(hm_tier_t tier, uint64_t r, uint64_t w, uint64_t n, uint64_t 
   return HM_OK;
 }
 
+uint64_t hm_emul_pay_owed(void) { return emul_pay_owed(); }
+
 int hm_emul_stats(hm_tier_t tier, hm_emul_stats_t *out) {
   if (!out) return fail(HM_EINVAL, "hm_emul_stats: stats is NULL");
   int rc = runtime_ensure();

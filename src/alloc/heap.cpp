@@ -227,6 +227,32 @@ TierHeap::~TierHeap() {
   }
 }
 
+void TierHeap::lock_for_fork() {
+  for (Central &c : central_) c.mutex.lock();
+  segment_mutex_.lock();
+  large_mutex_.lock();
+  if (huge_2m_) huge_2m_->lock_for_fork();
+  if (huge_1g_ && huge_1g_ != huge_2m_) huge_1g_->lock_for_fork();
+}
+
+void TierHeap::unlock_after_fork() {
+  if (huge_1g_ && huge_1g_ != huge_2m_) huge_1g_->unlock_after_fork();
+  if (huge_2m_) huge_2m_->unlock_after_fork();
+  large_mutex_.unlock();
+  segment_mutex_.unlock();
+  for (Central &c : central_) c.mutex.unlock();
+}
+
+void heap_records_lock_for_fork() {
+  g_registry_mutex.lock();
+  g_meta_mutex.lock();
+}
+
+void heap_records_unlock_after_fork() {
+  g_meta_mutex.unlock();
+  g_registry_mutex.unlock();
+}
+
 bool TierHeap::charge(uint64_t n) {
   uint64_t budget = counters_.budget.load(std::memory_order_relaxed), now;
   if (budget == 0) {

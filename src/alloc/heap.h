@@ -51,6 +51,10 @@ class TierHeap {
   // Frees a block this heap owns (`owner` from the slot map).
   void release(void *ptr, SlotOwner *owner);
   static size_t usable_size(const void *ptr, SlotOwner *owner);
+  // Every lock of this heap, taken before a fork and released after it on both sides, so that a
+  // child never inherits one held by a thread it does not have (alloc/runtime.cpp).
+  void lock_for_fork();
+  void unlock_after_fork();
   // Moves the pages [tail_offset, end) of a large block (its own mapping) to tier `tail`, keeping
   // the address: bound to its node on NUMA tiers, accounted in its budget, charged there when
   // emulated. For the object at the free space's boundary and a class's interleave.
@@ -125,6 +129,8 @@ class HugePool {
   void *take(size_t bytes);  // rounded up to the page size; nullptr when no run is free
   void give(void *ptr, size_t bytes);
   bool owns(const void *ptr) const;
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork() { mutex_.unlock(); }
   size_t page_size() const { return page_; }
   size_t total() const { return size_; }
 
@@ -137,5 +143,9 @@ class HugePool {
   size_t run_off_[kMaxRuns] = {}, run_len_[kMaxRuns] = {};
   int runs_ = 0;
 };
+
+// The locks of the heaps' shared records (thread-cache registry, large-block records).
+void heap_records_lock_for_fork();
+void heap_records_unlock_after_fork();
 
 }  // namespace hm

@@ -58,4 +58,9 @@ std::vector<PhaseTotal> phase_totals();
 // The innermost open phase's name ("" outside every phase).
 std::string open_phase_name();
 
+// The phase lock across a fork (alloc/runtime.cpp takes every lock in one order). In the child,
+// which has no window thread, inferred iterations by windows end.
+void phases_lock_for_fork();
+void phases_unlock_after_fork(bool child);
+
 }  // namespace hm

@@ -1,11 +1,14 @@
 // The allocation runtime: initialisation from the options (tiers, heaps, budgets, huge-page
 // pools), the process-wide settings the layers read, and finalisation.
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <string>
 
 #include "alloc/runtime.h"
+#include "alloc/phases.h"
 #include "base/error.h"
 #include "base/options.h"
 #include "prim/prim.h"
@@ -32,6 +35,32 @@ int g_default_tier = 0;
 
 std::atomic<AllocObserver> g_observer{nullptr};
 
+// Fork safety: every lock of this layer is taken before a fork, in the order the code nests them
+// (the phase lock, under which observers allocate; then the heaps; then the slot map's), and
+// released on both sides after it. A child thus never inherits a lock held by a thread it does
+// not have, whether it goes on allocating or execs.
+void fork_prepare() {
+  phases_lock_for_fork();
+  heap_records_lock_for_fork();
+  for (int t = 0; t < kMaxTiers; ++t)
+    if (g_heaps[t]) g_heaps[t]->lock_for_fork();
+  SlotMap::lock_for_fork();
+}
+
+void fork_release(bool child) {
+  SlotMap::unlock_after_fork();
+  for (int t = kMaxTiers - 1; t >= 0; --t)
+    if (g_heaps[t]) g_heaps[t]->unlock_after_fork();
+  heap_records_unlock_after_fork();
+  phases_unlock_after_fork(child);
+}
+
+void install_fork_handlers() {
+  static const bool installed = pthread_atfork(fork_prepare, [] { fork_release(false); },
+                                               [] { fork_release(true); }) == 0;
+  (void)installed;
+}
+
 int init_locked() {
   options_load();
   long verbose = 0, emul = 1, thp = 1;
@@ -55,6 +84,7 @@ int init_locked() {
   for (int r = 0; r < HM_ROLE_COUNT; ++r)
     if ((rc = option_size(budget_names[r], &budgets[r])) != HM_OK) return rc;
 
+  install_fork_handlers();
   if ((rc = tiers_init()) != HM_OK) return rc;
   for (int i = 0; i < tier_count(); ++i) g_heaps[i] = new TierHeap(tier_get(i));
   for (int r = 0; r < HM_ROLE_COUNT; ++r) {

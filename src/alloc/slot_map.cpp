@@ -51,6 +51,9 @@ void SlotMap::clear(const void *addr, size_t size) {
   }
 }
 
+void SlotMap::lock_for_fork() { g_leaf_mutex.lock(); }
+void SlotMap::unlock_after_fork() { g_leaf_mutex.unlock(); }
+
 void SlotMap::reset() {
   std::lock_guard<std::mutex> lock(g_leaf_mutex);
   for (auto &ref : top_) {

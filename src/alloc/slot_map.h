@@ -51,6 +51,8 @@ class SlotMap {
     return o && a >= o->begin && a < o->end ? o : nullptr;
   }
   void reset();  // drops every entry (hm_finalize)
+  static void lock_for_fork();  // the lock that maps new leaves, held across a fork
+  static void unlock_after_fork();
 
  private:
   static constexpr size_t kSlots = size_t{1} << (48 - kSlotShift);

@@ -50,10 +50,14 @@ const OptionSpec kOptions[] = {
     {"HM_SUMMARY", "", "preload library: write the run summary (JSON: tiers, classes, spaces, phases, iteration "
      "times) to this file at exit (set by `hetmem compare --plan`)"},
     {"HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)"},
-    {"HM_PROFILE_LARGE", "1M", "objects at least this large get their own mapping and per-phase referenced bytes"},
+    {"HM_PROFILE_LARGE", "256K", "objects at least this large get their own mapping and per-phase referenced bytes"},
     {"HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded"},
     {"HM_PROFILE_ROOT_PID", "", "set by the preload library: the process whose trace is TRACE; every other "
      "process of the run (forked or exec'd, with HM_PROFILE_CHILDREN=1) writes TRACE.PID"},
+    {"HM_ITERATION_WINDOW", "0.1", "preload library: seconds per inferred iteration of a program that marks none "
+     "(0: none; see HM_ITERATION_AT)"},
+    {"HM_ITERATION_AT", "", "preload library: a function (its symbol) whose every entry ends an inferred iteration, "
+     "in place of time windows (set by `hetmem profile/run --iteration-at`)"},
     {"HM_RULES", "", "preload library: placement rules file (set by `hetmem run --rules`)"},
     {"HM_REPLICA_KEY", "", "key file shared with a hetmem-replica server started with --key (owner-only, at least "
      "16 bytes): a primary and the server then prove to each other that they hold it"},

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "alloc/hook.h"
+#include "preload/entry_hook.h"
 #include "hetmem/hetmem.h"
 #include "place/hooks.h"
 #include "profile/hooks.h"
@@ -60,7 +61,11 @@ bool g_enabled = true;
 bool g_profiling = false;
 bool g_rules = false;
 bool g_children = false;
-uint64_t g_large = 1 << 20;
+// Iterations inferred by time windows: the window thread's emulated-tier charges are owed by the
+// program and paid by its threads here, at their allocator calls.
+bool g_owing = false;
+bool g_started = false;  // hm_init has run (the statistics hooks then add hetmem's bytes)
+uint64_t g_large = 256 << 10;
 // HM_SUMMARY: the run summary written at exit (hetmem compare --plan), with the wall and CPU time
 // since the library was loaded.
 const char *g_summary = nullptr;
@@ -137,6 +142,7 @@ void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *c
   void *p = nullptr;
   if (g_enabled && !hm_inside_hook) {
     Inside inside;
+    if (g_owing) hm_emul_pay_owed();
     p = place(size, align, zero, caller);
     if (!p) {
       if (align <= 16) p = zero ? g_real.calloc(1, size) : g_real.malloc(size);
@@ -156,6 +162,7 @@ void release(void *p, trace::Fn fn, const void *caller) {
   if (!p || is_boot(p)) return;
   if (g_enabled && !hm_inside_hook) {
     Inside inside;
+    if (g_owing) hm_emul_pay_owed();
     // The free is recorded before the memory is released: the address cannot be reused first.
     if (g_profiling) hm_profile_record(trace::kFree, fn, p, 0, caller);
     if (owned(p)) {
@@ -219,18 +226,35 @@ std::string option(const char *name) {
 
 // A size option already validated by hm_init ("1M", "4096").
 uint64_t size_option(const char *name, uint64_t def) {
+  uint64_t bytes = 0;
   std::string v = option(name);
-  if (v.empty()) return def;
-  char *end = nullptr;
-  double x = strtod(v.c_str(), &end);
-  switch (end && *end ? (*end | 0x20) : 0) {
-    case 'k': x *= 1024.0; break;
-    case 'm': x *= 1024.0 * 1024; break;
-    case 'g': x *= 1024.0 * 1024 * 1024; break;
-    case 't': x *= 1024.0 * 1024 * 1024 * 1024; break;
-    default: break;
+  return !v.empty() && hm_size_parse(v.c_str(), &bytes) == HM_OK && bytes ? bytes : def;
+}
+
+void iteration_entered() {
+  if (hm_inside_hook) return;  // the profiler itself called it
+  Inside inside;
+  hm_iteration_infer_tick();
+}
+
+// Iterations of a program that marks none: at each entry into HM_ITERATION_AT's function, or
+// every HM_ITERATION_WINDOW seconds. A function that cannot be hooked is said, and windows are
+// used instead.
+void infer_iterations() {
+  std::string at = option("HM_ITERATION_AT");
+  if (!at.empty()) {
+    preload::EntryHookResult hooked = preload::hook_entries(at.c_str(), iteration_entered);
+    if (hooked.slots > 0) {
+      if (hm_iteration_infer_start(("iteration (at " + at + ")").c_str(), 0) != HM_OK)
+        say("iterations not inferred", hm_last_error());
+      return;
+    }
+    say("--iteration-at: no call to hook, time windows used instead", hooked.detail);
   }
-  return x > 0 ? static_cast<uint64_t>(x) : def;
+  double window = atof(option("HM_ITERATION_WINDOW").c_str());
+  if (!(window > 0)) return;
+  if (hm_iteration_infer_start("iteration (window)", window) == HM_OK) g_owing = true;
+  else say("iterations not inferred", hm_last_error());
 }
 
 __attribute__((constructor)) void start_up() {
@@ -252,6 +276,7 @@ __attribute__((constructor)) void start_up() {
       say("not started: the program runs without hetmem", nullptr);
       return;
     }
+    g_started = true;
     g_children = option("HM_PROFILE_CHILDREN") == "1";
     if (!g_children) remove_self_from_ld_preload();  // exec'd programs are not preloaded
     g_large = size_option("HM_PROFILE_LARGE", g_large);
@@ -277,6 +302,7 @@ __attribute__((constructor)) void start_up() {
       if (hm_profile_start(path.c_str(), depth, g_large) == HM_OK) g_profiling = true;
       else say("not profiling", hm_last_error());
     }
+    infer_iterations();
     pthread_atfork(nullptr, nullptr, child_after_fork);
   } catch (...) {
     say("start-up failed; passing every call through", nullptr);
@@ -293,6 +319,8 @@ double seconds_since(clockid_t clock, const timespec &t0) {
 
 __attribute__((destructor)) void shut_down() {
   Inside inside;
+  hm_iteration_infer_stop();  // the last iteration's sample and charges, before the summary
+  g_owing = false;
   if (g_rules) hm_rules_report_unused(2);
   if (g_summary) {
     char extra[160];
@@ -344,6 +372,21 @@ HM_EXPORT void *realloc(void *p, size_t size) {
     return np;
   }
   if (!g_enabled) return g_real.realloc(p, size);
+  if (g_profiling && !hm_inside_hook) {
+    // Profiled large objects have mappings of their own (referenced bytes per object): an array
+    // that grows past the threshold moves into one, and one that leaves it is recorded as freed
+    // and forgotten, whichever allocator held it before.
+    const bool mine = owned(p);
+    const size_t old = mine ? hm_usable_size(p) : g_real.usable(p);
+    if (size >= g_large || (mine && old >= g_large)) {
+      if (mine && size <= old && size >= old / 2) return p;  // in place, as hm_realloc would
+      void *np = allocate(size, 0, false, trace::kRealloc, caller);
+      if (!np) return nullptr;  // the old block stays valid, as realloc promises
+      memcpy(np, p, std::min(old, size));
+      release(p, trace::kRealloc, caller);
+      return np;
+    }
+  }
   Inside inside;
   void *np = owned(p) ? hm_realloc(p, size) : g_real.realloc(p, size);
   if (np && g_profiling) {
@@ -399,6 +442,46 @@ HM_EXPORT void *pvalloc(size_t size) {
   if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
   size_t rounded = (size + 4095) & ~size_t{4095};
   return allocate(rounded ? rounded : 4096, 4096, false, trace::kPvalloc, CALLER);
+}
+
+// The C library's statistics describe its own arenas; the bytes hetmem's tiers hold for the
+// program are added as mmap'd space (hblkhd), where the C library counts its own large blocks,
+// so a program's "memory in use" (uordblks + hblkhd) stays whole.
+namespace {
+uint64_t hetmem_in_use(uint64_t *blocks) {
+  uint64_t bytes = 0, count = 0;
+  if (!g_enabled || !g_started) return 0;
+  Inside inside;
+  for (int t = 0; t < hm_tier_count(); ++t) {
+    hm_tier_stats_t st;
+    if (hm_tier_stats(t, &st) != HM_OK) continue;
+    bytes += st.in_use;
+    count += st.allocs > st.frees ? st.allocs - st.frees : 0;
+  }
+  *blocks = count;
+  return bytes;
+}
+}  // namespace
+
+HM_EXPORT struct mallinfo2 mallinfo2(void) {
+  static auto real = reinterpret_cast<struct mallinfo2 (*)()>(dlsym(RTLD_NEXT, "mallinfo2"));
+  struct mallinfo2 m {};
+  if (real) m = real();
+  uint64_t blocks = 0, bytes = hetmem_in_use(&blocks);
+  m.hblkhd += bytes;
+  m.hblks += blocks;
+  return m;
+}
+
+HM_EXPORT struct mallinfo mallinfo(void) {
+  static auto real = reinterpret_cast<struct mallinfo (*)()>(dlsym(RTLD_NEXT, "mallinfo"));
+  struct mallinfo m {};
+  if (real) m = real();
+  uint64_t blocks = 0, bytes = hetmem_in_use(&blocks);
+  // The C library's own int fields wrap modulo 2^32 beyond 2 GiB; these do likewise.
+  m.hblkhd = static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(static_cast<uint32_t>(m.hblkhd)) + bytes));
+  m.hblks = static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(static_cast<uint32_t>(m.hblks)) + blocks));
+  return m;
 }
 
 HM_EXPORT size_t malloc_usable_size(void *p) {

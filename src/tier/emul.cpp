@@ -317,6 +317,20 @@ double emul_extra_ns(const EmulProfile &p, const hm_calibration_t &cal, int thre
   return extra_ns > 0 ? extra_ns : 0;
 }
 
+namespace {
+thread_local bool t_defer_charges = false;
+std::atomic<uint64_t> g_owed_ns{0};
+}  // namespace
+
+void emul_defer_charges_on_this_thread() { t_defer_charges = true; }
+
+uint64_t emul_pay_owed() {
+  if (__builtin_expect(g_owed_ns.load(std::memory_order_relaxed) == 0, 1)) return 0;
+  uint64_t ns = g_owed_ns.exchange(0, std::memory_order_acq_rel);
+  if (ns) prim::spin_until_ns(prim::now_ns() + ns);
+  return ns;
+}
+
 uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes, uint64_t write_bytes,
                      uint64_t dependent, EmulSource source) {
   if (!g_enabled.load(std::memory_order_relaxed)) return 0;
@@ -327,6 +341,14 @@ uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes
   if (!emul_charges(p)) return 0;
   calibration_warn_once();
   const hm_calibration_t &cal = calibration();
+  if (t_defer_charges) {
+    // Owed by the program, paid by its own threads (emul_pay_owed): the device time alone.
+    uint64_t ns = static_cast<uint64_t>(std::llround(emul_extra_ns(p, cal, 1, read_bytes, write_bytes, dependent)));
+    g_owed_ns.fetch_add(ns, std::memory_order_relaxed);
+    state.charged_ns.fetch_add(ns, std::memory_order_relaxed);
+    state.source_ns[source].fetch_add(ns, std::memory_order_relaxed);
+    return ns;
+  }
   uint64_t start = prim::now_ns();
   state.charging.fetch_add(1, std::memory_order_acq_rel);
   // Latency is not shared; bandwidth is shared by whoever charges the tier at each moment.

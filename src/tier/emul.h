@@ -46,6 +46,13 @@ double emul_extra_ns(const EmulProfile &p, const hm_calibration_t &cal, int thre
 // the wall time can be longer if the scheduler preempts the thread).
 uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes, uint64_t write_bytes,
                      uint64_t dependent, EmulSource source);
+// Charges made on the calling thread from now on are not waited there but owed by the program:
+// for a helper thread that samples an unchanged program's pages (inferred iterations), whose own
+// delay would slow nobody. The program's threads pay what is owed with emul_pay_owed.
+void emul_defer_charges_on_this_thread();
+// Waits off everything owed so far on the calling thread; one relaxed load when nothing is owed.
+// Returns the nanoseconds paid.
+uint64_t emul_pay_owed();
 // Whether charges are made (HM_EMUL); set at initialisation.
 void emul_set_enabled(bool on);
 bool emul_enabled();

@@ -1,0 +1,23 @@
+// A hook on every entry into one function of an unchanged program, for the calls the dynamic
+// linker routes: through a PLT or GOT slot of some loaded object (a call from one library into
+// another, or into an exported function of the same library that the linker lets be
+// interposed). The slots are pointed at a trampoline that calls `on_entry` with the
+// function's arguments untouched, then jumps to the function itself. Direct calls inside one
+// object (static or hidden functions, calls the compiler bound locally) are not seen.
+#pragma once
+#include <cstddef>
+
+namespace hm::preload {
+
+struct EntryHookResult {
+  int slots = 0;          // GOT slots redirected
+  bool defined = false;   // some loaded object defines the symbol
+  char detail[256] = {};  // why nothing was hooked (slots == 0)
+};
+
+// Redirects every GOT slot that refers to `symbol` (the linker's name: mangled for C++) in the
+// objects loaded now. `on_entry` runs before each call and must preserve nothing itself (the
+// trampoline saves the argument registers). Call once, at start-up, before other threads run.
+EntryHookResult hook_entries(const char *symbol, void (*on_entry)());
+
+}  // namespace hm::preload
