@@ -177,8 +177,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from . import compare
     rest = args.workload[1:] if args.workload and args.workload[0] == "--" else args.workload
+    if (args.iteration_at or args.window is not None) and not args.plan:
+        raise HetmemError("--iteration-at and --window are for a program with --plan (the reference codes mark "
+                          "their own iterations)")
     if args.plan:
-        workload = compare.PlanWorkload(args.plan, rest)
+        iteration = _iteration_env(args, rest)
+        if iteration is None:
+            return 2
+        workload = compare.PlanWorkload(args.plan, rest, iteration)
     elif rest and rest[0] == "mg":
         workload = compare.MgWorkload(rest[1:])  # hetmem compare mg preset=W ...
     else:
@@ -254,11 +260,46 @@ def _file_state(path: str):
     return ("file", st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else ("other",)
 
 
+def _iteration_env(args: argparse.Namespace, cmd: list[str]) -> dict | None:
+    """HM_ITERATION_AT / HM_ITERATION_WINDOW for a program that marks no iterations; None (after
+    saying why) when --iteration-at names a function that cannot be hooked."""
+    extra = {}
+    if getattr(args, "window", None) is not None:
+        if not (0 <= args.window <= 3600):
+            print(f"hetmem: --window {args.window}: seconds between 0 (no windows) and 3600", file=sys.stderr)
+            return None
+        extra["HM_ITERATION_WINDOW"] = repr(args.window)
+    if getattr(args, "iteration_at", None):
+        program = shutil.which(cmd[0]) if cmd else None
+        if program:  # a program that is not found is reported by the launcher
+            from .entry_points import check
+            found = check(program, args.iteration_at)
+            if found.error:
+                print(f"hetmem: --iteration-at {args.iteration_at}: {found.error}", file=sys.stderr)
+                return None
+            extra["HM_ITERATION_AT"] = found.symbol
+    return extra
+
+
+def _add_iteration_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--iteration-at", metavar="FUNCTION",
+                        help="end an inferred iteration at every call of FUNCTION (a symbol, or a C++ name such as "
+                             "LAMMPS_NS::Neighbor::decide), for programs that mark none; the call must go through "
+                             "the dynamic linker (checked before the program starts)")
+    parser.add_argument("--window", type=float, metavar="SECONDS",
+                        help="without --iteration-at: an inferred iteration every SECONDS (default 0.1; 0: none)")
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     trace = os.path.abspath(args.output or f"hetmem-{os.path.basename(cmd[0]) if cmd else 'trace'}.hmtrace")
+    iteration = _iteration_env(args, cmd)
+    if iteration is None:
+        return 2
+    # A profile is for data: the referenced-page sampler may take 5% of the run (1% otherwise).
     env = _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
-                        "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0"})
+                        "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0",
+                        "HM_SAMPLE_BUDGET": os.environ.get("HM_SAMPLE_BUDGET", "0.05"), **iteration})
     before = _file_state(trace)  # a trace left from an earlier run must not pass for this one's
     started = time.time() - 1
     rc = _launch(cmd, env)
@@ -343,7 +384,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"hetmem: {error}", file=sys.stderr)
             return 2
         extra["HM_RULES"] = rules
-    return _launch(cmd, _preload_env(extra))
+    iteration = _iteration_env(args, cmd)
+    if iteration is None:
+        return 2
+    return _launch(cmd, _preload_env({**extra, **iteration}))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -381,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "its own trace, TRACE.PID (a forked child that then execs: TRACE.PID up to the exec, "
                          "TRACE.PID.2 after it). Without it only the program itself is traced, up to its exit or "
                          "exec")
+    _add_iteration_options(pr)
     pr.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
     pr.set_defaults(func=cmd_profile)
 
@@ -396,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--plan", help="plan file from `hetmem plan` (call sites -> classes); policy hetmem-static "
                     "unless --policy says otherwise")
     rn.add_argument("--policy", help="placement policy for object classes (HM_POLICY; docs/placement.md)")
+    _add_iteration_options(rn)
     rn.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
     rn.set_defaults(func=cmd_run)
 
@@ -448,6 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--out", default="hetmem-compare", help="directory for compare.json, compare.html, PNG plots")
     cp.add_argument("--plan", help="compare an unchanged program with this plan instead of the PIC code: "
                     "hetmem compare --plan PLAN -- PROGRAM ARGS")
+    _add_iteration_options(cp)
     cp.add_argument("workload", nargs=argparse.REMAINDER,
                     help="INPUT (file or preset:NAME) and key=value overrides; with --plan: -- PROGRAM ARGS")
     cp.set_defaults(func=cmd_compare)

@@ -149,7 +149,9 @@ void program_marks_locked() {
 }
 
 void window_loop(double seconds) {
-  InternalScope internal;
+  // Every allocation of this thread to its very end (the thread's own state, freed after this
+  // function returns) is the library's, never the program's: the flag is not dropped.
+  ++hm_inside_hook;
   emul_defer_charges_on_this_thread();  // the program owes what its pages cost, not this thread
   const auto period = std::chrono::duration<double>(seconds);
   std::unique_lock<std::mutex> lock(g_phase_mutex);

@@ -64,6 +64,7 @@ bool g_children = false;
 // Iterations inferred by time windows: the window thread's emulated-tier charges are owed by the
 // program and paid by its threads here, at their allocator calls.
 bool g_owing = false;
+const char *g_inferred = "";  // how iterations were inferred: "window", "function" or "" (none)
 bool g_started = false;  // hm_init has run (the statistics hooks then add hetmem's bytes)
 uint64_t g_large = 256 << 10;
 // HM_SUMMARY: the run summary written at exit (hetmem compare --plan), with the wall and CPU time
@@ -245,15 +246,18 @@ void infer_iterations() {
   if (!at.empty()) {
     preload::EntryHookResult hooked = preload::hook_entries(at.c_str(), iteration_entered);
     if (hooked.slots > 0) {
-      if (hm_iteration_infer_start(("iteration (at " + at + ")").c_str(), 0) != HM_OK)
-        say("iterations not inferred", hm_last_error());
+      if (hm_iteration_infer_start(("iteration (at " + at + ")").c_str(), 0) == HM_OK) g_inferred = "function";
+      else say("iterations not inferred", hm_last_error());
       return;
     }
     say("--iteration-at: no call to hook, time windows used instead", hooked.detail);
   }
   double window = atof(option("HM_ITERATION_WINDOW").c_str());
   if (!(window > 0)) return;
-  if (hm_iteration_infer_start("iteration (window)", window) == HM_OK) g_owing = true;
+  if (hm_iteration_infer_start("iteration (window)", window) == HM_OK) {
+    g_owing = true;
+    g_inferred = "window";
+  }
   else say("iterations not inferred", hm_last_error());
 }
 
@@ -319,13 +323,15 @@ double seconds_since(clockid_t clock, const timespec &t0) {
 
 __attribute__((destructor)) void shut_down() {
   Inside inside;
+  if (*g_inferred && !hm_iteration_inferred()) g_inferred = "";  // the program marked its own
   hm_iteration_infer_stop();  // the last iteration's sample and charges, before the summary
   g_owing = false;
   if (g_rules) hm_rules_report_unused(2);
   if (g_summary) {
-    char extra[160];
-    snprintf(extra, sizeof extra, "{\"seconds\": %.9f, \"cpu_seconds\": %.9f}", seconds_since(CLOCK_MONOTONIC, g_start_wall),
-             seconds_since(CLOCK_PROCESS_CPUTIME_ID, g_start_cpu));
+    char extra[200];
+    snprintf(extra, sizeof extra, "{\"seconds\": %.9f, \"cpu_seconds\": %.9f, \"iterations_inferred\": \"%s\"}",
+             seconds_since(CLOCK_MONOTONIC, g_start_wall), seconds_since(CLOCK_PROCESS_CPUTIME_ID, g_start_cpu),
+             g_inferred);
     if (hm_summary_write(g_summary, extra) != HM_OK) say("no run summary", hm_last_error());
   }
   if (g_profiling) {
