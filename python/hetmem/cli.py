@@ -290,9 +290,24 @@ def _add_iteration_options(parser: argparse.ArgumentParser) -> None:
                         help="without --iteration-at: an inferred iteration every SECONDS (default 0.1; 0: none)")
 
 
+def _mpi_rank() -> int | None:
+    """This process's rank when an MPI launcher started several (Open MPI, MPICH/PMI, Slurm)."""
+    for size, rank in (("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"), ("PMI_SIZE", "PMI_RANK"),
+                       ("SLURM_NTASKS", "SLURM_PROCID")):
+        try:
+            if int(os.environ.get(size, "1")) > 1:
+                return int(os.environ[rank])
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     trace = os.path.abspath(args.output or f"hetmem-{os.path.basename(cmd[0]) if cmd else 'trace'}.hmtrace")
+    rank = _mpi_rank()
+    if rank is not None:
+        trace += f".rank{rank}"  # mpirun -np N hetmem profile ...: one trace per rank
     iteration = _iteration_env(args, cmd)
     if iteration is None:
         return 2

@@ -1,0 +1,239 @@
+"""Real programs none of us wrote, installed from Debian, on which the path for programs that cannot
+change is tested and measured: each runs plain, under `hetmem profile`, under `hetmem run --rules`
+with the whole heap on the capacity tier, and under `hetmem run --plan` with its own plan, and must
+give the same exit status and the same output every time.
+
+One row per program (`PROGRAMS`): what it covers, the Debian package, the inputs it needs, its
+command, and what of its output must match (the lines it prints of its results, compared exactly
+or within a tolerance the program itself states). `run_suite` runs the modes; the tests
+(tests/realprograms) and `hetmem bench unchanged` both use it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+LJ_INPUT = """units lj
+atom_style atomic
+lattice fcc 0.8442
+region box block 0 {n} 0 {n} 0 {n}
+create_box 1 box
+create_atoms 1 box
+mass 1 1.0
+velocity all create 1.44 87287 loop geom
+pair_style lj/cut 2.5
+pair_coeff 1 1 1.0 1.0 2.5
+neighbor 0.3 bin
+neigh_modify delay 0 every 20 check no
+fix 1 all nve
+thermo 10
+run {steps}
+"""
+
+WATER = """3
+
+O 0.000 0.000 0.117
+H 0.000 0.757 -0.467
+H 0.000 -0.757 -0.467
+"""
+
+NUMPY_SCRIPT = """import numpy as np
+rng = np.random.default_rng(7)
+grid = rng.random((96, 96, 96))
+for step in range(8):                     # a 7-point stencil, new arrays every step
+    grid = 0.5 * grid + (np.roll(grid, 1, 0) + np.roll(grid, -1, 0) + np.roll(grid, 1, 1)
+                         + np.roll(grid, -1, 1) + np.roll(grid, 1, 2) + np.roll(grid, -1, 2)) / 12.0
+    spectrum = np.fft.rfftn(grid)
+parts = np.empty(0)
+for k in range(40):                       # an array grown piece by piece (reallocated)
+    parts = np.append(parts, rng.random(20000))
+a = rng.random((400, 400))
+print(repr(float(grid.sum())), repr(float(np.abs(spectrum).max())), repr(float(parts.sum())),
+      repr(float(np.linalg.norm(a @ a))))
+"""
+
+MAKEFILE = """all: sorted.txt counts.txt
+\tcat counts.txt sorted.txt | sha256sum
+
+numbers.txt:
+\tsh -c 'i=0; while [ $$i -lt 3000 ]; do echo $$(( (i * 7919) % 10007 )); i=$$((i + 1)); done' > $@
+
+sorted.txt: numbers.txt
+\tsort -n numbers.txt > $@
+
+counts.txt: sorted.txt
+\twc -l < sorted.txt > $@
+\tawk '{ s += $$1 } END { print s }' sorted.txt >> $@
+"""
+
+SQL_SCRIPT = """CREATE TABLE t(id INTEGER PRIMARY KEY, k INTEGER, v REAL, s TEXT);
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000)
+INSERT INTO t SELECT i, (i * 7919) % 1000, (i % 977) * 0.5, printf('row%08d', i) FROM n;
+CREATE INDEX tk ON t(k);
+SELECT k, count(*), sum(v), min(s), max(s) FROM t GROUP BY k ORDER BY sum(v) DESC LIMIT 5;
+SELECT count(DISTINCT s), total(length(s)) FROM t WHERE k BETWEEN 100 AND 600;
+"""
+
+
+def _lines(pattern: str) -> Callable[[str], list[str]]:
+    """The output lines that match `pattern` (the program's results, not its timings)."""
+    rx = re.compile(pattern)
+    return lambda text: [line.rstrip() for line in text.splitlines() if rx.search(line)]
+
+
+def _lammps_thermo(text: str) -> list[str]:
+    """LAMMPS's thermodynamic output: the lines between its header and "Loop time"."""
+    out, inside = [], False
+    for line in text.splitlines():
+        if re.match(r"\s*Step\s", line):
+            inside = True
+        elif line.startswith("Loop time"):
+            inside = False
+        if inside:
+            out.append(line.rstrip())
+    return out
+
+
+def _xtb_energies(text: str) -> list[float]:
+    return [float(m.group(1)) for m in re.finditer(r"TOTAL ENERGY\s+(-?\d+\.\d+) Eh", text)]
+
+
+@dataclass
+class Program:
+    name: str
+    package: str            # the Debian package that provides it
+    covers: str             # what of a real code's behaviour it exercises
+    command: list[str]      # run in its working directory; {mpirun} is replaced
+    files: dict[str, str] = field(default_factory=dict)   # inputs written into the working directory
+    results: Callable[[str], list] = _lines(r".")         # what of stdout must match
+    tolerance: float = 0.0  # absolute, for numeric results; 0: exact
+    tolerance_source: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    needs: tuple[str, ...] = ()     # executables that must exist
+    per_rank: bool = False  # hetmem is started on each rank (mpirun -np 2 hetmem ... -- PROGRAM)
+
+    def missing(self) -> str:
+        gone = [n for n in self.needs if not shutil.which(n)]
+        return f"{', '.join(gone)} not installed (Debian package {self.package}; scripts/setup.sh installs it)" \
+            if gone else ""
+
+    def same(self, a: list, b: list) -> bool:
+        if len(a) != len(b):
+            return False
+        if not self.tolerance:
+            return a == b
+        return all(abs(x - y) <= self.tolerance for x, y in zip(a, b))
+
+
+MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2"]
+
+PROGRAMS = [
+    Program("lammps", "lammps", "C++ molecular dynamics (LJ melt, 16384 atoms): large arrays grown with realloc, "
+            "its memory report through mallinfo", ["lmp", "-in", "in.lj", "-log", "none"],
+            {"in.lj": LJ_INPUT.format(n=16, steps=40)}, _lammps_thermo, needs=("lmp",)),
+    Program("lammps-mpi", "lammps", "the same MD code over MPI (Open MPI, 2 ranks, hetmem started on each rank)",
+            MPIRUN + ["{hetmem}", "lmp", "-in", "in.lj", "-log", "none"],
+            {"in.lj": LJ_INPUT.format(n=16, steps=40)}, _lammps_thermo, needs=("lmp", "mpirun"), per_rank=True),
+    Program("xtb", "xtb", "Fortran + OpenMP quantum chemistry (GFN2-xTB geometry optimisation of water, 2 threads, "
+            "OpenBLAS)", ["xtb", "water.xyz", "--opt"], {"water.xyz": WATER}, _xtb_energies,
+            tolerance=5e-6, tolerance_source="xtb's energy convergence threshold for --opt (normal): 5e-6 Eh",
+            env={"OMP_NUM_THREADS": "2", "OMP_STACKSIZE": "64M"}, needs=("xtb",)),
+    Program("python-numpy", "python3-numpy", "Python with numpy (Debian's): stencil steps, FFTs, an array grown by "
+            "np.append, a matrix product", ["/usr/bin/python3", "stencil.py"], {"stencil.py": NUMPY_SCRIPT},
+            needs=("/usr/bin/python3",)),
+    Program("make", "make", "a program that forks and execs (GNU make running sh, sort, awk, wc, sha256sum)",
+            ["make", "-s", "-f", "Makefile.hm"], {"Makefile.hm": MAKEFILE}, needs=("make",)),
+    Program("sqlite3", "sqlite3", "a C database engine: 200,000 rows inserted, indexed and aggregated in memory",
+            ["sqlite3", ":memory:", ".read script.sql"], {"script.sql": SQL_SCRIPT}, needs=("sqlite3",)),
+    Program("glpsol", "glpk-utils", "a C solver (GLPK: a transportation LP and a sudoku MIP by branch and bound)",
+            ["sh", "-c", "glpsol --math /usr/share/doc/glpk-utils/examples/transp.mod && "
+                         "glpsol --math /usr/share/doc/glpk-utils/examples/sudoku.mod "
+                         "--data /usr/share/doc/glpk-utils/examples/sudoku.dat"],
+            results=_lines(r"(Objective|OPTIMAL|\| [0-9] )"), needs=("glpsol",)),
+    Program("xz", "xz-utils", "multithreaded C compression (xz -T2, 24 MB of generated text, compressed and "
+            "decompressed through a pipe)",
+            ["sh", "-c", "seq 1 3000000 | xz -T2 -3 -c | xz -d -c | sha256sum"], needs=("xz", "seq")),
+]
+
+MODES = ("plain", "profile", "rules", "plan")
+
+
+@dataclass
+class Outcome:
+    program: str
+    mode: str
+    status: int
+    results: list
+    seconds: float
+    problem: str = ""   # what went wrong, "" if nothing
+
+
+def _hetmem_cmd() -> list[str]:
+    return [sys.executable, "-m", "hetmem"]
+
+
+def _environment(extra: dict) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HM_TIERS", "HM_PROFILE", "HM_RULES", "LD_PRELOAD", "HM_PROFILE_ROOT_PID", "HM_POLICY")}
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra)
+    return env
+
+
+def prepare(program: Program, workdir: Path) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name, text in program.files.items():
+        (workdir / name).write_text(text)
+
+
+def command(program: Program, mode: str, workdir: Path, tag: str) -> list[str]:
+    """The command line of one mode: the program alone, or under hetmem (on each rank for MPI)."""
+    wrap: list[str] = []
+    if mode == "profile":
+        wrap = _hetmem_cmd() + ["profile", "-o", str(workdir / f"{tag}.hmtrace"), "--"]
+    elif mode == "rules":
+        wrap = _hetmem_cmd() + ["run", "--rules", str(workdir / "all-capacity.rules"), "--"]
+    elif mode == "plan":
+        wrap = _hetmem_cmd() + ["run", "--plan", str(workdir / "own.plan"), "--"]
+    if "{hetmem}" in program.command:
+        i = program.command.index("{hetmem}")
+        return program.command[:i] + wrap + program.command[i + 1:]
+    return wrap + program.command
+
+
+def run_once(program: Program, mode: str, workdir: Path, tag: str, timeout: float = 600) -> Outcome:
+    env = _environment({"HM_TIERS": "capacity=emul:cxl", **program.env})
+    cmd = command(program, mode, workdir, tag)
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Outcome(program.name, mode, -1, [], time.monotonic() - t0, f"hung: no exit within {timeout:.0f} s")
+    seconds = time.monotonic() - t0
+    problem = ""
+    if r.returncode < 0 or r.returncode > 128:
+        problem = f"killed by signal {abs(r.returncode) if r.returncode < 0 else r.returncode - 128}"
+    out = Outcome(program.name, mode, r.returncode, program.results(r.stdout), seconds, problem)
+    out.stderr = r.stderr  # type: ignore[attr-defined]
+    return out
+
+
+def traces_of(workdir: Path, tag: str) -> list[Path]:
+    """The traces one profiled run wrote: TRACE, or TRACE.rankN for each MPI rank."""
+    base = workdir / f"{tag}.hmtrace"
+    return sorted(p for p in workdir.glob(f"{tag}.hmtrace*") if p == base or re.search(r"\.rank\d+$", p.name))
+
+
+def make_plan(program: Program, workdir: Path, trace: Path) -> subprocess.CompletedProcess:
+    (workdir / "all-capacity.rules").write_text("all -> capacity\n")
+    return subprocess.run(_hetmem_cmd() + ["plan", str(trace), "-o", str(workdir / "own.plan")],
+                          env=_environment({}), capture_output=True, text=True, timeout=600)

@@ -1,0 +1,55 @@
+"""Real programs none of us wrote (Debian packages) run unharmed under hetmem: plain, under `hetmem
+profile`, with the whole heap on the capacity tier (`hetmem run --rules`), and with their own plan
+(`hetmem run --plan`), several times each: the same exit status and the same results every time,
+and every trace reads. The programs and what each covers: python/hetmem/real_programs.py."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "python"))
+
+from hetmem import real_programs as rp  # noqa: E402
+from hetmem.report import analyse  # noqa: E402
+from hetmem.trace import read_trace  # noqa: E402
+
+REPEAT = int(os.environ.get("HM_REAL_REPEAT", "2"))
+
+
+def _check(program, reference, outcome):
+    where = f"{program.name} under {outcome.mode}"
+    assert not outcome.problem, f"{where}: {outcome.problem}\n{getattr(outcome, 'stderr', '')[-3000:]}"
+    assert outcome.status == reference.status, \
+        f"{where}: exit status {outcome.status}, plain {reference.status}\n{getattr(outcome, 'stderr', '')[-3000:]}"
+    assert program.same(outcome.results, reference.results), \
+        f"{where}: results differ from the plain run\n{outcome.results}\n!=\n{reference.results}"
+
+
+@pytest.mark.parametrize("program", rp.PROGRAMS, ids=[p.name for p in rp.PROGRAMS])
+def test_real_program_runs_unharmed_in_every_mode(program, tmp_path):
+    if program.missing():
+        pytest.skip(program.missing())
+    rp.prepare(program, tmp_path)
+    plain = rp.run_once(program, "plain", tmp_path, "plain")
+    assert plain.status == 0 and plain.results, f"{program.name} fails on its own: {getattr(plain, 'stderr', '')}"
+    for rep in range(REPEAT):
+        outcome = rp.run_once(program, "profile", tmp_path, f"profile{rep}")
+        _check(program, plain, outcome)
+        traces = rp.traces_of(tmp_path, f"profile{rep}")
+        assert traces, f"{program.name}: no trace written"
+        if program.per_rank:
+            assert len(traces) == 2, f"one trace per rank expected: {traces}"
+        for t in traces:
+            trace = read_trace(str(t))
+            assert not trace.partial, f"{t}: {trace.problems}"
+            result = analyse(trace)
+            assert result["totals"]["allocations"] > 0
+            assert result["iterations"]["how"] == "window", "a program that marks nothing gets inferred windows"
+    made = rp.make_plan(program, tmp_path, rp.traces_of(tmp_path, "profile0")[0])
+    assert made.returncode == 0, made.stderr
+    for mode in ("rules", "plan"):
+        for rep in range(REPEAT):
+            _check(program, plain, rp.run_once(program, mode, tmp_path, f"{mode}{rep}"))
