@@ -169,6 +169,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "mg":
         from .bench_mg import main as bench_mg
         return bench_mg(out, args.quick)
+    if args.what == "unchanged":
+        from .bench_unchanged import main as bench_unchanged
+        return bench_unchanged(out, args.quick, _console())
     if args.what == "stream":
         return _run([find_program("hetmem-bench-stream"), "--json", out] + (["--mib", "64"] if args.quick else []))
     return _run([find_program("hetmem-bench-alloc"), "--json", out] + (["--quick"] if args.quick else []))
@@ -468,7 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plan)
 
     b = sub.add_parser("bench", help="run a benchmark of the library")
-    b.add_argument("what", choices=["alloc", "emul", "profiler", "pic", "octree", "placement", "stream", "mg"],
+    b.add_argument("what", choices=["alloc", "emul", "profiler", "pic", "octree", "placement", "stream", "mg",
+                                    "unchanged"],
                    help="alloc: allocation, free, arena, copy and emulation figures; "
                         "emul: the emulated tier's bookkeeping overhead (PIC, stencil) and its fidelity to the model; "
                         "profiler: profiling overhead, heaptrack comparison, rules-only cost; "
@@ -479,6 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "placement: every policy on the PIC code's 1.2 GiB rung with a fast budget of 25%% of it, "
                         "and the helper and prefetch sweeps (Figures 12 and 11); "
                         "stream: the streaming engine's staging copies against the machine's non-temporal copies; "
+                        "unchanged: real Debian programs in every mode (crashes, hangs, output), profiling LAMMPS "
+                        "against heaptrack, compare --plan on LAMMPS and a numpy code; "
                         "mg: hetmem-mg against hypre's PFMG on the same problem, and with 4 KiB pages, THP and a "
                         "hugetlb pool")
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
