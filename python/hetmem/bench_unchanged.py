@@ -163,6 +163,7 @@ def _symbol(program: str, function: str) -> str:
 
 
 def main(out: str, quick: bool, console) -> int:
+    from . import compare
     reps = 2 if quick else 5
     say = lambda text: console.print(text, markup=False, highlight=False)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="hetmem-bench-unchanged-") as tmp_name:

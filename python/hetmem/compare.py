@@ -169,7 +169,7 @@ def _iterations(doc: dict, key: str = "step_seconds") -> list[float]:
         value = doc.get("seconds" if key == "step_seconds" else "cpu_seconds")
         return [value] if value is not None else []
     if key != "step_seconds":
-        return []
+        return doc.get("iteration_cpu_seconds", []) if key == "step_cpu_seconds" else []
     return doc.get("iteration_seconds") or [doc.get("seconds", 0.0)]
 
 
@@ -179,6 +179,15 @@ def _steady(doc: dict, key: str = "step_seconds") -> float:
     if not steps:
         return float("nan")
     return statistics.median(steps[1:] if len(steps) > 1 else steps)
+
+
+def _phase_name(name: str) -> str:
+    """A phase as the user named it: an inferred iteration's function demangled."""
+    if name.startswith("iteration (at ") and name.endswith(")"):
+        from .entry_points import demangle
+        symbol = name[len("iteration (at "):-1]
+        return f"iteration (at {demangle([symbol]).get(symbol, symbol)})"
+    return name
 
 
 def _charged_share(doc: dict) -> float:
@@ -230,7 +239,7 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
             "charged_share": statistics.median(_charged_share(d) for d in ok),
             "cpu_seconds_per_iteration": statistics.median(cpu) if cpu else None,  # None: not measured
             "cpu_runs": cpu,
-            "phase_seconds_per_iteration": {k: v["seconds"] / steps for k, v in rep["phases"].items()},
+            "phase_seconds_per_iteration": {_phase_name(k): v["seconds"] / steps for k, v in rep["phases"].items()},
             "fast_budget": fast.get("budget", 0),
             "fast_high_water": fast.get("high_water", 0),
             "charged_seconds_per_iteration": cap.get("charged_s", 0.0) / steps,
@@ -420,14 +429,19 @@ def text_tables(result: dict) -> str:
         lines.append(f"  settled after iteration {st['iteration']}: {st['promoted']} objects in "
                      f"({_size(st['promoted_bytes'])}), {st['demoted']} out ({_size(st['demoted_bytes'])}), "
                      f"{st['unmovable']} unmovable{'; ' + st['problem'] if st['problem'] else ''}")
-    lines.append("where each class lives at the end (MiB per tier):")
+    # A program that frees everything before it exits has nothing live at the end: then what each
+    # class allocated on each tier over the run.
+    live = any(c["live_on"] for r in result["policies"] if "skipped" not in r for c in r["classes"])
+    lines.append("where each class lives at the end (MiB per tier):" if live
+                 else "what each class allocated on each tier over the run (MiB; nothing is live at the end):")
     for r in result["policies"]:
         if "skipped" in r:
             continue
         parts = []
         for c in r["classes"]:
-            if c["live_on"]:
-                parts.append(c["name"] + " " + "/".join(f"{t} {b / MiB:.0f}" for t, b in c["live_on"].items()))
+            on = c["live_on"] if live else c.get("allocated_on", {})
+            if on:
+                parts.append(c["name"] + " " + "/".join(f"{t} {b / MiB:.0f}" for t, b in on.items()))
         lines.append(f"  {r['policy']:<22} " + "; ".join(parts))
     lines += model_lines(result)
     lines += _target_lines(result, "hetmem-static") + _target_lines(result, "hetmem")

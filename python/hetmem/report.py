@@ -234,6 +234,8 @@ def analyse(trace: Trace, top: int = 10) -> dict:
         m = a_group == g
         frames = frames_of[g]
         where = site_frame(frames)
+        direct = frames[0] if frames and frames[0]["module"] != "?" and not any(
+            r in os.path.basename(frames[0]["module"]) for r in RUNTIME_MODULES) else None
         sites[g] = {
             "site": g, "count": int(m.sum()), "bytes": int(a_size[m].sum()),
             "peak_bytes": peak_live(a_time[m], a_size[m], f_time[m]),
@@ -242,11 +244,14 @@ def analyse(trace: Trace, top: int = 10) -> dict:
             "stacks": int(sum(1 for s, gg in group_of.items() if gg == g)),
             "function": where["function"], "file": where["file"], "line": where["line"],
             "module": where["module"],
-            "rule_site": f"{where['module']}+{hex(where['offset'])}" if where["module"] != "?" else "",
             # Rules match the allocation's direct caller: a site reached through a runtime library
-            # (printf's buffer, a C++ container) cannot be named by one.
-            "rule_site_direct": bool(frames) and where is frames[0],
-            "via": os.path.basename(frames[0]["module"]) if frames and where is not frames[0] else "",
+            # (printf's buffer, a C++ container) cannot be named by one. A direct caller in the
+            # program's own objects is named even when it has no symbol (a stripped library's
+            # allocation wrapper, numpy's for every array): the rule then covers what it allocates.
+            "rule_site": (f"{direct['module']}+{hex(direct['offset'])}" if direct
+                          else f"{where['module']}+{hex(where['offset'])}" if where["module"] != "?" else ""),
+            "rule_site_direct": direct is not None,
+            "via": os.path.basename(frames[0]["module"]) if frames and not direct else "",
             "stack": [f"{f['function']} ({os.path.basename(f['file']) or os.path.basename(f['module'])}"
                       f"{':' + str(f['line']) if f['line'] else ''})" for f in frames],
         }

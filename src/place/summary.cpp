@@ -21,30 +21,41 @@ namespace {
 
 using nlohmann::json;
 
-// Wall time of each iteration: the first from the placement runtime's start (its first class
-// allocation) to the first hm_iteration_next, each later one between two of them.
+// Wall and process CPU time of each iteration: the first from the placement runtime's start (its
+// first class allocation) to the first hm_iteration_next (or inferred iteration), each later one
+// between two of them.
 class IterationClock final : public PhaseObserver {
  public:
   void start() {
     std::lock_guard<std::mutex> lock(mutex_);
     last_ns_ = prim::now_ns();
+    last_cpu_ns_ = prim::process_cpu_ns();
     seconds_.clear();
+    cpu_seconds_.clear();
   }
   void iteration_begun(uint32_t) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    uint64_t now = prim::now_ns();
-    if (last_ns_) seconds_.push_back(static_cast<double>(now - last_ns_) * 1e-9);
+    uint64_t now = prim::now_ns(), cpu = prim::process_cpu_ns();
+    if (last_ns_) {
+      seconds_.push_back(static_cast<double>(now - last_ns_) * 1e-9);
+      cpu_seconds_.push_back(static_cast<double>(cpu - last_cpu_ns_) * 1e-9);
+    }
     last_ns_ = now;
+    last_cpu_ns_ = cpu;
   }
   std::vector<double> seconds() {
     std::lock_guard<std::mutex> lock(mutex_);
     return seconds_;
   }
+  std::vector<double> cpu_seconds() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cpu_seconds_;
+  }
 
  private:
   std::mutex mutex_;
-  uint64_t last_ns_ = 0;
-  std::vector<double> seconds_;
+  uint64_t last_ns_ = 0, last_cpu_ns_ = 0;
+  std::vector<double> seconds_, cpu_seconds_;
 };
 
 IterationClock *clock_instance() {
@@ -187,6 +198,7 @@ extern "C" int hm_summary_write(const char *path, const char *extra_json) {
     doc["placement"] = hm::place::placement_json();
     doc["phases"] = phases;
     doc["iteration_seconds"] = hm::place::clock_instance()->seconds();
+    doc["iteration_cpu_seconds"] = hm::place::clock_instance()->cpu_seconds();
     doc["emulator_own_seconds"] = static_cast<double>(sampler.own_ns + sampler.inflicted_ns) * 1e-9;
     if (!hm::prim::write_text_atomic(path, doc.dump(1) + "\n"))
       return hm::fail(HM_EIO, "hm_summary_write: cannot write '%s'", path);

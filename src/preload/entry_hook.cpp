@@ -82,7 +82,8 @@ namespace {
 struct Search {
   const char *symbol;
   int slots;
-  void *self;  // an address inside this library: its own slots are left alone
+  const void *skip[2];  // addresses inside objects whose slots are left alone (this library, ...)
+  bool patch;           // false: count the slots only
 };
 
 // The dynamic section's addresses: relocated in place by the C library's loader on most targets,
@@ -102,7 +103,8 @@ bool inside(const dl_phdr_info *info, const void *addr) {
 #ifdef HM_HAVE_TRAMPOLINE
 int patch_object(dl_phdr_info *info, size_t, void *data) {
   auto *search = static_cast<Search *>(data);
-  if (inside(info, search->self)) return 0;
+  for (const void *skip : search->skip)
+    if (skip && inside(info, skip)) return 0;
   const ElfW(Dyn) *dyn = nullptr;
   uintptr_t relro_start = 0, relro_end = 0;
   for (int i = 0; i < info->dlpi_phnum; ++i) {
@@ -137,6 +139,10 @@ int patch_object(dl_phdr_info *info, size_t, void *data) {
     if (ELF64_R_TYPE(r.r_info) != HM_JUMP_SLOT) continue;
     const ElfW(Sym) &sym = symtab[ELF64_R_SYM(r.r_info)];
     if (std::strcmp(strtab + sym.st_name, search->symbol) != 0) continue;
+    if (!search->patch) {
+      ++search->slots;
+      continue;
+    }
     auto slot = base + r.r_offset;
     auto *slot_page = reinterpret_cast<void *>(slot & ~static_cast<uintptr_t>(page - 1));
     bool in_relro = slot >= relro_start && slot < relro_end;
@@ -163,7 +169,7 @@ EntryHookResult hook_entries(const char *symbol, void (*on_entry)()) {
 #ifdef HM_HAVE_TRAMPOLINE
   g_on_entry = on_entry;
   hm_preload_entry_target = target;
-  Search search{symbol, 0, reinterpret_cast<void *>(&hook_entries)};
+  Search search{symbol, 0, {reinterpret_cast<void *>(&hook_entries), nullptr}, true};
   dl_iterate_phdr(patch_object, &search);
   result.slots = search.slots;
   if (!result.slots)
@@ -175,6 +181,18 @@ EntryHookResult hook_entries(const char *symbol, void (*on_entry)()) {
   std::snprintf(result.detail, sizeof result.detail, "entry hooks exist for x86-64 only");
 #endif
   return result;
+}
+
+bool called_outside(const char *symbol) {
+#ifdef HM_HAVE_TRAMPOLINE
+  // The library that defines the symbol calls its own functions as it likes; this one too.
+  Search search{symbol, 0, {reinterpret_cast<void *>(&hook_entries), dlsym(RTLD_DEFAULT, symbol)}, false};
+  dl_iterate_phdr(patch_object, &search);
+  return search.slots > 0;
+#else
+  (void)symbol;
+  return false;
+#endif
 }
 
 }  // namespace hm::preload

@@ -20,4 +20,8 @@ struct EntryHookResult {
 // trampoline saves the argument registers). Call once, at start-up, before other threads run.
 EntryHookResult hook_entries(const char *symbol, void (*on_entry)());
 
+// Whether an object other than this library and the one that defines `symbol` calls it through
+// the dynamic linker: a program linked with libhetmem that marks its own phases (hm_phase_begin).
+bool called_outside(const char *symbol);
+
 }  // namespace hm::preload

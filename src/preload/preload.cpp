@@ -242,6 +242,9 @@ void iteration_entered() {
 // every HM_ITERATION_WINDOW seconds. A function that cannot be hooked is said, and windows are
 // used instead.
 void infer_iterations() {
+  // A program built with libhetmem that marks its own phases or iterations keeps its marks.
+  for (const char *mark : {"hm_phase_begin", "hm_iteration_next", "hm_phase_begin_f", "hm_iteration_next_f"})
+    if (preload::called_outside(mark)) return;
   std::string at = option("HM_ITERATION_AT");
   if (!at.empty()) {
     preload::EntryHookResult hooked = preload::hook_entries(at.c_str(), iteration_entered);

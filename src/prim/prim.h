@@ -141,6 +141,7 @@ uint64_t now_ns();
 // Seconds since 1970 (CLOCK_REALTIME): for records of when something was made.
 int64_t wall_seconds();
 uint64_t wall_ns();  // the same, in nanoseconds
+uint64_t process_cpu_ns();  // CPU time of every thread of the process (CLOCK_PROCESS_CPUTIME_ID)
 // A cheaper monotonic clock for per-event timestamps: the invariant TSC scaled to nanoseconds
 // (calibrated against CLOCK_MONOTONIC on first use), or now_ns() where there is none.
 uint64_t fast_now_ns();

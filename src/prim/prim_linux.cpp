@@ -588,6 +588,12 @@ int64_t wall_seconds() {
   return static_cast<int64_t>(ts.tv_sec);
 }
 
+uint64_t process_cpu_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 uint64_t wall_ns() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
