@@ -119,6 +119,7 @@ class Program:
     env: dict[str, str] = field(default_factory=dict)
     needs: tuple[str, ...] = ()     # executables that must exist
     per_rank: bool = False  # hetmem is started on each rank (mpirun -np 2 hetmem ... -- PROGRAM)
+    sites_recur: bool = False  # deterministic: every site of its plan occurs again in a planned run
 
     def missing(self) -> str:
         gone = [n for n in self.needs if not shutil.which(n)]
@@ -147,8 +148,9 @@ PROGRAMS = [
             tolerance=5e-6, tolerance_source="xtb's energy convergence threshold for --opt (normal): 5e-6 Eh",
             env={"OMP_NUM_THREADS": "2", "OMP_STACKSIZE": "64M"}, needs=("xtb",)),
     Program("python-numpy", "python3-numpy", "Python with numpy (Debian's): stencil steps, FFTs, an array grown by "
-            "np.append, a matrix product", ["/usr/bin/python3", "stencil.py"], {"stencil.py": NUMPY_SCRIPT},
-            needs=("/usr/bin/python3",)),
+            "np.append, a matrix product (a main program not built position-independent)",
+            ["/usr/bin/python3", "stencil.py"], {"stencil.py": NUMPY_SCRIPT}, needs=("/usr/bin/python3",),
+            sites_recur=True),
     Program("make", "make", "a program that forks and execs (GNU make running sh, sort, awk, wc, sha256sum)",
             ["make", "-s", "-f", "Makefile.hm"], {"Makefile.hm": MAKEFILE}, needs=("make",)),
     Program("sqlite3", "sqlite3", "a C database engine: 200,000 rows inserted, indexed and aggregated in memory",
@@ -191,6 +193,7 @@ def _environment(extra: dict) -> dict:
 
 def prepare(program: Program, workdir: Path) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "all-capacity.rules").write_text("all -> capacity\n")
     for name, text in program.files.items():
         (workdir / name).write_text(text)
 
@@ -234,6 +237,5 @@ def traces_of(workdir: Path, tag: str) -> list[Path]:
 
 
 def make_plan(program: Program, workdir: Path, trace: Path) -> subprocess.CompletedProcess:
-    (workdir / "all-capacity.rules").write_text("all -> capacity\n")
     return subprocess.run(_hetmem_cmd() + ["plan", str(trace), "-o", str(workdir / "own.plan")],
                           env=_environment({}), capture_output=True, text=True, timeout=600)

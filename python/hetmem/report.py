@@ -88,6 +88,15 @@ def site_frame(frames: list[dict]) -> dict:
                                      "address": "0x0"}
 
 
+def direct_caller(frames: list[dict]) -> dict | None:
+    """The frame that called the allocator, when it is in the program's own objects (not a runtime
+    library): what a site rule matches."""
+    if frames and frames[0]["module"] != "?" and not any(
+            r in os.path.basename(frames[0]["module"]) for r in RUNTIME_MODULES):
+        return frames[0]
+    return None
+
+
 # ------------------------------------------------------------------------------------------------
 # Analyses
 
@@ -224,7 +233,11 @@ def analyse(trace: Trace, top: int = 10) -> dict:
     for s in uniq:
         frames = [sym.frame(a) for a in trace.sites.get(int(s), [])]
         where = site_frame(frames)
-        key = (where["module"], where["offset"]) if frames else ("?", int(s))
+        # A site is what a rule can name: the allocator's direct caller when that is in the
+        # program's own objects (one call instruction), else the first frame in the program.
+        direct = direct_caller(frames)
+        key = ((direct["module"], direct["offset"]) if direct else
+               (where["module"], where["offset"]) if frames else ("?", int(s)))
         g = key_to_group.setdefault(key, int(s))
         group_of[int(s)] = g
         frames_of.setdefault(g, frames)
@@ -234,8 +247,7 @@ def analyse(trace: Trace, top: int = 10) -> dict:
         m = a_group == g
         frames = frames_of[g]
         where = site_frame(frames)
-        direct = frames[0] if frames and frames[0]["module"] != "?" and not any(
-            r in os.path.basename(frames[0]["module"]) for r in RUNTIME_MODULES) else None
+        direct = direct_caller(frames)
         sites[g] = {
             "site": g, "count": int(m.sum()), "bytes": int(a_size[m].sum()),
             "peak_bytes": peak_live(a_time[m], a_size[m], f_time[m]),

@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "hetmem/hetmem.h"
 
@@ -537,11 +538,48 @@ void for_each_loaded_object(void (*fn)(const LoadedObject &, void *), void *ctx)
       &call);
 }
 
+namespace {
+// The main program as for_each_loaded_object names it (/proc/self/exe, symbolic links resolved),
+// where dladdr gives the name it was started by (/usr/bin/python3 for /usr/bin/python3.11).
+struct MainProgram {
+  char path[512] = {};
+  uintptr_t text = 0;  // an address inside it: the first object dl_iterate_phdr reports
+};
+const MainProgram &main_program() {
+  static MainProgram m;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ssize_t n = readlink("/proc/self/exe", m.path, sizeof m.path - 1);
+    if (n <= 0) m.path[0] = '\0';
+    dl_iterate_phdr(
+        [](dl_phdr_info *info, size_t, void *data) {
+          auto *mp = static_cast<MainProgram *>(data);
+          for (int i = 0; i < info->dlpi_phnum; ++i)
+            if (info->dlpi_phdr[i].p_type == PT_LOAD) {
+              mp->text = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+              break;
+            }
+          return 1;  // the first object only
+        },
+        &m);
+  });
+  return m;
+}
+}  // namespace
+
 bool object_at(const void *addr, const char **path, uintptr_t *base) {
   Dl_info info;
-  if (!dladdr(addr, &info) || !info.dli_fname) return false;
+  link_map *map = nullptr;
+  if (!dladdr1(addr, &info, reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP) || !info.dli_fname) return false;
   *path = info.dli_fname;
-  *base = reinterpret_cast<uintptr_t>(info.dli_fbase);
+  // The load bias (0 for a program not built position-independent), as the trace's module
+  // records have it, not the address the object's first page is mapped at.
+  *base = map ? static_cast<uintptr_t>(map->l_addr) : reinterpret_cast<uintptr_t>(info.dli_fbase);
+  const MainProgram &m = main_program();
+  Dl_info main_info;
+  if (m.path[0] && m.text && dladdr(reinterpret_cast<void *>(m.text), &main_info) &&
+      main_info.dli_fbase == info.dli_fbase)
+    *path = m.path;
   return true;
 }
 

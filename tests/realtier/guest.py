@@ -50,6 +50,7 @@ HETMEM_BINARIES = {  # path in the build tree -> name in the guest
     "tests/test_prim": "test_prim",
     "tests/test_persist": "test_persist",
     "bench/hetmem-bench-tiers": "hetmem-bench-tiers",
+    "tests/programs/prog_plan_probe": "prog_plan_probe",
 }
 HMAT_NODE0 = [
     "-numa", "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=80",
@@ -78,7 +79,12 @@ run test_realtier
 run test_alloc --gtest_filter='Kinds/*:AllocApi.*:Arena.*'
 run test_prim
 run hetmem-bench-tiers --size-mib 16 --reps 2 --json /tmp/bench-tiers.json --no-store
+# An unchanged program under the preload library with the plan its host profile gave: each planned
+# class on the right node, page by page (the hot field on node 0, streamed and cold data on node 1).
+run env LD_PRELOAD=/lib/libhetmem_preload.so HM_RULES=/plan_probe.plan HM_POLICY=hetmem-static \
+    HM_FAST_BUDGET=64M HM_PROBE_NODES="field=0 particles=1 log=1" prog_plan_probe
 """,
+        "plan_probe": True,
     },
     "pmem": {
         "qemu": ["-M", "q35,nvdimm=on,hmat=on", "-m", "2G,slots=4,maxmem=8G",
@@ -238,6 +244,21 @@ def library_deps(binary: str) -> list[str]:
     return libs
 
 
+def probe_plan(build_dir: Path) -> str:
+    """The plan `hetmem plan` makes from a host profile of prog_plan_probe, its sites named by the
+    program's file name (the guest has it as /bin/prog_plan_probe; a site rule matches a path's end)."""
+    probe = build_dir / "tests/programs/prog_plan_probe"
+    with tempfile.TemporaryDirectory(prefix="hetmem-guest-plan-") as tmp:
+        trace, plan = Path(tmp, "probe.hmtrace"), Path(tmp, "probe.plan")
+        env = {k: v for k, v in os.environ.items() if k not in ("HM_TIERS", "HM_POLICY", "LD_PRELOAD")}
+        env["HM_TIERS"] = "capacity=emul:cxl"
+        for step in (["profile", "-o", str(trace), "--", str(probe)], ["plan", str(trace), "-o", str(plan)]):
+            r = subprocess.run([sys.executable, "-m", "hetmem", *step], env=env, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"hetmem {step[0]} of prog_plan_probe on the host failed: {r.stderr.strip()[-300:]}")
+        return plan.read_text().replace(str(probe.resolve()), probe.name).replace(str(probe), probe.name)
+
+
 def build_initramfs(recipe: dict, build_dir: Path, moddir: Path, out: Path) -> None:
     stage = Path(tempfile.mkdtemp(prefix="hetmem-guest-"))
     try:
@@ -247,6 +268,8 @@ def build_initramfs(recipe: dict, build_dir: Path, moddir: Path, out: Path) -> N
             if not path.exists():
                 raise Skip(f"{path} is not built")
             files[f"bin/{name}"] = str(path)
+        if recipe.get("plan_probe"):
+            files["lib/libhetmem_preload.so"] = str(build_dir / "libhetmem_preload.so")
         for tool in recipe["tools"]:  # before busybox's applets of the same name (mke2fs)
             files[f"opt/bin/{tool}"] = str(Path(which(tool)).resolve())
         for dest, src in list(files.items()):
@@ -269,6 +292,8 @@ def build_initramfs(recipe: dict, build_dir: Path, moddir: Path, out: Path) -> N
             else:
                 shutil.copy2(src, stage / "modules" / name)
         (stage / "modules.order").write_text("\n".join(Path(r).name.removesuffix(".xz") for r in order) + "\n")
+        if recipe.get("plan_probe"):
+            (stage / "plan_probe.plan").write_text(probe_plan(build_dir))
         init = stage / "init"
         init.write_text(INIT.replace("@STEPS@", recipe["steps"]))
         init.chmod(0o755)
