@@ -374,3 +374,26 @@ def test_profile_fails_with_status_2_when_the_preload_library_cannot_start(tmp_p
     assert "no trace was written" in r.stderr
     ok = hetmem("profile", "-o", str(trace), "--", str(PROGRAMS / "prog_alloc_pattern"))
     assert ok.returncode == 0 and trace.exists(), ok.stderr
+
+
+@pytest.mark.parametrize("mode", ["plain", "profile", "rules", "profile-children"])
+def test_the_host_survives_realloc_statistics_and_forks_under_threads(tmp_path, mode):
+    """realloc through every size class, the C library's statistics and knobs, and fork, vfork + exec
+    and posix_spawn while two threads allocate: the same answers with the preload library as without,
+    and no child hangs on a lock a vanished thread held (the MD code's hang in mallinfo2)."""
+    program = str(PROGRAMS / "prog_host_calls")
+    rules = tmp_path / "all.rules"
+    rules.write_text("all -> capacity\n")
+    args = {"plain": None, "profile": ["profile", "-o", str(tmp_path / "h.hmtrace"), "--"],
+            "rules": ["run", "--rules", str(rules), "--"],
+            "profile-children": ["profile", "--children", "-o", str(tmp_path / "c.hmtrace"), "--"]}[mode]
+    for _ in range(3):
+        if args is None:
+            r = subprocess.run([program], capture_output=True, text=True, timeout=120)
+        else:
+            r = hetmem(*args, program, env_extra={"HM_TIERS": "capacity=emul:cxl"}, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.split("\n")[:3] == ["realloc ok", "statistics ok", "fork ok"], r.stdout
+    if mode == "profile":
+        trace = read_trace(str(tmp_path / "h.hmtrace"))
+        assert not trace.partial, trace.problems
