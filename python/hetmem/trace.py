@@ -1,4 +1,4 @@
-"""Reads hetmem trace files (format versions 1 to 3, docs/trace-format.md)."""
+"""Reads hetmem trace files (format versions 1 to 4, docs/trace-format.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import zstandard
 
 MAGIC = b"HMTRACE\0"
-VERSION = 3  # also reads 1 (every phase instance sampled) and 2 (no record checksums)
+VERSION = 4  # also reads 1 (every phase instance sampled), 2 (no record checksums), 3 (sites one by one)
 PHASE_SAMPLED = 1 << 16
 HEADER = struct.Struct("<8sIIQQIIQ16s")  # 64 bytes
 RECORD = struct.Struct("<IIII")     # version 3: type, bytes, CRC-32, reserved
@@ -25,7 +25,8 @@ ITERATION = struct.Struct("<IIQ")
 MODULE = struct.Struct("<QQQII")
 EXEC = struct.Struct("<QII")
 
-EVENTS, SITE, PHASE_NAME, PHASE, ITERATION_MARK, MODULES, END, THREAD_NAME, EXEC_MARK = range(1, 10)
+EVENTS, SITE, PHASE_NAME, PHASE, ITERATION_MARK, MODULES, END, THREAD_NAME, EXEC_MARK, SITES = range(1, 11)
+SITES_HEADER = struct.Struct("<IIII")
 # No record the writer makes comes near this: a longer one announced is damage, not data.
 MAX_RECORD = 64 << 20
 ALLOC, FREE = 1, 2
@@ -55,6 +56,29 @@ def unpack_columns(raw: bytes, count: int) -> np.ndarray:
     block["time_ns"] = np.cumsum(block["time_ns"], dtype=np.uint64)
     block["ptr"] = np.cumsum(block["ptr"], dtype=np.uint64)
     return block
+
+
+def unpack_sites(raw: bytes, count: int) -> dict[int, list[int]]:
+    """A block of call sites (version 4): ids, depths, then every return address as its difference
+    from the address at the same depth of the site before it, in byte planes (docs/trace-format.md)."""
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    ids = np.ascontiguousarray(buf[:4 * count].reshape(4, count).T).view("<u4").reshape(count)
+    depths = buf[4 * count:5 * count].astype(np.int64)
+    total = int(depths.sum())
+    planes = buf[5 * count:5 * count + 8 * total].reshape(8, total)
+    deltas = np.ascontiguousarray(planes.T).view("<u8").reshape(total).tolist()
+    sites, prev, k = {}, [0] * 64, 0
+    for site, depth in zip(ids.tolist(), depths.tolist()):
+        frames = []
+        for d in range(depth):
+            value = (deltas[k] + prev[d]) & 0xFFFFFFFFFFFFFFFF
+            frames.append(value)
+            prev[d] = value
+            k += 1
+        for d in range(depth, len(prev)):
+            prev[d] = 0
+        sites[site] = frames
+    return sites
 
 
 class TraceError(Exception):
@@ -120,7 +144,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
         raise TraceError(f"{path}: truncated header: the trace ends after {len(data)} of its {HEADER.size} header "
                          "bytes")
     version = struct.unpack_from("<I", data, 8)[0]
-    if version not in (1, 2, VERSION):
+    if version not in (1, 2, 3, VERSION):
         raise TraceError(f"{path}: trace format version {version}; this hetmem reads versions 1 to {VERSION} "
                          f"(record it again with this hetmem, or report it with the hetmem that wrote it)")
     if len(data) < HEADER.size:
@@ -174,6 +198,11 @@ def read_trace(path: str | os.PathLike) -> Trace:
             elif rtype == SITE:
                 site, n = SITE_HEADER.unpack_from(body, 0)
                 trace.sites[site] = list(struct.unpack_from(f"<{n}Q", body, SITE_HEADER.size))
+            elif rtype == SITES:
+                count, raw_bytes, packed, _ = SITES_HEADER.unpack_from(body, 0)
+                raw = decompressor.decompress(body[SITES_HEADER.size:SITES_HEADER.size + packed],
+                                              max_output_size=raw_bytes)
+                trace.sites.update(unpack_sites(raw, count))
             elif rtype == PHASE_NAME:
                 pid_ = struct.unpack_from("<I", body, 0)[0]
                 trace.phase_names[pid_] = body[4:].decode(errors="replace")

@@ -4,6 +4,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -118,8 +119,11 @@ size_t pack_columns(const ThreadBuffer *b, unsigned char *out) {
   return static_cast<size_t>(p - out);
 }
 
+void flush_sites(uint64_t older_than_ns);
+
 void flush_locked(ThreadBuffer *b) {
   InternalScope internal;  // the compressor's allocations are not the program's
+  flush_sites(1000000000ull);
   if (b->count == 0 || g_fd < 0) {
     b->count = 0;
     return;
@@ -178,6 +182,107 @@ uint64_t hash_frames(const uint64_t *f, int n) {
   return h | (uint64_t{1} << 63);  // never 0 (empty) or kBusy
 }
 
+// Call sites wait in a block that is written compressed (trace::kSites) when full and whenever
+// events are written, so that every site an event refers to is in the file by then.
+constexpr uint32_t kSitesPerBlock = 4096;
+struct SiteBlock {
+  std::atomic<int> lock{0};
+  uint32_t count = 0;
+  uint32_t frames = 0;
+  uint64_t first_ns = 0;  // when the oldest site in the block was added
+  uint32_t id[kSitesPerBlock];
+  uint8_t depth[kSitesPerBlock];
+  uint64_t frame[kSitesPerBlock * kMaxDepth];
+  uint64_t delta[kSitesPerBlock * kMaxDepth];  // the columns being laid out
+  uint32_t order[kSitesPerBlock];
+  unsigned char raw[kSitesPerBlock * (5 + 8 * kMaxDepth)];
+  unsigned char packed[kSitesPerBlock * (5 + 8 * kMaxDepth) + 65536];  // >= ZSTD_compressBound
+  ZSTD_CCtx *zstd = nullptr;
+};
+SiteBlock *g_site_block = nullptr;  // mapped with the site table
+
+void flush_sites_locked(SiteBlock *b) {
+  if (b->count == 0 || g_fd < 0) {
+    b->count = b->frames = 0;
+    return;
+  }
+  InternalScope internal;
+  // Sites in the order of their frames from the outermost in, so that neighbours share callers
+  // and the differences between them are mostly 0.
+  uint32_t start[kSitesPerBlock];
+  for (uint32_t i = 0, at = 0; i < b->count; at += b->depth[i], ++i) {
+    start[i] = at;
+    b->order[i] = i;
+  }
+  auto outer_first = [&](uint32_t x, uint32_t y) {
+    for (int dx = b->depth[x] - 1, dy = b->depth[y] - 1; dx >= 0 && dy >= 0; --dx, --dy) {
+      uint64_t fx = b->frame[start[x] + dx], fy = b->frame[start[y] + dy];
+      if (fx != fy) return fx < fy;
+    }
+    return b->depth[x] < b->depth[y];
+  };
+  std::sort(b->order, b->order + b->count, outer_first);
+  uint64_t *column = b->delta;
+  for (uint32_t i = 0; i < b->count; ++i) column[i] = b->id[b->order[i]];
+  unsigned char *p = byte_planes<4>(column, b->count, b->raw);
+  for (uint32_t i = 0; i < b->count; ++i) *p++ = b->depth[b->order[i]];
+  // Each frame as its difference from the previous site's frame at the same depth, byte planes.
+  uint64_t prev[kMaxDepth] = {};
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < b->count; ++i) {
+    const uint32_t site = b->order[i], depth = b->depth[site];
+    for (uint32_t d = 0; d < depth; ++d, ++k) {
+      uint64_t f = b->frame[start[site] + d];
+      column[k] = f - prev[d];
+      prev[d] = f;
+    }
+    for (uint32_t d = depth; d < kMaxDepth; ++d) prev[d] = 0;
+  }
+  p = byte_planes<8>(column, k, p);
+  size_t raw = static_cast<size_t>(p - b->raw);
+  if (!b->zstd) b->zstd = ZSTD_createCCtx();
+  size_t packed = b->zstd ? ZSTD_compressCCtx(b->zstd, b->packed, sizeof b->packed, b->raw, raw, 9) : 0;
+  if (!b->zstd || ZSTD_isError(packed)) {
+    disable("zstd could not compress a block of call sites");
+  } else {
+    trace::SitesHeader sh{b->count, static_cast<uint32_t>(raw), static_cast<uint32_t>(packed), 0};
+    prim::Piece payload[2] = {{&sh, sizeof sh}, {b->packed, packed}};
+    if (write_sealed(trace::kSites, payload, 2) != HM_OK) disable("writing the trace failed (disk full?)");
+  }
+  b->count = b->frames = 0;
+}
+
+void lock_sites(SiteBlock *b) {
+  while (b->lock.exchange(1, std::memory_order_acquire)) {
+  }
+}
+void unlock_sites(SiteBlock *b) { b->lock.store(0, std::memory_order_release); }
+
+void add_site(uint32_t id, const uint64_t *frames, uint32_t depth) {
+  SiteBlock *b = g_site_block;
+  if (!b) return;
+  lock_sites(b);
+  if (b->count == kSitesPerBlock) flush_sites_locked(b);
+  if (b->count == 0) b->first_ns = now();
+  b->id[b->count] = id;
+  b->depth[b->count] = static_cast<uint8_t>(depth);
+  std::memcpy(b->frame + b->frames, frames, sizeof(uint64_t) * depth);
+  b->frames += depth;
+  ++b->count;
+  unlock_sites(b);
+}
+
+// `older_than_ns` > 0: only a block whose oldest site is at least that old (events are written
+// at least once a second; the sites they name follow within a second, whole blocks compressing
+// better than pieces).
+void flush_sites(uint64_t older_than_ns) {
+  if (SiteBlock *b = g_site_block) {
+    lock_sites(b);
+    if (b->count && (older_than_ns == 0 || now() - b->first_ns >= older_than_ns)) flush_sites_locked(b);
+    unlock_sites(b);
+  }
+}
+
 uint32_t intern_site(const uint64_t *frames, int depth) {
   if (!g_sites || depth == 0) return 0;
   uint64_t key = hash_frames(frames, depth);
@@ -191,8 +296,7 @@ uint32_t intern_site(const uint64_t *frames, int depth) {
         std::memcpy(s.frames, frames, sizeof(uint64_t) * depth);
         s.id = g_site_count.fetch_add(1) + 1;
         s.key.store(key, std::memory_order_release);
-        trace::SiteHeader sh{s.id, s.depth};
-        write_record(trace::kSite, &sh, sizeof sh, s.frames, sizeof(uint64_t) * s.depth);
+        add_site(s.id, s.frames, s.depth);
         return s.id;
       }
       k = s.key.load(std::memory_order_acquire);
@@ -295,6 +399,9 @@ int start(const Options &options) {
     if (prim::map_anon(sizeof(SiteSlot) * kSiteSlots, prim::kPageSize, 0, &mem) != HM_OK)
       return fail(HM_ENOMEM, "cannot map the call-site table");
     g_sites = static_cast<SiteSlot *>(mem);
+    if (prim::map_anon(sizeof(SiteBlock), prim::kPageSize, 0, &mem) != HM_OK)
+      return fail(HM_ENOMEM, "cannot map the call-site block");
+    g_site_block = new (mem) SiteBlock();
   }
   if (!g_large) g_large = new std::vector<std::pair<uintptr_t, size_t>>();
   g_start_ns = prim::fast_now_ns();
@@ -329,6 +436,7 @@ int stop() {
   InternalScope internal;
   if (!g_active.exchange(false) && g_fd < 0) return HM_OK;
   flush(true);
+  flush_sites(0);
   std::lock_guard<std::mutex> guard(g_mutex);
   write_modules();  // again: libraries loaded since the start
   write_record(trace::kEnd, nullptr, 0);
@@ -346,6 +454,7 @@ void before_exec(const char *program) {
   // A vfork child shares the parent's memory and buffers; the parent's trace is not its to write.
   if (!g_active.load() || g_fd < 0 || prim::process_id() != g_trace_pid) return;
   flush(true);
+  flush_sites(0);
   std::lock_guard<std::mutex> guard(g_mutex);
   write_modules();
   trace::ExecRecord r{now(), static_cast<uint32_t>(program ? std::strlen(program) : 0), 0};
@@ -420,6 +529,10 @@ void after_fork_in_child(bool follow) {
   g_buffers = nullptr;
   t_buffer = nullptr;
   new (&g_mutex) std::mutex();
+  if (g_site_block) {  // another thread may have held it: the parent's sites are the parent's
+    g_site_block->lock.store(0);
+    g_site_block->count = g_site_block->frames = 0;
+  }
   if (g_fd >= 0) prim::close_fd(g_fd);
   g_fd = -1;
   if (!g_active.load()) return;

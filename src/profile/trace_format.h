@@ -1,4 +1,4 @@
-// The hetmem trace format, version 3 (documented byte by byte in docs/trace-format.md).
+// The hetmem trace format, version 4 (documented byte by byte in docs/trace-format.md).
 // Little-endian. A 64-byte file header, then records: a 16-byte RecordHead followed by the
 // payload. A reader that meets a record it does not know skips it; one whose checksum fails is
 // damaged, and the reader looks for the next record whose checksum holds.
@@ -8,7 +8,8 @@
 namespace hm::trace {
 
 constexpr char kMagic[8] = {'H', 'M', 'T', 'R', 'A', 'C', 'E', '\0'};
-constexpr uint32_t kVersion = 3;  // 2: PhaseHeader.phase carries kPhaseSampled; 3: RecordHead.crc
+constexpr uint32_t kVersion = 4;  // 2: PhaseHeader.phase carries kPhaseSampled; 3: RecordHead.crc;
+                                   // 4: call sites in compressed blocks (kSites)
 
 struct FileHeader {  // 64 bytes
   char magic[8];
@@ -33,6 +34,7 @@ enum RecordType : uint32_t {
   kEnd = 7,         // written by a clean stop; a trace without it is partial
   kThreadName = 8,  // reserved
   kExec = 9,        // ExecRecord, then the new program's path: the process replaced itself
+  kSites = 10,      // SitesHeader, then a zstd-compressed block of call sites (see SitesHeader)
 };
 
 // Versions 1 and 2 had an 8-byte head {type, bytes}.
@@ -73,6 +75,20 @@ struct EventsHeader {
   uint32_t compressed_bytes;
   uint32_t reserved;
 };
+
+// A block of call sites (version 4; kSite before), in an order that puts sites with common
+// callers side by side. Uncompressed, the block holds: uint32 id[count] as 4 byte planes (all low
+// bytes, then all second bytes, ...), uint8 depth[count], then every site's return addresses
+// (innermost first, depth[i] each), each stored as its difference from the address at the same
+// depth of the site before it in the block (0 when that site is shallower), as 8 byte planes.
+// Sites called from the same places differ in few frames, so most differences are 0.
+struct SitesHeader {
+  uint32_t count;       // sites in the block
+  uint32_t raw_bytes;   // the block's size before compression
+  uint32_t packed_bytes;
+  uint32_t reserved;
+};
+static_assert(sizeof(SitesHeader) == 16);
 
 struct SiteHeader {
   uint32_t site;

@@ -120,7 +120,8 @@ TEST(Profile, RecordsApiAllocationsPhasesAndIterations) {
   auto counts = record_types(data);
   EXPECT_EQ(counts[0], 0) << "every record's checksum holds";
   EXPECT_GE(counts[hm::trace::kEvents], 2) << "at least one block per thread";
-  EXPECT_GE(counts[hm::trace::kSite], 1);
+  EXPECT_GE(counts[hm::trace::kSites], 1) << "call sites, in compressed blocks";
+  EXPECT_EQ(counts[hm::trace::kSite], 0) << "version 4 writes no site one by one";
   EXPECT_EQ(counts[hm::trace::kPhaseName], 1);
   EXPECT_EQ(counts[hm::trace::kPhase], 1);
   EXPECT_EQ(counts[hm::trace::kIteration], 1);

@@ -231,7 +231,7 @@ def test_bad_traces_are_clear_errors(tmp_path):
     future = tmp_path / "future.hmtrace"
     future.write_bytes(bytes(data[:8]) + (9).to_bytes(4, "little") + bytes(data[12:]))
     r = hetmem("report", str(future))
-    assert r.returncode == 2 and "version 9" in r.stderr and "reads versions 1 to 3" in r.stderr
+    assert r.returncode == 2 and "version 9" in r.stderr and "reads versions 1 to 4" in r.stderr
     cut = tmp_path / "cut.hmtrace"
     cut.write_bytes(bytes(data[: len(data) // 2]))
     r = hetmem("report", "--out", str(tmp_path / "cut"), str(cut))
