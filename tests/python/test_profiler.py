@@ -26,8 +26,16 @@ def hetmem(*args, env_extra=None, cwd=None, timeout=300):
         env.pop(name, None)
     env["PYTHONPATH"] = str(ROOT / "python")
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "hetmem", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=timeout)
+    # A session of its own: a run that hangs is stopped whole (the program under hetmem too).
+    proc = subprocess.Popen([sys.executable, "-m", "hetmem", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=cwd, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def profile(tmp_path, program, *args, name="t.hmtrace", options=()):
