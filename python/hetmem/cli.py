@@ -314,10 +314,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     iteration = _iteration_env(args, cmd)
     if iteration is None:
         return 2
-    # A profile is for data: the referenced-page sampler may take 2% of the run (1% otherwise).
     env = _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
                         "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0",
-                        "HM_SAMPLE_BUDGET": os.environ.get("HM_SAMPLE_BUDGET", "0.02"), **iteration})
+                        **iteration})
     before = _file_state(trace)  # a trace left from an earlier run must not pass for this one's
     started = time.time() - 1
     rc = _launch(cmd, env)

@@ -217,10 +217,16 @@ def run_once(program: Program, mode: str, workdir: Path, tag: str, timeout: floa
     env = _environment({"HM_TIERS": "capacity=emul:cxl", **program.env})
     cmd = command(program, mode, workdir, tag)
     t0 = time.monotonic()
+    # A session of its own, so that a hung run is stopped whole (mpirun's ranks, make's children).
+    proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        r = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.communicate()
         return Outcome(program.name, mode, -1, [], time.monotonic() - t0, f"hung: no exit within {timeout:.0f} s")
+    r = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     seconds = time.monotonic() - t0
     problem = ""
     if r.returncode < 0 or r.returncode > 128:

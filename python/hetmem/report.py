@@ -516,6 +516,12 @@ def plan_text(result: dict) -> str:
         if c["class"] == "unknown":
             lines.append(f"# site {c['rule_site']} -> class ?   # {where}: {evidence}")
             continue
+        if c["class"] == "metadata":
+            # Small long-lived objects the plan leaves with the C library stay in DRAM, where the
+            # metadata space would put them; a class would add its cost to each of many allocations.
+            lines.append(f"# site {c['rule_site']} -> class metadata   # {where}: {evidence}; left to the C library "
+                         "(in DRAM already; uncomment to place it as a class)")
+            continue
         if not c.get("rule_site_direct", True):
             lines.append(f"# site {c['rule_site']} -> class {c['class']}   # {where}: allocated inside {c['via']}, "
                          "which a site rule cannot name (it sees the direct caller only)")
