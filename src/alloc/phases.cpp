@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,9 +70,12 @@ struct Inference {
   uint64_t started_ns = 0;
   std::thread *window = nullptr;
   bool stop = false;           // tells the window thread to end (guarded by g_phase_mutex)
-  std::condition_variable_any wake;
+  std::condition_variable wake;
 };
-Inference g_inference;
+// Never destroyed: a forked child that exits must not destroy a condition variable the parent's
+// window thread was waiting on when it forked (the destruction would wait for that waiter forever).
+alignas(Inference) unsigned char g_inference_storage[sizeof(Inference)];
+Inference &g_inference = *new (g_inference_storage) Inference();
 
 uint16_t phase_id_locked(const char *name) {
   for (size_t i = 1; i < g_phases.size(); ++i)
@@ -168,9 +172,11 @@ void window_loop(double seconds) {
 void phases_lock_for_fork() { g_phase_mutex.lock(); }
 
 void phases_unlock_after_fork(bool child) {
-  if (child && g_inference.window) {
-    // The window thread does not exist in the child; its object is left alone. The inferred
+  if (child) {
+    // The window thread does not exist in the child: its object is left alone, and the condition
+    // variable it waited on is made anew (the parent's waiter is counted in it). The inferred
     // phase stays open and is ended by hm_iteration_infer_stop.
+    new (&g_inference.wake) std::condition_variable();
     g_inference.window = nullptr;
     g_inference.window_seconds = 0;
   }
