@@ -92,12 +92,12 @@ def _timed(cmd: list[str], cwd: Path, env: dict) -> float:
 
 def profiling_overhead(reps: int, tmp: Path) -> dict:
     work = _lammps(tmp)
-    env = rp._environment({})
+    env = rp.environment({})
     lmp = ["lmp", "-in", "in.lj", "-log", "none"]
     plain, profiled = [], []
     for i in range(reps):
         plain.append(_timed(lmp, work, env))
-        profiled.append(_timed(rp._hetmem_cmd() + ["profile", "-o", str(work / f"p{i}.hmtrace"), "--", *lmp],
+        profiled.append(_timed(rp.hetmem_command() + ["profile", "-o", str(work / f"p{i}.hmtrace"), "--", *lmp],
                                work, env))
     ours = os.path.getsize(work / "p0.hmtrace")
     row = {"name": "profiling LAMMPS, 256,000 atoms, 20 steps (whole command)", "plain_s": statistics.median(plain),
@@ -121,9 +121,9 @@ def profiling_overhead(reps: int, tmp: Path) -> dict:
 
 def _plan_for(cmd: list[str], work: Path, options: list[str]) -> Path:
     trace, plan = work / "plan.hmtrace", work / "own.plan"
-    env = rp._environment({})
+    env = rp.environment({})
     for step in (["profile", "-o", str(trace), *options, "--", *cmd], ["plan", str(trace), "-o", str(plan)]):
-        r = subprocess.run(rp._hetmem_cmd() + step, cwd=work, env=env, capture_output=True, text=True)
+        r = subprocess.run(rp.hetmem_command() + step, cwd=work, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             raise HetmemError(f"hetmem {step[0]} failed: {r.stderr.strip()[-400:]}")
     return plan
@@ -199,7 +199,7 @@ def main(out: str, quick: bool, console) -> int:
             continue
         lines.append(f"{r['name']}: footprint {r['footprint_bytes'] / 2**20:.0f} MiB, fast budget "
                      f"{r['fast_budget_bytes'] / 2**20:.0f} MiB, per {r['unit']}")
-        lines += ["  " + line for line in compare._target_lines(r, "hetmem-static")]
+        lines += ["  " + line for line in compare.target_lines(r, "hetmem-static")]
         note = compare.instrument_note(r)
         if note:
             lines.append("  " + note)

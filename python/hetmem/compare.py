@@ -315,7 +315,9 @@ def instrument_note(result: dict) -> str:
             "so no placement can show a margin here (a longer run, or --iteration-at to sample per step, charges more)")
 
 
-def _target_lines(result: dict, subject: str) -> list[str]:
+def target_lines(result: dict, subject: str) -> list[str]:
+    """One line per baseline: `subject`'s margin over it (wall and CPU), its verdict against the
+    spreads, and the WarpX-PM figure beside it."""
     lines = []
     cpu = {b: (x, m) for b, x, m in targets(result, "cpu_seconds_per_iteration", subject)}
     seeds = result["seed_full_vs"] if subject == "hetmem" else {**result["seed_full_vs"], **result["seed_static_vs"]}
@@ -444,7 +446,7 @@ def text_tables(result: dict) -> str:
                 parts.append(c["name"] + " " + "/".join(f"{t} {b / MiB:.0f}" for t, b in on.items()))
         lines.append(f"  {r['policy']:<22} " + "; ".join(parts))
     lines += model_lines(result)
-    lines += _target_lines(result, "hetmem-static") + _target_lines(result, "hetmem")
+    lines += target_lines(result, "hetmem-static") + target_lines(result, "hetmem")
     af = all_fast_target(result)
     if af:
         lines.append(f"hetmem vs all-fast: {af[0]:.3f}x the time per {result.get('unit', 'iteration')} ({af[1]}: "

@@ -178,11 +178,11 @@ class Outcome:
     problem: str = ""   # what went wrong, "" if nothing
 
 
-def _hetmem_cmd() -> list[str]:
+def hetmem_command() -> list[str]:
     return [sys.executable, "-m", "hetmem"]
 
 
-def _environment(extra: dict) -> dict:
+def environment(extra: dict) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("HM_TIERS", "HM_PROFILE", "HM_RULES", "LD_PRELOAD", "HM_PROFILE_ROOT_PID", "HM_POLICY")}
     root = str(Path(__file__).resolve().parents[1])
@@ -202,11 +202,11 @@ def command(program: Program, mode: str, workdir: Path, tag: str) -> list[str]:
     """The command line of one mode: the program alone, or under hetmem (on each rank for MPI)."""
     wrap: list[str] = []
     if mode == "profile":
-        wrap = _hetmem_cmd() + ["profile", "-o", str(workdir / f"{tag}.hmtrace"), "--"]
+        wrap = hetmem_command() + ["profile", "-o", str(workdir / f"{tag}.hmtrace"), "--"]
     elif mode == "rules":
-        wrap = _hetmem_cmd() + ["run", "--rules", str(workdir / "all-capacity.rules"), "--"]
+        wrap = hetmem_command() + ["run", "--rules", str(workdir / "all-capacity.rules"), "--"]
     elif mode == "plan":
-        wrap = _hetmem_cmd() + ["run", "--plan", str(workdir / "own.plan"), "--"]
+        wrap = hetmem_command() + ["run", "--plan", str(workdir / "own.plan"), "--"]
     if "{hetmem}" in program.command:
         i = program.command.index("{hetmem}")
         return program.command[:i] + wrap + program.command[i + 1:]
@@ -214,7 +214,7 @@ def command(program: Program, mode: str, workdir: Path, tag: str) -> list[str]:
 
 
 def run_once(program: Program, mode: str, workdir: Path, tag: str, timeout: float = 600) -> Outcome:
-    env = _environment({"HM_TIERS": "capacity=emul:cxl", **program.env})
+    env = environment({"HM_TIERS": "capacity=emul:cxl", **program.env})
     cmd = command(program, mode, workdir, tag)
     t0 = time.monotonic()
     # A session of its own, so that a hung run is stopped whole (mpirun's ranks, make's children).
@@ -243,5 +243,5 @@ def traces_of(workdir: Path, tag: str) -> list[Path]:
 
 
 def make_plan(program: Program, workdir: Path, trace: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(_hetmem_cmd() + ["plan", str(trace), "-o", str(workdir / "own.plan")],
-                          env=_environment({}), capture_output=True, text=True, timeout=600)
+    return subprocess.run(hetmem_command() + ["plan", str(trace), "-o", str(workdir / "own.plan")],
+                          env=environment({}), capture_output=True, text=True, timeout=600)
