@@ -2,10 +2,10 @@
 
     hetmem tiers [--json] [--bench [--quick] [--threads N] [--size-mib N] [--out PATH]] [--validate]
     hetmem options [--json]
-    hetmem profile [-o TRACE] [--depth N] [--large SIZE] [--children] -- CMD ARGS
+    hetmem profile [-o TRACE] [--depth N] [--large SIZE] [--children] [--iteration-at FUNCTION | --window S] -- CMD ARGS
     hetmem report TRACE [--out DIR] [--json] [--top N]
     hetmem plan TRACE [-o PLAN]
-    hetmem run [--rules FILE | --plan PLAN] [--policy NAME] -- CMD ARGS
+    hetmem run [--rules FILE | --plan PLAN] [--policy NAME] [--iteration-at FUNCTION | --window S] -- CMD ARGS
     hetmem compare [--policies LIST] [--fraction F | --budget SIZE] [--iterations N] [--repeat R]
                    [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...] | --plan PLAN -- CMD ARGS]
     hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg [--quick] [--out PATH]
@@ -419,7 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first run the STREAM + pointer-chase benchmark on every tier and update the calibration")
     t.add_argument("--quick", action="store_true", help="with --bench: fewer repetitions")
     t.add_argument("--threads", type=int, help="with --bench: largest thread count (default: all cores)")
-    t.add_argument("--size-mib", type=int, help="with --bench: array size (default: 4x the last-level cache)")
+    t.add_argument("--size-mib", type=int, help="with --bench: array size (default: 4x the last-level cache); with "
+                   "--validate: the microkernels' array size (default: the validator's own, 64 with --quick)")
     t.add_argument("--out", default="hetmem-bench-tiers.json", help="with --bench: JSON results file")
     t.add_argument("--validate", action="store_true",
                    help="check each emulated tier against its model: microkernels (sequential read/write, "
