@@ -176,6 +176,7 @@ class Outcome:
     results: list
     seconds: float
     problem: str = ""   # what went wrong, "" if nothing
+    stderr: str = ""
 
 
 def hetmem_command() -> list[str]:
@@ -226,14 +227,9 @@ def run_once(program: Program, mode: str, workdir: Path, tag: str, timeout: floa
         os.killpg(proc.pid, 9)
         proc.communicate()
         return Outcome(program.name, mode, -1, [], time.monotonic() - t0, f"hung: no exit within {timeout:.0f} s")
-    r = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-    seconds = time.monotonic() - t0
-    problem = ""
-    if r.returncode < 0 or r.returncode > 128:
-        problem = f"killed by signal {abs(r.returncode) if r.returncode < 0 else r.returncode - 128}"
-    out = Outcome(program.name, mode, r.returncode, program.results(r.stdout), seconds, problem)
-    out.stderr = r.stderr  # type: ignore[attr-defined]
-    return out
+    seconds, status = time.monotonic() - t0, proc.returncode
+    problem = f"killed by signal {-status if status < 0 else status - 128}" if status < 0 or status > 128 else ""
+    return Outcome(program.name, mode, status, program.results(stdout), seconds, problem, stderr)
 
 
 def traces_of(workdir: Path, tag: str) -> list[Path]:

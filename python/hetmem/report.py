@@ -76,13 +76,18 @@ class Symbolizer:
         return self.cache[addr]
 
 
+def in_runtime(frame: dict) -> bool:
+    """Whether a frame is in a runtime library (the C library, hetmem, ...) rather than the program."""
+    return any(r in os.path.basename(frame["module"]) for r in RUNTIME_MODULES)
+
+
 def site_frame(frames: list[dict]) -> dict:
     """The frame that names an allocation site: the first one in the program, not in a runtime."""
     for f in frames:
-        if not any(r in os.path.basename(f["module"]) for r in RUNTIME_MODULES) and f["function"] != "??":
+        if not in_runtime(f) and f["function"] != "??":
             return f
     for f in frames:
-        if not any(r in os.path.basename(f["module"]) for r in RUNTIME_MODULES):
+        if not in_runtime(f):
             return f
     return frames[0] if frames else {"function": "??", "file": "", "line": 0, "module": "?", "offset": 0,
                                      "address": "0x0"}
@@ -91,8 +96,7 @@ def site_frame(frames: list[dict]) -> dict:
 def direct_caller(frames: list[dict]) -> dict | None:
     """The frame that called the allocator, when it is in the program's own objects (not a runtime
     library): what a site rule matches."""
-    if frames and frames[0]["module"] != "?" and not any(
-            r in os.path.basename(frames[0]["module"]) for r in RUNTIME_MODULES):
+    if frames and frames[0]["module"] != "?" and not in_runtime(frames[0]):
         return frames[0]
     return None
 

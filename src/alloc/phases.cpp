@@ -66,9 +66,7 @@ struct Inference {
   bool on = false;
   bool phase_open = false;     // the inferred phase is g_open[0]
   std::string phase;           // its name
-  double window_seconds = 0;   // > 0: the window thread ends iterations
-  uint64_t started_ns = 0;
-  std::thread *window = nullptr;
+  std::thread *window = nullptr;  // the window thread, when time windows end iterations
   bool stop = false;           // tells the window thread to end (guarded by g_phase_mutex)
   std::condition_variable wake;
 };
@@ -126,13 +124,9 @@ void inferred_boundary_locked() {
 // window thread to join outside the lock, if any.
 std::thread *inference_end_locked() {
   if (!g_inference.on) return nullptr;
-  if (g_inference.phase_open && !g_open.empty()) {
-    // Phases the program opened on top are its own; the inferred one is the bottom of the stack.
-    std::vector<Open> above(g_open.begin() + 1, g_open.end());
-    g_open.resize(1);
-    end_locked();
-    g_open = above;
-  }
+  // The inferred phase is the only one open: the program's first own mark ends the inference
+  // before its phase is pushed.
+  if (g_inference.phase_open && !g_open.empty()) end_locked();
   g_inference.phase_open = false;
   g_inference.on = false;
   g_inference.stop = true;
@@ -166,7 +160,6 @@ void window_loop(double seconds) {
   }
 }
 
-
 }  // namespace
 
 void phases_lock_for_fork() { g_phase_mutex.lock(); }
@@ -178,13 +171,9 @@ void phases_unlock_after_fork(bool child) {
     // phase stays open and is ended by hm_iteration_infer_stop.
     new (&g_inference.wake) std::condition_variable();
     g_inference.window = nullptr;
-    g_inference.window_seconds = 0;
   }
   g_phase_mutex.unlock();
 }
-
-namespace {
-}  // namespace
 
 std::vector<PhaseTotal> phase_totals() {
   std::lock_guard<std::mutex> lock(g_phase_mutex);
@@ -270,8 +259,6 @@ int hm_iteration_infer_start(const char *phase, double window_seconds) {
     g_inference.on = true;
     g_inference.stop = false;
     g_inference.phase = phase;
-    g_inference.window_seconds = window_seconds;
-    g_inference.started_ns = prim::now_ns();
     begin_locked(id);
     g_inference.phase_open = true;
     if (window_seconds > 0) g_inference.window = new std::thread(window_loop, window_seconds);

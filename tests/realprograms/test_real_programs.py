@@ -21,9 +21,9 @@ REPEAT = int(os.environ.get("HM_REAL_REPEAT", "2"))
 
 def _check(program, reference, outcome):
     where = f"{program.name} under {outcome.mode}"
-    assert not outcome.problem, f"{where}: {outcome.problem}\n{getattr(outcome, 'stderr', '')[-3000:]}"
+    assert not outcome.problem, f"{where}: {outcome.problem}\n{outcome.stderr[-3000:]}"
     assert outcome.status == reference.status, \
-        f"{where}: exit status {outcome.status}, plain {reference.status}\n{getattr(outcome, 'stderr', '')[-3000:]}"
+        f"{where}: exit status {outcome.status}, plain {reference.status}\n{outcome.stderr[-3000:]}"
     assert program.same(outcome.results, reference.results), \
         f"{where}: results differ from the plain run\n{outcome.results}\n!=\n{reference.results}"
 
@@ -34,7 +34,7 @@ def test_real_program_runs_unharmed_in_every_mode(program, tmp_path):
         pytest.skip(program.missing())
     rp.prepare(program, tmp_path)
     plain = rp.run_once(program, "plain", tmp_path, "plain")
-    assert plain.status == 0 and plain.results, f"{program.name} fails on its own: {getattr(plain, 'stderr', '')}"
+    assert plain.status == 0 and plain.results, f"{program.name} fails on its own: {plain.stderr}"
     for rep in range(REPEAT):
         outcome = rp.run_once(program, "profile", tmp_path, f"profile{rep}")
         _check(program, plain, outcome)
