@@ -5,7 +5,7 @@
 //   3. hm_free latency (no tier named), median
 //   4. tier-targeted allocation 4 KiB..64 MiB vs memkind (MEMKIND_DEFAULT) and glibc
 //   5. tier-to-tier copy of large buffers vs memcpy
-// Prints a table and writes JSON (--json PATH, default hetmem-bench-alloc.json).
+// Prints a table and writes JSON (--json PATH, default results/hetmem-bench-alloc.json in the build tree).
 //   hetmem-bench-alloc [--quick] [--json PATH]
 #include <hetmem/hetmem.h>
 
@@ -216,7 +216,7 @@ void copy_bandwidth(hm_tier_t fast, size_t bytes, int reps) {
 
 int main(int argc, char **argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  bench::Args args(argc, argv);
+  bench::Args args(argc, argv, "usage: hetmem-bench-alloc [--quick] [--json PATH]", {"--json"}, {"--quick"});
   bool quick = args.has("--quick");
   setenv("HM_TIERS", "fast=dram,capacity=emul:optane", 0);  // the user's HM_TIERS wins
   if (hm_init() != HM_OK) {
@@ -242,7 +242,7 @@ int main(int argc, char **argv) {
         .num("ratio", r.ref_value != 0 ? r.value / r.ref_value : 0).str("unit", r.unit).str("target", r.target)
         .boolean("met", r.met).close();
   j.close().close();
-  std::string path = args.get("--json", "hetmem-bench-alloc.json");
+  std::string path = args.get("--json", bench::results_path("hetmem-bench-alloc.json"));
   if (j.write(path) && path != "-") std::printf("results: %s\n", path.c_str());
   return 0;
 }

@@ -46,7 +46,7 @@ struct Args {
   std::vector<std::string> child;  // --restart-child KIND PATH SCRATCH BYTES (internal)
   bool quick = false;
   bool restart_only = false;  // only the restart figures (the slowest to change, quickest to rerun)
-  std::string json = "hetmem-bench-octree.json";
+  std::string json;  // default: results/hetmem-bench-octree.json in the build tree
   std::string dir;
 };
 
@@ -253,10 +253,13 @@ int main(int argc, char **argv) {
     else if (s == "--dir" && i + 1 < argc) a.dir = argv[++i];
     else if (s == "--restart-child" && i + 4 < argc) a.child.assign(argv + i + 1, argv + i + 5), i += 4;
     else {
-      std::fprintf(stderr, "usage: hetmem-bench-octree [--quick] [--restart-only] [--json FILE] [--dir DIR]\n");
-      return 2;
+      const bool help = s == "--help" || s == "-h";
+      if (!help) std::fprintf(stderr, "unknown option '%s'\n", s.c_str());
+      std::fprintf(help ? stdout : stderr, "usage: hetmem-bench-octree [--quick] [--restart-only] [--json FILE] [--dir DIR]\n");
+      return help ? 0 : 2;
     }
   }
+  if (a.json.empty()) a.json = bench::results_path("hetmem-bench-octree.json");
   if (a.dir.empty()) a.dir = std::getenv("TMPDIR") && *std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   const std::string base = a.dir + "/hetmem-bench-octree-" + std::to_string(getpid());
   const std::string pool = base + ".pool", pool2 = base + ".loaded.pool", snap = base + ".snap";

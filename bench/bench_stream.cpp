@@ -34,12 +34,9 @@ double nt_copy(char *dst, const char *src, size_t bytes, int threads) {
 }  // namespace
 
 int main(int argc, char **argv) {
-  bench::Args args(argc, argv);
-  if (args.has("--help")) {
-    std::fprintf(stderr, "usage: hetmem-bench-stream [--json FILE] [--mib N] [--tile-kib K] [--max-helpers H]\n");
-    return 0;
-  }
-  const std::string json_path = args.get("--json", "hetmem-bench-stream.json");
+  bench::Args args(argc, argv, "usage: hetmem-bench-stream [--json FILE] [--mib N] [--tile-kib K] [--max-helpers H]",
+                   {"--json", "--mib", "--tile-kib", "--max-helpers"}, {});
+  const std::string json_path = args.get("--json", bench::results_path("hetmem-bench-stream.json"));
   const size_t mib = std::strtoul(args.get("--mib", "256").c_str(), nullptr, 10);
   const int max_helpers = std::atoi(args.get("--max-helpers", "2").c_str());
   if (mib < 16 || max_helpers < 1) {

@@ -176,7 +176,9 @@ long last_level_cache() {
 
 int main(int argc, char **argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  bench::Args args(argc, argv);
+  bench::Args args(argc, argv,
+                   "usage: hetmem-bench-tiers [--size-mib N] [--reps N] [--threads N] [--json PATH] [--no-store]",
+                   {"--size-mib", "--reps", "--threads", "--json"}, {"--no-store"});
   if (hm_init() != HM_OK) {
     std::fprintf(stderr, "hetmem-bench-tiers: %s\n", hm_last_error());
     return 1;
@@ -191,7 +193,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   size_t n = (mib << 20) / sizeof(double);
-  std::string json_path = args.get("--json", "hetmem-bench-tiers.json");
+  std::string json_path = args.get("--json", bench::results_path("hetmem-bench-tiers.json"));
   std::printf("hetmem tier benchmark: 3 arrays of %zu MiB per tier (last-level cache %ld MiB), best of %d, "
               "1..%d threads\n", mib, llc >> 20, reps, max_threads);
 

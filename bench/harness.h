@@ -1,10 +1,12 @@
 // A small benchmark harness: repetitions, medians, and output as a table (stdout) and JSON
 // (a file). Figures are compared as ratios inside one run: these machines are shared and noisy.
 #pragma once
+#include <sys/stat.h>
 #include <time.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,19 +99,62 @@ class Json {
   bool first_ = true;
 };
 
-// Parses "--name value" and "--flag" options.
+// Where a results file goes when --json does not say: the build tree's results/ (HM_RESULTS_DIR,
+// set by CMake), so that no run writes into the source tree. Created on demand.
+inline std::string results_path(const std::string &file) {
+#ifdef HM_RESULTS_DIR
+  const std::string dir = HM_RESULTS_DIR;
+#else
+  const std::string dir = ".";
+#endif
+  std::string made;
+  for (size_t at = 0; at != std::string::npos;) {  // mkdir -p
+    at = dir.find('/', at + 1);
+    made = dir.substr(0, at);
+    if (!made.empty()) mkdir(made.c_str(), 0755);
+  }
+  return dir + "/" + file;
+}
+
+// The command line of a benchmark: "--name value" options and "--flag" switches, declared up
+// front. --help prints the usage and exits 0; anything not declared prints it and exits 2 (a
+// mistyped option never runs a minute-long benchmark with the defaults).
 class Args {
  public:
-  Args(int argc, char **argv) : argv_(argv + 1, argv + argc) {}
+  Args(int argc, char **argv, std::string usage, std::vector<std::string> valued, std::vector<std::string> flags)
+      : usage_(std::move(usage)) {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--help" || a == "-h") {
+        std::printf("%s\n", usage_.c_str());
+        std::exit(0);
+      }
+      if (std::find(flags.begin(), flags.end(), a) != flags.end()) {
+        given_.emplace_back(a, "");
+      } else if (std::find(valued.begin(), valued.end(), a) != valued.end()) {
+        if (i + 1 == argc) refuse(a + " needs a value");
+        given_.emplace_back(a, argv[++i]);
+      } else {
+        refuse("unknown option '" + a + "'");
+      }
+    }
+  }
   std::string get(const std::string &name, const std::string &def) const {
-    for (size_t i = 0; i + 1 < argv_.size(); ++i)
-      if (argv_[i] == name) return argv_[i + 1];
+    for (const auto &[key, value] : given_)
+      if (key == name) return value;
     return def;
   }
-  bool has(const std::string &name) const { return std::find(argv_.begin(), argv_.end(), name) != argv_.end(); }
+  bool has(const std::string &name) const {
+    return std::any_of(given_.begin(), given_.end(), [&](const auto &kv) { return kv.first == name; });
+  }
 
  private:
-  std::vector<std::string> argv_;
+  [[noreturn]] void refuse(const std::string &why) const {
+    std::fprintf(stderr, "%s\n%s\n", why.c_str(), usage_.c_str());
+    std::exit(2);
+  }
+  std::string usage_;
+  std::vector<std::pair<std::string, std::string>> given_;
 };
 
 }  // namespace bench

@@ -172,7 +172,9 @@ struct Row {
 
 int main(int argc, char **argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  bench::Args args(argc, argv);
+  bench::Args args(argc, argv,
+                   "usage: hetmem-validate-emul [--size-mib N] [--reps N] [--tolerance F] [--json PATH]",
+                   {"--size-mib", "--reps", "--tolerance", "--json"}, {});
   // Every phase instance is sampled here: the sampled rows measure the sampler, not its rate.
   setenv("HM_SAMPLE_BUDGET", "1", 0);
   if (hm_init() != HM_OK) {
@@ -182,7 +184,7 @@ int main(int argc, char **argv) {
   size_t mib = std::strtoul(args.get("--size-mib", "128").c_str(), nullptr, 10);
   int reps = std::atoi(args.get("--reps", "7").c_str());
   double tolerance = std::strtod(args.get("--tolerance", "0.10").c_str(), nullptr);
-  std::string json_path = args.get("--json", "hetmem-validate-emul.json");
+  std::string json_path = args.get("--json", bench::results_path("hetmem-validate-emul.json"));
   if (mib < 4 || mib > 4096 || reps < 1 || !(tolerance > 0)) {
     std::fprintf(stderr, "hetmem-validate-emul: --size-mib must be 4..4096, --reps >= 1, --tolerance > 0\n");
     return 2;

@@ -135,4 +135,5 @@ def main(out: str, quick: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main("hetmem-bench-profiler.json", "--quick" in sys.argv))
+    from .lib import results_dir
+    sys.exit(main(str(results_dir() / "hetmem-bench-profiler.json"), "--quick" in sys.argv))

@@ -8,7 +8,7 @@
     hetmem run [--rules FILE | --plan PLAN] [--policy NAME] [--iteration-at FUNCTION | --window S] -- CMD ARGS
     hetmem compare [--policies LIST] [--fraction F | --budget SIZE] [--iterations N] [--repeat R]
                    [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...] | --plan PLAN -- CMD ARGS]
-    hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg [--quick] [--out PATH]
+    hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg|unchanged [--quick] [--out PATH]
     hetmem demo
 """
 
@@ -27,7 +27,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from .lib import HetmemError, Library, find_preload, find_program
+from . import benchmarks
+from .lib import HetmemError, Library, find_preload, find_program, results_dir
 
 ROLE_HELP = "fast, capacity, persistent"
 
@@ -66,7 +67,7 @@ def _run(cmd: list[str]) -> int:
 
 def cmd_tiers(args: argparse.Namespace) -> int:
     if args.bench:
-        bench = [find_program("hetmem-bench-tiers"), "--json", args.out]
+        bench = [find_program("hetmem-bench-tiers"), "--json", args.out or str(results_dir() / "hetmem-bench-tiers.json")]
         if args.quick:
             bench += ["--reps", "3"]
         if args.threads:
@@ -82,7 +83,8 @@ def cmd_tiers(args: argparse.Namespace) -> int:
         # Validate every profile that charges unless the configuration names emulated tiers itself.
         if "emul:" not in env.get("HM_TIERS", ""):
             env["HM_TIERS"] = (env["HM_TIERS"] + "," if env.get("HM_TIERS") else "") + "capacity=emul:optane,emul:cxl"
-        cmd = [find_program("hetmem-validate-emul"), "--json", args.validate_out]
+        cmd = [find_program("hetmem-validate-emul"), "--json",
+               args.validate_out or str(results_dir() / "hetmem-validate-emul.json")]
         if args.quick:
             cmd += ["--reps", "3"]
         if args.size_mib or args.quick:
@@ -137,44 +139,20 @@ def cmd_options(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    # Each benchmark writes hetmem-bench-WHAT.json unless --out says otherwise.
     if args.ranks and args.what != "pic":
         raise HetmemError(f"--ranks is for `hetmem bench pic`, not `{args.what}`")
     study = f"{args.what}-ranks" if args.ranks else args.what
-    out = args.out or f"hetmem-bench-{study}.json"
-    if args.what == "pic":
-        if args.ranks:
-            from .bench_pic import main_ranks
-            try:
-                ranks = [int(r) for r in args.ranks.split(",")]
-            except ValueError:
-                ranks = []
-            if not ranks or min(ranks) < 1:
-                raise HetmemError(f"--ranks '{args.ranks}': rank counts separated by commas, e.g. 1,2")
-            return main_ranks(out, args.quick, ranks)
-        from .bench_pic import main as bench_pic
-        return bench_pic(out, args.quick)
-    if args.what == "octree":
-        from .bench_octree import main as bench_octree
-        return bench_octree(out, args.quick)
-    if args.what == "emul":
-        from .bench_emul import main as bench_emul
-        return bench_emul(out, args.quick)
-    if args.what == "placement":
-        from .compare import bench as bench_placement
-        return bench_placement(out, args.quick, _console())
-    if args.what == "profiler":
-        from .bench_profiler import main as bench_profiler
-        return bench_profiler(out, args.quick)
-    if args.what == "mg":
-        from .bench_mg import main as bench_mg
-        return bench_mg(out, args.quick)
-    if args.what == "unchanged":
-        from .bench_unchanged import main as bench_unchanged
-        return bench_unchanged(out, args.quick, _console())
-    if args.what == "stream":
-        return _run([find_program("hetmem-bench-stream"), "--json", out] + (["--mib", "64"] if args.quick else []))
-    return _run([find_program("hetmem-bench-alloc"), "--json", out] + (["--quick"] if args.quick else []))
+    out = args.out or str(results_dir() / f"hetmem-bench-{study}.json")
+    if args.ranks:
+        from .bench_pic import main_ranks
+        try:
+            ranks = [int(r) for r in args.ranks.split(",")]
+        except ValueError:
+            ranks = []
+        if not ranks or min(ranks) < 1:
+            raise HetmemError(f"--ranks '{args.ranks}': rank counts separated by commas, e.g. 1,2")
+        return main_ranks(out, args.quick, ranks)
+    return benchmarks.find(args.what).run(out, args.quick, _console())
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -421,12 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=int, help="with --bench: largest thread count (default: all cores)")
     t.add_argument("--size-mib", type=int, help="with --bench: array size (default: 4x the last-level cache); with "
                    "--validate: the microkernels' array size (default: the validator's own, 64 with --quick)")
-    t.add_argument("--out", default="hetmem-bench-tiers.json", help="with --bench: JSON results file")
+    t.add_argument("--out", help="with --bench: JSON results file (default: results/ in the build tree)")
     t.add_argument("--validate", action="store_true",
                    help="check each emulated tier against its model: microkernels (sequential read/write, "
                         "read-modify-write, triad, random gathers, pointer chase) on DRAM and the tier, measured "
                         "against predicted slowdown; exit 1 if a kernel is off by more than 10%%")
-    t.add_argument("--validate-out", default="hetmem-validate-emul.json", help="with --validate: JSON results file")
+    t.add_argument("--validate-out", help="with --validate: JSON results file (default: results/ in the build tree)")
     t.set_defaults(func=cmd_tiers)
 
     o = sub.add_parser("options", help="print every HM_* option, its effective value and where it came from")
@@ -471,25 +449,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plan)
 
     b = sub.add_parser("bench", help="run a benchmark of the library")
-    b.add_argument("what", choices=["alloc", "emul", "profiler", "pic", "octree", "placement", "stream", "mg",
-                                    "unchanged"],
-                   help="alloc: allocation, free, arena, copy and emulation figures; "
-                        "emul: the emulated tier's bookkeeping overhead (PIC, stencil) and its fidelity to the model; "
-                        "profiler: profiling overhead, heaptrack comparison, rules-only cost; "
-                        "pic: the WarpX comparison problem, ns per particle-step for 1 and 2 threads (with --ranks: over "
-                        "MPI ranks, with the exchanges' split and messages); "
-                        "octree: PM-octree restart, persist bytes, refine/balance vs p4est, transformation, "
-                        "per-step time vs snapshot and SQLite baselines; "
-                        "placement: every policy on the PIC code's 1.2 GiB rung with a fast budget of 25%% of it, "
-                        "and the helper and prefetch sweeps (Figures 12 and 11); "
-                        "stream: the streaming engine's staging copies against the machine's non-temporal copies; "
-                        "unchanged: real Debian programs in every mode (crashes, hangs, output), profiling LAMMPS "
-                        "against heaptrack, compare --plan on LAMMPS and a numpy code; "
-                        "mg: hetmem-mg against hypre's PFMG on the same problem, and with 4 KiB pages, THP and a "
-                        "hugetlb pool")
+    b.add_argument("what", choices=[bm.name for bm in benchmarks.BENCHMARKS],
+                   help="; ".join(f"{bm.name}: {bm.doc}" for bm in benchmarks.BENCHMARKS).replace("%", "%%"))
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     b.add_argument("--ranks", help="pic only: the problem over these MPI rank counts (e.g. 1,2), one thread each")
-    b.add_argument("--out", help="JSON results file (default hetmem-bench-WHAT.json)")
+    b.add_argument("--out", help="JSON results file (default: results/hetmem-bench-WHAT.json in the build tree)")
     b.set_defaults(func=cmd_bench)
 
     pc = sub.add_parser("pic", help="the reference PIC code: hetmem pic INPUT [key=value ...] (docs/pic.md)")

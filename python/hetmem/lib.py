@@ -98,6 +98,18 @@ def build_dirs() -> list[Path]:
     return dirs
 
 
+def results_dir() -> Path:
+    """Where results files go unless a command is told otherwise: $HETMEM_RESULTS_DIR, else
+    results/ in the build tree (never the source tree). Created on demand."""
+    explicit = os.environ.get("HETMEM_RESULTS_DIR")
+    if explicit:
+        d = Path(explicit)
+    else:
+        d = next((b for b in build_dirs() if b.is_dir()), build_dirs()[0]) / "results"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def find_library() -> str:
     explicit = os.environ.get("HETMEM_LIB")
     if explicit:
