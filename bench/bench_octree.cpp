@@ -1,4 +1,4 @@
-// hetmem-bench-octree: the PM-octree figures of seed 003 §5, measured in one run.
+// hetmem-bench-octree: the PM-octree figures of Nguyen et al. (SC'17) §5, measured in one run.
 //   restart     restoring a tree of >= 10^7 octants from its pool and visiting every leaf, in a fresh
 //               process with the page cache warm and cold, vs loading it from a snapshot and vs
 //               p4est's p8est_load of the same octants

@@ -53,7 +53,7 @@ const char kUsage[] =
     "  --replica R     send each version's delta to a second pool: a path, or\n"
     "                  tcp://HOST:PORT for a hetmem-replica server on another host;\n"
     "                  --restore fetches from it when the pool file is gone\n"
-    "  --emulate-nvbm  charge pool accesses as the emulated nvbm device (seed 003)\n"
+    "  --emulate-nvbm  charge pool accesses as the emulated nvbm device (Nguyen et al. (SC'17))\n"
     "  --store S       pm (default): the persistent octree, a persist every step;\n"
     "                  incore: the tree in DRAM, a snapshot file (POOL.snap) every\n"
     "                  --snapshot-every steps (Gerris-like); sqlite: the leaves in a\n"

@@ -1,4 +1,4 @@
-// The Etree-like baseline of hetmem-amr (seed 003 §5): an out-of-core linear octree, its leaves
+// The Etree-like baseline of hetmem-amr (Nguyen et al. (SC'17) §5): an out-of-core linear octree, its leaves
 // in a SQLite B-tree keyed by the Morton code of their lower corner. Each step's adaptation is
 // stored as the leaves it removed, added and changed, in one durable transaction.
 #pragma once

@@ -3,7 +3,7 @@
 !>   hetmem-mg [preset=S|W|B|C] [key=value ...]
 !>
 !> Each time step updates the domain arrays (PALM's prognostic fields, allocated with a plain
-!> ALLOCATE between hm_mode_push(HM_CAPACITY) and hm_mode_pop(): seed 004's hpp_set_mode pattern)
+!> ALLOCATE between hm_mode_push(HM_CAPACITY) and hm_mode_pop(): Christgau's (2021) hpp_set_mode pattern)
 !> and then solves the pressure problem from zero to the tolerance with multigrid cycles, whose
 !> hierarchy is placed by the placement policy (classes mg.level0..).
 program hetmem_mg

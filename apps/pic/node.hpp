@@ -1,4 +1,4 @@
-// Where a rank runs on its node (seed 000 §5): the ranks of a node share its NUMA domains and its
+// Where a rank runs on its node (Ren et al. (ICS'21) §5): the ranks of a node share its NUMA domains and its
 // fast tier. Done before hm_init, so that hetmem discovers the tiers from the rank's domain.
 #pragma once
 

@@ -32,7 +32,7 @@ using TierVector = std::vector<T, hm::TierAllocator<T>>;
 // the active policy.
 using Where = hm::TierAllocator<double>;
 
-// The object classes of this code (seed 000 Table 2): fields are hot, and so are the tiles' current
+// The object classes of this code (Ren et al. (ICS'21) Table 2): fields are hot, and so are the tiles' current
 // buffers (below the fields: written and read every step); particle tiles are streamed (one
 // allocation per tile, swept tile by tile), per-step temporaries come from an iteration arena of
 // their class, the tile tables (which tile holds which arrays) are metadata.
@@ -111,7 +111,7 @@ struct Params {
   std::string field_role;               // pins the field arrays to a role or tier ("": their class)
   std::string particle_role;            // pins the particle tiles likewise
   bool strict = false;                  // refuse to start if the problem does not fit the budgets
-  bool particles_first = false;         // allocate particles before fields, as WarpX does (seed 000 §6)
+  bool particles_first = false;         // allocate particles before fields, as WarpX does (Ren et al. (ICS'21) §6)
   std::array<int, 3> decomposition{0, 0, 0};  // ranks along x, y, z (0 0 0: Decomposition chooses)
   // Diagnostics (the CLI's; the library ignores them)
   int output_interval = 0;              // openPMD output every N steps (0: none)

@@ -1,4 +1,4 @@
-// hetmem-replica: keeps the replica of a PM-octree pool for a primary on another host (seed 003
+// hetmem-replica: keeps the replica of a PM-octree pool for a primary on another host (Nguyen et al. (SC'17)
 // §3.4). It listens on a TCP address; a primary opened with replica "tcp://THIS_HOST:PORT" sends
 // each version's delta, which lands in the replica pool file at the same offsets and is committed
 // under the same version number. A primary whose pool is gone fetches the replica's last version

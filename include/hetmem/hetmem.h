@@ -265,7 +265,7 @@ typedef struct hm_arena_stats {
 int hm_arena_stats(const hm_arena_t *arena, hm_arena_stats_t *stats);
 
 /* ---------------------------------------------------------------------------------------------
- * Object classes and placement policies (seed 000 §4; docs/placement.md)
+ * Object classes and placement policies (Ren et al. (ICS'21) §4; docs/placement.md)
  *
  * Code says what a data object is for; the active policy (HM_POLICY, or hm_policy_select before
  * the first class allocation) decides which tier it lands on, so one binary runs under every
@@ -273,12 +273,12 @@ int hm_arena_stats(const hm_arena_t *arena, hm_arena_stats_t *stats);
  *   "first-touch"   the default: the fast tier until its budget is used up, in allocation order,
  *                   then the capacity tier, as NUMA first-touch does;
  *   "all-fast"      everything on the fast tier, strictly (the upper bound; the footprint must fit);
- *   "slow-only"     everything on the capacity tier (seed 000's Optane-only);
+ *   "slow-only"     everything on the capacity tier (WarpX-PM's Optane-only);
  *   "memory-mode"   everything on the capacity tier behind a modelled direct-mapped DRAM cache of
  *                   the fast budget's size (Optane Memory Mode; emulated capacity tiers only);
  *   "interleave"    the fast and capacity tiers in the ratio of their read bandwidths: objects of
  *                   1 MiB or more split by page range in that ratio, smaller ones spread by bytes;
- *   "hetmem-static" seed 000 §4.1: the fast tier divided into spaces (metadata, temporary,
+ *   "hetmem-static" Ren et al. (ICS'21) §4.1: the fast tier divided into spaces (metadata, temporary,
  *                   migration, free); iteration 1 observes, then at its end the spaces are sized
  *                   and hot objects moved (same addresses) into the free space by priority;
  *   "hetmem-static+prefetch"  and kernels prefetch field data into the cache (§4.2);
@@ -333,7 +333,7 @@ int hm_class_tier(hm_class_t cls, hm_tier_t *tier);
 int hm_class_count(void);
 int hm_class_info(hm_class_t cls, hm_class_info_t *info);
 
-/* The fast tier's spaces under hetmem-static (seed 000 §4): sub-budgets of the fast budget with
+/* The fast tier's spaces under hetmem-static (Ren et al. (ICS'21) §4): sub-budgets of the fast budget with
  * their own accounting, never exceeded. Other policies keep the accounting (budget 0: not sized). */
 typedef enum hm_space {
   HM_SPACE_METADATA = 0,   /* metadata objects: long-lived, small, hot */
@@ -393,7 +393,7 @@ typedef struct hm_reactive_stats {
 int hm_reactive_stats(hm_reactive_stats_t *stats);
 
 /* ---------------------------------------------------------------------------------------------
- * Streamed tile containers (seed 000 §4.3; docs/streaming.md). A stream owns `tiles` allocations
+ * Streamed tile containers (Ren et al. (ICS'21) §4.3; docs/streaming.md). A stream owns `tiles` allocations
  * of a class (their homes, placed by the policy: the capacity tier under "hetmem"). A kernel sweeps
  * a range of tiles batch by batch: hm_stream_next() hands out the next batch once it is staged,
  * hm_stream_acquire() gives a tile's working copy, hm_stream_release() returns it, saying whether
@@ -474,7 +474,7 @@ int hm_helper_model(const char *phase, hm_helper_model_t *model);
  * `in`: capacity -> fast; `out`: fast -> capacity. Writes at most `max` entries; returns how many. */
 int hm_copy_bandwidth(double *in, double *out, int max);
 
-/* Cache prefetch of field data (seed 000 §4.2): how many units (particles) ahead a kernel should
+/* Cache prefetch of field data (Ren et al. (ICS'21) §4.2): how many units (particles) ahead a kernel should
  * prefetch in phase `phase`. 0 when the active policy does not prefetch ("hetmem-static+prefetch"
  * and "hetmem" do) or when every hot object is on the fast tier (nothing to hide);
  * HM_PREFETCH_DISTANCE overrides (out of 0..64: a message, and 0). `ns_per_unit` is the kernel's measured time per
@@ -504,7 +504,7 @@ const char *hm_policy_name(void);
 int hm_policy_select(const char *name);
 
 /* ---------------------------------------------------------------------------------------------
- * Phases and iterations (seed 000 §3): mark the stretches of the main loop. Cheap when nobody
+ * Phases and iterations (Ren et al. (ICS'21) §3): mark the stretches of the main loop. Cheap when nobody
  * profiles; with the profiler recording, each phase writes its wall time and, for every large
  * object, the bytes the kernel reports as referenced during it. Referenced bytes of mappings on
  * emulated tiers are charged at the phase end (the emulated tier's third charge point).

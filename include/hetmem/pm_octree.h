@@ -1,4 +1,4 @@
-/* hetmem PM-octree: a persistent multi-version quadtree/octree (seed 003), C interface.
+/* hetmem PM-octree: a persistent multi-version quadtree/octree (Nguyen et al. (SC'17)), C interface.
  *
  * A tree lives in a persistent pool file (on a DAX file system for real persistent memory, any
  * file system otherwise). The last persisted version is never written; changes go to a working
@@ -36,7 +36,7 @@ typedef int (*pm_refine_fn)(const pm_leaf_t *leaf, void *arg);
 typedef int (*pm_coarsen_fn)(const pm_leaf_t *family, int count, void *arg);
 typedef void (*pm_visit_fn)(const pm_leaf_t *leaf, void *arg);
 
-/* How a tree uses the tiers (seed 003 §3). Start from pm_options_init(). */
+/* How a tree uses the tiers (Nguyen et al. (SC'17) §3). Start from pm_options_init(). */
 typedef struct pm_options {
   uint64_t fast_bytes;     /* C0: bytes of the fast tier for hot subtrees; 0 (default): none */
   double fast_threshold;   /* C0 fuller than this share of its budget: subtrees merge out (0.9) */

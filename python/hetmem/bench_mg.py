@@ -1,5 +1,5 @@
 """`hetmem bench mg`: hetmem-mg against hypre's PFMG on the same problem, with 4 KiB pages,
-transparent huge pages and a preallocated hugetlb pool, and seed 004's memory-mode study on the
+transparent huge pages and a preallocated hugetlb pool, and Christgau's (2021) memory-mode study on the
 emulated Optane tier (docs/multigrid.md).
 
 The peer and page figures are on this machine's DRAM (first-touch: nothing emulated); the study's
@@ -142,7 +142,7 @@ def main(out: str, quick: bool) -> int:
             result["pages"]["pool_reservation_s"] = cost
             said = f"{cost * 1e3:.1f} ms" if cost >= 1e-3 else f"under 1 ms ({cost * 1e3:+.1f} ms: within the noise)"
             print(f"  reserving the {mib} MiB pool at start-up: {said} (a 4^3 run with and without it, medians)")
-        # 3. Seed 004's memory-mode study, per problem class, on the emulated Optane tier.
+        # 3. Christgau's (2021) memory-mode study, per problem class, on the emulated Optane tier.
         result["memory_mode_study"] = study(tmp, ["S"] if quick else ["S", "W", "B"], 3)
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
@@ -160,7 +160,7 @@ def study(tmp: str, presets: list[str], reps: int) -> dict:
     configs = [("all-fast", {"HM_POLICY": "all-fast"}, ["mg.domain_role=fast"]),
                ("memory-mode", {"HM_POLICY": "memory-mode"}, []),
                ("hetmem-static", {"HM_POLICY": "hetmem-static"}, [])]
-    print("\nmemory-mode study (seed 004; capacity tier emulated as Optane, two threads, 4 time steps: the first,"
+    print("\nmemory-mode study (Christgau (2021); capacity tier emulated as Optane, two threads, 4 time steps: the first,"
           " observed, left out):")
     print(f"  {'class':6s} {'footprint':>10s}  {'memory-mode / all-fast':>24s}  {'hetmem-static / all-fast':>26s}  "
           f"{'static gains':>13s}")
@@ -192,7 +192,7 @@ def study(tmp: str, presets: list[str], reps: int) -> dict:
                         "hetmem_static_slowdown": st, "hetmem_static_gain_over_memory_mode": gain, "emulated": True}
         print(f"  {preset:6s} {footprint / 2**20:8.0f} MiB  {mm['total']:10.2f}x {mm['mgs']:11.2f}x  "
               f"{st['total']:11.2f}x {st['mgs']:12.2f}x  {gain:12.2f}x   [emulated]")
-    print("  (seed 004 on real Optane: memory mode 1.00-1.19x in total, 1.07-1.13x for the MGS)")
+    print("  (Christgau (2021) on real Optane: memory mode 1.00-1.19x in total, 1.07-1.13x for the MGS)")
     return rows
 
 

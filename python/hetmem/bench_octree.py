@@ -1,4 +1,4 @@
-"""`hetmem bench octree`: the PM-octree figures of seed 003 §5 (docs/pm-octree.md).
+"""`hetmem bench octree`: the PM-octree figures of Nguyen et al. (SC'17) §5 (docs/pm-octree.md).
 
 - hetmem-bench-octree: restart against a snapshot load, persist bytes against a snapshot's, refine
   and balance throughput against p4est on the same tree;

@@ -33,12 +33,12 @@ BASELINES = ("slow-only", "first-touch", "memory-mode", "interleave", "reactive"
 # The full runtime's target against all-fast (issue: within 1.15x per iteration).
 ALL_FAST_TARGET = 1.15
 MiB = 1 << 20
-# Seed 000 (Ren et al., ICS'21), Figure 7 and §6: what WarpX-PM gained on Optane. Static placement
+# WarpX-PM (Ren et al., ICS'21), Figure 7 and §6: what WarpX-PM gained on Optane. Static placement
 # alone beat memory mode by 29% on the large problems; the full runtime (static + prefetch +
 # dynamic) beat Optane-only, memory mode, first-touch and IAL (the reactive baseline) by these
 # averages (66.4%, 38.8%, 45.1%, 83.3%).
-SEED_STATIC_VS = {"memory-mode": 1.29}
-SEED_FULL_VS = {"memory-mode": 1.388, "slow-only": 1.664, "first-touch": 1.451, "reactive": 1.833}
+WARPX_PM_STATIC_VS = {"memory-mode": 1.29}
+WARPX_PM_FULL_VS = {"memory-mode": 1.388, "slow-only": 1.664, "first-touch": 1.451, "reactive": 1.833}
 
 
 def parse_counts(text: str, option: str, high: int) -> list[int]:
@@ -272,8 +272,8 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
                       else f"real ({cap.get('name', '?')})"),
         "emulated": emulated,
         "policies": rows,
-        "seed_static_vs": SEED_STATIC_VS,
-        "seed_full_vs": SEED_FULL_VS,
+        "warpx_pm_static_vs": WARPX_PM_STATIC_VS,
+        "warpx_pm_full_vs": WARPX_PM_FULL_VS,
     }
 
 
@@ -320,19 +320,21 @@ def target_lines(result: dict, subject: str) -> list[str]:
     spreads, and the WarpX-PM figure beside it."""
     lines = []
     cpu = {b: (x, m) for b, x, m in targets(result, "cpu_seconds_per_iteration", subject)}
-    seeds = result["seed_full_vs"] if subject == "hetmem" else {**result["seed_full_vs"], **result["seed_static_vs"]}
+    published = result["warpx_pm_full_vs"]
+    if subject != "hetmem":
+        published = {**published, **result["warpx_pm_static_vs"]}
     by = {r["policy"]: r for r in result["policies"] if "skipped" not in r}
     blind = bool(instrument_note(result))
     for baseline, speedup, verdict in targets(result, subject=subject):
-        seed = seeds.get(baseline)
-        label = "full runtime" if subject == "hetmem" or baseline not in result["seed_static_vs"] else "static alone"
-        seed_text = f"WarpX-PM (Ren et al., ICS'21), {label}: {seed:.2f}x" if seed else "WarpX-PM: no figure"
+        figure = published.get(baseline)
+        label = "full runtime" if subject == "hetmem" or baseline not in result["warpx_pm_static_vs"] else "static alone"
+        paper_text = f"WarpX-PM (Ren et al., ICS'21), {label}: {figure:.2f}x" if figure else "WarpX-PM: no figure"
         cpu_text = f", {cpu[baseline][0]:.3f}x CPU" if baseline in cpu else ""
         if blind and verdict == "MET":
             verdict = "cannot tell"  # a margin the instrument could not have caused
         lines.append(f"{subject} vs {baseline}: {speedup:.3f}x wall ({verdict}: faster beyond the spread; "
                      f"{subject} {_spread_text(by[subject])}, {baseline} {_spread_text(by[baseline])})"
-                     f"{cpu_text}; {seed_text} [{'emulated' if result['emulated'] else 'real'}]")
+                     f"{cpu_text}; {paper_text} [{'emulated' if result['emulated'] else 'real'}]")
     return lines
 
 
@@ -496,7 +498,7 @@ def plots(result: dict) -> dict[str, bytes]:
                  fontsize=10)
     fig.tight_layout()
     out["policies.png"] = png(fig)
-    # Seed 000 Figure 7: per-phase time of each policy, stacked.
+    # Ren et al. (ICS'21) Figure 7: per-phase time of each policy, stacked.
     phases = sorted({p for r in rows for p in r["phase_seconds_per_iteration"]})
     fig, ax = plt.subplots(figsize=(7, 3.6))
     bottom = [0.0] * len(rows)
@@ -511,7 +513,7 @@ def plots(result: dict) -> dict[str, bytes]:
     ax.set_xticks(xs, names, rotation=30, ha="right", fontsize=8)
     fig.tight_layout()
     out["phases.png"] = png(fig)
-    # Seed 000 Figure 7 proper: each phase under memory mode (M), static (S), static + prefetch
+    # Ren et al. (ICS'21) Figure 7 proper: each phase under memory mode (M), static (S), static + prefetch
     # (S+P) and the full runtime (S+P+D).
     by = {r["policy"]: r for r in rows}
     fig7 = [(label, by[p]) for label, p in (("M", "memory-mode"), ("S", "hetmem-static"),

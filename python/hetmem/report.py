@@ -1,6 +1,6 @@
 """`hetmem report TRACE`: tables, PNG plots and one self-contained HTML page from a trace.
 
-The analyses follow seed 000 §3: allocations and frees per iteration (Figure 1), the lifetime x
+The analyses follow Ren et al. (ICS'21) §3: allocations and frees per iteration (Figure 1), the lifetime x
 size table (Table 2), time per phase (Table 3), the object x phase referenced-bytes matrix, the
 top allocation sites, and a suggested class (metadata, temporary, hot, streaming, cold) for each
 large site with the evidence for it.
@@ -427,11 +427,11 @@ def html_page(result: dict, images: dict[str, bytes]) -> str:
     if result.get("iterations"):
         parts.append(f"<p>{html.escape(result['iterations']['text'])}</p>")
     parts.append("<h2>Allocations and frees per iteration</h2>" + img("per_iteration.png"))
-    parts.append("<h2>Lifetime and size (seed 000 Table 2)</h2>" + _table(
+    parts.append("<h2>Lifetime and size (Ren et al. (ICS'21) Table 2)</h2>" + _table(
         ["size MiB", "short-lived", "long-lived", "accumulated MiB", "peak MiB"],
         [[r["size_mib"], r["short_lived"], r["long_lived"], f"{r['accumulated_bytes'] / MiB:.2f}",
           f"{r['peak_bytes'] / MiB:.2f}"] for r in result["lifetime_size"]]) + img("lifetime_size.png"))
-    parts.append("<h2>Time per phase (seed 000 Table 3)</h2>" + _table(
+    parts.append("<h2>Time per phase (Ren et al. (ICS'21) Table 3)</h2>" + _table(
         ["phase", "calls", "seconds", "share", "allocations", "MiB allocated"],
         [[r["phase"], r["calls"], f"{r['seconds']:.4f}", f"{100 * r['share']:.1f}%", r.get("allocations", 0),
           f"{r.get('bytes_allocated', 0) / MiB:.2f}"] for r in result["phases"]])

@@ -1,4 +1,4 @@
-// Iteration arenas (seed 000 §4.1, temporary space): bump allocation over chunks taken from a
+// Iteration arenas (Ren et al. (ICS'21) §4.1, temporary space): bump allocation over chunks taken from a
 // tier, reset at the end of an iteration, merged into one chunk after growing.
 #include <atomic>
 #include <cstring>

@@ -121,7 +121,7 @@ class TierHeap {
   uint64_t retained_bytes_ = 0;
 };
 
-// Pre-reserved hugetlb pages handed out first fit (seed 004, hppmalloc).
+// Pre-reserved hugetlb pages handed out first fit (Christgau (2021), hppmalloc).
 class HugePool {
  public:
   static HugePool *create(size_t bytes, size_t page_size);  // nullptr if the kernel has no pages

@@ -1,4 +1,4 @@
-// Phases and iterations (seed 000 §3): names, the stack of open phases, wall-time totals, the
+// Phases and iterations (Ren et al. (ICS'21) §3): names, the stack of open phases, wall-time totals, the
 // referenced-page sampler between begin and end, and the observers that the profiler and the
 // placement runtime register.
 #include "alloc/phases.h"

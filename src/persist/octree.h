@@ -1,4 +1,4 @@
-// PM-octree (seed 003 §3): a persistent multi-version octree (Dim = 3) or quadtree (Dim = 2).
+// PM-octree (Nguyen et al. (SC'17) §3): a persistent multi-version octree (Dim = 3) or quadtree (Dim = 2).
 //
 // Two versions are kept. V(i-1), the last persisted one, lies entirely in the pool (the
 // persistent tier) and is never written. V(i), the working version, shares every unchanged
@@ -129,7 +129,7 @@ class Octree {
   int persist();
   // A full mark-and-sweep of the pool (otherwise run when free space falls under the threshold).
   int collect();
-  // The application's features for sampling (seed 003 §3.3): true where it will work next.
+  // The application's features for sampling (Nguyen et al. (SC'17) §3.3): true where it will work next.
   void set_features(Feature feature) { feature_ = std::move(feature); }
 
   // Snapshot files (the baseline that PM-octree replaces): the leaves in Morton order with the

@@ -1,4 +1,4 @@
-// Snapshot files of a PM-octree: the baseline persistence replaces (seed 003 §5: Gerris writes
+// Snapshot files of a PM-octree: the baseline persistence replaces (Nguyen et al. (SC'17) §5: Gerris writes
 // its tree to a file and reads it back at restart). Format in docs/pm-octree.md.
 #include <algorithm>
 #include <cstdio>

@@ -1,4 +1,4 @@
-// PM-octree across the tiers (seed 003 §3.2-3.4): merging C0 into C1, the persist point,
+// PM-octree across the tiers (Nguyen et al. (SC'17) §3.2-3.4): merging C0 into C1, the persist point,
 // garbage collection, the feature-directed transformation and replicas.
 #include <algorithm>
 #include <cmath>
@@ -68,7 +68,7 @@ void Octree<Dim>::free_fast_subtree(uint64_t ref) {
 }
 
 // C0 over its threshold: the subtrees written least per family are merged out until C0 is
-// back to 70% of its budget (seed 003 §3.2, merging scenario 1). Never the root family.
+// back to 70% of its budget (Nguyen et al. (SC'17) §3.2, merging scenario 1). Never the root family.
 template <int Dim>
 int Octree<Dim>::merge_out_if_full() {
   if (fast_cap_ == 0 || !is_fast(root_child_)) return HM_OK;
@@ -207,7 +207,7 @@ void Octree<Dim>::mark(uint64_t ref, std::vector<bool> &live) const {
   for (int c = 0; c < kChildren; ++c) mark(f->child[c], live);
 }
 
-// Mark-and-sweep (seed 003 §3.2): everything the last persisted version, the working version
+// Mark-and-sweep (Nguyen et al. (SC'17) §3.2): everything the last persisted version, the working version
 // and C0's homes reach is live; the rest of the pool below its top is free.
 template <int Dim>
 int Octree<Dim>::collect() {
@@ -243,7 +243,7 @@ uint32_t Octree<Dim>::depth() const {
   return deepest;
 }
 
-// Feature-directed sampling (seed 003 §3.3): the share of N_sample = min(100, leaves) leaves of
+// Feature-directed sampling (Nguyen et al. (SC'17) §3.3): the share of N_sample = min(100, leaves) leaves of
 // the subtree that the application's features select.
 template <int Dim>
 double Octree<Dim>::sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng) const {
@@ -301,7 +301,7 @@ uint64_t Octree<Dim>::families_below(uint64_t ref) const {
 // until their families fill 70% of what C0 may use. They replace the current ones when the ratio
 // of the two sets' frequencies exceeds T_transform. Without the transformation (or without
 // features) C0 keeps the first subtrees in Morton order for good, the locality-oblivious layout
-// of seed 003 Fig. 5a.
+// of Nguyen et al. (SC'17) Fig. 5a.
 template <int Dim>
 void Octree<Dim>::transform() {
   if (fast_cap_ == 0 || root_child_ == 0) return;
@@ -402,7 +402,7 @@ void Octree<Dim>::drop_cold() {
   walk(root_child_);
 }
 
-// Replicas (seed 003 §3.4): after the primary's commit, the slots the version wrote go to the
+// Replicas (Nguyen et al. (SC'17) §3.4): after the primary's commit, the slots the version wrote go to the
 // same offsets of the replica, which then commits the same root under the same sequence number.
 // A replica that missed a version (it was attached later, or a crash fell between the two
 // commits) receives everything below the top instead.

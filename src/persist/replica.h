@@ -1,4 +1,4 @@
-// Replicas of a persistent pool (seed 003 §3.4): after each commit the primary sends what the
+// Replicas of a persistent pool (Nguyen et al. (SC'17) §3.4): after each commit the primary sends what the
 // version wrote (byte ranges at the same offsets) and the replica commits the same root under the
 // same sequence number. A replica is a second pool file (a path, on any mounted file system) or a
 // `hetmem-replica` server on another host (`tcp://HOST:PORT`).

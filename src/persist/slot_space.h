@@ -1,4 +1,4 @@
-// Fixed-size slots of a persistent pool, as one versioned structure uses them (seed 003 §3.2).
+// Fixed-size slots of a persistent pool, as one versioned structure uses them (Nguyen et al. (SC'17) §3.2).
 // Which slots the working version allocated (fresh: written in place, flushed at the commit),
 // which committed slots it no longer references (deletion marks: still part of the last
 // persisted version, so not reusable before the next commit), and which are free. All of this is

@@ -56,7 +56,7 @@ HelperChoice choose_helpers(const HelperInputs &in) {
     if (first_ok == 1) c.binding = "none (one helper meets every constraint)";
     else c.binding = "overlap";
   } else {
-    // Bandwidth first, as the seed selects: the fastest predicted count among those within it.
+    // Bandwidth first, as WarpX-PM selects: the fastest predicted count among those within it.
     c.helpers = best_bw ? best_bw : best_any;
     c.binding = !any_bw ? "bandwidth" : !any_threads ? "threads" : !any_overlap ? "overlap" : "none met";
     c.binding += " (no count meets every constraint: the smallest predicted time)";

@@ -1,4 +1,4 @@
-// The placement runtime's two performance models (seed 000 §4.2-4.3, docs/streaming.md): how many
+// The placement runtime's two performance models (Ren et al. (ICS'21) §4.2-4.3, docs/streaming.md): how many
 // helper threads stage streamed tiles (Equations 3-9, with an extension for machines whose cores
 // are all computing), and how far ahead a kernel prefetches field data into the cache
 // (Equations 1-2, with alpha and beta fitted by least squares). Pure functions of their inputs, so
@@ -38,7 +38,7 @@ double copy_time(const HelperInputs &in, int h);
 // for machines with few cores), the helpers' copy time is CPU time taken from the computation:
 // max(T_comp, T_cp, (thrd_comp T_comp + h T_cp) / thrd_max).
 double predicted_time(const HelperInputs &in, int h);
-// The seed's procedure: the counts that meet the bandwidth constraint (Eq. 6), of those the ones
+// WarpX-PM's procedure: the counts that meet the bandwidth constraint (Eq. 6), of those the ones
 // that meet the overlap (Eq. 5) and thread (Eq. 8) constraints, the smallest of them; when no
 // count meets all three, the count with the smallest predicted time among those that meet the
 // bandwidth constraint (among all when none does; ties: the smaller count).

@@ -44,7 +44,7 @@ class AllFast final : public Policy {
   Placement place(const Request &) const override { return {fast_tier(), HM_STRICT}; }
 };
 
-// Seed 000's Optane-only baseline: everything on the capacity tier.
+// WarpX-PM's Optane-only baseline: everything on the capacity tier.
 class SlowOnly final : public Policy {
  public:
   const char *name() const override { return "slow-only"; }
@@ -121,7 +121,7 @@ class Interleave final : public Policy {
   mutable std::atomic<uint64_t> fast_bytes_{0}, total_bytes_{0};
 };
 
-// Seed 000 §4.1: metadata and temporaries in their spaces of the fast tier, hot objects in the
+// Ren et al. (ICS'21) §4.1: metadata and temporaries in their spaces of the fast tier, hot objects in the
 // free space by priority (placed in allocation order while iteration 1 is observed, then moved
 // into priority order at its end: static_placement.cpp), streamed and cold data on the capacity
 // tier. Hot objects get their own mappings so that they can move at the same address. Once the
@@ -162,7 +162,7 @@ class HetmemStatic : public Policy {
   bool honours_class_interleave() const override { return true; }
 };
 
-// Static placement plus the model-guided cache prefetch of field data (seed 000 §4.2).
+// Static placement plus the model-guided cache prefetch of field data (Ren et al. (ICS'21) §4.2).
 class HetmemStaticPrefetch final : public HetmemStatic {
  public:
   const char *name() const override { return "hetmem-static+prefetch"; }
@@ -170,7 +170,7 @@ class HetmemStaticPrefetch final : public HetmemStatic {
   bool prefetches() const override { return true; }
 };
 
-// Seed 000's full runtime: static placement, cache prefetch, and streamed data staged through the
+// WarpX-PM's full runtime: static placement, cache prefetch, and streamed data staged through the
 // migration space by model-sized helper threads (§4.3). Streamed objects live on the capacity tier
 // (their home); the migration space defaults to an eighth of the fast budget.
 class Hetmem final : public HetmemStatic {
@@ -187,7 +187,7 @@ class Hetmem final : public HetmemStatic {
   bool streams() const override { return true; }
 };
 
-// The reactive baseline of seed 000 §6 (IAL-like): objects go where first-touch puts them, each
+// The reactive baseline of Ren et al. (ICS'21) §6 (IAL-like): objects go where first-touch puts them, each
 // large one in its own mapping; after every iteration the objects the referenced-page sampler saw
 // used most (per byte) are promoted to the fast tier and the least used demoted
 // (reactive_placement.cpp): after the fact, from sampled page use, with the moves on the critical

@@ -1,4 +1,4 @@
-// Cache prefetch of field data (seed 000 §4.2, docs/streaming.md#cache-prefetch): Equation 2's
+// Cache prefetch of field data (Ren et al. (ICS'21) §4.2, docs/streaming.md#cache-prefetch): Equation 2's
 // alpha, beta1 and beta2 fitted once per process on a microbenchmark that spreads field-like data
 // across the fast and capacity tiers at several ratios and prefetches it one unit at a time;
 // Equation 1's distance per phase from the kernel's measured time per unit.
@@ -156,7 +156,7 @@ extern "C" int hm_prefetch_distance(const char *phase, double ns_per_unit) {
     const std::string key = phase ? phase : "";
     if (ns_per_unit > 0) s.ns_per_unit[key] = ns_per_unit;
     auto it = s.ns_per_unit.find(key);
-    // Seed 000 §4.1: prefetch is for field data static placement could not keep on the fast tier;
+    // Ren et al. (ICS'21) §4.1: prefetch is for field data static placement could not keep on the fast tier;
     // before a first measurement of the unit's time there is no distance.
     if (it != s.ns_per_unit.end() && on_fast < 0.999 && s.fit.ok)
       model = prefetch_distance(s.fit, on_fast, s.lat_fast, s.lat_slow, it->second);

@@ -1,4 +1,4 @@
-// The reactive baseline (seed 000 §6, like IAL): what the referenced-page sampler saw of each
+// The reactive baseline (Ren et al. (ICS'21) §6, like IAL): what the referenced-page sampler saw of each
 // object with its own mapping during an iteration decides, at the iteration's end, which objects
 // the fast tier holds next: the most used per byte, as many as the fast budget takes. Reactive by
 // construction: it acts on the last iteration's use, sees only the phases the sampler's budget

@@ -58,7 +58,7 @@ uint64_t Spaces::free_room() const {
   return b > u ? b - u : 0;
 }
 
-// The temporary and metadata spaces grow on demand (seed 000 §4.1: "increases the temporary space
+// The temporary and metadata spaces grow on demand (Ren et al. (ICS'21) §4.1: "increases the temporary space
 // on demand") by whole MiB taken from the free space's unused room; the free space never lends
 // what its objects hold. Called with mutex_ held.
 bool Spaces::grow_locked(hm_space_t space, uint64_t short_by) {

@@ -1,4 +1,4 @@
-// The fast tier's spaces (seed 000 §4): metadata, temporary, migration and free space, each a
+// The fast tier's spaces (Ren et al. (ICS'21) §4): metadata, temporary, migration and free space, each a
 // sub-budget of the fast budget with its own accounting. Objects of a class are accounted in the
 // space of their kind while they live on the fast tier, under every policy; only hetmem-static
 // sizes the spaces (after the observed iteration), and from then on a space is never exceeded:

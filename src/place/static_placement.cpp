@@ -1,4 +1,4 @@
-// Static placement (seed 000 §4.1): the first iteration observes where objects went and how much
+// Static placement (Ren et al. (ICS'21) §4.1): the first iteration observes where objects went and how much
 // the temporaries needed at their peak; at its end the spaces are sized and hot objects moved,
 // at the same addresses, so that the free space holds the highest priorities.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Streamed tile containers (seed 000 §4.3; docs/streaming.md). A sweep walks its tiles in batches
+// Streamed tile containers (Ren et al. (ICS'21) §4.3; docs/streaming.md). A sweep walks its tiles in batches
 // that each fit one of three staging slots of the migration space: while the kernel computes batch
 // b in slot b % 3, the helpers copy batch b+1 into the next slot and write the modified tiles of
 // batch b-1 back home; a copy into a slot waits for the slot's previous batch to be written back.

@@ -3,7 +3,7 @@
 // formula charges it. A model sits between the charge points (copies, declared accesses, sampled
 // pages) and that formula and turns the program's accesses into device traffic; the memory-mode
 // policy installs one that puts a direct-mapped DRAM cache in front of the device (Optane's
-// Memory Mode, seed 001 §2.1). Adding a kind of model adds a class here, not branches in emul.cpp.
+// Memory Mode, Weiland et al. (SC'19) §2.1). Adding a kind of model adds a class here, not branches in emul.cpp.
 #pragma once
 #include <atomic>
 #include <cstddef>

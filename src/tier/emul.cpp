@@ -20,9 +20,9 @@ namespace {
 // Fixed ratios to DRAM from published measurements (DESIGN.md); never tuned afterwards.
 const EmulProfile kProfiles[] = {
     {"optane", 2.2, 3.5, 0.37, 0.14,
-     "Optane DCPMM App Direct vs DRAM (seed 004, from Peng et al. 2019)"},
+     "Optane DCPMM App Direct vs DRAM (Christgau (2021), from Peng et al. 2019)"},
     {"cxl", 2.0, 2.0, 0.50, 0.50, "CXL Type-3 expander: +70-90 ns over local DRAM (Pond), 140-410 ns (Melody)"},
-    {"nvbm", 100.0 / 60.0, 100.0 / 60.0, 1.0, 1.0, "NVBM of seed 003 Table 2: per-access latency only"},
+    {"nvbm", 100.0 / 60.0, 100.0 / 60.0, 1.0, 1.0, "NVBM of Nguyen et al. (SC'17) Table 2: per-access latency only"},
     // Everything the emulator does except waiting: measures the bookkeeping's own cost.
     {"dram", 1.0, 1.0, 1.0, 1.0, "DRAM's own figures: the emulator's bookkeeping runs, nothing is charged"},
 };

@@ -48,7 +48,7 @@ class Spaces : public ::testing::Test {
 
 }  // namespace
 
-// Seed 000 §4.1: iteration 1 observes (objects go where there is room, in allocation order); at its
+// Ren et al. (ICS'21) §4.1: iteration 1 observes (objects go where there is room, in allocation order); at its
 // end the free space takes hot objects by priority, moving them at the same address.
 TEST_F(Spaces, StaticPlacementMovesHotObjectsByPriorityAfterTheFirstIteration) {
   start("hetmem-static", "10M");

@@ -1,4 +1,4 @@
-! Seed 004's mode switch around an unchanged ALLOCATE: under the preload library
+! Christgau's (2021) mode switch around an unchanged ALLOCATE: under the preload library
 ! (`hetmem run -- mode_switch`), the array allocated between hm_mode_push(HM_CAPACITY) and
 ! hm_mode_pop() lives on the capacity tier; one allocated outside stays with the C library.
 program mode_switch
