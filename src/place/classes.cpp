@@ -1,6 +1,6 @@
-// Object classes (hm_class_*) and the choice of policy (hm_policy_*): the registry the C++ named
-// allocators, the Fortran module and the PIC code allocate through, and the per-class record of
-// where the active policy put each byte.
+// Object classes (hm_class_*): the registry the C++ named allocators, the Fortran module and the
+// PIC code allocate through, and the per-class record of where the active policy put each byte.
+// Which policy places them, and its mechanisms, is policy.cpp's business.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -17,7 +17,6 @@
 #include "place/policy.h"
 #include "place/spaces.h"
 #include "prim/prim.h"
-#include "tier/tier.h"
 
 namespace hm::place {
 namespace {
@@ -31,7 +30,6 @@ struct ClassRecord {
   int priority = 0;
   std::atomic<uint64_t> allocs{0}, bytes{0};
   std::atomic<uint64_t> bytes_on_tier[kTierSlots] = {};
-  std::atomic<int64_t> live_on_tier[kTierSlots] = {};
   std::atomic<int> fast_percent{-1};  // hm_class_interleave: share of each object on the fast tier
 };
 
@@ -40,69 +38,12 @@ const char *const kKindNames[HM_CLASS_KIND_COUNT] = {"metadata", "temporary", "h
 std::mutex g_mutex;
 ClassRecord g_classes[kMaxClasses];
 std::atomic<int> g_count{0};
-// The policy holds for one initialisation of the library (hm_finalize starts another).
-std::atomic<const Policy *> g_policy{nullptr};
-std::atomic<uint64_t> g_policy_epoch{~uint64_t{0}};
-std::atomic<bool> g_used{false};  // a class allocation was made under the policy
-std::atomic<uint64_t> g_activated_epoch{~uint64_t{0}};
 std::atomic<uint64_t> g_seq{0};
-
-// The active policy: HM_POLICY on first use (an unknown name fails every class call with a message
-// that lists the policies), or hm_policy_select's.
-const Policy *active(int *rc) {
-  if ((*rc = hm_init()) != HM_OK) return nullptr;
-  const Policy *p = g_policy.load(std::memory_order_acquire);
-  if (p && g_policy_epoch.load(std::memory_order_acquire) == runtime_epoch()) return p;
-  const std::string *name = option_text("HM_POLICY");
-  std::string chosen = name && !name->empty() ? *name : "first-touch";
-  p = policy_find(chosen);
-  if (!p) {
-    *rc = fail(HM_EINVAL, "HM_POLICY='%s': unknown policy (policies: %s)", chosen.c_str(), policy_names().c_str());
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_policy_epoch.load() != runtime_epoch()) {
-    g_policy.store(p, std::memory_order_release);
-    g_used.store(false);
-    g_policy_epoch.store(runtime_epoch(), std::memory_order_release);
-  }
-  return g_policy.load(std::memory_order_acquire);
-}
 
 std::string class_names() {
   std::string out;
   for (int i = 0; i < g_count.load(); ++i) out += std::string(out.empty() ? "" : ", ") + g_classes[i].name;
   return out.empty() ? "none defined" : out;
-}
-
-// Before the first placement of an initialisation: the policy's own set-up (memory-mode's cache
-// model), a fresh record of objects and spaces, and the observers static placement needs.
-int activate(const Policy *p) {
-  if (g_activated_epoch.load(std::memory_order_acquire) == runtime_epoch()) return HM_OK;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (g_activated_epoch.load() == runtime_epoch()) return HM_OK;
-  std::string why;
-  int rc = p->activate(&why);
-  if (rc != HM_OK) return fail(rc, "%s", why.c_str());
-  objects_reset();
-  spaces().reset();
-  static_placement_reset();
-  streaming_reset();
-  reactive_placement_reset();
-  objects_install();
-  iteration_clock_start();
-  if (p->settles()) static_placement_install();
-  if (p->reacts()) reactive_placement_install();
-  g_activated_epoch.store(runtime_epoch(), std::memory_order_release);
-  return HM_OK;
-}
-
-// The policy, activated: nullptr (error recorded) if either step fails.
-const Policy *placing(int *rc) {
-  const Policy *p = active(rc);
-  if (!p) return nullptr;
-  if ((*rc = activate(p)) != HM_OK) return nullptr;
-  return p;
 }
 
 void *class_chunk(int cls, size_t size, size_t align, unsigned flags) { return hm_class_alloc(cls, size, align, flags); }
@@ -132,7 +73,7 @@ void record(hm_class_t cls, ClassRecord &c, void *p, size_t size, int tier, bool
 void *interleaved_alloc(hm_class_t cls, ClassRecord &c, const Policy *policy, size_t size, size_t align,
                         unsigned flags, int percent) {
   const int fast = fast_tier(), cap = capacity_tier();
-  g_used.store(true, std::memory_order_relaxed);
+  policy_mark_used();
   void *p = hm_tier_alloc(cap, size, align, (flags & ~HM_STRICT) | HM_PREFERRED | HM_MOVABLE);
   if (!p) return refused(c, policy);
   hm_tier_t got = cap;
@@ -171,16 +112,6 @@ int class_kind_of(const std::string &name) {
   for (int k = 0; k < HM_CLASS_KIND_COUNT; ++k)
     if (name == kKindNames[k]) return k;
   return -1;
-}
-
-void class_live_add(int cls, int tier, int64_t delta) {
-  if (cls >= 0 && cls < kMaxClasses && tier >= 0 && tier < kTierSlots)
-    g_classes[cls].live_on_tier[tier].fetch_add(delta, std::memory_order_relaxed);
-}
-
-const Policy *active_policy() {
-  if (g_activated_epoch.load(std::memory_order_acquire) != runtime_epoch()) return nullptr;
-  return g_policy.load(std::memory_order_acquire);
 }
 
 }  // namespace hm::place
@@ -229,7 +160,7 @@ int hm_class_find(const char *name, hm_class_t *cls) {
 
 void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) {
   int rc = HM_OK;
-  const Policy *policy = placing(&rc);
+  const Policy *policy = placing_policy(&rc);
   if (!policy) return nullptr;
   if (cls < 0 || cls >= g_count.load(std::memory_order_acquire))
     return fail_null(HM_EINVAL, "hm_class_alloc: %d is not a defined class", cls);
@@ -259,7 +190,7 @@ void *hm_class_alloc(hm_class_t cls, size_t size, size_t align, unsigned flags) 
       where.tier = cap;
     }
   }
-  g_used.store(true, std::memory_order_relaxed);
+  policy_mark_used();
   void *p = hm_tier_alloc(where.tier, size, align, (flags & ~HM_STRICT) | where.flags);
   if (!p) {
     if (reserved) spaces().release(space, size);
@@ -289,7 +220,7 @@ int hm_class_interleave(hm_class_t cls, int fast_percent) {
 
 int hm_class_tier(hm_class_t cls, hm_tier_t *tier) {
   int rc = HM_OK;
-  const Policy *policy = placing(&rc);
+  const Policy *policy = placing_policy(&rc);
   if (!policy) return rc;
   if (!tier || cls < 0 || cls >= g_count.load(std::memory_order_acquire))
     return fail(HM_EINVAL, "hm_class_tier: %d is not a defined class (or tier is NULL)", cls);
@@ -317,37 +248,9 @@ int hm_class_info(hm_class_t cls, hm_class_info_t *info) {
   info->bytes = c.bytes.load();
   for (int t = 0; t < kTierSlots; ++t) {
     info->bytes_on_tier[t] = c.bytes_on_tier[t].load();
-    int64_t live = c.live_on_tier[t].load();
+    int64_t live = class_live_bytes(cls, t);
     info->live_bytes_on_tier[t] = live > 0 ? static_cast<uint64_t>(live) : 0;
   }
-  return HM_OK;
-}
-
-const char *hm_policy_name(void) {
-  int rc = HM_OK;
-  const Policy *p = active(&rc);
-  return p ? p->name() : "(none: HM_POLICY is not a policy)";
-}
-
-int hm_policy_select(const char *name) {
-  if (!name) return fail(HM_EINVAL, "hm_policy_select: name is NULL");
-  const Policy *p = policy_find(name);
-  if (!p) return fail(HM_EINVAL, "'%s' is not a policy (policies: %s)", name, policy_names().c_str());
-  int rc = HM_OK;
-  const Policy *current = active(&rc);
-  if (!current && rc != HM_EINVAL) return rc;  // an unknown HM_POLICY is overridden here
-  std::lock_guard<std::mutex> lock(g_mutex);
-  if (current && current != p && g_used.load())
-    return fail(HM_EBUSY, "hm_policy_select('%s'): objects were already placed under policy %s", name,
-                current->name());
-  if (current != p && g_activated_epoch.load() == runtime_epoch()) {
-    // Activated for the other policy but nothing placed: undo its set-up.
-    Tier *cap = tier_get(capacity_tier());
-    if (cap) cap->charge_model.reset();
-    g_activated_epoch.store(~uint64_t{0}, std::memory_order_release);
-  }
-  g_policy.store(p, std::memory_order_release);
-  g_policy_epoch.store(runtime_epoch(), std::memory_order_release);
   return HM_OK;
 }
 
@@ -357,30 +260,6 @@ int hm_space_stats(hm_space_t space, hm_space_stats_t *stats) {
     return fail(HM_EINVAL, "hm_space_stats: %d is not a space (0..%d: metadata, temporary, migration, free)",
                 static_cast<int>(space), HM_SPACE_COUNT - 1);
   *stats = spaces().stats(space);
-  return HM_OK;
-}
-
-int hm_placement_stats(hm_placement_stats_t *stats) {
-  if (!stats) return fail(HM_EINVAL, "hm_placement_stats: stats is NULL");
-  *stats = static_placement_stats();
-  return HM_OK;
-}
-
-int hm_reactive_stats(hm_reactive_stats_t *stats) {
-  if (!stats) return fail(HM_EINVAL, "hm_reactive_stats: NULL stats");
-  *stats = reactive_placement_stats();
-  return HM_OK;
-}
-
-int hm_dram_cache_stats(hm_dram_cache_stats_t *stats) {
-  if (!stats) return fail(HM_EINVAL, "hm_dram_cache_stats: stats is NULL");
-  int rc = runtime_ensure();
-  if (rc != HM_OK) return rc;
-  Tier *cap = tier_get(capacity_tier());
-  auto *model = cap ? dynamic_cast<DramCacheModel *>(cap->charge_model.get()) : nullptr;
-  if (!model) return fail(HM_ENOTSUP, "hm_dram_cache_stats: the memory-mode policy is not active");
-  DramCacheStats s = model->stats();
-  *stats = hm_dram_cache_stats_t{s.hits, s.misses, s.writebacks, s.block, s.blocks};
   return HM_OK;
 }
 

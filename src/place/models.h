@@ -66,20 +66,4 @@ constexpr int kMaxPrefetchDistance = 64;
 int prefetch_distance(const PrefetchFit &fit, double fast_fraction, double lat_fast_ns, double lat_slow_ns,
                       double ns_per_unit);
 
-// What the prefetch model knows now (prefetch.cpp): its fit, the latencies, the share of hot data
-// on the fast tier, and per phase the unit time last measured and the distance Eq. 1 gives.
-struct PrefetchPhase {
-  std::string phase;
-  double ns_per_unit;
-  int k;
-};
-struct PrefetchReport {
-  bool fitted = false;
-  PrefetchFit fit;
-  double lat_fast = 0, lat_slow = 0, fast_fraction = 1;
-  std::vector<PrefetchPhase> phases;
-};
-PrefetchReport prefetch_report();
-void prefetch_reset();
-
 }  // namespace hm::place

@@ -1,11 +1,11 @@
 #include "place/objects.h"
 
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 
 #include "alloc/runtime.h"
-#include "place/classes.h"
-#include "place/policy.h"
+#include "place/budget.h"
 #include "place/spaces.h"
 
 namespace hm::place {
@@ -22,6 +22,15 @@ Shard *shards() {
   return s;
 }
 Shard &shard_of(const void *p) { return shards()[(reinterpret_cast<uintptr_t>(p) >> 6) % kShards]; }
+
+// Each class's live bytes on each tier (hm_class_info), kept with the records they sum.
+constexpr int kMaxClasses = 256, kTierSlots = 16;
+std::atomic<int64_t> g_live[kMaxClasses][kTierSlots] = {};
+
+void class_live_add(int cls, int tier, int64_t delta) {
+  if (cls >= 0 && cls < kMaxClasses && tier >= 0 && tier < kTierSlots)
+    g_live[cls][tier].fetch_add(delta, std::memory_order_relaxed);
+}
 
 // The class's live bytes on each of the object's tiers, and its space's bytes on the fast tier
 // (reserved by the caller before an object is added or moved in).
@@ -109,6 +118,11 @@ bool object_split(void *ptr, int tail_tier, uint64_t tail_bytes, bool in_space) 
     o.tail_bytes = tail_bytes;
     o.in_space = in_space;
   });
+}
+
+int64_t class_live_bytes(int cls, int tier) {
+  if (cls < 0 || cls >= kMaxClasses || tier < 0 || tier >= kTierSlots) return 0;
+  return g_live[cls][tier].load(std::memory_order_relaxed);
 }
 
 void objects_reset() {

@@ -36,6 +36,8 @@ std::vector<Object> live_objects(bool hot_only = false);
 bool object_moved(void *ptr, int tier, bool in_space);
 // Records that the last tail_bytes of the object at ptr now live on tail_tier (TierHeap::split_to).
 bool object_split(void *ptr, int tail_tier, uint64_t tail_bytes, bool in_space);
+// The live bytes of class `cls` on `tier` (0 for indices out of range).
+int64_t class_live_bytes(int cls, int tier);
 // Drops every record (a new initialisation of the library).
 void objects_reset();
 // Installs the release observer once.

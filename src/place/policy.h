@@ -1,18 +1,28 @@
-// Placement policies: where an allocation of an object class goes (docs/placement.md). Every
-// policy answers through the same interface, so one binary runs under each, and adding a policy
-// adds a class here, not branches at call sites.
+// Placement policies and the mechanisms they use (docs/placement.md, docs/architecture.md).
+//
+// A Policy answers one question, where an allocation of an object class goes, and names the
+// Mechanisms that act for it beyond that answer (static placement's settling at the end of the
+// first iteration, streamed tiles staged by helper threads, cache prefetch, the reactive rounds,
+// memory mode's DRAM cache). Each mechanism lives in its own unit with its observers, its counters
+// and its part of the run summary; the class registry (classes.cpp) knows none of them.
+//
+// Adding a policy: one file with the class and an accessor, plus one row in the table of
+// policy.cpp (or policy_register at run time). A mechanism of its own comes with the policy that
+// names it: every mechanism some policy names is reset at each initialisation and asked for its
+// part of the run summary.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "hetmem/hetmem.h"
+#include "place/budget.h"
 
 namespace hm::place {
-
-// Under `reactive`, objects of this size or more get their own mapping, so that the sampler reads
-// their page use and they can move (policy.cpp places them, reactive_placement.cpp moves them).
-constexpr size_t kReactiveOwnMapping = size_t{64} << 10;
 
 struct Request {
   hm_class_kind_t kind;
@@ -21,8 +31,33 @@ struct Request {
 };
 
 struct Placement {
-  int tier;           // -1: no tier has the role the policy asks for
-  unsigned flags;     // HM_PREFERRED or HM_STRICT, plus HM_MOVABLE when the object may move later
+  int tier;        // -1: no tier has the role the policy asks for
+  unsigned flags;  // HM_PREFERRED or HM_STRICT, plus HM_MOVABLE when the object may move later
+};
+
+// A mechanism of the placement runtime. Every registered mechanism is reset at each initialisation
+// of the library; those the active policy names are then activated. Observers a mechanism installs
+// live as long as the process (the alloc layer cannot remove them), so they ask active() on every
+// event.
+class Mechanism {
+ public:
+  virtual ~Mechanism() = default;
+  virtual const char *name() const = 0;
+  // Forgets the previous initialisation's state (every mechanism, before any placement).
+  virtual void reset() {}
+  // Sets up for the active policy: installs observers, a charge model. HM_OK, or a code with a
+  // sentence in *why.
+  virtual int activate(std::string * /*why*/) { return HM_OK; }
+  // Undoes activate() when the policy is replaced before any object was placed under it.
+  virtual void deactivate() {}
+  // Adds its part to the run summary's "placement" object (hm_summary_write).
+  virtual void summarise(nlohmann::json & /*placement*/) const {}
+  // Whether the policy of this initialisation uses it, activated.
+  bool active() const;
+
+ private:
+  friend void mechanism_set_active(Mechanism &m, bool on);
+  std::atomic<uint64_t> active_epoch_{~uint64_t{0}};
 };
 
 class Policy {
@@ -30,18 +65,12 @@ class Policy {
   virtual ~Policy() = default;
   virtual const char *name() const = 0;
   virtual const char *doc() const = 0;
-  // Called once per initialisation of the library, before the first object is placed. Returns
-  // HM_OK, or a code with a sentence in *why (memory-mode on a real tier).
-  virtual int activate(std::string * /*why*/) const { return HM_OK; }
   virtual Placement place(const Request &r) const = 0;
-  // Whether static placement settles at the end of the first iteration (hetmem-static).
-  virtual bool settles() const { return false; }
-  // Whether kernels prefetch field data into the cache (hm_prefetch_distance > 0).
-  virtual bool prefetches() const { return false; }
-  // Whether streamed tile containers stage their batches in the migration space (hm_stream_*).
-  virtual bool streams() const { return false; }
-  // Whether objects are promoted and demoted after every iteration from sampled page use (reactive).
-  virtual bool reacts() const { return false; }
+  // The mechanisms that act for the policy (none: placement at allocation is all it does).
+  virtual std::vector<Mechanism *> mechanisms() const { return {}; }
+  // Once per initialisation, before its mechanisms and the first placement: the policy's own
+  // set-up. HM_OK, or a code with a sentence in *why.
+  virtual int activate(std::string * /*why*/) const { return HM_OK; }
   // Whether a class's own interleave ratio (hm_class_interleave) applies: not under the policies
   // that put everything on one tier (all-fast, slow-only, memory-mode).
   virtual bool honours_class_interleave() const { return false; }
@@ -50,12 +79,25 @@ class Policy {
   virtual int object_fast_percent() const { return -1; }
 };
 
-// The tiers policies place on, and the fast budget in bytes (the tier's capacity when unlimited).
-int fast_tier();      // -1 if no tier has the role
-int capacity_tier();
-uint64_t fast_budget_bytes();
-
+// The registry (policy.cpp).
 const Policy *policy_find(const std::string &name);  // nullptr if unknown
 std::string policy_names();                          // "first-touch, all-fast, ..."
+std::vector<const Policy *> policies();              // in the table's order, then registered ones
+// Adds a policy defined outside the table (an extension, a test). HM_EINVAL if the name is taken.
+int policy_register(const Policy *policy);
+// The iteration clock and every mechanism some policy names, each once.
+std::vector<Mechanism *> all_mechanisms();
+
+// The policy of this initialisation of the library: HM_POLICY on first use, or hm_policy_select's.
+// chosen_policy() only chooses; placing_policy() also activates it and its mechanisms once per
+// initialisation. nullptr (error recorded, *rc set) on failure.
+const Policy *chosen_policy(int *rc);
+const Policy *placing_policy(int *rc);
+// The policy once activated for this initialisation (nullptr before).
+const Policy *active_policy();
+// Records that an object was placed under the policy (hm_policy_select refuses to switch then).
+void policy_mark_used();
+// hm_policy_select: switches before any object was placed, undoing the previous activation.
+int policy_select(const Policy *p);
 
 }  // namespace hm::place

@@ -12,9 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.h"
 #include "base/options.h"
-#include "place/classes.h"
+#include "place/mechanisms.h"
 #include "place/models.h"
 #include "prim/prim.h"
 
@@ -119,26 +121,40 @@ double hot_fast_fraction() {
 }  // namespace
 
 namespace hm::place {
+namespace {
 
-PrefetchReport prefetch_report() {
-  PrefetchState &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  PrefetchReport r;
-  r.fitted = s.fitted && s.fit.ok;
-  r.fit = s.fit;
-  r.lat_fast = s.lat_fast, r.lat_slow = s.lat_slow;
-  r.fast_fraction = s.fitted ? hot_fast_fraction() : 1;
-  for (const auto &kv : s.ns_per_unit)
-    r.phases.push_back({kv.first, kv.second, prefetch_distance(s.fit, r.fast_fraction, s.lat_fast, s.lat_slow, kv.second)});
-  return r;
-}
+class Prefetch final : public Mechanism {
+ public:
+  const char *name() const override { return "prefetch"; }
+  void reset() override {
+    PrefetchState &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.fitted = false;
+    s.fit = PrefetchFit{};
+    s.ns_per_unit.clear();
+  }
+  // What the model knows now: its fit, the latencies, the share of hot data on the fast tier, and
+  // per phase the unit time last measured and the distance Eq. 1 gives.
+  void summarise(nlohmann::json &placement) const override {
+    PrefetchState &s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.fitted || !s.fit.ok) return;
+    const double fast_fraction = hot_fast_fraction();
+    nlohmann::json phases = nlohmann::json::array();
+    for (const auto &[phase, ns] : s.ns_per_unit)
+      phases.push_back({{"phase", phase}, {"ns_per_unit", ns},
+                        {"k", prefetch_distance(s.fit, fast_fraction, s.lat_fast, s.lat_slow, ns)}});
+    placement["prefetch"] = {{"alpha_ns", s.fit.alpha}, {"beta1", s.fit.beta1}, {"beta2", s.fit.beta2},
+                             {"residual_ns", s.fit.residual}, {"lat_fast_ns", s.lat_fast},
+                             {"lat_slow_ns", s.lat_slow}, {"fast_fraction", fast_fraction}, {"phases", phases}};
+  }
+};
 
-void prefetch_reset() {
-  PrefetchState &s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.fitted = false;
-  s.fit = PrefetchFit{};
-  s.ns_per_unit.clear();
+}  // namespace
+
+Mechanism &prefetch_mechanism() {
+  static Prefetch m;
+  return m;
 }
 
 }  // namespace hm::place
@@ -147,9 +163,9 @@ extern "C" int hm_prefetch_distance(const char *phase, double ns_per_unit) {
   // The model runs under the prefetching policies whatever decides in the end, so that its choice
   // is reported beside the one HM_PREFETCH_DISTANCE forces (Figure 11's sweeps).
   int model = 0;
-  const Policy *p = active_policy();
-  const double on_fast = p && p->prefetches() ? hot_fast_fraction() : 1;
-  if (p && p->prefetches()) {
+  const bool modelled = prefetch_mechanism().active();
+  const double on_fast = modelled ? hot_fast_fraction() : 1;
+  if (modelled) {
     PrefetchState &s = state();
     std::lock_guard<std::mutex> lock(s.mutex);
     fit_once(s);

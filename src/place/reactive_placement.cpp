@@ -8,16 +8,22 @@
 #include <mutex>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "alloc/phases.h"
 #include "base/error.h"
 #include "base/options.h"
-#include "place/classes.h"
+#include "place/mechanisms.h"
 #include "place/objects.h"
 #include "place/spaces.h"
 #include "prim/prim.h"
 
 namespace hm::place {
 namespace {
+
+// Objects of this size or more get their own mapping, so that the sampler reads their page use and
+// they can move.
+constexpr size_t kReactiveOwnMapping = size_t{64} << 10;
 
 struct ReactiveState {
   std::mutex mutex;
@@ -35,10 +41,7 @@ ReactiveState &state() {
   return *s;
 }
 
-bool reacting() {
-  const Policy *p = active_policy();
-  return p && p->reacts();
-}
+bool reacting() { return reactive_mechanism().active(); }
 
 void react(uint32_t iteration) {
   ReactiveState &st = state();
@@ -69,8 +72,7 @@ void react(uint32_t iteration) {
   }
   std::stable_sort(movable.begin(), movable.end(), [](const Candidate &a, const Candidate &b) { return a.heat > b.heat; });
   // The fast budget less what stays there anyway, filled with the hottest.
-  hm_tier_stats_t fs;
-  const uint64_t budget = hm_tier_stats(fast, &fs) == HM_OK && fs.budget ? fs.budget : fast_budget_bytes();
+  const uint64_t budget = fast_budget_bytes();
   uint64_t room = budget > pinned_fast ? budget - pinned_fast : 0;
   std::vector<bool> want_fast(movable.size(), false);
   for (size_t i = 0; i < movable.size(); ++i)
@@ -120,19 +122,7 @@ class ReactivePlacement final : public PhaseObserver {
   bool wants_every_phase_sampled() const override { return reacting(); }
 };
 
-}  // namespace
-
-void reactive_placement_install() { add_phase_observer_once<ReactivePlacement>(); }
-
-void reactive_placement_reset() {
-  ReactiveState &st = state();
-  std::lock_guard<std::mutex> lock(st.mutex);
-  st.referenced.clear();
-  st.promoted = st.demoted = st.moved_bytes = st.rounds = 0;
-  st.move_seconds = 0;
-}
-
-hm_reactive_stats_t reactive_placement_stats() {
+hm_reactive_stats_t reactive_stats() {
   ReactiveState &st = state();
   std::lock_guard<std::mutex> lock(st.mutex);
   hm_reactive_stats_t out{};
@@ -144,4 +134,61 @@ hm_reactive_stats_t reactive_placement_stats() {
   return out;
 }
 
+class ReactiveMechanism final : public Mechanism {
+ public:
+  const char *name() const override { return "reactive"; }
+  void reset() override {
+    ReactiveState &st = state();
+    std::lock_guard<std::mutex> lock(st.mutex);
+    st.referenced.clear();
+    st.promoted = st.demoted = st.moved_bytes = st.rounds = 0;
+    st.move_seconds = 0;
+  }
+  int activate(std::string *) override {
+    add_phase_observer_once<ReactivePlacement>();
+    return HM_OK;
+  }
+  void summarise(nlohmann::json &placement) const override {
+    if (!active()) return;
+    const hm_reactive_stats_t rs = reactive_stats();
+    placement["reactive"] = {{"rounds", rs.rounds}, {"promoted", rs.promoted}, {"demoted", rs.demoted},
+                             {"moved_bytes", rs.moved_bytes}, {"move_seconds", rs.move_seconds}};
+  }
+};
+
+// The policy: objects go where first-touch puts them, each large one in its own mapping so that the
+// sampler reads its page use and it can move; the mechanism below moves them after every iteration.
+class Reactive final : public Policy {
+ public:
+  const char *name() const override { return "reactive"; }
+  const char *doc() const override {
+    return "first-touch, then after every iteration the objects with the most sampled page use per byte promoted, "
+           "the least used demoted (IAL-like)";
+  }
+  Placement place(const Request &r) const override {
+    return {fast_tier(), HM_PREFERRED | (r.size >= kReactiveOwnMapping ? HM_MOVABLE : 0u)};
+  }
+  std::vector<Mechanism *> mechanisms() const override { return {&reactive_mechanism()}; }
+  bool honours_class_interleave() const override { return true; }
+};
+
+
+}  // namespace
+
+Mechanism &reactive_mechanism() {
+  static ReactiveMechanism m;
+  return m;
+}
+
+const Policy &reactive_policy() {
+  static const Reactive p;
+  return p;
+}
+
 }  // namespace hm::place
+
+extern "C" int hm_reactive_stats(hm_reactive_stats_t *stats) {
+  if (!stats) return hm::fail(HM_EINVAL, "hm_reactive_stats: NULL stats");
+  *stats = hm::place::reactive_stats();
+  return HM_OK;
+}

@@ -6,13 +6,16 @@
 #include <mutex>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "alloc/phases.h"
 #include "alloc/runtime.h"
 #include "base/error.h"
 #include "base/options.h"
-#include "place/classes.h"
+#include "place/mechanisms.h"
 #include "place/objects.h"
 #include "place/spaces.h"
+#include "place/stream.h"
 
 namespace hm::place {
 namespace {
@@ -74,8 +77,7 @@ void settle(uint32_t iteration) {
   option_size("HM_MIGRATION_SPACE", &migration);
   // A streaming policy needs staging slots: unless set, three slots of eight of the largest tiles
   // (at least 4 MiB), at most an eighth of the fast budget.
-  const Policy *policy = active_policy();
-  if (migration == 0 && policy && policy->streams())
+  if (migration == 0 && streaming_mechanism().active())
     migration = std::min(fast_budget_bytes() / 8, std::max<uint64_t>(24 * largest_streamed_tile(), uint64_t{4} << 20));
   uint64_t free_budget = 0;
   std::string why;
@@ -149,14 +151,18 @@ void settle(uint32_t iteration) {
   g_stats = st;
 }
 
-class StaticPlacement final : public PhaseObserver {
+class SettleObserver final : public PhaseObserver {
  public:
   void iteration_begun(uint32_t iteration) override {
-    const Policy *p = active_policy();
-    if (!p || !p->settles() || spaces().sized() || iteration < 1) return;
+    if (!static_placement_mechanism().active() || spaces().sized() || iteration < 1) return;
     settle(iteration);
   }
 };
+
+hm_placement_stats_t placement_stats() {
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  return g_stats;
+}
 
 void print_spaces(int fd) {
   const Policy *p = active_policy();
@@ -171,7 +177,7 @@ void print_spaces(int fd) {
             format_size(st.high_water).c_str(), static_cast<unsigned long long>(st.objects),
             static_cast<unsigned long long>(st.grows), static_cast<unsigned long long>(st.overflows));
   }
-  hm_placement_stats_t ps = static_placement_stats();
+  hm_placement_stats_t ps = placement_stats();
   if (ps.settled)
     dprintf(fd, "static placement after iteration %d: %llu objects in (%s), %llu out (%s), %llu unmovable, %s split "
             "at the boundary, %.3f s%s%s\n",
@@ -186,18 +192,39 @@ const bool g_section = [] {
   return true;
 }();
 
+class StaticPlacement final : public Mechanism {
+ public:
+  const char *name() const override { return "static-placement"; }
+  void reset() override {
+    std::lock_guard<std::mutex> lock(g_stats_mutex);
+    g_stats = hm_placement_stats_t{};
+  }
+  int activate(std::string *) override {
+    add_phase_observer_once<SettleObserver>();
+    return HM_OK;
+  }
+  void summarise(nlohmann::json &placement) const override {
+    const hm_placement_stats_t ps = placement_stats();
+    placement["static"] = {{"settled", ps.settled != 0}, {"iteration", ps.settle_iteration},
+                           {"promoted", ps.promoted}, {"promoted_bytes", ps.promoted_bytes},
+                           {"demoted", ps.demoted}, {"demoted_bytes", ps.demoted_bytes},
+                           {"unmovable", ps.unmovable}, {"split", ps.split != 0},
+                           {"split_fast_bytes", ps.split_fast_bytes}, {"seconds", ps.settle_seconds},
+                           {"problem", ps.message}};
+  }
+};
+
 }  // namespace
 
-void static_placement_install() { add_phase_observer_once<StaticPlacement>(); }
-
-void static_placement_reset() {
-  std::lock_guard<std::mutex> lock(g_stats_mutex);
-  g_stats = hm_placement_stats_t{};
-}
-
-hm_placement_stats_t static_placement_stats() {
-  std::lock_guard<std::mutex> lock(g_stats_mutex);
-  return g_stats;
+Mechanism &static_placement_mechanism() {
+  static StaticPlacement m;
+  return m;
 }
 
 }  // namespace hm::place
+
+extern "C" int hm_placement_stats(hm_placement_stats_t *stats) {
+  if (!stats) return hm::fail(HM_EINVAL, "hm_placement_stats: stats is NULL");
+  *stats = hm::place::placement_stats();
+  return HM_OK;
+}

@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "alloc/phases.h"
 #include "base/error.h"
 #include "base/options.h"
-#include "place/classes.h"
+#include "place/mechanisms.h"
 #include "place/models.h"
 #include "place/spaces.h"
 #include "place/stream.h"
@@ -81,8 +83,7 @@ int helpers_override(int *rc) {
 }
 
 bool staging_wanted() {
-  const Policy *p = active_policy();
-  return p && p->streams() && spaces().sized() && fast_tier() >= 0 && capacity_tier() >= 0 &&
+  return streaming_mechanism().active() && spaces().sized() && fast_tier() >= 0 && capacity_tier() >= 0 &&
          spaces().budget(HM_SPACE_MIGRATION) >= 3 * prim::kPageSize;
 }
 
@@ -587,6 +588,7 @@ int hm_copy_bandwidth(double *in, double *out, int max) {
 }  // extern "C"
 
 namespace hm::place {
+namespace {
 
 std::vector<std::string> helper_model_phases() {
   Engine &e = engine();
@@ -596,6 +598,7 @@ std::vector<std::string> helper_model_phases() {
   return out;
 }
 
+// The live streams' counters summed.
 hm_stream_stats_t streaming_totals() {
   Engine &e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
@@ -612,6 +615,47 @@ hm_stream_stats_t streaming_totals() {
   return t;
 }
 
+class Streaming final : public Mechanism {
+ public:
+  const char *name() const override { return "streaming"; }
+  // Forgets the helper model's decisions and the copy bandwidth measured under the previous
+  // initialisation.
+  void reset() override {
+    Engine &e = engine();
+    {
+      std::lock_guard<std::mutex> lock(e.mutex);
+      e.decisions.clear();
+    }
+    copy_bandwidth_forget();
+  }
+  void summarise(nlohmann::json &placement) const override {
+    using nlohmann::json;
+    const hm_stream_stats_t st = streaming_totals();
+    json models = json::array();
+    for (const std::string &phase : helper_model_phases()) {
+      hm_helper_model_t m;
+      if (hm_helper_model(phase.c_str(), &m) != HM_OK) continue;
+      models.push_back({{"phase", m.phase}, {"helpers", m.helpers}, {"overridden", m.overridden != 0},
+                        {"data_in", m.data_in}, {"data_out", m.data_out}, {"t_comp", m.t_comp},
+                        {"bw_comp", m.bw_comp}, {"bw_max", m.bw_max}, {"thrd_max", m.thrd_max},
+                        {"thrd_comp", m.thrd_comp}, {"t_cp", m.t_cp}, {"t_predicted", m.t_predicted},
+                        {"t_inplace", m.t_inplace}, {"stage", m.stage != 0}, {"binding", m.binding}});
+    }
+    double bw_in[8], bw_out[8];
+    const int measured = models.empty() ? 0 : hm_copy_bandwidth(bw_in, bw_out, 8);
+    placement["streaming"] = {
+        {"staging", st.staging != 0}, {"helpers", st.helpers}, {"sweeps", st.sweeps}, {"batches", st.batches},
+        {"tiles_in", st.tiles_in}, {"bytes_in", st.bytes_in}, {"tiles_out", st.tiles_out},
+        {"bytes_out", st.bytes_out}, {"released_clean", st.released_clean}, {"wait_seconds", st.wait_seconds},
+        {"compute_seconds", st.compute_seconds}, {"copy_seconds", st.copy_seconds}, {"slot_bytes", st.slot_bytes},
+        {"helper_models", models},
+        {"copy_bw_in_mbps", std::vector<double>(bw_in, bw_in + std::max(measured, 0))},
+        {"copy_bw_out_mbps", std::vector<double>(bw_out, bw_out + std::max(measured, 0))}};
+  }
+};
+
+}  // namespace
+
 uint64_t largest_streamed_tile() {
   Engine &e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
@@ -622,14 +666,9 @@ uint64_t largest_streamed_tile() {
   return most;
 }
 
-void streaming_reset() {
-  Engine &e = engine();
-  {
-    std::lock_guard<std::mutex> lock(e.mutex);
-    e.decisions.clear();
-  }
-  copy_bandwidth_forget();
-  prefetch_reset();
+Mechanism &streaming_mechanism() {
+  static Streaming m;
+  return m;
 }
 
 }  // namespace hm::place

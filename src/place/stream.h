@@ -64,4 +64,7 @@ const CopyBandwidth &copy_bandwidth(void *fast_buf, size_t bytes, int max_thread
 // Drops what was measured or read (a new initialisation of the library).
 void copy_bandwidth_forget();
 
+// The largest tile of the live streams of a class (the migration space's default follows it).
+uint64_t largest_streamed_tile();
+
 }  // namespace hm::place

@@ -13,7 +13,7 @@
 #include "base/error.h"
 #include "hetmem/hetmem.h"
 #include "place/classes.h"
-#include "place/models.h"
+#include "place/mechanisms.h"
 #include "prim/prim.h"
 
 namespace hm::place {
@@ -122,57 +122,24 @@ json placement_json() {
                       {"objects", st.objects}, {"grows", st.grows}, {"grown_bytes", st.grown_bytes},
                       {"overflows", st.overflows}});
   }
-  hm_placement_stats_t ps = static_placement_stats();
-  json out = {{"policy", hm_policy_name()},
-              {"spaces", spaces},
-              {"static", {{"settled", ps.settled != 0}, {"iteration", ps.settle_iteration},
-                          {"promoted", ps.promoted}, {"promoted_bytes", ps.promoted_bytes},
-                          {"demoted", ps.demoted}, {"demoted_bytes", ps.demoted_bytes},
-                          {"unmovable", ps.unmovable}, {"split", ps.split != 0},
-                          {"split_fast_bytes", ps.split_fast_bytes}, {"seconds", ps.settle_seconds},
-                          {"problem", ps.message}}}};
-  const hm_stream_stats_t st = streaming_totals();
-  json models = json::array();
-  for (const std::string &phase : helper_model_phases()) {
-    hm_helper_model_t m;
-    if (hm_helper_model(phase.c_str(), &m) != HM_OK) continue;
-    models.push_back({{"phase", m.phase}, {"helpers", m.helpers}, {"overridden", m.overridden != 0},
-                      {"data_in", m.data_in}, {"data_out", m.data_out}, {"t_comp", m.t_comp}, {"bw_comp", m.bw_comp},
-                      {"bw_max", m.bw_max}, {"thrd_max", m.thrd_max}, {"thrd_comp", m.thrd_comp}, {"t_cp", m.t_cp},
-                      {"t_predicted", m.t_predicted}, {"t_inplace", m.t_inplace}, {"stage", m.stage != 0},
-                      {"binding", m.binding}});
-  }
-  double bw_in[8], bw_out[8];
-  const int measured = models.empty() ? 0 : hm_copy_bandwidth(bw_in, bw_out, 8);
-  out["streaming"] = {{"staging", st.staging != 0}, {"helpers", st.helpers}, {"sweeps", st.sweeps},
-                      {"batches", st.batches}, {"tiles_in", st.tiles_in}, {"bytes_in", st.bytes_in},
-                      {"tiles_out", st.tiles_out}, {"bytes_out", st.bytes_out}, {"released_clean", st.released_clean},
-                      {"wait_seconds", st.wait_seconds}, {"compute_seconds", st.compute_seconds},
-                      {"copy_seconds", st.copy_seconds}, {"slot_bytes", st.slot_bytes}, {"helper_models", models},
-                      {"copy_bw_in_mbps", std::vector<double>(bw_in, bw_in + std::max(measured, 0))},
-                      {"copy_bw_out_mbps", std::vector<double>(bw_out, bw_out + std::max(measured, 0))}};
-  const PrefetchReport pr = prefetch_report();
-  if (pr.fitted) {
-    json phases = json::array();
-    for (const PrefetchPhase &p : pr.phases) phases.push_back({{"phase", p.phase}, {"ns_per_unit", p.ns_per_unit}, {"k", p.k}});
-    out["prefetch"] = {{"alpha_ns", pr.fit.alpha}, {"beta1", pr.fit.beta1}, {"beta2", pr.fit.beta2},
-                       {"residual_ns", pr.fit.residual}, {"lat_fast_ns", pr.lat_fast}, {"lat_slow_ns", pr.lat_slow},
-                       {"fast_fraction", pr.fast_fraction}, {"phases", phases}};
-  }
-  hm_reactive_stats_t rs;
-  if (active_policy() && active_policy()->reacts() && hm_reactive_stats(&rs) == HM_OK)
-    out["reactive"] = {{"rounds", rs.rounds}, {"promoted", rs.promoted}, {"demoted", rs.demoted},
-                       {"moved_bytes", rs.moved_bytes}, {"move_seconds", rs.move_seconds}};
-  hm_dram_cache_stats_t cache;
-  if (active_policy() && hm_dram_cache_stats(&cache) == HM_OK)
-    out["dram_cache"] = {{"hits", cache.hits}, {"misses", cache.misses}, {"writebacks", cache.writebacks},
-                         {"block_bytes", cache.block_bytes}, {"blocks", cache.blocks}};
+  json out = {{"policy", hm_policy_name()}, {"spaces", spaces}};
+  for (const Mechanism *m : all_mechanisms()) m->summarise(out);
   return out;
 }
 
+// The clock restarts with the placement runtime at every initialisation, whatever the policy.
+class IterationClockMechanism final : public Mechanism {
+ public:
+  const char *name() const override { return "iteration-clock"; }
+  void reset() override { clock_instance()->start(); }
+};
+
 }  // namespace
 
-void iteration_clock_start() { clock_instance()->start(); }
+Mechanism &iteration_clock_mechanism() {
+  static IterationClockMechanism m;
+  return m;
+}
 
 }  // namespace hm::place
 
