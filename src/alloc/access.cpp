@@ -10,7 +10,8 @@
 #include <cstdint>
 
 #include "alloc/access.h"
-#include "alloc/runtime.h"
+#include "alloc/heap.h"
+#include "alloc/settings.h"
 #include "base/error.h"
 #include "hetmem/hetmem.h"
 #include "tier/emul.h"
@@ -128,7 +129,7 @@ int hm_access(const void *ptr, size_t bytes, unsigned how) {
     return fail(HM_EINVAL, "hm_access: HM_ACCESS_DEPENDENT describes scattered accesses; use hm_access_scattered");
   if (!(how & HM_ACCESS_RW) || (how & ~HM_ACCESS_RW))
     return fail(HM_EINVAL, "hm_access: how is %#x; give HM_ACCESS_READ, HM_ACCESS_WRITE or HM_ACCESS_RW", how);
-  int rc = runtime_ensure();
+  int rc = hm_init();
   if (rc != HM_OK) return rc;
   if (bytes == 0) return HM_OK;
   SlotOwner *owner = slot_map().get(ptr);
@@ -151,7 +152,7 @@ int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned h
     return fail(HM_EINVAL, "hm_access_scattered: how is %#x; give HM_ACCESS_READ, HM_ACCESS_WRITE or HM_ACCESS_RW, "
                 "optionally with HM_ACCESS_DEPENDENT", how);
   if (size == 0) return fail(HM_EINVAL, "hm_access_scattered: an access of 0 bytes");
-  int rc = runtime_ensure();
+  int rc = hm_init();
   if (rc != HM_OK) return rc;
   if (count == 0) return HM_OK;
   SlotOwner *owner = slot_map().get(ptr);
@@ -177,7 +178,7 @@ int hm_access_scattered(const void *ptr, uint64_t count, size_t size, unsigned h
 }
 
 int hm_emul_charge(hm_tier_t tier, uint64_t r, uint64_t w, uint64_t n, uint64_t *charged_ns) {
-  int rc = runtime_ensure();
+  int rc = hm_init();
   if (rc != HM_OK) return rc;
   Tier *t = tier_get(tier);
   if (!t) return fail(HM_ENOTIER, "hm_emul_charge: unknown tier %d", tier);
@@ -190,7 +191,7 @@ uint64_t hm_emul_pay_owed(void) { return emul_pay_owed(); }
 
 int hm_emul_stats(hm_tier_t tier, hm_emul_stats_t *out) {
   if (!out) return fail(HM_EINVAL, "hm_emul_stats: stats is NULL");
-  int rc = runtime_ensure();
+  int rc = hm_init();
   if (rc != HM_OK) return rc;
   Tier *t = tier_get(tier);
   if (!t) return fail(HM_ENOTIER, "hm_emul_stats: unknown tier %d", tier);

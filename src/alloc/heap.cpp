@@ -6,7 +6,7 @@
 #include <new>
 #include <string>
 
-#include "alloc/runtime.h"
+#include "alloc/settings.h"
 #include "base/error.h"
 #include "base/options.h"
 #include "prim/prim.h"

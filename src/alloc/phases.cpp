@@ -16,7 +16,7 @@
 
 #include "alloc/access.h"
 #include "alloc/hook.h"
-#include "alloc/runtime.h"
+#include "alloc/settings.h"
 #include "alloc/sampler.h"
 #include "base/error.h"
 #include "hetmem/hetmem.h"
@@ -205,7 +205,7 @@ extern "C" {
 
 int hm_phase_begin(const char *name) {
   if (!name || !*name) return fail(HM_EINVAL, "hm_phase_begin: a phase needs a name");
-  int rc = runtime_ensure();
+  int rc = hm_init();
   if (rc != HM_OK) return rc;
   InternalScope internal;
   try {
@@ -246,7 +246,7 @@ int hm_iteration_infer_start(const char *phase, double window_seconds) {
   if (!phase || !*phase) return fail(HM_EINVAL, "hm_iteration_infer_start: the inferred phase needs a name");
   if (!(window_seconds >= 0) || window_seconds > 3600)
     return fail(HM_EINVAL, "hm_iteration_infer_start: window %g s out of range (0, or up to 3600 s)", window_seconds);
-  int rc = runtime_ensure();
+  int rc = hm_init();
   if (rc != HM_OK) return rc;
   InternalScope internal;
   try {
@@ -313,7 +313,7 @@ int hm_phase_stats(const char *name, uint64_t *calls, double *seconds) {
 
 int hm_sampler_stats(hm_sampler_stats_t *stats) {
   if (!stats) return fail(HM_EINVAL, "hm_sampler_stats: stats is NULL");
-  int rc = runtime_ensure();
+  int rc = hm_init();
   if (rc != HM_OK) return rc;
   std::lock_guard<std::mutex> lock(g_phase_mutex);
   *stats = sampler_stats();

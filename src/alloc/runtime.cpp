@@ -18,19 +18,13 @@ namespace hm {
 
 void modes_reset();  // api.cpp: the calling thread's hm_mode_push stack
 
-std::atomic<uint64_t> g_runtime_epoch{1};
-
 namespace {
 
 std::mutex g_init_mutex;
 std::atomic<int> g_state{0};  // 0: not initialised, 1: ready, 2: failed
 int g_init_code = HM_OK;
 char g_init_message[512];
-TierHeap *g_heaps[kMaxTiers] = {};
 HugePool *g_huge_2m = nullptr, *g_huge_1g = nullptr;
-bool g_thp = true;
-double g_sample_budget = 0.01;
-uint64_t g_retain = 256ull << 20;
 int g_default_tier = 0;
 
 std::atomic<AllocObserver> g_observer{nullptr};
@@ -43,14 +37,14 @@ void fork_prepare() {
   phases_lock_for_fork();
   heap_records_lock_for_fork();
   for (int t = 0; t < kMaxTiers; ++t)
-    if (g_heaps[t]) g_heaps[t]->lock_for_fork();
+    if (TierHeap *h = heap_of(t)) h->lock_for_fork();
   SlotMap::lock_for_fork();
 }
 
 void fork_release(bool child) {
   SlotMap::unlock_after_fork();
   for (int t = kMaxTiers - 1; t >= 0; --t)
-    if (g_heaps[t]) g_heaps[t]->unlock_after_fork();
+    if (TierHeap *h = heap_of(t)) h->unlock_after_fork();
   heap_records_unlock_after_fork();
   phases_unlock_after_fork(child);
 }
@@ -70,12 +64,12 @@ int init_locked() {
   if ((rc = option_int("HM_EMUL", &emul)) != HM_OK) return rc;
   emul_set_enabled(emul != 0);
   if ((rc = option_int("HM_THP", &thp)) != HM_OK) return rc;
-  g_thp = thp != 0;
-  if ((rc = option_fraction("HM_SAMPLE_BUDGET", &g_sample_budget)) != HM_OK) return rc;
+  alloc_settings().thp = thp != 0;
+  if ((rc = option_fraction("HM_SAMPLE_BUDGET", &alloc_settings().sample_budget)) != HM_OK) return rc;
   uint64_t nt = 0, pool_2m = 0, pool_1g = 0, dummy = 0;
   if ((rc = option_size("HM_NT_THRESHOLD", &nt)) != HM_OK) return rc;
   set_nt_threshold(nt);
-  if ((rc = option_size("HM_RETAIN", &g_retain)) != HM_OK) return rc;
+  if ((rc = option_size("HM_RETAIN", &alloc_settings().retain)) != HM_OK) return rc;
   if ((rc = option_size("HM_HUGETLB_POOL", &pool_2m)) != HM_OK) return rc;
   if ((rc = option_size("HM_HUGETLB_1G", &pool_1g)) != HM_OK) return rc;
   if ((rc = option_size("HM_POOL_SIZE", &dummy)) != HM_OK) return rc;
@@ -86,10 +80,10 @@ int init_locked() {
 
   install_fork_handlers();
   if ((rc = tiers_init()) != HM_OK) return rc;
-  for (int i = 0; i < tier_count(); ++i) g_heaps[i] = new TierHeap(tier_get(i));
+  for (int i = 0; i < tier_count(); ++i) heap_install(i, new TierHeap(tier_get(i)));
   for (int r = 0; r < HM_ROLE_COUNT; ++r) {
     int t = role_tier(static_cast<hm_role_t>(r));
-    if (t >= 0 && budgets[r]) g_heaps[t]->counters().budget.store(budgets[r]);
+    if (t >= 0 && budgets[r]) heap_of(t)->counters().budget.store(budgets[r]);
   }
   if (pool_2m) {
     g_huge_2m = HugePool::create(pool_2m, prim::kHugePage2M);
@@ -103,7 +97,7 @@ int init_locked() {
       log(1, "HM_HUGETLB_1G=%s: no 1 GiB pages are free; using 2 MiB pages instead", format_size(pool_1g).c_str());
   }
   int fast = role_tier(HM_FAST);
-  if (fast >= 0) g_heaps[fast]->set_huge_pools(g_huge_2m, g_huge_1g);
+  if (fast >= 0) heap_of(fast)->set_huge_pools(g_huge_2m, g_huge_1g);
 
   const std::string *def = option_text("HM_DEFAULT_ROLE");
   g_default_tier = fast;
@@ -147,9 +141,9 @@ int runtime_ensure() {
 void runtime_finalize() {
   std::lock_guard<std::mutex> lock(g_init_mutex);
   if (g_state.load() == 1) {
-    for (auto &h : g_heaps) {
-      delete h;
-      h = nullptr;
+    for (int t = 0; t < kMaxTiers; ++t) {
+      delete heap_of(t);
+      heap_install(t, nullptr);
     }
     delete g_huge_2m;
     delete g_huge_1g;
@@ -165,10 +159,6 @@ void runtime_finalize() {
 
 void set_alloc_observer(AllocObserver observer) { g_observer.store(observer); }
 
-TierHeap *heap_of(int tier) { return tier >= 0 && tier < kMaxTiers ? g_heaps[tier] : nullptr; }
-bool thp_enabled() { return g_thp; }
-double sample_budget() { return g_sample_budget; }
-uint64_t retain_limit() { return g_retain; }
 
 TierHeap *heap_for(const void *ptr, SlotOwner **owner) {
   SlotOwner *o = slot_map().get(ptr);

@@ -4,7 +4,8 @@
 #include <cstring>
 #include <vector>
 
-#include "alloc/runtime.h"
+#include "alloc/heap.h"
+#include "alloc/settings.h"
 #include "prim/prim.h"
 #include "tier/emul.h"
 

@@ -10,6 +10,5 @@ Mechanism &streaming_mechanism();         // stream.cpp: streamed tiles staged b
 Mechanism &prefetch_mechanism();          // prefetch.cpp: the prefetch distance model
 Mechanism &reactive_mechanism();          // reactive_placement.cpp: promotions and demotions per iteration
 Mechanism &dram_cache_mechanism();        // memory_mode.cpp: the DRAM cache's charge model
-Mechanism &iteration_clock_mechanism();   // summary.cpp: wall and CPU time per iteration
 
 }  // namespace hm::place

@@ -9,7 +9,6 @@
 #include "alloc/runtime.h"
 #include "base/error.h"
 #include "base/options.h"
-#include "place/mechanisms.h"
 #include "place/objects.h"
 #include "place/spaces.h"
 
@@ -25,6 +24,8 @@ const Policy &hetmem_static_policy();
 const Policy &hetmem_static_prefetch_policy();
 const Policy &hetmem_policy();
 const Policy &reactive_policy();
+// The mechanism every policy has: wall and CPU time per iteration for the run summary (summary.cpp).
+Mechanism &iteration_clock_mechanism();
 
 namespace {
 

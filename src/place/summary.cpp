@@ -13,7 +13,7 @@
 #include "base/error.h"
 #include "hetmem/hetmem.h"
 #include "place/classes.h"
-#include "place/mechanisms.h"
+#include "place/policy.h"
 #include "prim/prim.h"
 
 namespace hm::place {

@@ -33,3 +33,77 @@ def test_no_run_outputs_are_tracked():
     outputs = [f for f in tracked if f.startswith("diags/") or ("/" not in f and f.endswith(".json"))
                or f.endswith((".hmtrace", ".csv"))]
     assert outputs == [], f"run outputs committed: {outputs}"
+
+
+# The layers of src/ and the layers each may include (docs/architecture.md). A unit is a header
+# and its source file; a unit's includes are those of both.
+LAYERS = {
+    "prim": set(),
+    "base": {"prim"},
+    "tier": {"prim", "base"},
+    "alloc": {"prim", "base", "tier"},
+    "profile": {"prim", "base", "tier", "alloc"},
+    "place": {"prim", "base", "tier", "alloc"},
+    "persist": {"prim", "base", "tier", "alloc"},
+    "preload": {"prim", "base", "tier", "alloc", "profile", "place"},
+}
+
+
+def _units() -> dict[str, set[str]]:
+    import re
+    units: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "src").rglob("*")):
+        if path.suffix not in (".h", ".cpp"):
+            continue
+        unit = str(path.relative_to(ROOT / "src").with_suffix(""))
+        includes = re.findall(r'^#include "([a-z_]+/[a-z_0-9]+)\.h"', path.read_text(), re.M)
+        units.setdefault(unit, set()).update(i for i in includes if i.split("/")[0] in LAYERS and i != unit)
+    return units
+
+
+def test_every_layer_of_src_is_known_and_includes_only_the_layers_below_it():
+    units = _units()
+    layers = {u.split("/")[0] for u in units}
+    assert layers <= set(LAYERS), f"layers not in the table (and docs/architecture.md): {layers - set(LAYERS)}"
+    upward = [f"{u} includes {i}" for u, incs in units.items() for i in incs
+              if i.split("/")[0] != u.split("/")[0] and i.split("/")[0] not in LAYERS[u.split("/")[0]]]
+    assert upward == [], "includes against the layering:\n" + "\n".join(upward)
+
+
+def test_no_two_units_of_src_depend_on_each_other():
+    units = _units()
+    # Tarjan's strongly connected components over the unit graph: any component of more than one
+    # unit is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(u: str) -> None:
+        index[u] = low[u] = len(index)
+        stack.append(u)
+        on_stack.add(u)
+        for w in units.get(u, ()):
+            if w not in units:
+                continue
+            if w not in index:
+                visit(w)
+                low[u] = min(low[u], low[w])
+            elif w in on_stack:
+                low[u] = min(low[u], index[w])
+        if low[u] == index[u]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == u:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for u in units:
+        if u not in index:
+            visit(u)
+    assert cycles == [], f"units that include each other (directly or around a loop): {cycles}"
