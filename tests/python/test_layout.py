@@ -107,3 +107,27 @@ def test_no_two_units_of_src_depend_on_each_other():
         if u not in index:
             visit(u)
     assert cycles == [], f"units that include each other (directly or around a loop): {cycles}"
+
+
+def _needed(binary: Path) -> list[str]:
+    out = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True, check=True).stdout
+    return [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+
+
+def test_the_allocation_layer_alone_links_neither_zstd_nor_openssl():
+    binary = BUILD / "tests" / "alloc_layer_only"
+    if not binary.exists():
+        pytest.skip(f"{binary} not built (HM_ENABLE_TESTS=OFF)")
+    needed = _needed(binary)
+    assert any(n.startswith("libnuma") for n in needed), needed  # the allocation layer's own
+    heavy = [n for n in needed if n.startswith(("libzstd", "libcrypto", "libssl", "libz."))]
+    assert heavy == [], f"the allocation layer pulls in {heavy}"
+
+
+def test_a_program_linking_libhetmem_needs_only_libhetmem():
+    binary = BUILD / "hetmem-tiers"
+    if not binary.exists():
+        pytest.skip(f"{binary} not built")
+    needed = _needed(binary)
+    assert "libhetmem.so.0" in needed
+    assert [n for n in needed if not n.startswith(("libhetmem", "libc.so"))] == [], needed
