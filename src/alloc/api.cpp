@@ -213,7 +213,7 @@ void hm_stats_print(int fd) {
   if (fd != 1) fd = 2;
   int width = 4;
   for (int i = 0; i < tier_count(); ++i) width = std::max(width, static_cast<int>(tier_get(i)->name.size()));
-  dprintf(fd, "%-*s %-10s %12s %12s %12s %12s %9s %9s %9s %9s %9s %9s\n", width, "tier", "roles", "budget",
+  prim::print_fd(fd, "%-*s %-10s %12s %12s %12s %12s %9s %9s %9s %9s %9s %9s\n", width, "tier", "roles", "budget",
           "in use", "high water", "reserved", "allocs", "frees", "fallbk-in", "fallbk-out", "refused", "moves-in");
   for (int i = 0; i < tier_count(); ++i) {
     hm_tier_stats_t s;
@@ -222,7 +222,7 @@ void hm_stats_print(int fd) {
     std::string roles;
     for (int r = 0; r < HM_ROLE_COUNT; ++r)
       if (t->roles & (1u << r)) roles += std::string(roles.empty() ? "" : ",") + role_name(static_cast<hm_role_t>(r));
-    dprintf(fd, "%-*s %-10s %12s %12s %12s %12s %9llu %9llu %9llu %9llu %9llu %9llu\n", width, t->name.c_str(),
+    prim::print_fd(fd, "%-*s %-10s %12s %12s %12s %12s %9llu %9llu %9llu %9llu %9llu %9llu\n", width, t->name.c_str(),
             roles.empty() ? "-" : roles.c_str(), s.budget ? format_size(s.budget).c_str() : "unlimited",
             format_size(s.in_use).c_str(), format_size(s.high_water).c_str(), format_size(s.reserved).c_str(),
             static_cast<unsigned long long>(s.allocs), static_cast<unsigned long long>(s.frees),
@@ -234,7 +234,7 @@ void hm_stats_print(int fd) {
     if (!t->emulated()) continue;
     hm_emul_stats_t e;
     if (hm_emul_stats(i, &e) != HM_OK) continue;
-    dprintf(fd, "%-*s emulated: charged %.3f s (copies %.3f, declared %.3f, sampled %.3f); %s read, %s written%s\n",
+    prim::print_fd(fd, "%-*s emulated: charged %.3f s (copies %.3f, declared %.3f, sampled %.3f); %s read, %s written%s\n",
             width, t->name.c_str(), (e.charged_ns[0] + e.charged_ns[1] + e.charged_ns[2]) * 1e-9,
             e.charged_ns[HM_EMUL_COPY] * 1e-9, e.charged_ns[HM_EMUL_DECLARED] * 1e-9,
             e.charged_ns[HM_EMUL_SAMPLED] * 1e-9,

@@ -1,11 +1,10 @@
 #include "base/error.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 
 #include "hetmem/hetmem.h"
+#include "prim/prim.h"
 
 namespace hm {
 namespace {
@@ -50,8 +49,7 @@ void log(int level, const char *fmt, ...) {
   va_end(ap);
   if (n > static_cast<int>(sizeof line) - 2) n = static_cast<int>(sizeof line) - 2;
   line[n++] = '\n';
-  ssize_t ignored = write(2, line, static_cast<size_t>(n));
-  (void)ignored;
+  prim::write_fd(2, line, static_cast<size_t>(n));
 }
 
 }  // namespace hm

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/options.h"
 #include "hetmem/hetmem.h"
+#include "prim/prim.h"
 
 namespace hm::persist {
 namespace {
@@ -94,7 +95,7 @@ int Octree<Dim>::create(const std::string &path, uint64_t bytes, std::unique_ptr
   std::unique_ptr<Octree> tree(new Octree(std::move(pool), options));
   if ((rc = tree->setup()) != HM_OK || (rc = tree->persist()) != HM_OK) {
     tree.reset();
-    std::remove(path.c_str());
+    prim::remove_path(path);
     return rc;
   }
   *out = std::move(tree);
@@ -677,11 +678,11 @@ int Octree<Dim>::after_change(int rc, const char *op) {
   if (checks_on()) {
     std::string why;
     if (!valid(&why)) {
-      std::fprintf(stderr, "hetmem: PM-octree invariant broken after %s: %s\n", op, why.c_str());
+      log(0, "PM-octree invariant broken after %s: %s", op, why.c_str());
       std::abort();
     }
     if (std::strcmp(op, "balance") == 0 && !balanced()) {
-      std::fprintf(stderr, "hetmem: PM-octree not 2:1 balanced after balance\n");
+      log(0, "PM-octree not 2:1 balanced after balance");
       std::abort();
     }
   }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 #include "base/error.h"
 #include "hetmem/hetmem.h"
@@ -35,11 +34,10 @@ int check_snapshot_header(const SnapshotHeader &h, size_t have, const std::strin
 }
 }  // namespace
 int snapshot_dimension(const std::string &path, int *dim) {
-  std::ifstream in(path, std::ios::binary);  // the header only
-  if (!in) return fail(HM_EIO, "snapshot '%s' cannot be read", path.c_str());
   SnapshotHeader h{};
-  in.read(reinterpret_cast<char *>(&h), sizeof h);
-  int rc = check_snapshot_header(h, static_cast<size_t>(in.gcount()), path);
+  size_t got = 0;  // the header only
+  if (prim::read_head(path, &h, sizeof h, &got) != HM_OK) return fail(HM_EIO, "snapshot '%s' cannot be read", path.c_str());
+  int rc = check_snapshot_header(h, got, path);
   if (rc != HM_OK) return rc;
   *dim = static_cast<int>(h.dim);
   return HM_OK;
@@ -121,7 +119,7 @@ int Octree<Dim>::load_snapshot(const std::string &path, const std::string &pool_
   auto refuse = [&](int code) {
     std::string why = hm_last_error();
     tree.reset();
-    std::remove(pool_path.c_str());
+    prim::remove_path(pool_path);
     return fail(code, "snapshot '%s': %s; no pool was made", path.c_str(), why.c_str());
   };
   size_t next = 0;

@@ -12,6 +12,7 @@
 #include "persist/octree.h"
 #include "persist/pool.h"
 #include "persist/replica.h"
+#include "prim/prim.h"
 
 using hm::fail;
 using hm::persist::Octree;
@@ -191,7 +192,7 @@ int pm_delete(pm_octree_t *t) {
   if (!t) return no_tree(__func__);
   std::string path = with(t, [](auto &tree) { return tree.pool().path(); });
   delete t;
-  if (std::remove(path.c_str()) != 0) return fail(HM_EIO, "pm_delete: the pool file '%s' could not be removed", path.c_str());
+  if (hm::prim::remove_path(path) != HM_OK) return fail(HM_EIO, "pm_delete: the pool file '%s' could not be removed", path.c_str());
   return HM_OK;
 }
 

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <filesystem>
 
 #include "base/error.h"
 #include "base/options.h"
@@ -60,7 +59,7 @@ int matches(const Pool &replica, const std::string &content, uint64_t capacity, 
 }
 
 int open_or_create(const std::string &path, const std::string &content, uint64_t capacity, std::unique_ptr<Pool> *out) {
-  int rc = std::filesystem::exists(path) ? Pool::open(path, out) : Pool::create(path, capacity, out, content);
+  int rc = prim::path_exists(path) ? Pool::open(path, out) : Pool::create(path, capacity, out, content);
   if (rc != HM_OK) return rc;
   return matches(**out, content, capacity, path);
 }
@@ -288,7 +287,7 @@ int ReplicaSink::fetch(const std::string &where, const std::string &path) {
 }
 
 int ReplicaSink::fetch_if_missing(const std::string &where, const std::string &path) {
-  if (where.empty() || std::filesystem::exists(path)) return HM_OK;
+  if (where.empty() || prim::path_exists(path)) return HM_OK;
   int rc = fetch(where, path);
   if (rc != HM_OK)
     return fail(rc, "persistent pool '%s' is missing and its replica could not be fetched: %s", path.c_str(),

@@ -1,7 +1,6 @@
 // Helper threads and the copy bandwidth they reach (place/stream.h).
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -132,8 +131,9 @@ std::vector<double> numbers(const std::string &text) {
 
 // The cache holds one line per configuration: "key\tin MB/s...\tout MB/s...".
 bool read_cache(const std::string &key, int threads, CopyBandwidth *out) {
-  std::ifstream in(cache_file());
-  std::string line;
+  std::string text, line;
+  if (!prim::read_text(cache_file(), &text)) return false;
+  std::istringstream in(text);
   while (std::getline(in, line)) {
     std::istringstream fields(line);
     std::string k, ins, outs;
@@ -155,24 +155,17 @@ bool read_cache(const std::string &key, int threads, CopyBandwidth *out) {
 void write_cache(const std::string &key, const CopyBandwidth &bw) {
   const std::string path = cache_file();
   if (path.empty()) return;
-  std::string kept, line;
-  {
-    std::ifstream in(path);
-    while (std::getline(in, line))
-      if (line.compare(0, key.size() + 1, key + "\t") != 0) kept += line + "\n";
-  }
+  std::string text, kept, line;
+  prim::read_text(path, &text);  // none yet: the first row
+  std::istringstream in(text);
+  while (std::getline(in, line))
+    if (line.compare(0, key.size() + 1, key + "\t") != 0) kept += line + "\n";
   std::ostringstream row;
   row << key << '\t';
   for (double x : bw.in) row << ' ' << x * 1e-6;
   row << '\t';
   for (double x : bw.out) row << ' ' << x * 1e-6;
-  const std::string tmp = path + ".tmp." + std::to_string(prim::thread_id());
-  {
-    std::ofstream out(tmp);
-    if (!out) return;  // a read-only cache directory: measured again next time
-    out << kept << row.str() << "\n";
-  }
-  std::rename(tmp.c_str(), path.c_str());
+  prim::write_text_atomic(path, kept + row.str() + "\n");  // a read-only directory: measured again next time
 }
 
 // Best of three passes of `threads` threads each copying its share of `bytes`.

@@ -359,9 +359,9 @@ int hm_rules_decide(size_t size, const void *caller, int *tier) {
 void hm_rules_report_unused(int fd) {
   std::vector<std::string> unused = hm::place::unused_class_rules();
   if (unused.empty()) return;
-  dprintf(fd, "hetmem: %zu plan site(s) never occurred in this run (not an error: the run took another path):\n",
-          unused.size());
-  for (const std::string &u : unused) dprintf(fd, "  %s\n", u.c_str());
+  hm::prim::print_fd(fd, "hetmem: %zu plan site(s) never occurred in this run (not an error: the run took another path):\n",
+                     unused.size());
+  for (const std::string &u : unused) hm::prim::print_fd(fd, "  %s\n", u.c_str());
 }
 
 }  // extern "C"

@@ -16,6 +16,7 @@
 #include "place/objects.h"
 #include "place/spaces.h"
 #include "place/stream.h"
+#include "prim/prim.h"
 
 namespace hm::place {
 namespace {
@@ -167,19 +168,19 @@ hm_placement_stats_t placement_stats() {
 void print_spaces(int fd) {
   const Policy *p = active_policy();
   if (!p) return;
-  dprintf(fd, "placement: policy %s\n", p->name());
-  dprintf(fd, "%-10s %12s %12s %12s %9s %7s %11s\n", "space", "budget", "in use", "high water", "objects",
+  prim::print_fd(fd, "placement: policy %s\n", p->name());
+  prim::print_fd(fd, "%-10s %12s %12s %12s %9s %7s %11s\n", "space", "budget", "in use", "high water", "objects",
           "grows", "overflows");
   for (int s = 0; s < HM_SPACE_COUNT; ++s) {
     hm_space_stats_t st = spaces().stats(static_cast<hm_space_t>(s));
-    dprintf(fd, "%-10s %12s %12s %12s %9llu %7llu %11llu\n", hm_space_name(static_cast<hm_space_t>(s)),
+    prim::print_fd(fd, "%-10s %12s %12s %12s %9llu %7llu %11llu\n", hm_space_name(static_cast<hm_space_t>(s)),
             st.sized ? format_size(st.budget).c_str() : "not sized", format_size(st.in_use).c_str(),
             format_size(st.high_water).c_str(), static_cast<unsigned long long>(st.objects),
             static_cast<unsigned long long>(st.grows), static_cast<unsigned long long>(st.overflows));
   }
   hm_placement_stats_t ps = placement_stats();
   if (ps.settled)
-    dprintf(fd, "static placement after iteration %d: %llu objects in (%s), %llu out (%s), %llu unmovable, %s split "
+    prim::print_fd(fd, "static placement after iteration %d: %llu objects in (%s), %llu out (%s), %llu unmovable, %s split "
             "at the boundary, %.3f s%s%s\n",
             ps.settle_iteration, static_cast<unsigned long long>(ps.promoted), format_size(ps.promoted_bytes).c_str(),
             static_cast<unsigned long long>(ps.demoted), format_size(ps.demoted_bytes).c_str(),

@@ -61,6 +61,14 @@ int lock_file(int fd);
 void flush_lines(const void *addr, size_t len);
 void store_fence();
 bool read_text(const std::string &path, std::string *out);  // whole small file (sysfs)
+// The first `bytes` bytes of a file (fewer if it is shorter: *got says how many). HM_EIO if it
+// cannot be opened.
+int read_head(const std::string &path, void *data, size_t bytes, size_t *got);
+bool path_exists(const std::string &path);
+// Writes all of `data` to a descriptor, best effort (diagnostics: standard error, a stats fd).
+void write_fd(int fd, const void *data, size_t bytes);
+// printf to a descriptor (hm_stats_print's tables).
+void print_fd(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool write_text_atomic(const std::string &path, const std::string &text);  // any bytes; fsync, then rename
 bool list_dir(const std::string &path, std::string *names);  // newline-separated entries
 bool make_dirs(const std::string &path);

@@ -13,6 +13,7 @@
 #include <numa.h>
 #include <numaif.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -409,6 +410,42 @@ bool read_text(const std::string &path, std::string *out) {
   while ((n = read(f, buf, sizeof buf)) > 0) out->append(buf, static_cast<size_t>(n));
   close(f);
   return n == 0;
+}
+
+int read_head(const std::string &path, void *data, size_t bytes, size_t *got) {
+  int f = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f < 0) return HM_EIO;
+  size_t done = 0;
+  while (done < bytes) {
+    ssize_t n = read(f, static_cast<char *>(data) + done, bytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  close(f);
+  *got = done;
+  return HM_OK;
+}
+
+bool path_exists(const std::string &path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+void write_fd(int fd, const void *data, size_t bytes) {
+  for (size_t done = 0; done < bytes;) {
+    ssize_t n = write(fd, static_cast<const char *>(data) + done, bytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+void print_fd(int fd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vdprintf(fd, fmt, ap);
+  va_end(ap);
 }
 
 bool write_text_atomic(const std::string &path, const std::string &text) {

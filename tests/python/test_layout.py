@@ -131,3 +131,33 @@ def test_a_program_linking_libhetmem_needs_only_libhetmem():
     needed = _needed(binary)
     assert "libhetmem.so.0" in needed
     assert [n for n in needed if not n.startswith(("libhetmem", "libc.so"))] == [], needed
+
+
+# System calls and the C library's file and environment functions: only src/prim/ calls them
+# (and the preload library, whose job is to stand between a program and the C library).
+OS_CALLS = {
+    "mmap", "mmap64", "munmap", "mremap", "madvise", "mbind", "move_pages", "get_mempolicy", "set_mempolicy",
+    "open", "open64", "openat", "close", "read", "write", "pread", "pread64", "pwrite", "pwrite64", "lseek",
+    "stat", "fstat", "lstat", "unlink", "remove", "rename", "mkdir", "opendir", "readdir", "closedir", "fopen",
+    "fopen64", "fclose", "fread", "fwrite", "fprintf", "dprintf", "vdprintf", "getenv", "setenv", "unsetenv",
+    "secure_getenv", "fsync", "fdatasync", "ftruncate", "ftruncate64", "fallocate", "socket", "connect", "accept",
+    "bind", "listen", "send", "recv", "fork", "clock_gettime", "syscall", "sysconf", "getpid", "gettid",
+    "dlsym", "dlopen", "flock", "msync", "statfs", "getrusage",
+}
+
+
+def test_no_layer_but_prim_calls_the_os():
+    if subprocess.run(["which", "gcc-nm"], capture_output=True).returncode != 0:
+        pytest.skip("gcc-nm not installed")
+    found = []
+    for layer in LAYERS:
+        if layer in ("prim", "preload"):
+            continue
+        objects = sorted((BUILD / "CMakeFiles" / f"hetmem_{layer}_objects.dir").rglob("*.o"))
+        if not objects:
+            pytest.skip(f"no objects of the {layer} layer in {BUILD}")
+        for obj in objects:
+            out = subprocess.run(["gcc-nm", "-u", str(obj)], capture_output=True, text=True, check=True).stdout
+            calls = {line.split()[-1] for line in out.splitlines() if line.strip()} & OS_CALLS
+            found += [f"{obj.name}: {c}" for c in sorted(calls)]
+    assert found == [], "OS calls outside src/prim/:\n" + "\n".join(found)
