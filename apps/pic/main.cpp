@@ -193,8 +193,8 @@ int main(int argc, char **argv) {
   if (!pic::Decomposition::make({p.grid.nx, p.grid.ny, p.grid.nz}, {p.tile[0], p.tile[1], p.tile[2]}, comm.size(),
                                 p.decomposition, &decomposition, &error))
     return die(error);
-  const pic::NodeShare node = pic::share_node(comm);
-  if (hm_init() != HM_OK) return die(hm_last_error());
+  pic::NodeShare node = pic::share_node(comm);
+  if (hm_init() != HM_OK || pic::split_fast_budget(&node) != HM_OK) return die(hm_last_error());
 
   // What the problem needs, against the budgets, before anything is allocated.
   pic::Footprint need = pic::estimate(p);

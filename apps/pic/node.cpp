@@ -54,16 +54,24 @@ NodeShare share_node(const Comm &comm) {
   MPI_Comm_size(node, &share.on_node);
   MPI_Comm_free(&node);
   share.binding = bind(share.local_rank, share.on_node);
-  const char *v = std::getenv("HM_FAST_BUDGET");
-  if (!v || !*v || share.on_node <= 1) return share;
-  uint64_t bytes = 0;
-  // Read as hm_init reads it; a value it refuses is left for hm_init to refuse by name.
-  if (hm_size_parse(v, &bytes) != HM_OK || bytes == 0) return share;  // unlimited, or for hm_init to refuse
-  const uint64_t each = bytes / static_cast<uint64_t>(share.on_node);
-  setenv("HM_FAST_BUDGET", std::to_string(each).c_str(), 1);
-  share.budget = std::string(v) + " for the node, " + std::to_string(each >> 20) + " MiB for each of its " +
-                 std::to_string(share.on_node) + " ranks";
   return share;
+}
+
+int split_fast_budget(NodeShare *share) {
+  if (share->on_node <= 1) return HM_OK;
+  char v[64] = {};
+  uint64_t bytes = 0;
+  hm_tier_t fast = -1;
+  // hm_init has read and checked it: the fast tier's budget is the node's until split here.
+  if (hm_option_get("HM_FAST_BUDGET", v, sizeof v, nullptr, 0) != HM_OK || hm_size_parse(v, &bytes) != HM_OK ||
+      bytes == 0 || hm_role_tier(HM_FAST, &fast) != HM_OK)
+    return HM_OK;  // unlimited, or no fast tier
+  const uint64_t each = bytes / static_cast<uint64_t>(share->on_node);
+  int rc = hm_tier_set_budget(fast, each);
+  if (rc != HM_OK) return rc;
+  share->budget = std::string(v) + " for the node, " + std::to_string(each >> 20) + " MiB for each of its " +
+                  std::to_string(share->on_node) + " ranks";
+  return HM_OK;
 }
 
 }  // namespace pic

@@ -16,8 +16,12 @@ struct NodeShare {
 
 // Binds this rank and its memory to one NUMA domain with CPUs (hwloc): the node's ranks spread in
 // blocks over its domains. A binding the launcher already made inside one domain is kept (only
-// memory follows it). With one domain nothing changes. HM_FAST_BUDGET, when set, is taken as the
-// node's and split evenly between its ranks. Collective over comm; nothing for one process.
+// memory follows it). With one domain nothing changes. Collective over comm; nothing for one
+// process.
 NodeShare share_node(const Comm &comm);
+
+// After hm_init: HM_FAST_BUDGET, when set, is taken as the node's and split evenly between its
+// ranks (hm_tier_set_budget on the fast tier); share->budget says how. HM_OK or hetmem's code.
+int split_fast_budget(NodeShare *share);
 
 }  // namespace pic

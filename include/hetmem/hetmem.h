@@ -106,6 +106,9 @@ typedef enum hm_tier_kind {
   HM_KIND_COUNT = 4
 } hm_tier_kind_t;
 
+/* "dram", "numa", "file", "emul"; "unknown" for anything else. */
+const char *hm_tier_kind_name(hm_tier_kind_t kind);
+
 /* Where a tier's bandwidth/latency figures came from. */
 typedef enum hm_perf_source {
   HM_PERF_NONE = 0,      /* nothing known */
@@ -498,6 +501,11 @@ int hm_rules_check(const char *path, char *error, size_t error_len);
 
 /* The active policy's name ("first-touch", ...). */
 const char *hm_policy_name(void);
+/* The policies hetmem has, for listing them (`hetmem compare`, `hetmem policies`): their number,
+ * and the name and a one-line description of policy `index` (0 <= index < hm_policy_count()).
+ * HM_EINVAL for an index out of range or NULL out-parameters. */
+int hm_policy_count(void);
+int hm_policy_info(int index, const char **name, const char **doc);
 /* Selects the policy for this process. HM_EINVAL, listing the policies, for an unknown name;
  * HM_EBUSY once a class allocation has been made under another policy; HM_ENOTSUP for
  * memory-mode when the capacity tier is not emulated (real hardware needs its own Memory Mode). */

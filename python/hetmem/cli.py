@@ -2,6 +2,7 @@
 
     hetmem tiers [--json] [--bench [--quick] [--threads N] [--size-mib N] [--out PATH]] [--validate]
     hetmem options [--json]
+    hetmem policies [--json]
     hetmem profile [-o TRACE] [--depth N] [--large SIZE] [--children] [--iteration-at FUNCTION | --window S] -- CMD ARGS
     hetmem report TRACE [--out DIR] [--json] [--top N]
     hetmem plan TRACE [-o PLAN]
@@ -28,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import benchmarks
-from .lib import HetmemError, Library, find_preload, find_program, results_dir
+from .lib import HetmemError, Library, find_preload, find_program, plain_library, results_dir
 
 ROLE_HELP = "fast, capacity, persistent"
 
@@ -138,6 +139,20 @@ def cmd_options(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_policies(args: argparse.Namespace) -> int:
+    policies = plain_library().policies()
+    if args.json:
+        print(json.dumps([{"name": n, "doc": d} for n, d in policies], indent=2))
+        return 0
+    table = Table(title="hetmem placement policies (HM_POLICY, hetmem run --policy)", title_justify="left")
+    table.add_column("policy")
+    table.add_column("what it does")
+    for name, doc in policies:
+        table.add_row(name, doc)
+    _console().print(table)
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.ranks and args.what != "pic":
         raise HetmemError(f"--ranks is for `hetmem bench pic`, not `{args.what}`")
@@ -170,7 +185,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         workload = compare.MgWorkload(rest[1:])  # hetmem compare mg preset=W ...
     else:
         workload = compare.PicWorkload(rest)
-    policies = compare.POLICIES if args.policies == "all" else [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = compare.policy_order() if args.policies == "all" else [p.strip() for p in args.policies.split(",") if p.strip()]
     budget = compare.parse_size(args.budget) if args.budget else None
     threads = args.threads or os.cpu_count() or 1
     tiers = args.tiers or os.environ.get("HM_TIERS") or "capacity=emul:optane"
@@ -410,6 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("options", help="print every HM_* option, its effective value and where it came from")
     o.add_argument("--json", action="store_true")
     o.set_defaults(func=cmd_options)
+
+    po = sub.add_parser("policies", help="list the placement policies (HM_POLICY) and what each does")
+    po.add_argument("--json", action="store_true")
+    po.set_defaults(func=cmd_policies)
 
     pr = sub.add_parser("profile", help="run a program under the heap and phase profiler and write a trace")
     pr.add_argument("-o", "--output", help="trace file (default hetmem-PROGRAM.hmtrace)")

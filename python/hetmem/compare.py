@@ -25,10 +25,8 @@ import tempfile
 from pathlib import Path
 
 from .figures import png, write_images
-from .lib import HetmemError, find_preload, find_program
+from .lib import HetmemError, find_preload, find_program, plain_library
 
-POLICIES = ["all-fast", "hetmem", "hetmem-static+prefetch", "hetmem-static", "first-touch", "interleave", "memory-mode",
-            "reactive", "slow-only"]
 BASELINES = ("slow-only", "first-touch", "memory-mode", "interleave", "reactive")
 # The full runtime's target against all-fast (issue: within 1.15x per iteration).
 ALL_FAST_TARGET = 1.15
@@ -62,16 +60,21 @@ def _num(v, width: int, fmt: str) -> str:
 
 
 def parse_size(text: str) -> int:
-    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    unit = t[-1] if t and t[-1] in units else ""
+    """A size as every HM_* size option reads it (the library parses it: 512M, 1.5G, 4096); positive."""
     try:
-        value = float(t[: len(t) - len(unit)])
-    except ValueError:
-        raise HetmemError(f"'{text}' is not a size (examples: 512M, 1.5G, 4096)") from None
+        value = plain_library().parse_size(text)
+    except HetmemError as exc:
+        raise HetmemError(f"'{text}' is not a size (examples: 512M, 1.5G, 4096): {exc}") from None
     if value <= 0:
         raise HetmemError(f"'{text}': a size must be positive")
-    return int(value * units[unit])
+    return value
+
+
+def policy_order() -> list[str]:
+    """The policies a comparison runs: all-fast first (the footprint and the upper bound), then every
+    other policy of the library in its order."""
+    names = [name for name, _ in plain_library().policies()]
+    return ["all-fast"] + [n for n in names if n != "all-fast"]
 
 
 class PicWorkload:
@@ -638,9 +641,10 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
     `helpers` and `distances` add Figure 12's and Figure 11's sweeps (the PIC code only)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    unknown = [p for p in policies if p not in POLICIES]
+    known = policy_order()
+    unknown = [p for p in policies if p not in known]
     if unknown:
-        raise HetmemError(f"unknown policies: {', '.join(unknown)} (policies: {', '.join(POLICIES)})")
+        raise HetmemError(f"unknown policies: {', '.join(unknown)} (policies: {', '.join(known)})")
     if iterations < 2:
         raise HetmemError("--iterations must be at least 2 (the first is the one static placement observes)")
     if not 0 < fraction < 1:
@@ -717,7 +721,7 @@ def bench(out: str, quick: bool, console) -> int:
     workload = PicWorkload([preset, "hetmem.allocation_order=particles-first"])
     tiers = "capacity=emul:optane"
     out_dir = os.path.splitext(out)[0]
-    result = run(workload, POLICIES, 0.25, None, iterations, repeat, os.cpu_count() or 1, tiers, out_dir, console,
+    result = run(workload, policy_order(), 0.25, None, iterations, repeat, os.cpu_count() or 1, tiers, out_dir, console,
                  helpers, distances)
     result["benchmark"] = "hetmem-bench-placement"
     result["targets"] = []

@@ -9,7 +9,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-KINDS = {0: "dram", 1: "numa", 2: "file", 3: "emul"}
 PERF_SOURCES = {0: "unknown", 1: "hwloc", 2: "sysfs", 3: "measured", 4: "emulated"}
 ROLES = ("fast", "capacity", "persistent")
 
@@ -162,9 +161,10 @@ def find_program(name: str) -> str:
 
 
 class Library:
-    """The loaded libhetmem, initialised (reads HM_* variables, discovers tiers)."""
+    """The loaded libhetmem, initialised (reads HM_* variables, discovers tiers) unless `init` is
+    False (what needs no tiers: the policies, sizes, tier kind names)."""
 
-    def __init__(self, path: str | None = None):
+    def __init__(self, path: str | None = None, init: bool = True):
         self.path = path or find_library()
         try:
             self._c = ctypes.CDLL(self.path)
@@ -186,6 +186,13 @@ class Library:
         c.hm_calibration_get.argtypes = [ctypes.POINTER(_Calibration)]
         c.hm_policy_select.argtypes = [ctypes.c_char_p]
         c.hm_calibration_problem.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        c.hm_policy_count.restype = ctypes.c_int
+        c.hm_policy_info.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)]
+        c.hm_size_parse.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
+        c.hm_tier_kind_name.restype = ctypes.c_char_p
+        c.hm_tier_kind_name.argtypes = [ctypes.c_int]
+        if not init:
+            return
         rc = c.hm_init()
         if rc != 0:
             # The library prints why it could not start (HM_TIERS, budgets) on standard error.
@@ -201,7 +208,7 @@ class Library:
             if self._c.hm_tier_info(i, ctypes.byref(info)) != 0:
                 raise HetmemError(self.last_error())
             out.append(Tier(
-                index=i, name=info.name.decode(), kind=KINDS.get(info.kind, "?"), numa_node=info.numa_node,
+                index=i, name=info.name.decode(), kind=self._c.hm_tier_kind_name(info.kind).decode(), numa_node=info.numa_node,
                 roles=[r for bit, r in enumerate(ROLES) if info.roles & (1 << bit)], capacity=info.capacity,
                 read_bw_mbps=info.read_bw_mbps, write_bw_mbps=info.write_bw_mbps, latency_ns=info.latency_ns,
                 figures=PERF_SOURCES.get(info.perf_source, "?"),
@@ -231,6 +238,23 @@ class Library:
             text += "\n  warning: " + buf.value.decode(errors="replace")
         return text
 
+    def policies(self) -> list[tuple[str, str]]:
+        """Every placement policy, (name, one-line description), in the library's order."""
+        out = []
+        for i in range(self._c.hm_policy_count()):
+            name, doc = ctypes.c_char_p(), ctypes.c_char_p()
+            if self._c.hm_policy_info(i, ctypes.byref(name), ctypes.byref(doc)) != 0:
+                raise HetmemError(self.last_error())
+            out.append((name.value.decode(), doc.value.decode()))
+        return out
+
+    def parse_size(self, text: str) -> int:
+        """'512M', '1.5G', '4096' -> bytes, as HM_FAST_BUDGET and every size option read them."""
+        value = ctypes.c_uint64()
+        if self._c.hm_size_parse(text.encode(), ctypes.byref(value)) != 0:
+            raise HetmemError(self.last_error())
+        return value.value
+
     def check_policy(self, name: str) -> str | None:
         """None if `name` is a placement policy, else the message listing the policies."""
         if self._c.hm_policy_select(name.encode()) == 0:
@@ -258,3 +282,14 @@ class Library:
 
 def load(path: str | None = None) -> Library:
     return Library(path)
+
+
+_plain: Library | None = None
+
+
+def plain_library() -> Library:
+    """The library loaded once without initialising it: for what needs no tiers."""
+    global _plain
+    if _plain is None:
+        _plain = Library(init=False)
+    return _plain

@@ -159,6 +159,11 @@ int hm_role_tier(hm_role_t role, hm_tier_t *tier) {
 
 const char *hm_role_name(hm_role_t role) { return role_name(role); }
 
+const char *hm_tier_kind_name(hm_tier_kind_t kind) {
+  static const char *const kNames[HM_KIND_COUNT] = {"dram", "numa", "file", "emul"};
+  return kind >= 0 && kind < HM_KIND_COUNT ? kNames[kind] : "unknown";
+}
+
 int hm_tier_set_budget(hm_tier_t tier, uint64_t bytes) {
   int rc = runtime_ensure();
   if (rc != HM_OK) return rc;

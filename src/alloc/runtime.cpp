@@ -59,24 +59,24 @@ int init_locked() {
   options_load();
   long verbose = 0, emul = 1, thp = 1;
   int rc;
-  if ((rc = option_int("HM_VERBOSE", &verbose)) != HM_OK) return rc;
+  if ((rc = option_int(Option::kVerbose, &verbose)) != HM_OK) return rc;
   set_log_level(static_cast<int>(verbose));
-  if ((rc = option_int("HM_EMUL", &emul)) != HM_OK) return rc;
+  if ((rc = option_int(Option::kEmul, &emul)) != HM_OK) return rc;
   emul_set_enabled(emul != 0);
-  if ((rc = option_int("HM_THP", &thp)) != HM_OK) return rc;
+  if ((rc = option_int(Option::kThp, &thp)) != HM_OK) return rc;
   alloc_settings().thp = thp != 0;
-  if ((rc = option_fraction("HM_SAMPLE_BUDGET", &alloc_settings().sample_budget)) != HM_OK) return rc;
+  if ((rc = option_fraction(Option::kSampleBudget, &alloc_settings().sample_budget)) != HM_OK) return rc;
   uint64_t nt = 0, pool_2m = 0, pool_1g = 0, dummy = 0;
-  if ((rc = option_size("HM_NT_THRESHOLD", &nt)) != HM_OK) return rc;
+  if ((rc = option_size(Option::kNtThreshold, &nt)) != HM_OK) return rc;
   set_nt_threshold(nt);
-  if ((rc = option_size("HM_RETAIN", &alloc_settings().retain)) != HM_OK) return rc;
-  if ((rc = option_size("HM_HUGETLB_POOL", &pool_2m)) != HM_OK) return rc;
-  if ((rc = option_size("HM_HUGETLB_1G", &pool_1g)) != HM_OK) return rc;
-  if ((rc = option_size("HM_POOL_SIZE", &dummy)) != HM_OK) return rc;
-  const char *budget_names[HM_ROLE_COUNT] = {"HM_FAST_BUDGET", "HM_CAPACITY_BUDGET", "HM_PERSISTENT_BUDGET"};
+  if ((rc = option_size(Option::kRetain, &alloc_settings().retain)) != HM_OK) return rc;
+  if ((rc = option_size(Option::kHugetlbPool, &pool_2m)) != HM_OK) return rc;
+  if ((rc = option_size(Option::kHugetlb1G, &pool_1g)) != HM_OK) return rc;
+  if ((rc = option_size(Option::kPoolSize, &dummy)) != HM_OK) return rc;
+  const Option budget_options[HM_ROLE_COUNT] = {Option::kFastBudget, Option::kCapacityBudget, Option::kPersistentBudget};
   uint64_t budgets[HM_ROLE_COUNT] = {};
   for (int r = 0; r < HM_ROLE_COUNT; ++r)
-    if ((rc = option_size(budget_names[r], &budgets[r])) != HM_OK) return rc;
+    if ((rc = option_size(budget_options[r], &budgets[r])) != HM_OK) return rc;
 
   install_fork_handlers();
   if ((rc = tiers_init()) != HM_OK) return rc;
@@ -99,12 +99,12 @@ int init_locked() {
   int fast = role_tier(HM_FAST);
   if (fast >= 0) heap_of(fast)->set_huge_pools(g_huge_2m, g_huge_1g);
 
-  const std::string *def = option_text("HM_DEFAULT_ROLE");
+  const std::string &def = option_text(Option::kDefaultRole);
   g_default_tier = fast;
-  if (def && !def->empty()) {
+  if (!def.empty()) {
     int id = -1;
-    if (tier_find(*def, &id) != HM_OK)
-      return fail(HM_EFORMAT, "HM_DEFAULT_ROLE='%s': %s", def->c_str(), hm_last_error());
+    if (tier_find(def, &id) != HM_OK)
+      return fail(HM_EFORMAT, "HM_DEFAULT_ROLE='%s': %s", def.c_str(), hm_last_error());
     g_default_tier = id;
   }
   return HM_OK;

@@ -14,57 +14,63 @@
 namespace hm {
 namespace {
 
-const OptionSpec kOptions[] = {
-    {"HM_TIERS", "",
+constexpr OptionSpec kOptions[] = {
+    {Option::kTiers, "HM_TIERS", "",
      "role=tier list, e.g. fast=dram,capacity=emul:optane,persistent=file:/var/tmp/hm.pool; "
      "overrides discovery for the roles it names"},
-    {"HM_FAST_BUDGET", "0", "bytes of the fast tier this process may hold (0 = unlimited), e.g. 2G"},
-    {"HM_CAPACITY_BUDGET", "0", "bytes of the capacity tier this process may hold (0 = unlimited)"},
-    {"HM_PERSISTENT_BUDGET", "0", "bytes of the persistent tier this process may hold (0 = unlimited)"},
-    {"HM_POOL_SIZE", "1G", "size of a file: pool created without an explicit size (file:PATH:SIZE)"},
-    {"HM_HUGETLB_POOL", "0",
+    {Option::kFastBudget, "HM_FAST_BUDGET", "0", "bytes of the fast tier this process may hold (0 = unlimited), e.g. 2G"},
+    {Option::kCapacityBudget, "HM_CAPACITY_BUDGET", "0", "bytes of the capacity tier this process may hold (0 = unlimited)"},
+    {Option::kPersistentBudget, "HM_PERSISTENT_BUDGET", "0", "bytes of the persistent tier this process may hold (0 = unlimited)"},
+    {Option::kPoolSize, "HM_POOL_SIZE", "1G", "size of a file: pool created without an explicit size (file:PATH:SIZE)"},
+    {Option::kHugetlbPool, "HM_HUGETLB_POOL", "0",
      "bytes of 2 MiB hugetlb pages reserved at start for allocations of 2 MiB or more (first fit)"},
-    {"HM_HUGETLB_1G", "0", "bytes of 1 GiB hugetlb pages reserved at start for allocations of 1 GiB or more"},
-    {"HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free"},
-    {"HM_EMUL", "1", "1: charge the emulated tier's delay; 0: emulated tiers behave as DRAM"},
-    {"HM_POLICY", "first-touch",
-     "placement policy for object classes (hm_class_alloc): first-touch, all-fast, slow-only, memory-mode, "
-     "interleave, hetmem-static, hetmem-static+prefetch, hetmem, reactive"},
-    {"HM_MIGRATION_SPACE", "0",
+    {Option::kHugetlb1G, "HM_HUGETLB_1G", "0", "bytes of 1 GiB hugetlb pages reserved at start for allocations of 1 GiB or more"},
+    {Option::kThp, "HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free"},
+    {Option::kEmul, "HM_EMUL", "1", "1: charge the emulated tier's delay; 0: emulated tiers behave as DRAM"},
+    {Option::kPolicy, "HM_POLICY", "first-touch",
+     "placement policy for object classes (hm_class_alloc); `hetmem policies` lists them"},
+    {Option::kMigrationSpace, "HM_MIGRATION_SPACE", "0",
      "hetmem-static and hetmem: bytes of the fast tier kept as the migration space (staging slots for streamed "
      "tiles; 0: none under hetmem-static; under hetmem 24 times the largest tile, at least 4 MiB, at most an "
      "eighth of the fast budget)"},
-    {"HM_HELPERS", "", "helper threads that stage streamed tiles (0..max(8, 2 x CPUs); empty: the helper model "
+    {Option::kHelpers, "HM_HELPERS", "", "helper threads that stage streamed tiles (0..max(8, 2 x CPUs); empty: the helper model "
      "decides per phase)"},
-    {"HM_PREFETCH_DISTANCE", "", "units (particles) ahead that kernels prefetch field data (0..64, 0: none; empty: "
+    {Option::kPrefetchDistance, "HM_PREFETCH_DISTANCE", "", "units (particles) ahead that kernels prefetch field data (0..64, 0: none; empty: "
      "the prefetch model decides per phase under hetmem-static+prefetch and hetmem)"},
-    {"HM_SAMPLE_BUDGET", "0.01",
+    {Option::kSampleBudget, "HM_SAMPLE_BUDGET", "0.01",
      "fraction of the run time the referenced-page sampler (profiler, emulated tier) may cost; "
      "the first instance of every phase is sampled regardless"},
-    {"HM_CALIBRATION", "", "calibration cache file (default $XDG_CACHE_HOME/hetmem/calibration or ~/.cache/...)"},
-    {"HM_NT_THRESHOLD", "8M", "copies at least this large use non-temporal stores"},
-    {"HM_RETAIN", "256M", "freed large mappings kept per tier for reuse before being returned to the OS"},
-    {"HM_DEFAULT_ROLE", "fast", "role used by hm_malloc outside any hm_mode_push scope"},
-    {"HM_VERBOSE", "0", "0: quiet; 1: log failures; 2: log discovery and decisions"},
-    {"HM_PROFILE", "", "preload library: write a heap/phase trace to this file (set by `hetmem profile`)"},
-    {"HM_SUMMARY", "", "preload library: write the run summary (JSON: tiers, classes, spaces, phases, iteration "
+    {Option::kCalibration, "HM_CALIBRATION", "", "calibration cache file (default $XDG_CACHE_HOME/hetmem/calibration or ~/.cache/...)"},
+    {Option::kNtThreshold, "HM_NT_THRESHOLD", "8M", "copies at least this large use non-temporal stores"},
+    {Option::kRetain, "HM_RETAIN", "256M", "freed large mappings kept per tier for reuse before being returned to the OS"},
+    {Option::kDefaultRole, "HM_DEFAULT_ROLE", "fast", "role used by hm_malloc outside any hm_mode_push scope"},
+    {Option::kVerbose, "HM_VERBOSE", "0", "0: quiet; 1: log failures; 2: log discovery and decisions"},
+    {Option::kProfile, "HM_PROFILE", "", "preload library: write a heap/phase trace to this file (set by `hetmem profile`)"},
+    {Option::kSummary, "HM_SUMMARY", "", "preload library: write the run summary (JSON: tiers, classes, spaces, phases, iteration "
      "times) to this file at exit (set by `hetmem compare --plan`)"},
-    {"HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)"},
-    {"HM_PROFILE_LARGE", "256K", "objects at least this large get their own mapping and per-phase referenced bytes"},
-    {"HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded"},
-    {"HM_PROFILE_ROOT_PID", "", "set by the preload library: the process whose trace is TRACE; every other "
+    {Option::kProfileDepth, "HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)"},
+    {Option::kProfileLarge, "HM_PROFILE_LARGE", "256K", "objects at least this large get their own mapping and per-phase referenced bytes"},
+    {Option::kProfileChildren, "HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded"},
+    {Option::kProfileRootPid, "HM_PROFILE_ROOT_PID", "", "set by the preload library: the process whose trace is TRACE; every other "
      "process of the run (forked or exec'd, with HM_PROFILE_CHILDREN=1) writes TRACE.PID"},
-    {"HM_ITERATION_WINDOW", "0.1", "preload library: seconds per inferred iteration of a program that marks none "
+    {Option::kIterationWindow, "HM_ITERATION_WINDOW", "0.1", "preload library: seconds per inferred iteration of a program that marks none "
      "(0: none; see HM_ITERATION_AT)"},
-    {"HM_ITERATION_AT", "", "preload library: a function (its symbol) whose every entry ends an inferred iteration, "
+    {Option::kIterationAt, "HM_ITERATION_AT", "", "preload library: a function (its symbol) whose every entry ends an inferred iteration, "
      "in place of time windows (set by `hetmem profile/run --iteration-at`)"},
-    {"HM_RULES", "", "preload library: placement rules file (set by `hetmem run --rules`)"},
-    {"HM_REPLICA_KEY", "", "key file shared with a hetmem-replica server started with --key (owner-only, at least "
+    {Option::kRules, "HM_RULES", "", "preload library: placement rules file (set by `hetmem run --rules`)"},
+    {Option::kReplicaKey, "HM_REPLICA_KEY", "", "key file shared with a hetmem-replica server started with --key (owner-only, at least "
      "16 bytes): a primary and the server then prove to each other that they hold it"},
-    {"HM_PM_CHECK", "0", "1: persistent octrees validate every family when restored (slower; bounds are always "
+    {Option::kPmCheck, "HM_PM_CHECK", "0", "1: persistent octrees validate every family when restored (slower; bounds are always "
      "checked)"},
 };
 constexpr int kCount = sizeof(kOptions) / sizeof(kOptions[0]);
+static_assert(kCount == static_cast<int>(Option::kCount), "every Option has a row");
+constexpr bool rows_in_enum_order() {
+  for (int i = 0; i < kCount; ++i)
+    if (static_cast<int>(kOptions[i].id) != i) return false;
+  return true;
+}
+static_assert(rows_in_enum_order(), "kOptions rows follow the order of enum Option");
 
 struct Value {
   std::string text;
@@ -98,13 +104,19 @@ void options_load() {
 
 int option_count() { return kCount; }
 const OptionSpec &option_spec(int i) { return kOptions[i]; }
+const char *option_name(Option id) { return kOptions[static_cast<int>(id)].name; }
+
+const std::string &option_text(Option id, OptionSource *source) {
+  const int i = static_cast<int>(id);
+  if (!g_loaded.load(std::memory_order_acquire)) options_load();  // read before hm_init
+  if (source) *source = g_values[i].source;
+  return g_values[i].text;
+}
 
 const std::string *option_text(const char *name, OptionSource *source) {
   int i = index_of(name);
   if (i < 0) return nullptr;
-  if (!g_loaded.load(std::memory_order_acquire)) options_load();  // read before hm_init
-  if (source) *source = g_values[i].source;
-  return &g_values[i].text;
+  return &option_text(static_cast<Option>(i), source);
 }
 
 void option_set(const char *name, const std::string &value) {
@@ -153,32 +165,28 @@ bool parse_size(const std::string &text, uint64_t *bytes, std::string *error) {
   return true;
 }
 
-int option_size(const char *name, uint64_t *bytes) {
-  const std::string *t = option_text(name);
-  if (!t) return fail(HM_EINVAL, "unknown option %s", name);
+int option_size(Option id, uint64_t *bytes) {
+  const std::string &t = option_text(id);
   std::string err;
-  if (!parse_size(*t, bytes, &err))
-    return fail(HM_EFORMAT, "%s='%s': %s", name, t->c_str(), err.c_str());
+  if (!parse_size(t, bytes, &err)) return fail(HM_EFORMAT, "%s='%s': %s", option_name(id), t.c_str(), err.c_str());
   return HM_OK;
 }
 
-int option_int(const char *name, long *value) {
-  const std::string *t = option_text(name);
-  if (!t) return fail(HM_EINVAL, "unknown option %s", name);
+int option_int(Option id, long *value) {
+  const std::string &t = option_text(id);
   char *end = nullptr;
-  long v = std::strtol(t->c_str(), &end, 10);
-  if (t->empty() || *end != '\0') return fail(HM_EFORMAT, "%s='%s': expected an integer", name, t->c_str());
+  long v = std::strtol(t.c_str(), &end, 10);
+  if (t.empty() || *end != '\0') return fail(HM_EFORMAT, "%s='%s': expected an integer", option_name(id), t.c_str());
   *value = v;
   return HM_OK;
 }
 
-int option_fraction(const char *name, double *value) {
-  const std::string *t = option_text(name);
-  if (!t) return fail(HM_EINVAL, "unknown option %s", name);
+int option_fraction(Option id, double *value) {
+  const std::string &t = option_text(id);
   char *end = nullptr;
-  double v = std::strtod(t->c_str(), &end);
-  if (t->empty() || *end != '\0' || !(v >= 0 && v <= 1))
-    return fail(HM_EFORMAT, "%s='%s': expected a fraction between 0 and 1 (0.01 = 1%%)", name, t->c_str());
+  double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || *end != '\0' || !(v >= 0 && v <= 1))
+    return fail(HM_EFORMAT, "%s='%s': expected a fraction between 0 and 1 (0.01 = 1%%)", option_name(id), t.c_str());
   *value = v;
   return HM_OK;
 }

@@ -1,11 +1,48 @@
-// Every option in one table {name, default, doc}, read from HM_<NAME> environment variables.
+// Every option in one table {id, name, default, doc}, read from HM_<NAME> environment variables
+// (mimalloc's options.c is the model): code reads an option by its enum, never by its name; the
+// names are for users (the environment, `hetmem options`, hm_option_get).
 #pragma once
 #include <cstdint>
 #include <string>
 
 namespace hm {
 
+enum class Option : int {
+  kTiers,
+  kFastBudget,
+  kCapacityBudget,
+  kPersistentBudget,
+  kPoolSize,
+  kHugetlbPool,
+  kHugetlb1G,
+  kThp,
+  kEmul,
+  kPolicy,
+  kMigrationSpace,
+  kHelpers,
+  kPrefetchDistance,
+  kSampleBudget,
+  kCalibration,
+  kNtThreshold,
+  kRetain,
+  kDefaultRole,
+  kVerbose,
+  kProfile,
+  kSummary,
+  kProfileDepth,
+  kProfileLarge,
+  kProfileChildren,
+  kProfileRootPid,
+  kIterationWindow,
+  kIterationAt,
+  kRules,
+  kReplicaKey,
+  kPmCheck,
+  kCount
+};
+
 struct OptionSpec {
+  Option id;
   const char *name;
   const char *default_value;
   const char *doc;
@@ -17,8 +54,10 @@ enum class OptionSource { kDefault, kEnvironment, kApi };
 void options_load();
 int option_count();
 const OptionSpec &option_spec(int i);
-// Effective value as text; nullptr for an unknown name. Reads the environment first if nothing has
-// (a layer used before hm_init).
+const char *option_name(Option id);  // "HM_FAST_BUDGET"
+// Effective value as text. Reads the environment first if nothing has (a layer used before hm_init).
+const std::string &option_text(Option id, OptionSource *source = nullptr);
+// The same by name, for the C API (hm_option_get); nullptr for an unknown name.
 const std::string *option_text(const char *name, OptionSource *source = nullptr);
 void option_set(const char *name, const std::string &value);  // records source "api"
 const char *option_source_name(OptionSource s);
@@ -26,10 +65,10 @@ const char *option_source_name(OptionSource s);
 // Parses "2G", "512MiB", "1.5g", "4096" into bytes. False (and *error set) on malformed text.
 bool parse_size(const std::string &text, uint64_t *bytes, std::string *error);
 // Reads a size option; on malformed text fails with HM_EFORMAT naming the variable and the text.
-int option_size(const char *name, uint64_t *bytes);
-int option_int(const char *name, long *value);
+int option_size(Option id, uint64_t *bytes);
+int option_int(Option id, long *value);
 // Reads a number in [0, 1]; HM_EFORMAT naming the variable otherwise.
-int option_fraction(const char *name, double *value);
+int option_fraction(Option id, double *value);
 std::string format_size(uint64_t bytes);
 
 }  // namespace hm

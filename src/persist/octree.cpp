@@ -28,7 +28,7 @@ bool checks_on() {
 #else
   static const bool on = [] {
     long value = 0;
-    return option_int("HM_PM_CHECK", &value) == HM_OK && value != 0;
+    return option_int(Option::kPmCheck, &value) == HM_OK && value != 0;
   }();
   return on;
 #endif

@@ -137,9 +137,9 @@ bool parse_remote(const std::string &where, std::string *host, int *port) {
 // The primary's key, from HM_REPLICA_KEY ("" when none is set).
 int primary_key(std::string *key) {
   key->clear();
-  const std::string *path = option_text("HM_REPLICA_KEY");
-  if (!path || path->empty()) return HM_OK;
-  return load_replica_key(*path, key);
+  const std::string &path = option_text(Option::kReplicaKey);
+  if (path.empty()) return HM_OK;
+  return load_replica_key(path, key);
 }
 
 // Connects and authenticates: the server greets with its mode ('A': keyed, 'O': open) and a nonce;

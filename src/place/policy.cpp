@@ -98,8 +98,8 @@ const Policy *chosen_policy(int *rc) {
   if ((*rc = hm_init()) != HM_OK) return nullptr;
   const Policy *p = g_policy.load(std::memory_order_acquire);
   if (p && g_policy_epoch.load(std::memory_order_acquire) == runtime_epoch()) return p;
-  const std::string *name = option_text("HM_POLICY");
-  std::string chosen = name && !name->empty() ? *name : "first-touch";
+  const std::string &name = option_text(Option::kPolicy);
+  std::string chosen = name.empty() ? "first-touch" : name;
   p = policy_find(chosen);
   if (!p) {
     *rc = fail(HM_EINVAL, "HM_POLICY='%s': unknown policy (policies: %s)", chosen.c_str(), policy_names().c_str());
@@ -187,6 +187,17 @@ const char *hm_policy_name(void) {
   int rc = HM_OK;
   const Policy *p = chosen_policy(&rc);
   return p ? p->name() : "(none: HM_POLICY is not a policy)";
+}
+
+int hm_policy_count(void) { return static_cast<int>(policies().size()); }
+
+int hm_policy_info(int index, const char **name, const char **doc) {
+  const std::vector<const Policy *> all = policies();
+  if (!name || !doc || index < 0 || index >= static_cast<int>(all.size()))
+    return hm::fail(HM_EINVAL, "hm_policy_info: %d is not a policy index (0..%zu)", index, all.size() - 1);
+  *name = all[static_cast<size_t>(index)]->name();
+  *doc = all[static_cast<size_t>(index)]->doc();
+  return HM_OK;
 }
 
 int hm_policy_select(const char *name) {

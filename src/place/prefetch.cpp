@@ -177,14 +177,14 @@ extern "C" int hm_prefetch_distance(const char *phase, double ns_per_unit) {
     if (it != s.ns_per_unit.end() && on_fast < 0.999 && s.fit.ok)
       model = prefetch_distance(s.fit, on_fast, s.lat_fast, s.lat_slow, it->second);
   }
-  const std::string *forced = option_text("HM_PREFETCH_DISTANCE");
-  if (forced && !forced->empty()) {
+  const std::string &forced = option_text(Option::kPrefetchDistance);
+  if (!forced.empty()) {
     long k = 0;
-    if (option_int("HM_PREFETCH_DISTANCE", &k) != HM_OK || k < 0 || k > kMaxPrefetchDistance) {
+    if (option_int(Option::kPrefetchDistance, &k) != HM_OK || k < 0 || k > kMaxPrefetchDistance) {
       static std::atomic<bool> said{false};
       if (!said.exchange(true))
         log(0, "HM_PREFETCH_DISTANCE='%s': the distance must be an integer from 0 to %d (0: no prefetch); prefetch "
-            "is off", forced->c_str(), kMaxPrefetchDistance);
+            "is off", forced.c_str(), kMaxPrefetchDistance);
       return 0;
     }
     return static_cast<int>(k);

@@ -75,7 +75,7 @@ void settle(uint32_t iteration) {
   hm_placement_stats_t st{};
   st.settle_iteration = static_cast<int>(iteration);
   uint64_t migration = 0;
-  option_size("HM_MIGRATION_SPACE", &migration);
+  option_size(Option::kMigrationSpace, &migration);
   // A streaming policy needs staging slots: unless set, three slots of eight of the largest tiles
   // (at least 4 MiB), at most an eighth of the fast budget.
   if (migration == 0 && streaming_mechanism().active())

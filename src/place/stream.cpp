@@ -69,11 +69,10 @@ Engine &engine() {
 // HM_HELPERS: -1 when unset (the model decides).
 int helpers_override(int *rc) {
   *rc = HM_OK;
-  const std::string *t = option_text("HM_HELPERS");
-  if (!t || t->empty()) return -1;
+  if (option_text(Option::kHelpers).empty()) return -1;
   const int most = std::max(8, 2 * prim::cpu_count());
   long v = 0;
-  if ((*rc = option_int("HM_HELPERS", &v)) != HM_OK) return -1;
+  if ((*rc = option_int(Option::kHelpers, &v)) != HM_OK) return -1;
   if (v < 0 || v > most) {
     *rc = fail(HM_EINVAL, "HM_HELPERS=%ld: the helper thread count must be between 0 and %d (0: the computing "
                "threads copy)", v, most);

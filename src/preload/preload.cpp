@@ -268,13 +268,10 @@ __attribute__((constructor)) void start_up() {
   ready();
   Inside inside;
   try {
-    const char *trace = getenv("HM_PROFILE");
-    const char *rules = getenv("HM_RULES");
-    const char *summary = getenv("HM_SUMMARY");
-    if ((!trace || !*trace) && (!rules || !*rules) && (!summary || !*summary))
-      return;  // only scoped modes route: no start-up work
-    if (summary && *summary) {
-      g_summary = summary;
+    const std::string trace = option("HM_PROFILE"), rules = option("HM_RULES"), summary = option("HM_SUMMARY");
+    if (trace.empty() && rules.empty() && summary.empty()) return;  // only scoped modes route: no start-up work
+    if (!summary.empty()) {
+      g_summary = strdup(summary.c_str());  // kept to the end of the process (written at exit)
       clock_gettime(CLOCK_MONOTONIC, &g_start_wall);
       clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &g_start_cpu);
     }
@@ -287,12 +284,12 @@ __attribute__((constructor)) void start_up() {
     g_children = option("HM_PROFILE_CHILDREN") == "1";
     if (!g_children) remove_self_from_ld_preload();  // exec'd programs are not preloaded
     g_large = size_option("HM_PROFILE_LARGE", g_large);
-    if (rules && *rules) {
+    if (!rules.empty()) {
       char error[512] = {};
-      if (hm_rules_install(rules, error, sizeof error) == HM_OK) g_rules = true;
+      if (hm_rules_install(rules.c_str(), error, sizeof error) == HM_OK) g_rules = true;
       else say("rules not applied", error);
     }
-    if (trace && *trace) {
+    if (!trace.empty()) {
       int depth = atoi(option("HM_PROFILE_DEPTH").c_str());
       // Any program exec'd with --children (by a followed child, or by the first process itself)
       // writes TRACE.PID, never over the first trace.

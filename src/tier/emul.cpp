@@ -56,8 +56,8 @@ bool same_machine(const std::string &recorded) {
 }
 
 std::string cache_path() {
-  const std::string *opt = option_text("HM_CALIBRATION");
-  if (opt && !opt->empty()) return *opt;
+  const std::string &opt = option_text(Option::kCalibration);
+  if (!opt.empty()) return opt;
   const char *xdg = prim::env("XDG_CACHE_HOME");
   const char *home = prim::env("HOME");
   std::string dir = xdg && *xdg ? std::string(xdg) : std::string(home && *home ? home : "/tmp") + "/.cache";

@@ -62,7 +62,7 @@ int tier_from_spec(const TierSpec &spec, std::string *error) {
   } else if (spec.kind == HM_KIND_FILE || !spec.path.empty()) {
     uint64_t size = spec.size;
     if (size == 0) {
-      int rc = option_size("HM_POOL_SIZE", &size);
+      int rc = option_size(Option::kPoolSize, &size);
       if (rc != HM_OK) {
         *error = hm_last_error();
         return rc;
@@ -206,10 +206,10 @@ int tiers_init() {
   if (slow) g_roles[HM_CAPACITY] = find_by_name("numa:" + std::to_string(slow->os_index));
 
   // HM_TIERS overrides the roles it names and adds the tiers it lists.
-  const std::string *text = option_text("HM_TIERS");
+  const std::string &text = option_text(Option::kTiers);
   bool capacity_set = false;
-  if (text && !text->empty()) {
-    std::stringstream in(*text);
+  if (!text.empty()) {
+    std::stringstream in(text);
     std::string item;
     while (std::getline(in, item, ',')) {
       if (item.empty()) continue;
@@ -224,15 +224,15 @@ int tiers_init() {
         if (role == kRoleNames[r]) role_id = r;
       if (eq != std::string::npos && role.empty())
         return fail(HM_EFORMAT, "HM_TIERS='%s': '%s' has '=' with no role before it (roles: fast, capacity, persistent)",
-                    text->c_str(), item.c_str());
+                    text.c_str(), item.c_str());
       if (!role.empty() && role_id < 0)
         return fail(HM_EFORMAT, "HM_TIERS='%s': unknown role '%s' (roles: fast, capacity, persistent)",
-                    text->c_str(), role.c_str());
+                    text.c_str(), role.c_str());
       TierSpec spec;
       int rc = parse_tier_spec(spec_text, &spec, &error);
-      if (rc != HM_OK) return fail(HM_EFORMAT, "HM_TIERS='%s': %s", text->c_str(), error.c_str());
+      if (rc != HM_OK) return fail(HM_EFORMAT, "HM_TIERS='%s': %s", text.c_str(), error.c_str());
       int id = tier_from_spec(spec, &error);
-      if (id < 0) return fail(id == HM_EIO ? HM_EIO : HM_EFORMAT, "HM_TIERS='%s': %s", text->c_str(), error.c_str());
+      if (id < 0) return fail(id == HM_EIO ? HM_EIO : HM_EFORMAT, "HM_TIERS='%s': %s", text.c_str(), error.c_str());
       if (role_id >= 0) g_roles[role_id] = id;
       if (role_id == HM_CAPACITY) capacity_set = true;
     }

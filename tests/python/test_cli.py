@@ -158,3 +158,17 @@ def test_a_closed_pipe_ends_quietly(tmp_path, args):
     err = p.stderr.read().decode()
     assert p.wait(timeout=600) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_policies_are_the_librarys_and_each_can_be_selected():
+    r = run("policies", "--json")
+    assert r.returncode == 0, r.stderr
+    listed = json.loads(r.stdout)
+    names = [p["name"] for p in listed]
+    assert len(names) == len(set(names)) >= 9 and all(p["doc"] for p in listed)
+    assert {"first-touch", "hetmem-static", "hetmem", "reactive", "memory-mode"} <= set(names)
+    sys.path.insert(0, str(ROOT / "python"))
+    from hetmem.lib import Library
+    lib = Library()
+    assert [n for n in names if lib.check_policy(n) is not None] == []
+    assert lib.check_policy("no-such-policy") and all(n in lib.check_policy("no-such-policy") for n in names)
