@@ -131,6 +131,7 @@ def _plan_for(cmd: list[str], work: Path, options: list[str]) -> Path:
 
 def placement(reps: int, tmp: Path, console) -> list[dict]:
     from . import compare
+    from .workloads import PlanWorkload
     policies = ["all-fast", "hetmem-static", "first-touch", "interleave", "memory-mode", "slow-only"]
     out = []
     work = _lammps(tmp)
@@ -146,7 +147,7 @@ def placement(reps: int, tmp: Path, console) -> list[dict]:
             continue
         plan = _plan_for(cmd, cwd, options)
         iteration = {"HM_ITERATION_AT": _symbol(cmd[0], options[1])} if options else {}
-        workload = compare.PlanWorkload(str(plan), cmd, iteration)
+        workload = PlanWorkload(str(plan), cmd, iteration)
         result = compare.run(workload, policies, 0.25, None, 2, reps, os.cpu_count() or 1, "capacity=emul:optane",
                              str(cwd / "compare"), console)
         result["name"] = name
@@ -163,7 +164,7 @@ def _symbol(program: str, function: str) -> str:
 
 
 def main(out: str, quick: bool, console) -> int:
-    from . import compare
+    from . import compare_report
     reps = 2 if quick else 5
     say = lambda text: console.print(text, markup=False, highlight=False)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="hetmem-bench-unchanged-") as tmp_name:
@@ -199,8 +200,8 @@ def main(out: str, quick: bool, console) -> int:
             continue
         lines.append(f"{r['name']}: footprint {r['footprint_bytes'] / 2**20:.0f} MiB, fast budget "
                      f"{r['fast_budget_bytes'] / 2**20:.0f} MiB, per {r['unit']}")
-        lines += ["  " + line for line in compare.target_lines(r, "hetmem-static")]
-        note = compare.instrument_note(r)
+        lines += ["  " + line for line in compare_report.target_lines(r, "hetmem-static")]
+        note = compare_report.instrument_note(r)
         if note:
             lines.append("  " + note)
     say("\n".join(lines))

@@ -171,7 +171,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from . import compare
+    from . import compare, workloads
     rest = args.workload[1:] if args.workload and args.workload[0] == "--" else args.workload
     if (args.iteration_at or args.window is not None) and not args.plan:
         raise HetmemError("--iteration-at and --window are for a program with --plan (the reference codes mark "
@@ -180,11 +180,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         iteration = _iteration_env(args, rest)
         if iteration is None:
             return 2
-        workload = compare.PlanWorkload(args.plan, rest, iteration)
-    elif rest and rest[0] == "mg":
-        workload = compare.MgWorkload(rest[1:])  # hetmem compare mg preset=W ...
+        workload = workloads.PlanWorkload(args.plan, rest, iteration)
     else:
-        workload = compare.PicWorkload(rest)
+        workload = workloads.workload_for(rest)  # the PIC code, or an application by name: mg preset=W ...
     policies = compare.policy_order() if args.policies == "all" else [p.strip() for p in args.policies.split(",") if p.strip()]
     budget = compare.parse_size(args.budget) if args.budget else None
     threads = args.threads or os.cpu_count() or 1
@@ -199,9 +197,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_pic(args: argparse.Namespace) -> int:
+# The reference applications, each a subcommand that runs its binary with the arguments given:
+# name -> (binary, what it is, its arguments).
+APPS = {
+    "pic": ("hetmem-pic", "the reference 3D electromagnetic PIC code (docs/pic.md)", "INPUT [key=value ...]"),
+    "mg": ("hetmem-mg", "the Fortran multigrid solver (docs/multigrid.md)", "[key=value ...]"),
+    "amr": ("hetmem-amr", "the persistent-octree AMR workload (docs/amr.md)", "[--shape droplet] [--steps N] ..."),
+}
+
+
+def cmd_app(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
-    return _run([find_program("hetmem-pic"), *cmd])
+    return _run([find_program(APPS[args.command][0]), *cmd])
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -475,9 +482,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", help="JSON results file (default: results/hetmem-bench-WHAT.json in the build tree)")
     b.set_defaults(func=cmd_bench)
 
-    pc = sub.add_parser("pic", help="the reference PIC code: hetmem pic INPUT [key=value ...] (docs/pic.md)")
-    pc.add_argument("cmd", nargs=argparse.REMAINDER, help="INPUT (a file or preset:NAME) and key=value overrides")
-    pc.set_defaults(func=cmd_pic)
+    for name, (binary, what, usage) in APPS.items():
+        ap = sub.add_parser(name, help=f"{what}: hetmem {name} {usage}")
+        ap.add_argument("cmd", nargs=argparse.REMAINDER, help=f"the arguments of {binary} (`hetmem {name} -- --help` lists them)")
+        ap.set_defaults(func=cmd_app)
 
     cp = sub.add_parser("compare", help="run the PIC code under every placement policy with a fast budget below "
                         "its footprint: times, ratios, phases, spaces, classes; JSON, PNG and HTML",

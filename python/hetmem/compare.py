@@ -14,29 +14,17 @@ as tables, JSON, PNG plots and one HTML page. Every figure says whether the slow
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-from .figures import png, write_images
-from .lib import HetmemError, find_preload, find_program, plain_library
-
-BASELINES = ("slow-only", "first-touch", "memory-mode", "interleave", "reactive")
-# The full runtime's target against all-fast (issue: within 1.15x per iteration).
-ALL_FAST_TARGET = 1.15
-MiB = 1 << 20
-# WarpX-PM (Ren et al., ICS'21), Figure 7 and §6: what WarpX-PM gained on Optane. Static placement
-# alone beat memory mode by 29% on the large problems; the full runtime (static + prefetch +
-# dynamic) beat Optane-only, memory mode, first-touch and IAL (the reactive baseline) by these
-# averages (66.4%, 38.8%, 45.1%, 83.3%).
-WARPX_PM_STATIC_VS = {"memory-mode": 1.29}
-WARPX_PM_FULL_VS = {"memory-mode": 1.388, "slow-only": 1.664, "first-touch": 1.451, "reactive": 1.833}
+from .compare_report import (ALL_FAST_TARGET, WARPX_PM_FULL_VS, WARPX_PM_STATIC_VS, all_fast_target, charged_share,
+                             iteration_times, phase_name, size_text, steady, targets, text_tables, whole_run, write)
+from .lib import HetmemError, query
+from .workloads import PicWorkload
 
 
 def parse_counts(text: str, option: str, high: int) -> list[int]:
@@ -51,18 +39,10 @@ def parse_counts(text: str, option: str, high: int) -> list[int]:
     return values
 
 
-def _size(n: float) -> str:
-    return f"{n / MiB:.1f} MiB" if n < (1 << 30) else f"{n / (1 << 30):.2f} GiB"
-
-
-def _num(v, width: int, fmt: str) -> str:
-    return f"{v:>{width}{fmt}}" if v is not None else f"{'-':>{width}}"
-
-
 def parse_size(text: str) -> int:
     """A size as every HM_* size option reads it (the library parses it: 512M, 1.5G, 4096); positive."""
     try:
-        value = plain_library().parse_size(text)
+        value = query("parse_size", text)
     except HetmemError as exc:
         raise HetmemError(f"'{text}' is not a size (examples: 512M, 1.5G, 4096): {exc}") from None
     if value <= 0:
@@ -73,65 +53,8 @@ def parse_size(text: str) -> int:
 def policy_order() -> list[str]:
     """The policies a comparison runs: all-fast first (the footprint and the upper bound), then every
     other policy of the library in its order."""
-    names = [name for name, _ in plain_library().policies()]
+    names = [name for name, _ in query("policies")]
     return ["all-fast"] + [n for n in names if n != "all-fast"]
-
-
-class PicWorkload:
-    """The PIC code: a preset or input file with key=value overrides; each step is an iteration."""
-
-    def __init__(self, args: list[str]):
-        self.args = args or ["preset:L1"]
-
-    def describe(self, doc: dict) -> str:
-        return f"hetmem-pic {self.args[0]}: {doc['cells']} cells, {doc['particles']} particles, " \
-               f"{doc['threads']} thread(s)"
-
-    def command(self, iterations: int, tmp: str, tag: str, summary: str) -> tuple[list[str], dict]:
-        return ([find_program("hetmem-pic"), *self.args, f"max_step={iterations}", "diag.progress=0",
-                 f"diag.directory={tmp}/out-{tag}", f"diag.summary={summary}", "diag.interval=0"], {})
-
-
-class MgWorkload:
-    """hetmem-mg (`hetmem compare mg [key=value ...]`): each time step (domain update + pressure solve)
-    is an iteration; the preload library it links writes the run summary."""
-
-    def __init__(self, args: list[str]):
-        self.args = args or ["preset=S"]
-
-    def describe(self, doc: dict) -> str:
-        return f"hetmem-mg {' '.join(self.args)}"
-
-    def command(self, iterations: int, tmp: str, tag: str, summary: str) -> tuple[list[str], dict]:
-        return [find_program("hetmem-mg"), *self.args, f"mg.steps={iterations}"], {"HM_SUMMARY": summary}
-
-
-class PlanWorkload:
-    """Any program with a plan (`hetmem plan`), run unchanged through the preload library; its
-    iterations are those it marks with hm_iteration_next, or those inferred at a function's calls
-    (--iteration-at); with time windows the whole run is compared."""
-
-    def __init__(self, plan: str, cmd: list[str], iteration_env: dict | None = None):
-        self.iteration_env = iteration_env or {}
-        if not cmd:
-            raise HetmemError("--plan needs a program: hetmem compare --plan PLAN -- PROGRAM ARGS")
-        self.plan = os.path.abspath(plan)
-        # Checked in a child process: libhetmem (its libunwind) loaded into this one would break the
-        # C++ exceptions of libraries imported after it (matplotlib's, for the plots).
-        check = subprocess.run([sys.executable, "-c", "import sys\nfrom hetmem.lib import Library\n"
-                                "sys.stdout.write(Library().check_rules(sys.argv[1]) or '')", self.plan],
-                               capture_output=True, text=True)
-        if check.returncode != 0 or check.stdout:
-            raise HetmemError(check.stdout or check.stderr.strip().splitlines()[-1])
-        self.cmd = cmd
-
-    def describe(self, doc: dict) -> str:
-        return f"{' '.join(self.cmd)} with plan {self.plan}"
-
-    def command(self, iterations: int, tmp: str, tag: str, summary: str) -> tuple[list[str], dict]:
-        preload = find_preload()
-        ld = preload + (":" + os.environ["LD_PRELOAD"] if os.environ.get("LD_PRELOAD") else "")
-        return self.cmd, {"LD_PRELOAD": ld, "HM_RULES": self.plan, "HM_SUMMARY": summary, **self.iteration_env}
 
 
 def _run(workload, policy: str, budget: int | None, iterations: int, threads: int, tiers: str, tmp: str,
@@ -156,62 +79,6 @@ def _run(workload, policy: str, budget: int | None, iterations: int, threads: in
     return doc
 
 
-def _whole_run(doc: dict) -> bool:
-    """A run measured whole: a program that marks no iterations, whose inferred ones are time
-    windows (every window lasts the window, whatever the policy) or none."""
-    return "step_seconds" not in doc and (doc.get("iterations_inferred") == "window" or not doc.get("iteration_seconds"))
-
-
-def _iterations(doc: dict, key: str = "step_seconds") -> list[float]:
-    """Seconds of each iteration: the PIC code's steps (wall, or CPU with key="step_cpu_seconds"),
-    else the iterations the program marked or that were inferred at a function's calls, else the
-    whole run as one (wall, or CPU with key="step_cpu_seconds")."""
-    if key in doc:
-        return doc[key]
-    if _whole_run(doc):
-        value = doc.get("seconds" if key == "step_seconds" else "cpu_seconds")
-        return [value] if value is not None else []
-    if key != "step_seconds":
-        return doc.get("iteration_cpu_seconds", []) if key == "step_cpu_seconds" else []
-    return doc.get("iteration_seconds") or [doc.get("seconds", 0.0)]
-
-
-def _steady(doc: dict, key: str = "step_seconds") -> float:
-    """Seconds per iteration after the first (the observed one)."""
-    steps = _iterations(doc, key)
-    if not steps:
-        return float("nan")
-    return statistics.median(steps[1:] if len(steps) > 1 else steps)
-
-
-def _phase_name(name: str) -> str:
-    """A phase as the user named it: an inferred iteration's function demangled."""
-    if name.startswith("iteration (at ") and name.endswith(")"):
-        from .entry_points import demangle
-        symbol = name[len("iteration (at "):-1]
-        return f"iteration (at {demangle([symbol]).get(symbol, symbol)})"
-    return name
-
-
-def _charged_share(doc: dict) -> float:
-    """The share of the run's wall time that the emulated tiers charged (device time, summed over
-    threads; 0 on real tiers)."""
-    charged = sum(t.get("charged_s", 0.0) for t in doc.get("tiers", []))
-    seconds = doc.get("seconds") or sum(doc.get("step_seconds") or doc.get("iteration_seconds") or [0.0])
-    return charged / seconds if seconds else 0.0
-
-
-def margin(faster: dict, slower: dict) -> str:
-    """MET when every repetition of `faster` beat every repetition of `slower` (the ratio of medians
-    is then beyond the run-to-run spread); "cannot tell" when the two spreads overlap."""
-    return "MET" if max(faster["runs"]) < min(slower["runs"]) else "cannot tell"
-
-
-def _spread_text(row: dict) -> str:
-    lo, hi = row["spread"]
-    return f"{lo:.3f}-{hi:.3f} s over {len(row['runs'])}"
-
-
 def _capacity(doc: dict) -> dict:
     return next((t for t in doc["tiers"] if "capacity" in t["roles"]), {})
 
@@ -227,11 +94,11 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
         if not ok:
             rows.append({"policy": policy, "skipped": docs[0]["skipped"]})
             continue
-        times = [_steady(d) for d in ok]
-        cpu = [c for c in (_steady(d, "step_cpu_seconds") for d in ok) if c == c]  # NaN: not measured
+        times = [steady(d) for d in ok]
+        cpu = [c for c in (steady(d, "step_cpu_seconds") for d in ok) if c == c]  # NaN: not measured
         median = statistics.median(times)
-        rep = min(ok, key=lambda d: abs(_steady(d) - median))  # the run whose time is the median
-        steps = len(_iterations(rep))
+        rep = min(ok, key=lambda d: abs(steady(d) - median))  # the run whose time is the median
+        steps = len(iteration_times(rep))
         cap = _capacity(rep)
         fast = next((t for t in rep["tiers"] if "fast" in t["roles"]), {})
         rows.append({
@@ -239,10 +106,10 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
             "seconds_per_iteration": median,
             "runs": times,
             "spread": [min(times), max(times)],
-            "charged_share": statistics.median(_charged_share(d) for d in ok),
+            "charged_share": statistics.median(charged_share(d) for d in ok),
             "cpu_seconds_per_iteration": statistics.median(cpu) if cpu else None,  # None: not measured
             "cpu_runs": cpu,
-            "phase_seconds_per_iteration": {_phase_name(k): v["seconds"] / steps for k, v in rep["phases"].items()},
+            "phase_seconds_per_iteration": {phase_name(k): v["seconds"] / steps for k, v in rep["phases"].items()},
             "fast_budget": fast.get("budget", 0),
             "fast_high_water": fast.get("high_water", 0),
             "charged_seconds_per_iteration": cap.get("charged_s", 0.0) / steps,
@@ -264,7 +131,7 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
             r["vs_all_fast"] = t / by["all-fast"]["seconds_per_iteration"]
     cap = _capacity(reference)
     emulated = bool(cap.get("emulated"))
-    unit = "run" if _whole_run(reference) else "iteration"
+    unit = "run" if whole_run(reference) else "iteration"
     return {
         "unit": unit,
         "workload": workload.describe(reference),
@@ -280,300 +147,11 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
     }
 
 
-def targets(result: dict, key: str = "seconds_per_iteration", subject: str = "hetmem-static") -> list[tuple[str, float, str]]:
-    """`subject` faster than each baseline: (baseline, speedup, verdict), by wall time per iteration
-    or, with key="cpu_seconds_per_iteration", by CPU time. The wall-time verdict is MET only beyond
-    the run-to-run spread (every repetition faster), NOT MET when every repetition is slower, else
-    "cannot tell"; the CPU verdict compares medians (one reading per run)."""
-    by = {r["policy"]: r for r in result["policies"] if "skipped" not in r}
-    if subject not in by:
-        return []
-    s = by[subject][key]
-    if not s:
-        return []
-    out = []
-    for p in BASELINES:
-        if p not in by or not by[p][key]:
-            continue
-        if key == "seconds_per_iteration":
-            verdict = margin(by[subject], by[p])
-            if verdict != "MET" and min(by[subject]["runs"]) > max(by[p]["runs"]):
-                verdict = "NOT MET"
-        else:
-            verdict = "MET" if by[p][key] > s else "NOT MET"
-        out.append((p, by[p][key] / s, verdict))
-    return out
-
-
-def instrument_note(result: dict) -> str:
-    """Whether the emulated tier could show a difference at all: slow-only against all-fast."""
-    by = {r["policy"]: r for r in result["policies"] if "skipped" not in r}
-    if not result.get("emulated") or "slow-only" not in by or "all-fast" not in by:
-        return ""
-    slow, fast = by["slow-only"], by["all-fast"]
-    if margin(fast, slow) == "MET":
-        return ""
-    return (f"cannot tell: slow-only ({_spread_text(slow)}) is within the run-to-run spread of all-fast "
-            f"({_spread_text(fast)}); the emulated tier charged {100 * slow['charged_share']:.1f}% of slow-only's run, "
-            "so no placement can show a margin here (a longer run, or --iteration-at to sample per step, charges more)")
-
-
-def target_lines(result: dict, subject: str) -> list[str]:
-    """One line per baseline: `subject`'s margin over it (wall and CPU), its verdict against the
-    spreads, and the WarpX-PM figure beside it."""
-    lines = []
-    cpu = {b: (x, m) for b, x, m in targets(result, "cpu_seconds_per_iteration", subject)}
-    published = result["warpx_pm_full_vs"]
-    if subject != "hetmem":
-        published = {**published, **result["warpx_pm_static_vs"]}
-    by = {r["policy"]: r for r in result["policies"] if "skipped" not in r}
-    blind = bool(instrument_note(result))
-    for baseline, speedup, verdict in targets(result, subject=subject):
-        figure = published.get(baseline)
-        label = "full runtime" if subject == "hetmem" or baseline not in result["warpx_pm_static_vs"] else "static alone"
-        paper_text = f"WarpX-PM (Ren et al., ICS'21), {label}: {figure:.2f}x" if figure else "WarpX-PM: no figure"
-        cpu_text = f", {cpu[baseline][0]:.3f}x CPU" if baseline in cpu else ""
-        if blind and verdict == "MET":
-            verdict = "cannot tell"  # a margin the instrument could not have caused
-        lines.append(f"{subject} vs {baseline}: {speedup:.3f}x wall ({verdict}: faster beyond the spread; "
-                     f"{subject} {_spread_text(by[subject])}, {baseline} {_spread_text(by[baseline])})"
-                     f"{cpu_text}; {paper_text} [{'emulated' if result['emulated'] else 'real'}]")
-    return lines
-
-
-def all_fast_target(result: dict) -> tuple[float, str] | None:
-    """hetmem's time per iteration over all-fast's, and whether it is within ALL_FAST_TARGET:
-    "cannot tell" when the emulated tier could not show slow-only apart from all-fast."""
-    by = {r["policy"]: r for r in result["policies"] if "skipped" not in r}
-    if "hetmem" not in by or "all-fast" not in by:
-        return None
-    ratio = by["hetmem"]["seconds_per_iteration"] / by["all-fast"]["seconds_per_iteration"]
-    if instrument_note(result):
-        return ratio, "cannot tell"
-    slow = by.get("slow-only")
-    if ratio <= ALL_FAST_TARGET and slow and slow["seconds_per_iteration"] <= ALL_FAST_TARGET * by["all-fast"]["seconds_per_iteration"]:
-        # Within the target only because nothing here is far from all-fast: not a result.
-        return ratio, f"cannot tell: slow-only itself is within {ALL_FAST_TARGET}x"
-    return ratio, "MET" if ratio <= ALL_FAST_TARGET else "NOT MET"
-
-
-def model_lines(result: dict) -> list[str]:
-    """What the helper and prefetch models saw and chose in the hetmem run (the median one)."""
-    lines = []
-    row = next((r for r in result["policies"] if r["policy"] == "hetmem" and "skipped" not in r), None)
-    if not row:
-        return lines
-    st = row["placement"].get("streaming", {})
-    for m in st.get("helper_models", []):
-        lines.append(f"helper model, phase '{m['phase']}': {m['helpers']} helper(s) [{m['binding']}]; per interval "
-                     f"{_size(m['data_in'])} in, {_size(m['data_out'])} out, {m['t_comp'] * 1e3:.2f} ms computing "
-                     f"staged, {m['t_inplace'] * 1e3:.2f} ms at home, copy {m['t_cp'] * 1e3:.2f} ms predicted, "
-                     f"interval {m['t_predicted'] * 1e3:.2f} ms predicted; {m['thrd_comp']} of {m['thrd_max']} "
-                     f"threads computing; bandwidth {m['bw_comp'] / 1e9:.1f} GB/s computing of "
-                     f"{m['bw_max'] / 1e9:.1f}: " + ("staged" if m["stage"] else "tiles kept at home (staging would not pay)"))
-    if st.get("copy_bw_in_mbps"):
-        lines.append("copy bandwidth with 1, 2, ... helpers (MB/s): in " +
-                     ", ".join(f"{x:.0f}" for x in st["copy_bw_in_mbps"]) + "; out " +
-                     ", ".join(f"{x:.0f}" for x in st["copy_bw_out_mbps"]))
-    if st.get("tiles_in"):
-        lines.append(f"streaming: {st['sweeps']} sweeps, {st['tiles_in']} tiles staged ({_size(st['bytes_in'])}), "
-                     f"{st['tiles_out']} written back, waited {st['wait_seconds']:.3f} s for staging, helpers copied "
-                     f"{st['copy_seconds']:.3f} s")
-    pf = row["placement"].get("prefetch")
-    if pf:
-        ks = ", ".join(f"{p['phase']}: k = {p['k']} ({p['ns_per_unit']:.0f} ns a unit)" for p in pf["phases"])
-        lines.append(f"prefetch model: alpha {pf['alpha_ns']:.1f} ns, beta1 {pf['beta1']:.3f}, beta2 {pf['beta2']:.3f} "
-                     f"(latency {pf['lat_fast_ns']:.0f} / {pf['lat_slow_ns']:.0f} ns), hot data "
-                     f"{100 * pf['fast_fraction']:.0f}% fast" + ("; " + ks if ks else "") +
-                     ("" if pf["fast_fraction"] < 0.999 else "; not applied: every hot object is on the fast tier"))
-    return lines
-
-
-def text_tables(result: dict) -> str:
-    unit = result.get("unit", "iteration")
-    short = "run" if unit == "run" else "it"
-    lines = [f"hetmem compare: {result['workload']}; footprint {_size(result['footprint_bytes'])}, fast budget "
-             f"{_size(result['fast_budget_bytes'])} ({100 * result['fast_budget_bytes'] / result['footprint_bytes']:.0f}%)"
-             f"; slow tier {result['slow_tier']}",
-             f"{'policy':<22} {'s/' + unit:>11} {'spread (min-max)':>17} {'/static':>8} {'/all-fast':>9} "
-             f"{'CPU s/' + short:>10} {'/static':>8} {'fast high water':>15} {'charged/' + short:>11} {'charged':>8}  note"]
-    for r in result["policies"]:
-        if "skipped" in r:
-            lines.append(f"{r['policy']:<22} {'-':>11} {'-':>17} {'-':>8} {'-':>9} {'-':>10} {'-':>8} {'-':>15} "
-                         f"{'-':>11} {'-':>8}  skipped: {r['skipped']}")
-            continue
-        note = "no fast budget (upper bound)" if r["policy"] == "all-fast" else ""
-        spread = f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}"
-        lines.append(f"{r['policy']:<22} {r['seconds_per_iteration']:>11.4f} {spread:>17} "
-                     f"{r.get('vs_hetmem_static', 0):>7.3f}x {r.get('vs_all_fast', 0):>8.3f}x "
-                     f"{_num(r['cpu_seconds_per_iteration'], 10, '.4f')} "
-                     f"{_num(r.get('cpu_vs_hetmem_static'), 7, '.3f')}x {_size(r['fast_high_water']):>15} "
-                     f"{r['charged_seconds_per_iteration']:>10.4f}s {100 * r['charged_share']:>7.1f}%  {note}")
-    if unit == "run":
-        lines.append("(the whole run: the program marks no iterations and its inferred ones are time windows; medians "
-                     "over the repetitions; spread: the fastest and slowest repetition; CPU: the process's CPU time, "
-                     "which other guests of a shared machine do not inflate; charged: the emulated device time, summed "
-                     "over threads, and its share of the run's wall time)")
-    else:
-        lines.append("(medians over the iterations after the first and over the repetitions; spread: the fastest and "
-                     "slowest repetition; CPU s/it: the process's CPU time, which other guests of a shared machine do "
-                     "not inflate; charged/it: the emulated device time charged per iteration, summed over threads, "
-                     "and its share of the run's wall time)")
-    lines.append(f"per phase (s/{unit}):")
-    phases = sorted({p for r in result["policies"] if "skipped" not in r for p in r["phase_seconds_per_iteration"]})
-    lines.append(f"  {'policy':<22} " + " ".join(f"{p[:22]:>22}" for p in phases))
-    for r in result["policies"]:
-        if "skipped" not in r:
-            lines.append(f"  {r['policy']:<22} " + " ".join(
-                f"{r['phase_seconds_per_iteration'].get(p, 0):>22.4f}" for p in phases))
-    static = next((r for r in result["policies"] if r["policy"] == "hetmem-static" and "skipped" not in r), None)
-    if static:
-        lines.append("hetmem-static spaces:")
-        for s in static["placement"]["spaces"]:
-            lines.append(f"  {s['space']:<10} budget {_size(s['budget']):>10}  in use {_size(s['in_use']):>10}  "
-                         f"high water {_size(s['high_water']):>10}  grows {s['grows']}  overflows {s['overflows']}")
-        st = static["placement"]["static"]
-        lines.append(f"  settled after iteration {st['iteration']}: {st['promoted']} objects in "
-                     f"({_size(st['promoted_bytes'])}), {st['demoted']} out ({_size(st['demoted_bytes'])}), "
-                     f"{st['unmovable']} unmovable{'; ' + st['problem'] if st['problem'] else ''}")
-    # A program that frees everything before it exits has nothing live at the end: then what each
-    # class allocated on each tier over the run.
-    live = any(c["live_on"] for r in result["policies"] if "skipped" not in r for c in r["classes"])
-    lines.append("where each class lives at the end (MiB per tier):" if live
-                 else "what each class allocated on each tier over the run (MiB; nothing is live at the end):")
-    for r in result["policies"]:
-        if "skipped" in r:
-            continue
-        parts = []
-        for c in r["classes"]:
-            on = c["live_on"] if live else c.get("allocated_on", {})
-            if on:
-                parts.append(c["name"] + " " + "/".join(f"{t} {b / MiB:.0f}" for t, b in on.items()))
-        lines.append(f"  {r['policy']:<22} " + "; ".join(parts))
-    lines += model_lines(result)
-    lines += target_lines(result, "hetmem-static") + target_lines(result, "hetmem")
-    af = all_fast_target(result)
-    if af:
-        lines.append(f"hetmem vs all-fast: {af[0]:.3f}x the time per {result.get('unit', 'iteration')} ({af[1]}: "
-                     f"within {ALL_FAST_TARGET}x) [{'emulated' if result['emulated'] else 'real'}]")
-    note = instrument_note(result)
-    if note:
-        lines.append(note)
-    for title, key in (("Figure 12, helper threads", "helper_sweep"), ("Figure 11, prefetch distance", "prefetch_sweep")):
-        sw = result.get(key)
-        if sw:
-            lines.append(f"{title} ({sw['policy']}, {sw['phase']} s/iteration, {sw['setting']}):")
-            for p in sw["points"]:
-                mark = " <- model" if p["value"] == sw.get("model") else ""
-                mark += " (best)" if p["value"] == sw.get("best") else ""
-                lines.append(f"  {sw['setting']}={p['value']:<3} {p['seconds']:.4f}{mark}")
-            if sw.get("model_decision"):
-                lines.append(f"  the model's own run ({sw['model_decision']}): {sw['model_seconds']:.4f}")
-            if sw.get("model_vs_best") is not None:
-                lines.append(f"  the model's choice ({sw.get('model_decision', sw.get('model'))}) is "
-                             f"{sw['model_vs_best']:.3f}x the best "
-                             f"({'MET' if sw['model_vs_best'] <= 1.03 else 'NOT MET'}: within 3%)")
-    return "\n".join(lines)
-
-
-def plots(result: dict) -> dict[str, bytes]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in result["policies"] if "skipped" not in r]
-    tag = "emulated slow tier: " + result["capacity_tier"] if result["emulated"] else "real slow tier: " + \
-        result["capacity_tier"]
-    out = {}
-    unit = result.get("unit", "iteration")
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
-    names = [r["policy"] for r in rows]
-    xs = list(range(len(rows)))
-    ax.bar(xs, [r["seconds_per_iteration"] for r in rows], color="#4c72b0", alpha=0.8, label="median")
-    for x, r in zip(xs, rows):  # every repetition, so the spread is seen beside the median
-        ax.plot([x] * len(r["runs"]), r["runs"], "k.", markersize=5,
-                label="repetitions" if x == 0 else None)
-    ax.set_xticks(xs, names, rotation=30, ha="right", fontsize=8)
-    ax.legend(fontsize=8)
-    ax.set_ylabel(f"seconds per {unit}")
-    ax.set_title(f"Time per iteration, fast budget {_size(result['fast_budget_bytes'])} "
-                 f"({100 * result['fast_budget_bytes'] / result['footprint_bytes']:.0f}% of footprint)\n{tag}",
-                 fontsize=10)
-    fig.tight_layout()
-    out["policies.png"] = png(fig)
-    # Ren et al. (ICS'21) Figure 7: per-phase time of each policy, stacked.
-    phases = sorted({p for r in rows for p in r["phase_seconds_per_iteration"]})
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    bottom = [0.0] * len(rows)
-    for p in phases:
-        vals = [r["phase_seconds_per_iteration"].get(p, 0) for r in rows]
-        ax.bar(xs, vals, bottom=bottom, label=p)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_ylabel(f"seconds per {unit}")
-    ax.set_title(f"Per-phase breakdown (cf. WarpX-PM Figure 7)\n{tag}", fontsize=10)
-    if phases:
-        ax.legend(fontsize=8)
-    ax.set_xticks(xs, names, rotation=30, ha="right", fontsize=8)
-    fig.tight_layout()
-    out["phases.png"] = png(fig)
-    # Ren et al. (ICS'21) Figure 7 proper: each phase under memory mode (M), static (S), static + prefetch
-    # (S+P) and the full runtime (S+P+D).
-    by = {r["policy"]: r for r in rows}
-    fig7 = [(label, by[p]) for label, p in (("M", "memory-mode"), ("S", "hetmem-static"),
-                                           ("S+P", "hetmem-static+prefetch"), ("S+P+D", "hetmem")) if p in by]
-    if len(fig7) >= 2:
-        fig, ax = plt.subplots(figsize=(7, 3.6))
-        width = 0.8 / len(fig7)
-        for i, (label, r) in enumerate(fig7):
-            ax.bar([x + i * width for x in range(len(phases))],
-                   [r["phase_seconds_per_iteration"].get(p, 0) for p in phases], width, label=label)
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(phases))], [p[:22] for p in phases], fontsize=8)
-        ax.set_ylabel("seconds per iteration")
-        ax.set_title(f"Per phase: M / S / S+P / S+P+D (WarpX-PM Figure 7)\n{tag}", fontsize=10)
-        ax.legend(fontsize=8)
-        out["figure7.png"] = png(fig)
-    for key, name in (("helper_sweep", "figure12.png"), ("prefetch_sweep", "figure11.png")):
-        sw = result.get(key)
-        if not sw:
-            continue
-        fig, ax = plt.subplots(figsize=(6, 3.2))
-        xs = [p["value"] for p in sw["points"]]
-        ax.plot(xs, [p["seconds"] for p in sw["points"]], "o-")
-        if sw.get("model") is not None:
-            ax.axvline(sw["model"], color="red", linestyle="--", label=f"model: {sw['model']}")
-            ax.legend(fontsize=8)
-        ax.set_xlabel(sw["setting"])
-        ax.set_ylabel(f"{sw['phase']} s/iteration")
-        ax.set_title(f"{'Figure 12: helper threads' if key == 'helper_sweep' else 'Figure 11: prefetch distance'} "
-                     f"({sw['policy']})\n{sw.get('tier_note', tag)}", fontsize=10)
-        out[name] = png(fig)
-    return out
-
-
-def html_page(result: dict, images: dict[str, bytes], text: str) -> str:
-    def img(name):
-        return f'<img alt="{name}" src="data:image/png;base64,{base64.b64encode(images[name]).decode()}">' \
-            if name in images else ""
-    style = "body{font-family:sans-serif;max-width:1100px;margin:auto}pre{font-size:12px;background:#f6f6f6;padding:8px}"
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>hetmem compare</title><style>{style}</style>"
-            f"</head><body><h1>hetmem compare</h1><p><b>Slow tier: {html.escape(result['slow_tier'])}</b></p>"
-            f"{img('policies.png')}{img('phases.png')}{img('figure7.png')}{img('figure12.png')}"
-            f"{img('figure11.png')}<pre>{html.escape(text)}</pre></body></html>")
-
-
-def write(result: dict, out_dir: str, text: str) -> list[str]:
-    images = plots(result)
-    written = write_images(out_dir, images)
-    Path(out_dir, "compare.json").write_text(json.dumps(result, indent=1))
-    Path(out_dir, "compare.html").write_text(html_page(result, images, text))
-    return written + [os.path.join(out_dir, "compare.json"), os.path.join(out_dir, "compare.html")]
-
-
 SWEEP_PHASE = "gather+push+deposit"  # the PIC code's streamed and prefetched phase
 
 
 def _phase_seconds(doc: dict, phase: str) -> float:
-    steps = max(1, len(_iterations(doc)))
+    steps = max(1, len(iteration_times(doc)))
     return doc.get("phases", {}).get(phase, {}).get("seconds", float("nan")) / steps
 
 
@@ -664,7 +242,7 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
         footprint = _footprint(reference)
         fast_budget = budget or int(fraction * footprint)
         if fast_budget >= footprint:
-            console.print(f"[yellow]The footprint ({_size(footprint)}) fits the fast budget ({_size(fast_budget)}): "
+            console.print(f"[yellow]The footprint ({size_text(footprint)}) fits the fast budget ({size_text(fast_budget)}): "
                           "every policy can keep everything fast, so the comparison is not meaningful.[/yellow]")
         if "all-fast" in runs:
             runs["all-fast"].append(reference)
