@@ -431,6 +431,65 @@ OctreeStats Octree<Dim>::stats() const {
   return s;
 }
 
+// A key for an octant of level <= 19 in the set of hot subtrees and their ancestors.
+template <int Dim>
+uint64_t Octree<Dim>::hot_key(const uint32_t *coord, uint32_t level) {
+  // level in the top 5 bits, then the corner in units of the level's size (3 x 19 bits at most).
+  uint64_t key = uint64_t{level} << 59;
+  const int shift = kMaxLevel - static_cast<int>(level);
+  for (int d = 0; d < Dim; ++d) key |= static_cast<uint64_t>(coord[d] >> shift) << (19 * d);
+  return key;
+}
+
+template <int Dim>
+void Octree<Dim>::set_hot(std::vector<Leaf> hot) {
+  hot_ = std::move(hot);
+  hot_keys_.clear();
+  hot_level_ = 0;
+  for (const Leaf &h : hot_) {
+    hot_level_ = h.level;
+    for (uint32_t l = 0; l <= h.level; ++l) {
+      uint32_t c[3] = {0, 0, 0};
+      const uint32_t mask = l == 0 ? 0 : ~((1u << (kMaxLevel - l)) - 1);
+      for (int d = 0; d < Dim; ++d) c[d] = h.coord[d] & mask;
+      hot_keys_.insert(hot_key(c, l));
+    }
+  }
+}
+
+// Where a family may live: C0 when the octant whose children it holds overlaps a hot subtree
+// (inside one, or an ancestor of one), so that C0 is closed upwards.
+template <int Dim>
+bool Octree<Dim>::fast_eligible(const uint32_t *coord, uint32_t level) const {
+  if (fast_cap_ == 0) return false;
+  const uint32_t l = std::min(level, hot_level_);
+  uint32_t c[3] = {0, 0, 0};
+  const uint32_t mask = l == 0 ? 0 : ~((1u << (kMaxLevel - l)) - 1);
+  for (int d = 0; d < Dim; ++d) c[d] = coord[d] & mask;
+  return hot_keys_.count(hot_key(c, l)) != 0;
+}
+
+// Room in C0; a family that must join C0 because a child is there (`forced`) may use the reserve
+// kept for such chains up to the root.
+template <int Dim>
+bool Octree<Dim>::fast_room(bool forced) const {
+  if (fast_free_.empty()) return false;
+  return forced || fast_free_.size() > static_cast<uint64_t>(kMaxLevel + 2);
+}
+
+template <int Dim>
+int Octree<Dim>::fast_take(uint64_t *ref) {
+  const uint64_t i = fast_free_.back();
+  fast_free_.pop_back();
+  fast_home_[i] = 0;
+  fast_dirty_[i] = 1;
+  fast_hits_[i] = 1;
+  fast_live_[i] = 1;
+  *ref = i | kFast;
+  return HM_OK;
+}
+
+
 template class Octree<2>;
 template class Octree<3>;
 

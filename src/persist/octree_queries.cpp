@@ -1,0 +1,255 @@
+// PM-octree queries (leaves, neighbours, point location, checksum) and the invariant checks
+// (intact, valid, balanced) that debug builds and HM_PM_CHECK=1 run after every operation.
+#include "persist/octree.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+
+#include "base/error.h"
+#include "hetmem/hetmem.h"
+
+namespace hm::persist {
+
+template <int Dim>
+void Octree<Dim>::leaves_below(uint64_t ref, const std::function<void(const Leaf &)> &visit) const {
+  const Family *f = read(ref);
+  for (int c = 0; c < kChildren; ++c) {
+    if (f->child[c] != 0) {
+      leaves_below(f->child[c], visit);
+      continue;
+    }
+    Leaf leaf = child_leaf(f, c);
+    visit(leaf);
+  }
+}
+
+template <int Dim>
+void Octree<Dim>::leaves(const std::function<void(const Leaf &)> &visit) const {
+  if (root_child_ == 0) visit(Leaf{{0, 0, 0}, 0, root_value_});
+  else leaves_below(root_child_, visit);
+  charge();
+}
+
+// Leaves under family `ref` whose closed box meets the closed box [lo, hi].
+template <int Dim>
+void Octree<Dim>::touching_below(uint64_t ref, const uint32_t *lo, const uint32_t *hi,
+                                 const std::function<void(const Leaf &)> &visit) const {
+  const Family *f = read(ref);
+  const uint32_t size = 1u << (kMaxLevel - f->level);
+  for (int c = 0; c < kChildren; ++c) {
+    Leaf leaf{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
+    bool meets = true;
+    for (int d = 0; d < Dim; ++d) {
+      leaf.coord[d] += ((c >> d) & 1) ? size : 0;
+      meets &= leaf.coord[d] <= hi[d] && leaf.coord[d] + size >= lo[d];
+    }
+    if (!meets) continue;
+    if (f->child[c] != 0) touching_below(f->child[c], lo, hi, visit);
+    else visit(leaf);
+  }
+}
+
+template <int Dim>
+void Octree<Dim>::neighbours(const Leaf &leaf, const std::function<void(const Leaf &)> &visit) const {
+  if (root_child_ == 0) return;
+  const uint32_t size = 1u << (kMaxLevel - leaf.level);
+  uint32_t lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+  for (int d = 0; d < Dim; ++d) lo[d] = leaf.coord[d], hi[d] = leaf.coord[d] + size;
+  touching_below(root_child_, lo, hi, [&](const Leaf &l) {
+    bool self = l.level == leaf.level;
+    for (int d = 0; d < Dim; ++d) self &= l.coord[d] == leaf.coord[d];
+    if (!self) visit(l);
+  });
+}
+
+// Whether a leaf more than one level finer than `octant` touches it (so merging the family
+// below `octant` into it would break 2:1 balance). The tree may be half-way through a coarsen
+// pass: every family reachable from the root is intact, either as it was or as changed.
+template <int Dim>
+bool Octree<Dim>::finer_leaf_touches(const Leaf &octant) const {
+  const uint32_t size = 1u << (kMaxLevel - octant.level);
+  uint32_t lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+  for (int d = 0; d < Dim; ++d) lo[d] = octant.coord[d], hi[d] = octant.coord[d] + size;
+  bool finer = false;
+  touching_below(root_child_, lo, hi, [&](const Leaf &l) {
+    bool inside = true;
+    for (int d = 0; d < Dim; ++d) inside &= l.coord[d] >= lo[d] && l.coord[d] < hi[d];
+    finer |= !inside && l.level > octant.level + 1;
+  });
+  return finer;
+}
+
+template <int Dim>
+bool Octree<Dim>::find(const double *point, Leaf *out) const {
+  uint32_t at[3] = {0, 0, 0};
+  for (int d = 0; d < Dim; ++d) {
+    if (!(point[d] >= 0 && point[d] < 1)) return false;
+    at[d] = static_cast<uint32_t>(point[d] * (1u << kMaxLevel));
+  }
+  leaf_at(at, out);
+  return true;
+}
+
+template <int Dim>
+void Octree<Dim>::leaf_at(const uint32_t *at, Leaf *out) const {
+  if (root_child_ == 0) {
+    *out = Leaf{{0, 0, 0}, 0, root_value_};
+    return;
+  }
+  uint64_t ref = root_child_;
+  for (;;) {
+    const Family *f = read(ref);
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    const int c = child_index(f, at);
+    if (f->child[c] != 0) {
+      ref = f->child[c];
+      continue;
+    }
+    *out = Leaf{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
+    for (int d = 0; d < Dim; ++d) out->coord[d] += ((c >> d) & 1) ? size : 0;
+    return;
+  }
+}
+
+template <int Dim>
+uint64_t Octree<Dim>::checksum() const {
+  uint64_t h = 1469598103934665603ull;
+  leaves([&](const Leaf &l) {
+    unsigned char bytes[4 * Dim + 4 + 8];
+    std::memcpy(bytes, l.coord, 4 * Dim);
+    std::memcpy(bytes + 4 * Dim, &l.level, 4);
+    std::memcpy(bytes + 4 * Dim + 4, &l.value, 8);
+    for (unsigned char b : bytes) h = (h ^ b) * 1099511628211ull;
+  });
+  return h;
+}
+
+template <int Dim>
+bool Octree<Dim>::intact(std::string *why) const {
+  const uint64_t version = pool_->sequence(), data_end = pool_->committed_top(), slot = slots_.slot_bytes();
+  struct Item {
+    uint64_t ref;
+    uint32_t coord[3];
+    uint32_t level;  // the parent octant's level
+  };
+  std::vector<Item> stack;
+  uint64_t covered = 0, counted = 0;
+  auto say = [&](const std::string &what, uint64_t ref) {
+    if (why) *why = what + " (family at offset " + std::to_string(ref) + ")";
+    return false;
+  };
+  if (root_child_ == 0) {
+    covered = uint64_t{1} << (Dim * kMaxLevel);
+    counted = 1;
+  } else {
+    stack.push_back({root_child_, {0, 0, 0}, 0});
+  }
+  while (!stack.empty()) {
+    const Item it = stack.back();
+    stack.pop_back();
+    if (is_fast(it.ref) || it.ref < kHeaderBytes || (it.ref - kHeaderBytes) % slot != 0 || it.ref + sizeof(Family) > data_end)
+      return say("a child offset points outside the committed data", it.ref);
+    const Family *f = pool_->template at<Family>(it.ref);
+    const bool sealed = f->seal == seal_of(*f);
+    // A newer stamp: the slot was taken by a later version (sealed) or by the work after the last
+    // persist (not sealed yet, at most two versions on).
+    if (f->stamp > version && (sealed || f->stamp <= version + 2))
+      return say("its space was reused by version " + std::to_string(f->stamp) + (sealed ? "" : " (unfinished)") +
+                     " since; this version is gone",
+                 it.ref);
+    if (!sealed) return say("a family fails its seal (damaged)", it.ref);
+    if (f->level != it.level + 1 || f->level > static_cast<uint32_t>(kMaxLevel))
+      return say("a family is not one level below its parent", it.ref);
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    for (int d = 0; d < Dim; ++d)
+      if (f->coord[d] != it.coord[d] || f->coord[d] % (2 * size) != 0)
+        return say("a family is not where its parent's index says", it.ref);
+    for (int c = 0; c < kChildren; ++c) {
+      if (f->child[c] == 0) {
+        covered += uint64_t{1} << (Dim * (kMaxLevel - f->level));
+        ++counted;
+        continue;
+      }
+      Item kid{f->child[c], {f->coord[0], f->coord[1], f->coord[2]}, f->level};
+      for (int d = 0; d < Dim; ++d) kid.coord[d] += ((c >> d) & 1) ? size : 0;
+      stack.push_back(kid);
+    }
+  }
+  if (covered != uint64_t{1} << (Dim * kMaxLevel)) {
+    if (why) *why = "the leaves do not cover the domain exactly once";
+    return false;
+  }
+  if (counted != leaves_) {
+    if (why) *why = "the root object records " + std::to_string(leaves_) + " leaves, the tree has " + std::to_string(counted);
+    return false;
+  }
+  return true;
+}
+
+template <int Dim>
+bool Octree<Dim>::valid(std::string *why) const {
+  // Offsets and levels are checked before they are followed, so a damaged pool is reported, not
+  // read out of bounds; levels grow by one per step down, which bounds the recursion.
+  bool ok = true;
+  uint64_t covered = 0, counted = 0;
+  auto bad = [&](const char *reason) {
+    if (ok && why) *why = reason;
+    ok = false;
+  };
+  auto in_range = [&](uint64_t ref) {
+    if (is_fast(ref)) return (ref & ~kFast) < fast_cap_ && fast_live_[ref & ~kFast] != 0;
+    return ref >= kHeaderBytes && (ref - kHeaderBytes) % slots_.slot_bytes() == 0 && ref + sizeof(Family) <= pool_->top();
+  };
+  std::function<void(uint64_t, const uint32_t *, uint32_t)> check = [&](uint64_t ref, const uint32_t *coord, uint32_t level) {
+    if (!in_range(ref)) return bad("a child offset points outside the pool's data");
+    const Family *f = read(ref);
+    if (f->level != level + 1 || f->level > static_cast<uint32_t>(kMaxLevel)) return bad("a family is not one level below its parent");
+    for (int d = 0; d < Dim; ++d)
+      if (f->coord[d] != coord[d]) return bad("a family is not where its parent's index says");
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    for (int d = 0; d < Dim; ++d)
+      if (f->coord[d] % (2 * size) != 0) return bad("an octant is not aligned to its level");
+    for (int c = 0; c < kChildren; ++c) {
+      uint32_t at[3] = {f->coord[0], f->coord[1], f->coord[2]};
+      for (int d = 0; d < Dim; ++d) at[d] += ((c >> d) & 1) ? size : 0;
+      if (f->child[c] != 0) {
+        if (is_fast(f->child[c]) && !is_fast(ref)) return bad("a pool family points into C0 (C0 must be closed upwards)");
+        check(f->child[c], at, f->level);
+        if (!ok) return;
+      } else {
+        covered += uint64_t{1} << (Dim * (kMaxLevel - f->level));
+        ++counted;
+      }
+    }
+  };
+  if (root_child_ == 0) {
+    covered = uint64_t{1} << (Dim * kMaxLevel);
+    counted = 1;
+  } else {
+    const uint32_t origin[3] = {0, 0, 0};
+    check(root_child_, origin, 0);
+  }
+  if (ok && covered != uint64_t{1} << (Dim * kMaxLevel)) bad("the leaves do not cover the domain exactly once");
+  if (ok && counted != leaves_) bad("the leaf count recorded differs from the leaves in the tree");
+  return ok;
+}
+
+template <int Dim>
+bool Octree<Dim>::balanced() const {
+  bool ok = true;
+  leaves([&](const Leaf &l) {
+    if (!ok) return;
+    neighbours(l, [&](const Leaf &n) { ok &= n.level + 1 >= l.level && l.level + 1 >= n.level; });
+  });
+  return ok;
+}
+
+
+template class Octree<2>;
+template class Octree<3>;
+
+}  // namespace hm::persist
