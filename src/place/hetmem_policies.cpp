@@ -80,17 +80,8 @@ class Hetmem final : public HetmemStatic {
 
 }  // namespace
 
-const Policy &hetmem_static_policy() {
-  static const HetmemStatic p;
-  return p;
-}
-const Policy &hetmem_static_prefetch_policy() {
-  static const HetmemStaticPrefetch p;
-  return p;
-}
-const Policy &hetmem_policy() {
-  static const Hetmem p;
-  return p;
-}
+const Policy &hetmem_static_policy() { return single<const HetmemStatic>(); }
+const Policy &hetmem_static_prefetch_policy() { return single<const HetmemStaticPrefetch>(); }
+const Policy &hetmem_policy() { return single<const Hetmem>(); }
 
 }  // namespace hm::place

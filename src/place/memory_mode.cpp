@@ -69,15 +69,9 @@ class MemoryMode final : public Policy {
 
 }  // namespace
 
-Mechanism &dram_cache_mechanism() {
-  static DramCache m;
-  return m;
-}
+Mechanism &dram_cache_mechanism() { return single<DramCache>(); }
 
-const Policy &memory_mode_policy() {
-  static const MemoryMode p;
-  return p;
-}
+const Policy &memory_mode_policy() { return single<const MemoryMode>(); }
 
 }  // namespace hm::place
 

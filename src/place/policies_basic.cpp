@@ -76,21 +76,9 @@ class Interleave final : public Policy {
 
 }  // namespace
 
-const Policy &first_touch_policy() {
-  static const FirstTouch p;
-  return p;
-}
-const Policy &all_fast_policy() {
-  static const AllFast p;
-  return p;
-}
-const Policy &slow_only_policy() {
-  static const SlowOnly p;
-  return p;
-}
-const Policy &interleave_policy() {
-  static const Interleave p;
-  return p;
-}
+const Policy &first_touch_policy() { return single<const FirstTouch>(); }
+const Policy &all_fast_policy() { return single<const AllFast>(); }
+const Policy &slow_only_policy() { return single<const SlowOnly>(); }
+const Policy &interleave_policy() { return single<const Interleave>(); }
 
 }  // namespace hm::place

@@ -79,6 +79,13 @@ class Policy {
   virtual int object_fast_percent() const { return -1; }
 };
 
+// The one instance of a policy or mechanism class: what each unit's accessor returns.
+template <class T>
+T &single() {
+  static T instance;
+  return instance;
+}
+
 // The registry (policy.cpp).
 const Policy *policy_find(const std::string &name);  // nullptr if unknown
 std::string policy_names();                          // "first-touch, all-fast, ..."

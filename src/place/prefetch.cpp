@@ -152,10 +152,7 @@ class Prefetch final : public Mechanism {
 
 }  // namespace
 
-Mechanism &prefetch_mechanism() {
-  static Prefetch m;
-  return m;
-}
+Mechanism &prefetch_mechanism() { return single<Prefetch>(); }
 
 }  // namespace hm::place
 

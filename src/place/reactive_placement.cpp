@@ -175,15 +175,9 @@ class Reactive final : public Policy {
 
 }  // namespace
 
-Mechanism &reactive_mechanism() {
-  static ReactiveMechanism m;
-  return m;
-}
+Mechanism &reactive_mechanism() { return single<ReactiveMechanism>(); }
 
-const Policy &reactive_policy() {
-  static const Reactive p;
-  return p;
-}
+const Policy &reactive_policy() { return single<const Reactive>(); }
 
 }  // namespace hm::place
 

@@ -217,10 +217,7 @@ class StaticPlacement final : public Mechanism {
 
 }  // namespace
 
-Mechanism &static_placement_mechanism() {
-  static StaticPlacement m;
-  return m;
-}
+Mechanism &static_placement_mechanism() { return single<StaticPlacement>(); }
 
 }  // namespace hm::place
 

@@ -665,9 +665,6 @@ uint64_t largest_streamed_tile() {
   return most;
 }
 
-Mechanism &streaming_mechanism() {
-  static Streaming m;
-  return m;
-}
+Mechanism &streaming_mechanism() { return single<Streaming>(); }
 
 }  // namespace hm::place

@@ -136,10 +136,7 @@ class IterationClockMechanism final : public Mechanism {
 
 }  // namespace
 
-Mechanism &iteration_clock_mechanism() {
-  static IterationClockMechanism m;
-  return m;
-}
+Mechanism &iteration_clock_mechanism() { return single<IterationClockMechanism>(); }
 
 }  // namespace hm::place
 
