@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "place/policy.h"
-#include "place/stream.h"
+#include "place/helpers.h"
 #include "prim/prim.h"
 #include "tier/copy_ops.h"
 #include "tier/emul.h"

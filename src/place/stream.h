@@ -1,70 +1,104 @@
-// The streaming engine's internal side (docs/streaming.md): the helper threads that copy tiles
-// between their homes and the migration space, and the copy bandwidth the helper model uses.
+// The streaming engine (stream.cpp; its C API is stream_api.cpp): a stream's tiles and its
+// running sweep, the process's staging area and helpers, and the steps of a sweep. Internal to
+// place/.
 #pragma once
-#include <condition_variable>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <map>
+#include <memory>
 #include <mutex>
-#include <thread>
+#include <string>
 #include <vector>
+
+#include "hetmem/hetmem.h"
+#include "place/models.h"
+#include "place/helpers.h"
+#include "prim/prim.h"
 
 namespace hm::place {
 
-// A set of copies that completes as a whole; `after`, when set, must complete before any of its
-// copies starts (a copy into a staging slot waits for the slot's previous batch to be written back).
-struct CopyJob {
-  int left = 0;  // copies not finished (guarded by the pool's mutex)
-  const CopyJob *after = nullptr;
+
+constexpr size_t kTileAlign = 64;
+inline size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+enum TileState : uint8_t { kIdle = 0, kAcquired = 1, kReleased = 2 };
+
+struct Batch {
+  size_t first, last;
+  int slot;
+  CopyJob in, out;
 };
 
-struct Copy {
-  void *dst;
-  const void *src;
-  size_t bytes;
+// What the helper model decided for one phase, kept for hm_helper_model().
+struct PhaseDecision {
+  HelperInputs inputs;
+  HelperChoice choice;
+  bool overridden = false;
+  bool stage = true;     // false: staging is predicted to cost more than working at home
+  double t_inplace = 0;  // seconds an interval's tiles took at home (0: not measured)
 };
 
-// Helper threads (started on demand, kept for the life of the process) taking copies in order.
-// With 0 helpers, submit() copies on the calling thread before returning.
-class HelperPool {
- public:
-  ~HelperPool();
-  void set_helpers(int n);
-  int helpers() const { return active_; }
-  void submit(CopyJob *job, const std::vector<Copy> &copies);
-  void wait(const CopyJob &job);
-  // Seconds the helpers spent copying since the last call (and resets the count).
-  double take_copy_seconds();
-
- private:
-  struct Task {
-    CopyJob *job;
-    Copy copy;
-  };
-  void run(int index);
-  void finish(CopyJob *job, uint64_t ns);
-  std::mutex mutex_;
-  std::condition_variable work_, done_;
-  std::deque<Task> queue_;
-  std::vector<std::thread> threads_;
-  int active_ = 0;
-  bool stop_ = false;
-  uint64_t copy_ns_ = 0;
+// The process's staging area and helpers: one sweep at a time.
+struct Engine {
+  std::mutex mutex;
+  HelperPool pool;
+  char *staging = nullptr;  // three slots on the fast tier, accounted in the migration space
+  size_t staging_bytes = 0;
+  std::vector<hm_stream_t *> streams;  // live
+  hm_stream_t *sweeping = nullptr;
+  std::map<std::string, PhaseDecision> decisions;
 };
 
-// Copy bandwidth in bytes/s with 1..n threads between the fast and the capacity tier, through
-// hm_copy (so emulated charges count): `in` capacity -> fast, `out` fast -> capacity. Measured over
-// `fast_buf` (bytes on the fast tier, which the caller owns) against a buffer of the same size on
-// the capacity tier, once per machine and tier set, then read from the cache file next to the
-// calibration. Empty tables when either tier is missing.
-struct CopyBandwidth {
-  std::vector<double> in, out;
-};
-const CopyBandwidth &copy_bandwidth(void *fast_buf, size_t bytes, int max_threads);
-// Drops what was measured or read (a new initialisation of the library).
-void copy_bandwidth_forget();
+Engine &engine();
+
+// HM_HELPERS: -1 when unset (the model decides); *rc says why a set value is refused.
+int helpers_override(int *rc);
+// Whether a sweep stages its batches: under a policy that streams, once the spaces are sized.
+bool staging_wanted();
+// Allocates the staging slots once the migration space is sized (the engine's lock held).
+int ensure_staging(Engine &e);
+void release_staging(Engine &e);
+// The modified tiles of a batch go home (helpers), counted.
+void write_back(hm_stream_t *s, Batch &b);
+void stage_in(hm_stream_t *s, size_t index);
+// The measured sweep's first batch took t_comp staged (helpers idle), its second t_home at home.
+// Returns the helper count decided; *stage says whether staging pays.
+int decide(hm_stream_t *s, double t_comp, double t_home, bool *stage);
+int end_sweep(hm_stream_t *s);
 
 // The largest tile of the live streams of a class (the migration space's default follows it).
 uint64_t largest_streamed_tile();
 
 }  // namespace hm::place
+
+struct hm_stream {
+  int cls = -1;   // the tiles' class, or -1 with
+  int tier = -1;  // the tier they are pinned to
+  std::vector<void *> home;
+  std::vector<size_t> bytes;
+  std::unique_ptr<std::atomic<uint8_t>[]> state;
+  std::unique_ptr<std::atomic<uint8_t>[]> modified;
+  std::vector<size_t> offset;  // a tile's place in its slot while staged
+  // The running sweep.
+  bool active = false, staged = false, measuring = false;
+  std::vector<std::unique_ptr<hm::place::Batch>> batches;
+  size_t next_batch = 0;  // batches handed out so far
+  size_t written_back = 0;  // batches whose write-back was submitted
+  std::atomic<int> acquired{0};
+  std::string phase;
+  uint64_t handed_ns = 0;
+  double t_staged = 0;  // the measured sweep's first batch, computed staged
+  int forced = -1;      // HM_HELPERS, read once at the sweep's start (-1: the model decides)
+  std::mutex threads_mutex;
+  std::vector<int> threads_seen;  // computing threads of the measured batch
+  hm_stream_stats_t stats{};
+
+  char *slot(int s) const {
+    const hm::place::Engine &e = hm::place::engine();
+    return e.staging + static_cast<size_t>(s) * (e.staging_bytes / 3);
+  }
+  size_t slot_bytes() const {
+    return hm::place::engine().staging_bytes / 3 / hm::prim::kPageSize * hm::prim::kPageSize;
+  }
+};
