@@ -2,6 +2,7 @@
 // arguments override the file. Presets give the problem ladder of the reference note.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -94,6 +95,9 @@ bool numbers(const std::string &text, int count, double *out) {
 }
 
 // `count` whole numbers of at least `least` (no fractions: "2.5" is an error, not 2).
+// More particles per cell in one dimension than any PIC run uses; bounds the counts below.
+constexpr double kMaxParticlesPerCellEachDim = 1 << 20;
+
 bool whole_numbers(const std::string &text, int count, double *out, double least) {
   if (!numbers(text, count, out)) return false;
   for (int i = 0; i < count; ++i)
@@ -291,8 +295,10 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
       return false;
     }
     if (kv.count(key("num_particles_per_cell_each_dim"))) {
-      if (!whole_numbers(kv[key("num_particles_per_cell_each_dim")], 3, v, 0)) {
-        *error = key("num_particles_per_cell_each_dim") + ": three whole numbers, 0 or more";
+      if (!whole_numbers(kv[key("num_particles_per_cell_each_dim")], 3, v, 0) ||
+          std::max({v[0], v[1], v[2]}) > kMaxParticlesPerCellEachDim) {
+        *error = key("num_particles_per_cell_each_dim") + " = '" + kv[key("num_particles_per_cell_each_dim")] +
+                 "': three whole numbers from 0 to " + std::to_string(static_cast<long>(kMaxParticlesPerCellEachDim));
         return false;
       }
       for (int d = 0; d < 3; ++d) sp.ppc[d] = static_cast<int>(v[d]);
@@ -315,18 +321,45 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
   double n_total_q2m = 0;
   for (const auto &sp : p.species) n_total_q2m += sp.density * sp.charge * sp.charge / sp.mass;
   for (auto &sp : p.species) sp.langmuir_kp = std::sqrt(n_total_q2m / kEps0) / kC;
+  // The leapfrog scheme is unstable for a plasma frequency it does not resolve (omega_p dt >= 2):
+  // refused here, before the run fills its energies with infinities.
+  const Grid &g = p.grid;
+  const double dt = p.cfl / (kC * std::sqrt(1 / (g.dx * g.dx) + 1 / (g.dy * g.dy) + 1 / (g.dz * g.dz)));
+  const double wp_dt = std::sqrt(n_total_q2m / kEps0) * dt;
+  if (!(wp_dt < 2)) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%.3g", wp_dt);
+    *error = std::string("the plasma frequency is not resolved: omega_p dt = ") + buf +
+             " (the scheme needs < 2, and < 0.2 to be accurate); lower the species' density or refine "
+             "amr.n_cell / geometry.prob_hi";
+    return false;
+  }
   *out = p;
   return true;
 }
 
 Footprint estimate(const Params &p) {
+  // Checked arithmetic throughout: a problem too large to count is too large to run.
   Footprint f;
+  auto mul = [&f](uint64_t a, uint64_t b) {
+    uint64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) f.overflow = true;
+    return r;
+  };
+  auto add = [&f](uint64_t a, uint64_t b) {
+    uint64_t r;
+    if (__builtin_add_overflow(a, b, &r)) f.overflow = true;
+    return r;
+  };
   const Grid &g = p.grid;
-  f.fields = 9ull * static_cast<uint64_t>(g.nx + 2) * (g.ny + 2) * (g.nz + 2) * sizeof(double);
+  f.fields = mul(mul(mul(9ull * sizeof(double), g.nx + 2), g.ny + 2), g.nz + 2);
   uint64_t particles = 0;
-  for (const auto &sp : p.species) particles += static_cast<uint64_t>(g.cells()) * sp.ppc[0] * sp.ppc[1] * sp.ppc[2];
-  uint64_t tiles = static_cast<uint64_t>(g.nx / p.tile[0]) * (g.ny / p.tile[1]) * (g.nz / p.tile[2]);
-  f.particles = particles * 64 + tiles * 3 * (p.tile[0] + 4) * (p.tile[1] + 4) * (p.tile[2] + 4) * sizeof(double);
+  for (const auto &sp : p.species)
+    particles = add(particles, mul(mul(mul(static_cast<uint64_t>(g.cells()), sp.ppc[0]), sp.ppc[1]), sp.ppc[2]));
+  const uint64_t tiles = mul(mul(g.nx / p.tile[0], g.ny / p.tile[1]), g.nz / p.tile[2]);
+  const uint64_t tile_buffers =
+      mul(mul(mul(mul(tiles, 3 * sizeof(double)), p.tile[0] + 4), p.tile[1] + 4), p.tile[2] + 4);
+  f.particles = add(mul(particles, TileView::kArrays * sizeof(double)), tile_buffers);
   return f;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +25,35 @@
 #include <omp.h>
 
 namespace {
+
+std::string mib(uint64_t bytes) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / 1048576.0);
+  return buf;
+}
+
+// What the tiers fields and particles can go to (the fast and capacity roles) can still take: each
+// one's budget, else its capacity, less what is in use; DRAM and emulated tiers share the
+// machine's memory, counted once. *held lists them.
+uint64_t tier_room(std::string *held) {
+  uint64_t memory = 0, memory_cap = 0, other = 0;
+  for (hm_tier_t t = 0; t < hm_tier_count(); ++t) {
+    hm_tier_info_t info;
+    hm_tier_stats_t s;
+    if (hm_tier_info(t, &info) != HM_OK || hm_tier_stats(t, &s) != HM_OK) continue;
+    if (!(info.roles & ((1u << HM_FAST) | (1u << HM_CAPACITY)))) continue;
+    const uint64_t limit = s.budget ? std::min<uint64_t>(s.budget, info.capacity ? info.capacity : s.budget) : info.capacity;
+    const uint64_t free = limit - std::min(limit, s.in_use);
+    if (info.kind == HM_KIND_DRAM || info.kind == HM_KIND_EMUL) {
+      memory += free;
+      memory_cap = std::max(memory_cap, info.capacity);
+    } else {
+      other += free;
+    }
+    *held += std::string(held->empty() ? "" : ", ") + info.name + " " + mib(free);
+  }
+  return std::min(memory, memory_cap) + other;
+}
 
 // For what every rank finds alike (bad input, a checkpoint that does not fit): rank 0 says it.
 int die(const std::string &msg) {
@@ -227,6 +257,17 @@ int main(int argc, char **argv) {
     need.fields /= static_cast<uint64_t>(comm.size());  // the strict check is per rank
     need.particles /= static_cast<uint64_t>(comm.size());
   }
+  if (need.overflow)
+    return die("the problem is too large to count: amr.n_cell times the species' num_particles_per_cell_each_dim "
+               "overflows 64 bits");
+  {
+    std::string held;
+    const uint64_t room = tier_room(&held);
+    if (need.fields + need.particles > room)
+      return die("the problem needs " + mib(need.fields + need.particles) + (comm.parallel() ? " per rank" : "") +
+                 " (fields " + mib(need.fields) + ": amr.n_cell; particles " + mib(need.particles) +
+                 ": amr.n_cell x num_particles_per_cell_each_dim), the tiers can hold " + mib(room) + " (" + held + ")");
+  }
   if (p.strict) {
     for (auto [t, bytes] : {std::pair<hm_tier_t, uint64_t>{field_tier, need.fields}, {particle_tier, need.particles}}) {
       hm_tier_stats_t s;
@@ -276,7 +317,7 @@ int main(int argc, char **argv) {
       for (auto &s : sim.species()) energy << ",kinetic_" << s.params.name << "_J";
       energy << ",total_J,charge_error\n";
     }
-    auto log_energy = [&] {  // collective: every rank computes, rank 0 writes
+    auto log_energy = [&] {  // collective: every rank computes, rank 0 writes; false: not finite
       double total = sim.field_energy();
       energy << sim.steps_done() << "," << sim.time() << "," << total;
       for (size_t s = 0; s < sim.species().size(); ++s) {
@@ -290,8 +331,17 @@ int main(int argc, char **argv) {
       if (p.progress_interval > 0 && sim.steps_done() > 0 && sim.steps_done() % p.progress_interval == 0)
         energy << sim.gauss_error();
       energy << "\n";
+      return std::isfinite(total);
     };
-    if (p.restart.empty()) log_energy();
+    // A state whose energy is no longer finite is no simulation: the run stops there, the log and
+    // the outputs written so far kept.
+    auto non_finite = [&] {
+      energy.flush();
+      die("the energy became non-finite at step " + std::to_string(sim.steps_done()) + " (see " + energy_path +
+          "); the run stops, the outputs written so far are kept");
+      return 1;
+    };
+    if (p.restart.empty() && !log_energy()) return non_finite();
     auto start = std::chrono::steady_clock::now();
     pic::RunRecord record;
     const double cpu_start = cpu_now();
@@ -302,7 +352,7 @@ int main(int argc, char **argv) {
       sim.step();
       record.step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
       record.step_cpu_seconds.push_back(cpu_now() - step_cpu);
-      log_energy();
+      if (!log_energy()) return non_finite();
       if (p.output_interval > 0 && sim.steps_done() % p.output_interval == 0) {
         hm_phase_begin("diagnostics");
         bool ok = pic::write_openpmd(sim, p.output_dir, &error);

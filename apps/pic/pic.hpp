@@ -126,7 +126,8 @@ struct Params {
 
 // Bytes the problem needs on the field and particle tiers (fields, particles, tile buffers).
 struct Footprint {
-  uint64_t fields = 0, particles = 0;
+  uint64_t fields = 0, particles = 0;  // bytes
+  bool overflow = false;               // too large to count in 64 bits
 };
 Footprint estimate(const Params &p);
 

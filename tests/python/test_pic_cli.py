@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,28 @@ def test_bad_checkpoints_are_refused_before_any_output(tmp_path):
     r = pic("preset:langmuir", "max_step=3", "diag.progress=0", f"diag.directory={tmp_path / 'again'}",
             f"restart={good}")
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("override, message", [
+    ("electrons.num_particles_per_cell_each_dim=10000000000 1 1", "num_particles_per_cell_each_dim"),
+    ("electrons.num_particles_per_cell_each_dim=1e10 1e10 1e10", "num_particles_per_cell_each_dim"),
+    ("electrons.num_particles_per_cell_each_dim=100 100 100", "the tiers can hold"),
+    ("electrons.num_particles_per_cell_each_dim=1000 1000 1000", "the tiers can hold"),
+    ("electrons.density=1e300", "omega_p dt"),
+])
+def test_impossible_problems_are_refused_before_anything_is_allocated(tmp_path, override, message):
+    out = tmp_path / "out"
+    start = time.monotonic()
+    r = pic("preset:L0", override, "max_step=2", "diag.progress=0", f"diag.directory={out}")
+    assert r.returncode == 2 and message in r.stderr, r.stdout + r.stderr
+    assert time.monotonic() - start < 10, "refused only after trying"
+    assert not (out / "energy.csv").exists(), "nothing is written for a problem that does not start"
+
+
+def test_a_run_whose_energy_is_not_finite_stops_there_with_its_log_kept(tmp_path):
+    out = tmp_path / "out"
+    r = pic("preset:L0", "electrons.u_th=1e300", "max_step=5", "diag.progress=0", f"diag.directory={out}")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "non-finite at step 0" in r.stderr
+    lines = (out / "energy.csv").read_text().splitlines()
+    assert len(lines) == 2 and ",inf," in lines[1], lines
