@@ -71,7 +71,8 @@ int hm_init(void);
 void hm_finalize(void);
 
 /* Looks up an option by name ("HM_FAST_BUDGET"); writes its effective value and where it came
- * from ("default", "environment", "api") into the caller's buffers (either may be NULL).
+ * from ("default", "environment", "api") into the caller's buffers (either may be NULL). Does
+ * not initialise hetmem: before hm_init it reads the environment as hm_init will.
  * Returns HM_EINVAL for an unknown name. */
 int hm_option_get(const char *name, char *value, size_t value_len, char *source, size_t source_len);
 /* Reads a size as the options read it ("2G", "512MiB", "1.5k", "4096": K, M, G, T, binary) into

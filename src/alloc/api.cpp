@@ -114,7 +114,8 @@ int hm_size_parse(const char *text, uint64_t *bytes) {
 
 int hm_option_get(const char *name, char *value, size_t value_len, char *source, size_t source_len) {
   HM_GUARD_INT({
-    runtime_ensure();
+    // Reads the environment if nothing has yet; never initialises the tiers (the preload library
+    // asks at every program's start whether it has anything to do).
     if (!name) return fail(HM_EINVAL, "hm_option_get: name is NULL");
     OptionSource src;
     const std::string *text = option_text(name, &src);

@@ -64,12 +64,12 @@ int init_locked() {
   if ((rc = option_int(Option::kEmul, &emul)) != HM_OK) return rc;
   emul_set_enabled(emul != 0);
   if ((rc = option_int(Option::kThp, &thp)) != HM_OK) return rc;
-  alloc_settings().thp = thp != 0;
-  if ((rc = option_fraction(Option::kSampleBudget, &alloc_settings().sample_budget)) != HM_OK) return rc;
+  g_alloc_settings.thp = thp != 0;
+  if ((rc = option_fraction(Option::kSampleBudget, &g_alloc_settings.sample_budget)) != HM_OK) return rc;
   uint64_t nt = 0, pool_2m = 0, pool_1g = 0, dummy = 0;
   if ((rc = option_size(Option::kNtThreshold, &nt)) != HM_OK) return rc;
   set_nt_threshold(nt);
-  if ((rc = option_size(Option::kRetain, &alloc_settings().retain)) != HM_OK) return rc;
+  if ((rc = option_size(Option::kRetain, &g_alloc_settings.retain)) != HM_OK) return rc;
   if ((rc = option_size(Option::kHugetlbPool, &pool_2m)) != HM_OK) return rc;
   if ((rc = option_size(Option::kHugetlb1G, &pool_1g)) != HM_OK) return rc;
   if ((rc = option_size(Option::kPoolSize, &dummy)) != HM_OK) return rc;
@@ -152,13 +152,13 @@ void runtime_finalize() {
     slot_map().reset();
     calibration_forget();
   }
+  options_forget();
   g_runtime_epoch.fetch_add(1);
   g_state.store(0, std::memory_order_release);
   modes_reset();
 }
 
 void set_alloc_observer(AllocObserver observer) { g_observer.store(observer); }
-
 
 TierHeap *heap_for(const void *ptr, SlotOwner **owner) {
   SlotOwner *o = slot_map().get(ptr);

@@ -22,7 +22,6 @@ struct AllocSettings {
   uint64_t retain = 256ull << 20;  // HM_RETAIN: freed large mappings kept for reuse per heap
 };
 extern AllocSettings g_alloc_settings;  // constant-initialised: readable before initialisation
-inline AllocSettings &alloc_settings() { return g_alloc_settings; }
 inline bool thp_enabled() { return g_alloc_settings.thp; }
 inline double sample_budget() { return g_alloc_settings.sample_budget; }
 inline uint64_t retain_limit() { return g_alloc_settings.retain; }

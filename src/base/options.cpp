@@ -102,6 +102,8 @@ void options_load() {
   g_loaded.store(true, std::memory_order_release);
 }
 
+void options_forget() { g_loaded.store(false, std::memory_order_release); }
+
 int option_count() { return kCount; }
 const OptionSpec &option_spec(int i) { return kOptions[i]; }
 const char *option_name(Option id) { return kOptions[static_cast<int>(id)].name; }

@@ -52,6 +52,8 @@ enum class OptionSource { kDefault, kEnvironment, kApi };
 
 // Reads every HM_* variable once. Safe to call again (re-reads).
 void options_load();
+// The next read loads the environment again (hm_finalize: a new initialisation reads it afresh).
+void options_forget();
 int option_count();
 const OptionSpec &option_spec(int i);
 const char *option_name(Option id);  // "HM_FAST_BUDGET"

@@ -405,3 +405,16 @@ def test_the_host_survives_realloc_statistics_and_forks_under_threads(tmp_path, 
     if mode == "profile":
         trace = read_trace(str(tmp_path / "h.hmtrace"))
         assert not trace.partial, trace.problems
+
+
+def test_the_preload_library_does_no_start_up_work_when_nothing_asks_for_it():
+    # Neither a trace, rules nor a summary: hetmem is not initialised at the program's start (a bad
+    # HM_TIERS would otherwise be reported by every program the library is loaded into).
+    env = dict(os.environ, LD_PRELOAD=str(BUILD / "libhetmem_preload.so"), HM_TIERS="capacity=bogus")
+    for name in ("HM_PROFILE", "HM_RULES", "HM_SUMMARY"):
+        env.pop(name, None)
+    r = subprocess.run(["/bin/true"], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    r = subprocess.run(["/bin/true"], env=dict(env, HM_PROFILE=os.devnull), capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0 and "unknown tier 'bogus'" in r.stderr, r.stderr
