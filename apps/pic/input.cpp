@@ -360,6 +360,7 @@ Footprint estimate(const Params &p) {
   const uint64_t tile_buffers =
       mul(mul(mul(mul(tiles, 3 * sizeof(double)), p.tile[0] + 4), p.tile[1] + 4), p.tile[2] + 4);
   f.particles = add(mul(particles, TileView::kArrays * sizeof(double)), tile_buffers);
+  add(f.fields, f.particles);  // the two are summed against the tiers' room
   return f;
 }
 

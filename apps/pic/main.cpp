@@ -42,7 +42,8 @@ uint64_t tier_room(std::string *held) {
     hm_tier_stats_t s;
     if (hm_tier_info(t, &info) != HM_OK || hm_tier_stats(t, &s) != HM_OK) continue;
     if (!(info.roles & ((1u << HM_FAST) | (1u << HM_CAPACITY)))) continue;
-    const uint64_t limit = s.budget ? std::min<uint64_t>(s.budget, info.capacity ? info.capacity : s.budget) : info.capacity;
+    uint64_t limit = info.capacity;
+    if (s.budget && (!limit || s.budget < limit)) limit = s.budget;
     const uint64_t free = limit - std::min(limit, s.in_use);
     if (info.kind == HM_KIND_DRAM || info.kind == HM_KIND_EMUL) {
       memory += free;

@@ -8,11 +8,10 @@ print on, and returns the exit status (1 when a target is NOT MET, as each bench
 from __future__ import annotations
 
 import importlib
-import subprocess
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .lib import HetmemError, find_program
+from .lib import find_program, run_program
 
 
 @dataclass(frozen=True)
@@ -25,11 +24,7 @@ class Benchmark:
 def _binary(name: str, quick_args: list[str]) -> Callable[[str, bool, Any], int]:
     """A benchmark that is one of the build's binaries, writing its JSON to --json PATH."""
     def run(out: str, quick: bool, _console: Any) -> int:
-        cmd = [find_program(name), "--json", out] + (quick_args if quick else [])
-        try:
-            return subprocess.call(cmd)
-        except OSError as exc:
-            raise HetmemError(f"cannot run {cmd[0]}: {exc}") from None
+        return run_program([find_program(name), "--json", out] + (quick_args if quick else []))
     return run
 
 

@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import benchmarks
-from .lib import HetmemError, Library, find_preload, find_program, plain_library, results_dir
+from .lib import HetmemError, Library, find_preload, find_program, plain_library, results_dir, run_program
 
 ROLE_HELP = "fast, capacity, persistent"
 
@@ -58,14 +58,6 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _run(cmd: list[str]) -> int:
-    """Runs a project binary, streaming its output; returns its exit status."""
-    try:
-        return subprocess.call(cmd)
-    except OSError as exc:
-        raise HetmemError(f"cannot run {cmd[0]}: {exc}") from None
-
-
 def cmd_tiers(args: argparse.Namespace) -> int:
     if args.bench:
         bench = [find_program("hetmem-bench-tiers"), "--json", args.out or str(results_dir() / "hetmem-bench-tiers.json")]
@@ -75,7 +67,7 @@ def cmd_tiers(args: argparse.Namespace) -> int:
             bench += ["--threads", str(args.threads)]
         if args.size_mib:
             bench += ["--size-mib", str(args.size_mib)]
-        rc = _run(bench)
+        rc = run_program(bench)
         if rc != 0:
             return rc
         print()
@@ -90,10 +82,7 @@ def cmd_tiers(args: argparse.Namespace) -> int:
             cmd += ["--reps", "3"]
         if args.size_mib or args.quick:
             cmd += ["--size-mib", str(args.size_mib or 64)]
-        try:
-            rc = subprocess.call(cmd, env=env)
-        except OSError as exc:
-            raise HetmemError(f"cannot run {cmd[0]}: {exc}") from None
+        rc = run_program(cmd, env)
         if rc == 2:
             return rc
         print()
@@ -208,7 +197,7 @@ APPS = {
 
 def cmd_app(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
-    return _run([find_program(APPS[args.command][0]), *cmd])
+    return run_program([find_program(APPS[args.command][0]), *cmd])
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

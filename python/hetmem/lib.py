@@ -150,6 +150,14 @@ def find_bench_program(name: str) -> str:
     raise HetmemError(f"{name} not found: build the project (scripts/setup.sh)")
 
 
+def run_program(cmd: list[str], env: dict | None = None) -> int:
+    """Runs a project binary, streaming its output; returns its exit status."""
+    try:
+        return subprocess.call(cmd, env=env)
+    except OSError as exc:
+        raise HetmemError(f"cannot run {cmd[0]}: {exc}") from None
+
+
 def find_program(name: str) -> str:
     """A binary of the project: from the build tree (bench/, examples/) or from PATH."""
     for d in build_dirs():

@@ -36,10 +36,11 @@ class DramCache final : public Mechanism {
     if (Tier *cap = tier_get(capacity_tier())) cap->charge_model.reset();
   }
   void summarise(nlohmann::json &placement) const override {
-    hm_dram_cache_stats_t cache;
-    if (active_policy() && hm_dram_cache_stats(&cache) == HM_OK)
-      placement["dram_cache"] = {{"hits", cache.hits}, {"misses", cache.misses}, {"writebacks", cache.writebacks},
-                                 {"block_bytes", cache.block_bytes}, {"blocks", cache.blocks}};
+    const DramCacheModel *model = active_policy() ? installed_model() : nullptr;
+    if (!model) return;
+    const DramCacheStats s = model->stats();
+    placement["dram_cache"] = {{"hits", s.hits}, {"misses", s.misses}, {"writebacks", s.writebacks},
+                               {"block_bytes", s.block}, {"blocks", s.blocks}};
   }
 };
 
