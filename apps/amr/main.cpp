@@ -6,6 +6,7 @@
 #include <hetmem/pm_octree.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -38,6 +39,8 @@ struct Options {
   bool emulate = false;
   std::string store = "pm";  // pm, incore or sqlite
   int snapshot_every = 10;
+  std::vector<std::string> given;  // the options on the command line
+  bool was_given(const std::string &flag) const { return std::find(given.begin(), given.end(), flag) != given.end(); }
 };
 
 const char kUsage[] =
@@ -63,7 +66,10 @@ const char kUsage[] =
     "  --pool PATH     pool file (on a DAX mount for real persistent memory);\n"
     "                  default $TMPDIR/hetmem-amr.pool\n"
     "  --pool-mib N    pool size for a new run; default 1024\n"
-    "  --restore       continue from the pool's last persisted step\n"
+    "  --restore       continue from the pool's last persisted step, with the run's\n"
+    "                  --dim, --level, --spheres, --radius and --shape (kept in the\n"
+    "                  pool); a pool whose creating run stopped before its first\n"
+    "                  version is started afresh\n"
     "  --overwrite     start a new run even if the pool file exists (its versions are lost)\n"
     "  --json FILE     write the timings as JSON\n"
     "  --progress N    a progress line every N steps (0: none); default 10\n";
@@ -118,6 +124,7 @@ Options parse(int argc, char **argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    o.given.push_back(a);
     const char *v = i + 1 < argc ? argv[i + 1] : nullptr;
     auto take = [&] {
       if (!v) usage_error(a + " needs a value");
@@ -252,6 +259,64 @@ int coarsen_fn(const pm_leaf_t *family, int count, void *arg) {
   return 1;
 }
 
+// The options that shape a run's tree, kept in its pool's note so that --restore continues the
+// same problem.
+std::string run_note(const Options &o) {
+  char note[256];
+  std::snprintf(note, sizeof note, "hetmem-amr run: dim=%d level=%d spheres=%d radius=%.17g shape=%s", o.dim, o.level,
+                o.spheres, o.radius, o.droplet ? "droplet" : "spheres");
+  return note;
+}
+
+// Takes the run's options from its pool's note. An option given on the command line that differs
+// is refused by name: restoring with another problem would re-adapt the tree to it in one step.
+void adopt_run_options(Options &o, const std::string &note) {
+  if (note.rfind("hetmem-amr run:", 0) != 0) {
+    std::fprintf(stderr, "hetmem-amr: the pool '%s' keeps no run options (an older pool); continuing with the "
+                 "options given\n", o.pool.c_str());
+    return;
+  }
+  Options kept = o;
+  char shape[16] = "";
+  if (std::sscanf(note.c_str(), "hetmem-amr run: dim=%d level=%d spheres=%d radius=%lf shape=%15s", &kept.dim,
+                  &kept.level, &kept.spheres, &kept.radius, shape) != 5)
+    path_error("the pool '" + o.pool + "' keeps run options this hetmem-amr cannot read: '" + note + "'");
+  kept.droplet = std::string(shape) == "droplet";
+  const std::string mine = run_note(o), theirs = run_note(kept);
+  for (const char *flag : {"--dim", "--level", "--spheres", "--radius", "--shape"}) {
+    const std::string key = std::string(flag + 2) + "=";
+    auto value = [&](const std::string &n) {
+      const size_t at = n.find(key) + key.size();
+      return n.substr(at, n.find(' ', at) - at);
+    };
+    if (o.was_given(flag) && value(mine) != value(theirs))
+      path_error(std::string(flag) + " " + value(mine) + " differs from the run's " + value(theirs) + " kept in '" +
+                 o.pool + "'; drop " + flag + " to continue the run, or start a new one with --overwrite");
+  }
+  o.dim = kept.dim, o.level = kept.level, o.spheres = kept.spheres, o.radius = kept.radius, o.droplet = kept.droplet;
+}
+
+// What to do with the pool path of a --store pm run before anything is created: continue it
+// (--restore), start afresh, or refuse. A pool without a committed version, or only the staging
+// file of a creator killed before its first version, holds nothing to lose: it is started afresh.
+void settle_pool(Options &o) {
+  pm_pool_info_t info;
+  if (pm_inspect(o.pool.c_str(), &info) != HM_OK) {
+    if (o.restore) return;  // pm_restore names what is wrong
+    if (!o.overwrite)
+      path_error(std::string(hm_last_error()) + "; name another --pool, or --overwrite replaces it");
+    return;
+  }
+  if (info.state == PM_POOL_CREATING || info.state == PM_POOL_EMPTY) {
+    std::printf("hetmem-amr: '%s' holds no committed version (its run stopped while creating it); starting afresh\n",
+                o.pool.c_str());
+    o.restore = false;
+    return;
+  }
+  if (info.state == PM_POOL_COMMITTED && !o.restore && !o.overwrite)
+    path_error("the pool '" + o.pool + "' exists; --restore continues it, --overwrite starts over");
+}
+
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -264,9 +329,8 @@ int fail(const char *what) {
 
 int main(int argc, char **argv) {
   Options o = parse(argc, argv);
-  Interface in{o.dim, o.level, o.spheres, o.radius, {}};
-  in.droplet = o.droplet;
-  Interface next = in;  // the interface one step ahead: the transformation's feature
+  const bool pm = o.store == "pm";
+  if (pm) settle_pool(o);
   pm_options_t options;
   pm_options_init(&options);
   options.fast_bytes = o.fast_kib << 10;
@@ -275,7 +339,6 @@ int main(int argc, char **argv) {
   options.emulate_nvbm = o.emulate;
   double t_construct = 0, t_adapt = 0, t_balance = 0, t_solve = 0, t_persist = 0, t_restore = 0;
   // The baselines keep the tree in DRAM (a pool on /dev/shm that is never persisted).
-  const bool pm = o.store == "pm";
   const std::string work = std::string(access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") + "/hetmem-amr-" +
                            std::to_string(getpid()) + ".pool";
   const std::string snapshot = o.pool + ".snap";
@@ -283,38 +346,46 @@ int main(int argc, char **argv) {
   amr::SqliteStore db;
   pm_octree_t *tree = nullptr;
   int first = 0;
+  bool construct = true;
   auto t0 = Clock::now();
   if (o.restore) {
     if (pm_restore_ex(o.pool.c_str(), &options, &tree) != HM_OK) return fail("--restore");
-    if (pm_dim(tree) != o.dim) {
+    if (o.was_given("--dim") && pm_dim(tree) != o.dim) {
       std::fprintf(stderr, "hetmem-amr: the pool holds a %dD tree; run with --dim %d\n", pm_dim(tree), pm_dim(tree));
       pm_close(tree);
       return 2;
     }
+    adopt_run_options(o, pm_note(tree));
     t_restore = since(t0);
     first = static_cast<int>(pm_version(tree)) - 2;  // version 2 is step 0
-    std::printf("restored %s: version %llu (step %d), %llu leaves, in %.3f s\n", o.pool.c_str(),
-                static_cast<unsigned long long>(pm_version(tree)), first, static_cast<unsigned long long>(pm_leaf_count(tree)),
-                t_restore);
+    construct = first < 0;  // only pm_create's empty tree was persisted
+    std::printf("restored %s: version %llu (%s), %llu leaves, in %.3f s\n", o.pool.c_str(),
+                static_cast<unsigned long long>(pm_version(tree)),
+                construct ? "its run stopped before constructing the tree; constructing it"
+                          : ("step " + std::to_string(first)).c_str(),
+                static_cast<unsigned long long>(pm_leaf_count(tree)), t_restore);
     ++first;
-  } else {
-    if (FILE *existing = std::fopen(o.pool.c_str(), "r")) {
-      std::fclose(existing);
-      if (!o.overwrite) {
-        std::fprintf(stderr, "hetmem-amr: the pool '%s' exists; --restore continues it, --overwrite starts over\n",
-                     o.pool.c_str());
-        return 2;
-      }
-      std::remove(o.pool.c_str());
-    }
-    if (pm) {
-      if (pm_create_ex(o.pool.c_str(), o.dim, o.pool_mib << 20, &options, &tree) != HM_OK) return fail("creating the pool");
-    } else if (pm_create(work.c_str(), o.dim, o.pool_mib << 20, &tree) != HM_OK) {
-      return fail("creating the in-memory tree");
-    } else if (o.store == "sqlite" && !db.create(o.pool + ".sqlite")) {
-      std::fprintf(stderr, "hetmem-amr: sqlite: %s\n", db.error().c_str());
-      return 1;
-    }
+  } else if (!pm && std::filesystem::exists(o.pool) && !o.overwrite) {
+    std::fprintf(stderr, "hetmem-amr: the pool '%s' exists; --restore continues it, --overwrite starts over\n",
+                 o.pool.c_str());
+    return 2;
+  } else if (pm) {
+    // A pool replaced with --overwrite stays whole until the new one's first version is durable.
+    const std::string note = run_note(o);
+    options.note = note.c_str();
+    const int rc = pm_create_ex(o.pool.c_str(), o.dim, o.pool_mib << 20, &options, &tree);
+    options.note = nullptr;
+    if (rc != HM_OK) return fail("creating the pool");
+  } else if (pm_create(work.c_str(), o.dim, o.pool_mib << 20, &tree) != HM_OK) {
+    return fail("creating the in-memory tree");
+  } else if (o.store == "sqlite" && !db.create(o.pool + ".sqlite")) {
+    std::fprintf(stderr, "hetmem-amr: sqlite: %s\n", db.error().c_str());
+    return 1;
+  }
+  Interface in{o.dim, o.level, o.spheres, o.radius, {}};
+  in.droplet = o.droplet;
+  Interface next = in;  // the interface one step ahead: the transformation's feature
+  if (construct) {
     in.at(0);
     for (int l = 0; l < o.level; ++l)
       if (pm_refine(tree, refine_fn, &in) != HM_OK) return fail("construct");

@@ -45,7 +45,26 @@ typedef struct pm_options {
   double t_transform;      /* access ratio needed to swap a subtree into C0 (1.5) */
   const char *replica;     /* a second pool that receives each version's delta; NULL: none */
   int emulate_nvbm;        /* charge pool accesses as the emulated `nvbm` device (0) */
+  const char *note;        /* pm_create_ex: kept in the new pool's header for pm_note and
+                              pm_inspect (a run's options, say); at most 1023 bytes. NULL: none */
 } pm_options_t;
+
+/* What is at a pool's path (pm_inspect). A pool appears at its path only once its first version
+ * is durable: until then it is PATH.creating, and a creator killed before that leaves only it. */
+typedef enum pm_pool_state {
+  PM_POOL_MISSING = 0,   /* nothing at the path */
+  PM_POOL_CREATING = 1,  /* only PATH.creating: its creator stopped before the first version */
+  PM_POOL_EMPTY = 2,     /* a pool without a committed version (written by an older hetmem) */
+  PM_POOL_COMMITTED = 3  /* a pool with at least one committed version */
+} pm_pool_state_t;
+
+typedef struct pm_pool_info {
+  pm_pool_state_t state;
+  uint64_t version;  /* the last committed version; 0: none */
+  uint64_t bytes;    /* the pool's size */
+  int dim;           /* 2 or 3 for a PM-octree pool; 0 for anything else */
+  char note[1024];   /* the note given at creation, NUL-terminated ("" if none or damaged) */
+} pm_pool_info_t;
 
 /* What a tree did to the tiers since it was opened. */
 typedef struct pm_stats {
@@ -72,6 +91,10 @@ int pm_create_ex(const char *path, int dim, uint64_t bytes, const pm_options_t *
 /* Opens a pool and returns its last persisted version; the dimension is read from the pool.
  * HM_EFORMAT (not a tree pool, damaged), HM_EBUSY (open elsewhere), HM_EIO. */
 int pm_restore(const char *path, pm_octree_t **out);
+/* Reads the header of the pool at `path` without opening it (a pool open elsewhere can be
+ * inspected). HM_OK with info->state saying what is there; HM_EFORMAT when the file is not a pool
+ * this hetmem reads (the reason in hm_last_error()), HM_EIO when it cannot be read. */
+int pm_inspect(const char *path, pm_pool_info_t *info);
 /* pm_restore with options. With options->replica set and the pool file missing, the replica's
  * last version is copied back to `path` and restored; a replica is attached either way. */
 int pm_restore_ex(const char *path, const pm_options_t *options, pm_octree_t **out);
@@ -107,6 +130,8 @@ int pm_replica_serve(const char *listen, const char *pool_path, const char *key_
                      void *arg);
 
 int pm_dim(const pm_octree_t *tree);
+/* The note the pool was created with ("" if none); valid until pm_close. */
+const char *pm_note(const pm_octree_t *tree);
 /* The last persisted version's number (1 after pm_create). */
 uint64_t pm_version(const pm_octree_t *tree);
 

@@ -91,14 +91,12 @@ template <int Dim>
 int Octree<Dim>::create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out,
                         const OctreeOptions &options) {
   std::unique_ptr<Pool> pool;
-  int rc = Pool::create(path, bytes, &pool, content_name());
+  int rc = Pool::create(path, bytes, &pool, content_name(), options.note);
   if (rc != HM_OK) return rc;
+  // The first persist publishes the pool at its path; a failure before it leaves the path as it
+  // was (the staging file goes with the pool).
   std::unique_ptr<Octree> tree(new Octree(std::move(pool), options));
-  if ((rc = tree->setup()) != HM_OK || (rc = tree->persist()) != HM_OK) {
-    tree.reset();
-    prim::remove_path(path);
-    return rc;
-  }
+  if ((rc = tree->setup()) != HM_OK || (rc = tree->persist()) != HM_OK) return rc;
   *out = std::move(tree);
   return HM_OK;
 }

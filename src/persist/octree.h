@@ -48,6 +48,7 @@ struct OctreeOptions {
   std::string replica;            // where each version's delta goes: a pool path or tcp://HOST:PORT
                                   // (a hetmem-replica server); "": none
   bool emulate_nvbm = false;      // charge pool accesses as the emulated `nvbm` device
+  std::string note;               // kept in a new pool's header (a run's options); at most 1023 bytes
 };
 
 // What the tree did to the tiers since it was opened.

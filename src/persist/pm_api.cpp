@@ -20,6 +20,7 @@ using hm::persist::Pool;
 
 struct pm_octree {
   int dim = 0;
+  std::string note;
   std::unique_ptr<Octree<2>> quad;
   std::unique_ptr<Octree<3>> oct;
 };
@@ -63,6 +64,7 @@ hm::persist::OctreeOptions to_options(const pm_options_t *o) {
   r.t_transform = o->t_transform;
   r.replica = o->replica ? o->replica : "";
   r.emulate_nvbm = o->emulate_nvbm != 0;
+  r.note = o->note ? o->note : "";
   return r;
 }
 
@@ -77,6 +79,7 @@ int open_tree(const char *path, uint64_t bytes, Open how, pm_octree_t **out, con
            : how == Open::restore ? Octree<Dim>::restore(path, &tree, o)
                                   : Octree<Dim>::load_snapshot(snapshot, path, bytes, &tree, o);
   if (rc != HM_OK) return rc;
+  handle->note = tree->pool().note();
   if constexpr (Dim == 2) handle->quad = std::move(tree);
   else handle->oct = std::move(tree);
   *out = handle.release();
@@ -111,6 +114,23 @@ int pm_create_ex(const char *path, int dim, uint64_t bytes, const pm_options_t *
   } catch (...) {
     return fail(HM_ENOMEM, "pm_create: out of memory");
   }
+}
+
+int pm_inspect(const char *path, pm_pool_info_t *info) {
+  if (!path || !*path || !info) return fail(HM_EINVAL, "pm_inspect: the path and the result must be given");
+  std::memset(info, 0, sizeof *info);
+  hm::persist::PoolInfo found;
+  if (int rc = Pool::inspect(path, &found); rc != HM_OK) return rc;
+  using State = hm::persist::PoolInfo::State;
+  info->state = found.state == State::missing    ? PM_POOL_MISSING
+                : found.state == State::creating ? PM_POOL_CREATING
+                : found.state == State::empty    ? PM_POOL_EMPTY
+                                                 : PM_POOL_COMMITTED;
+  info->version = found.sequence;
+  info->bytes = found.bytes;
+  info->dim = found.content == "octree2.2" ? 2 : found.content == "octree3.2" ? 3 : 0;
+  std::snprintf(info->note, sizeof info->note, "%s", found.note.c_str());
+  return HM_OK;
 }
 
 int pm_restore(const char *path, pm_octree_t **out) { return pm_restore_ex(path, nullptr, out); }
@@ -216,6 +236,8 @@ int pm_snapshot_load(const char *snapshot_path, const char *pool_path, uint64_t 
     return fail(HM_ENOMEM, "pm_snapshot_load: out of memory");
   }
 }
+
+const char *pm_note(const pm_octree_t *t) { return t ? t->note.c_str() : ""; }
 
 int pm_dim(const pm_octree_t *t) { return t ? t->dim : 0; }
 

@@ -25,6 +25,15 @@ bool slot_valid(const RootSlot &s, uint64_t pool_bytes) {
          s.root < s.top;
 }
 
+// Why a header is not one this hetmem reads ("" if it is).
+std::string header_problem(const PoolHeader &h) {
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return "not a hetmem persistent pool (wrong magic)";
+  if (h.version != kVersion)
+    return "format version " + std::to_string(h.version) + "; this hetmem reads version " + std::to_string(kVersion);
+  if (h.checksum != header_checksum(h)) return "header checksum mismatch (the header is damaged)";
+  return "";
+}
+
 }  // namespace
 
 uint64_t Pool::checksum(const void *data, size_t bytes) {
@@ -46,38 +55,65 @@ int Pool::map(int fd, uint64_t bytes) {
   return HM_OK;
 }
 
-int Pool::create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> *out, const std::string &content) {
+int Pool::create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> *out, const std::string &content,
+                 const std::string &note) {
   if (content.size() >= sizeof PoolHeader{}.content)
     return fail(HM_EINVAL, "persistent pool '%s': content name '%s' is longer than 15 characters", path.c_str(),
                 content.c_str());
+  if (note.size() >= sizeof PoolHeader{}.note)
+    return fail(HM_EINVAL, "persistent pool '%s': its note has %zu bytes, at most %zu fit in the header", path.c_str(),
+                note.size(), sizeof PoolHeader{}.note - 1);
   if (bytes < 16 * kHeaderBytes)
     return fail(HM_EINVAL, "persistent pool '%s': %s is too small (at least 64 KiB)", path.c_str(),
                 format_size(bytes).c_str());
   bytes = (bytes + kUnit - 1) / kUnit * kUnit;
-  int fd = -1;
-  uint64_t size = 0;
-  if (prim::open_pool_file(path, bytes, &fd, &size) != HM_OK)
-    return fail(HM_EIO, "persistent pool '%s' cannot be created (check the directory and free space)", path.c_str());
-  if (prim::lock_file(fd) != HM_OK) {
-    prim::close_fd(fd);
-    return fail(HM_EBUSY, "persistent pool '%s' is open in another process", path.c_str());
-  }
   std::unique_ptr<Pool> pool(new Pool());
   pool->path_ = path;
+  // A pool this one replaces stays whole, and closed to other openers, until the new one takes
+  // its path.
+  int guard = -1;
+  uint64_t guard_size = 0;
+  if (prim::path_exists(path) && prim::open_existing(path, &guard, &guard_size) == HM_OK) {
+    if (prim::lock_file(guard) != HM_OK) {
+      prim::close_fd(guard);
+      return fail(HM_EBUSY, "persistent pool '%s' is open in another process", path.c_str());
+    }
+    pool->guard_fd_ = guard;
+  }
+  const std::string staging = staging_path(path);
+  int fd = -1;
+  if (int rc = prim::create_staging_file(staging, bytes, &fd); rc != HM_OK)
+    return rc == HM_EBUSY ? fail(HM_EBUSY, "persistent pool '%s' is being created by another process ('%s' is locked)",
+                                 path.c_str(), staging.c_str())
+                          : fail(HM_EIO, "persistent pool '%s' cannot be created as '%s' (check the directory and "
+                                 "free space)", path.c_str(), staging.c_str());
   pool->fd_ = fd;
-  if (pool->map(fd, size) != HM_OK) return fail(HM_EIO, "persistent pool '%s' cannot be mapped", path.c_str());
+  pool->staging_ = staging;
+  if (pool->map(fd, bytes) != HM_OK) return fail(HM_EIO, "persistent pool '%s' cannot be mapped", path.c_str());
   PoolHeader *h = pool->at<PoolHeader>(0);
   std::memset(static_cast<void *>(h), 0, kHeaderBytes);
   std::memcpy(h->magic, kMagic, sizeof kMagic);
   h->version = kVersion;
   h->header_bytes = kHeaderBytes;
-  h->pool_bytes = size;
+  h->pool_bytes = bytes;
   h->data_offset = kHeaderBytes;
   std::memcpy(h->content, content.data(), content.size());
   h->checksum = header_checksum(*h);
+  std::memcpy(h->note, note.data(), note.size());
+  h->note_checksum = checksum(h->note, sizeof h->note);
   pool->flush(0, kHeaderBytes);
   pool->fence();
   *out = std::move(pool);
+  return HM_OK;
+}
+
+int Pool::publish() {
+  if (prim::publish_file(fd_, staging_, path_) != HM_OK)
+    return fail(HM_EIO, "persistent pool '%s': its first version is committed in '%s', which could not be renamed to "
+                "its path", path_.c_str(), staging_.c_str());
+  staging_.clear();
+  if (guard_fd_ >= 0) prim::close_fd(guard_fd_);
+  guard_fd_ = -1;
   return HM_OK;
 }
 
@@ -100,21 +136,10 @@ int Pool::open(const std::string &path, std::unique_ptr<Pool> *out) {
   pool->path_ = path;
   if (pool->map(fd, size) != HM_OK) return reject(HM_EIO, "cannot be mapped");
   const PoolHeader &h = *pool->at<PoolHeader>(0);
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
+  if (const std::string why = header_problem(h); !why.empty()) {
     prim::unmap(pool->base_, size);
     pool->base_ = nullptr;
-    return reject(HM_EFORMAT, "not a hetmem persistent pool (wrong magic)");
-  }
-  if (h.version != kVersion) {
-    uint32_t v = h.version;
-    prim::unmap(pool->base_, size);
-    pool->base_ = nullptr;
-    return reject(HM_EFORMAT, "format version " + std::to_string(v) + "; this hetmem reads version 1");
-  }
-  if (h.checksum != header_checksum(h)) {
-    prim::unmap(pool->base_, size);
-    pool->base_ = nullptr;
-    return reject(HM_EFORMAT, "header checksum mismatch (the header is damaged)");
+    return reject(HM_EFORMAT, why);
   }
   if (h.pool_bytes > size) {
     uint64_t want = h.pool_bytes;
@@ -147,6 +172,38 @@ int Pool::open(const std::string &path, std::unique_ptr<Pool> *out) {
   return HM_OK;
 }
 
+int Pool::inspect(const std::string &path, PoolInfo *info) {
+  *info = PoolInfo{};
+  if (!prim::path_exists(path)) {
+    if (prim::path_exists(staging_path(path))) info->state = PoolInfo::State::creating;
+    return HM_OK;
+  }
+  PoolHeader h;
+  size_t got = 0;
+  if (prim::read_head(path, &h, sizeof h, &got) != HM_OK)
+    return fail(HM_EIO, "persistent pool '%s' cannot be read", path.c_str());
+  if (got < sizeof h)
+    return fail(HM_EFORMAT, "persistent pool '%s': truncated: %zu bytes, less than its header", path.c_str(), got);
+  if (const std::string why = header_problem(h); !why.empty())
+    return fail(HM_EFORMAT, "persistent pool '%s': %s", path.c_str(), why.c_str());
+  info->state = PoolInfo::State::empty;
+  for (const RootSlot &slot : h.slots)
+    if (slot_valid(slot, h.pool_bytes) && slot.sequence > info->sequence) {
+      info->sequence = slot.sequence;
+      info->state = PoolInfo::State::committed;
+    }
+  info->bytes = h.pool_bytes;
+  info->content.assign(h.content, strnlen(h.content, sizeof h.content));
+  if (h.note_checksum == checksum(h.note, sizeof h.note)) info->note.assign(h.note, strnlen(h.note, sizeof h.note));
+  return HM_OK;
+}
+
+std::string Pool::note() const {
+  const PoolHeader &h = *at<PoolHeader>(0);
+  if (h.note_checksum != checksum(h.note, sizeof h.note)) return "";
+  return std::string(h.note, strnlen(h.note, sizeof h.note));
+}
+
 std::string Pool::content() const {
   const PoolHeader &h = *at<PoolHeader>(0);
   return std::string(h.content, strnlen(h.content, sizeof h.content));
@@ -154,7 +211,11 @@ std::string Pool::content() const {
 
 Pool::~Pool() {
   if (base_) prim::unmap(base_, bytes_);
+  // A pool closed before its first commit was never a pool: its staging file goes (removed while
+  // still locked, so no other creator is using it).
+  if (!staging_.empty()) prim::remove_path(staging_);
   if (fd_ >= 0) prim::close_fd(fd_);
+  if (guard_fd_ >= 0) prim::close_fd(guard_fd_);
 }
 
 int Pool::allocate(uint64_t bytes, uint64_t *offset) {
@@ -239,7 +300,7 @@ int Pool::commit(uint64_t root, uint64_t sequence) {
   committed_ = next;
   committed_slot_ = slot;
   dirty_.clear();
-  return HM_OK;
+  return staging_.empty() ? HM_OK : publish();
 }
 
 void Pool::rollback() {

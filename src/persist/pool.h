@@ -2,7 +2,8 @@
 // data structure and commits a new one atomically. Pointers inside the pool are offsets, so a
 // pool maps at any address. Layout (docs/persistent-pool.md):
 //
-//   [0, 4096)      header: magic, format version, sizes, header checksum, two root slots
+//   [0, 4096)      header: magic, format version, sizes, header checksum, two root slots, and a
+//                  note its creator keeps there (a run's options), with its own checksum
 //   [4096, size)   data, handed out in 64-byte units above the committed top
 //
 // A commit flushes what the working version wrote, fences, writes the root slot not holding the
@@ -10,6 +11,10 @@
 // takes the valid slot with the highest sequence, so a crash at any instant leaves exactly the
 // old or the new version. On a MAP_SYNC mapping flushes are cache-line write-backs; on another
 // file system the fence is an msync of what was written.
+//
+// Creation is atomic: a new pool is written under a staging name (PATH.creating) and renamed to
+// its path by its first commit, so a pool found at a path always holds a committed version, and a
+// creator killed at any instant leaves the path as it was (a pool it was replacing included).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -39,6 +44,19 @@ struct PoolHeader {
   char content[16];       // what the pool holds, NUL-padded ("octree3"); empty for a bare pool
   uint64_t checksum;      // of the fields above
   RootSlot slots[2];
+  char note[1024];        // the creator's note, NUL-terminated; empty if none
+  uint64_t note_checksum;
+};
+static_assert(sizeof(PoolHeader) <= kHeaderBytes);
+
+// What a pool's header says, read without opening the pool (Pool::inspect).
+struct PoolInfo {
+  enum class State { missing, creating, empty, committed };
+  State state = State::missing;  // creating: only a staging file exists (its creator stopped
+                                 // before the first version); empty: no committed version
+  uint64_t sequence = 0;         // the last committed version
+  uint64_t bytes = 0;
+  std::string content, note;
 };
 
 // What a pool reports of its flushes and fences (the crash tests record them).
@@ -51,10 +69,18 @@ class PersistObserver {
 
 class Pool {
  public:
-  // Creates `path` of `bytes` (at least 64 KiB) holding `content` (at most 15 characters, kept in
-  // the header). HM_EIO when the file cannot be created.
+  // Creates a pool of `bytes` (at least 64 KiB) holding `content` (at most 15 characters) with
+  // `note` (at most 1023 bytes), both kept in the header. It appears at `path` with its first
+  // commit, replacing what was there; until then it is PATH.creating. HM_EIO when the file cannot
+  // be created, HM_EBUSY when another process has `path` open or is creating it.
   static int create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> *out,
-                    const std::string &content = "");
+                    const std::string &content = "", const std::string &note = "");
+  // Reads the header of the pool at `path` (or of its staging file) without opening it for
+  // writing: HM_OK with info->state missing, creating, empty or committed; HM_EFORMAT when the
+  // file is not a pool this hetmem reads (the message says why).
+  static int inspect(const std::string &path, PoolInfo *info);
+  // The staging name a pool has until its first commit.
+  static std::string staging_path(const std::string &path) { return path + ".creating"; }
   // Opens an existing pool: HM_EFORMAT (wrong magic, version or checksum, truncated), HM_EBUSY
   // (another process has it open), HM_EIO. The file is never modified by a failed open.
   static int open(const std::string &path, std::unique_ptr<Pool> *out);
@@ -96,8 +122,10 @@ class Pool {
   uint64_t capacity() const { return bytes_; }
   bool map_sync() const { return map_sync_; }
   const std::string &path() const { return path_; }
-  // What the pool holds, as given at creation.
+  // What the pool holds and its creator's note, as given at creation (the note is empty if its
+  // checksum fails).
   std::string content() const;
+  std::string note() const;
   void set_observer(PersistObserver *o) { observer_ = o; }
 
   static uint64_t checksum(const void *data, size_t bytes);
@@ -108,7 +136,11 @@ class Pool {
   void fence();
   int map(int fd, uint64_t bytes);
 
+  int publish();
+
   std::string path_;
+  std::string staging_;  // the staging file while unpublished (before the first commit)
+  int guard_fd_ = -1;    // the pool being replaced, locked until the new one takes its path
   int fd_ = -1;
   char *base_ = nullptr;
   uint64_t bytes_ = 0;

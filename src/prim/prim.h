@@ -49,6 +49,13 @@ int current_node();
 // Opens (creating if needed) `path` and makes it at least `size` bytes (0 = keep the existing
 // size, which must be non-zero). *actual gets the resulting size.
 int open_pool_file(const std::string &path, uint64_t size, int *fd, uint64_t *actual);
+// A file being created under a private name (a pool before its first version): opened or created,
+// locked (HM_EBUSY if another process holds it), emptied of anything a killed creator left and
+// given `size` bytes of holes.
+int create_staging_file(const std::string &path, uint64_t size, int *fd);
+// Makes a staged file visible under `to`: its data and size on the medium, the rename, and the
+// directory entry on the medium, in that order. HM_EIO if any step fails (`from` is then intact).
+int publish_file(int fd, const std::string &from, const std::string &to);
 int close_fd(int fd);
 // Opens an existing file read-write (HM_EIO if it cannot be opened); *size gets its size.
 int open_existing(const std::string &path, int *fd, uint64_t *size);

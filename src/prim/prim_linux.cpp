@@ -222,6 +222,33 @@ int open_pool_file(const std::string &path, uint64_t size, int *fd, uint64_t *ac
 
 int close_fd(int fd) { return close(fd) == 0 ? HM_OK : HM_EIO; }
 
+int create_staging_file(const std::string &path, uint64_t size, int *fd) {
+  int f = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (f < 0) return HM_EIO;
+  if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+    const int code = errno == EWOULDBLOCK ? HM_EBUSY : HM_EIO;
+    close(f);
+    return code;
+  }
+  if (ftruncate(f, 0) != 0 || ftruncate(f, static_cast<off_t>(size)) != 0) {
+    close(f);
+    return HM_EIO;
+  }
+  *fd = f;
+  return HM_OK;
+}
+
+int publish_file(int fd, const std::string &from, const std::string &to) {
+  if (fsync(fd) != 0 || rename(from.c_str(), to.c_str()) != 0) return HM_EIO;
+  const size_t slash = to.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : to.substr(0, slash);
+  int d = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d < 0) return HM_EIO;
+  const bool synced = fsync(d) == 0;
+  close(d);
+  return synced ? HM_OK : HM_EIO;
+}
+
 int open_existing(const std::string &path, int *fd, uint64_t *size) {
   int f = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (f < 0) return HM_EIO;

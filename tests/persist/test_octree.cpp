@@ -222,6 +222,7 @@ TYPED_TEST(OctreeDims, RestoreRefusesAPoolHoldingSomethingElse) {
     std::unique_ptr<hm::persist::Pool> bare;
     ASSERT_EQ(hm::persist::Pool::create(this->path_, 1 << 20, &bare), HM_OK);
     EXPECT_EQ(bare->content(), "");
+    ASSERT_EQ(bare->commit(0), HM_OK);
     std::unique_ptr<hm::persist::Pool> named;
     EXPECT_EQ(hm::persist::Pool::create(this->path_ + ".x", 1 << 20, &named, "a-name-of-16-chr"), HM_EINVAL);
     EXPECT_NE(std::string(hm_last_error()).find("longer than 15 characters"), std::string::npos) << hm_last_error();

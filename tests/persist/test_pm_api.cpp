@@ -90,6 +90,7 @@ TEST_F(PmApi, BadArgumentsAndPoolsGetClearErrors) {
   {
     std::unique_ptr<hm::persist::Pool> bare;
     ASSERT_EQ(hm::persist::Pool::create(path_, 1 << 20, &bare), HM_OK);
+    ASSERT_EQ(bare->commit(0), HM_OK);
   }
   EXPECT_EQ(pm_restore(path_.c_str(), &t), HM_EFORMAT);
   EXPECT_TRUE(has("holds no tree")) << hm_last_error();
@@ -219,3 +220,31 @@ TEST_F(PmApi, CxxLayerOwnsTheTreeAndThrowsWithTheMessage) {
 }
 
 }  // namespace
+
+TEST_F(PmApi, InspectAndTheNoteKeptAtCreation) {
+  pm_pool_info_t info;
+  ASSERT_EQ(pm_inspect(path_.c_str(), &info), HM_OK);
+  EXPECT_EQ(info.state, PM_POOL_MISSING);
+  pm_options_t o;
+  pm_options_init(&o);
+  o.note = "level=6 spheres=2";
+  pm_octree_t *t = nullptr;
+  ASSERT_EQ(pm_create_ex(path_.c_str(), 2, 1 << 20, &o, &t), HM_OK) << hm_last_error();
+  EXPECT_STREQ(pm_note(t), "level=6 spheres=2");
+  ASSERT_EQ(pm_inspect(path_.c_str(), &info), HM_OK) << "a pool open elsewhere can be inspected";
+  EXPECT_EQ(info.state, PM_POOL_COMMITTED);
+  EXPECT_EQ(info.version, 1u);
+  EXPECT_EQ(info.dim, 2);
+  EXPECT_STREQ(info.note, "level=6 spheres=2");
+  ASSERT_EQ(pm_persistent(t), HM_OK);
+  pm_close(t);
+  ASSERT_EQ(pm_restore(path_.c_str(), &t), HM_OK);
+  EXPECT_STREQ(pm_note(t), "level=6 spheres=2") << "the note survives restore";
+  EXPECT_EQ(pm_version(t), 2u);
+  pm_close(t);
+  const std::string long_note(1024, 'x');
+  o.note = long_note.c_str();
+  EXPECT_EQ(pm_create_ex((path_ + ".long").c_str(), 2, 1 << 20, &o, &t), HM_EINVAL);
+  EXPECT_TRUE(has("at most 1023 fit")) << hm_last_error();
+  EXPECT_EQ(pm_inspect(nullptr, &info), HM_EINVAL);
+}

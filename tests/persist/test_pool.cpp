@@ -125,6 +125,7 @@ TEST_F(PoolTest, BadFilesAreRefusedAndLeftAsTheyAre) {
   {
     std::unique_ptr<Pool> pool;
     ASSERT_EQ(Pool::create(path_, 1 << 20, &pool), HM_OK);
+    ASSERT_EQ(pool->commit(0), HM_OK);
   }
   const auto good = slurp(path_);
   auto expect_refused = [&](std::vector<char> bytes, int code, const char *words) {
@@ -152,6 +153,7 @@ TEST_F(PoolTest, BadFilesAreRefusedAndLeftAsTheyAre) {
 TEST_F(PoolTest, OnlyOneProcessOpensAPool) {
   std::unique_ptr<Pool> first, second;
   ASSERT_EQ(Pool::create(path_, 1 << 20, &first), HM_OK);
+  ASSERT_EQ(first->commit(0), HM_OK);
   EXPECT_EQ(Pool::open(path_, &second), HM_EBUSY);
   EXPECT_NE(std::string(hm_last_error()).find("open in another process"), std::string::npos);
   first.reset();
@@ -171,4 +173,88 @@ TEST_F(PoolTest, OutOfSpaceBeforeAnyVersionIsDamaged) {
   pool.reset();
   ASSERT_EQ(Pool::open(path_, &pool), HM_OK);
   EXPECT_STREQ(pool->at<char>(pool->root()), "kept");
+}
+
+TEST_F(PoolTest, APoolAppearsAtItsPathOnlyWithItsFirstVersion) {
+  using State = hm::persist::PoolInfo::State;
+  hm::persist::PoolInfo info;
+  const std::string staging = Pool::staging_path(path_);
+  {
+    std::unique_ptr<Pool> pool;
+    ASSERT_EQ(Pool::create(path_, 1 << 20, &pool, "test", "level=6 radius=0.15"), HM_OK);
+    EXPECT_NE(access(staging.c_str(), F_OK), -1) << "written under its staging name";
+    EXPECT_EQ(access(path_.c_str(), F_OK), -1) << "nothing at the path before the first commit";
+    ASSERT_EQ(Pool::inspect(path_, &info), HM_OK);
+    EXPECT_EQ(info.state, State::creating);
+    uint64_t a = 0;
+    ASSERT_EQ(pool->allocate(64, &a), HM_OK);
+    ASSERT_EQ(pool->commit(a), HM_OK);
+    EXPECT_EQ(access(staging.c_str(), F_OK), -1);
+    EXPECT_NE(access(path_.c_str(), F_OK), -1) << "published by the first commit";
+  }
+  ASSERT_EQ(Pool::inspect(path_, &info), HM_OK);
+  EXPECT_EQ(info.state, State::committed);
+  EXPECT_EQ(info.sequence, 1u);
+  EXPECT_EQ(info.content, "test");
+  EXPECT_EQ(info.note, "level=6 radius=0.15");
+  std::unique_ptr<Pool> pool;
+  ASSERT_EQ(Pool::open(path_, &pool), HM_OK);
+  EXPECT_EQ(pool->note(), "level=6 radius=0.15");
+}
+
+TEST_F(PoolTest, ACreatorThatStopsEarlyLeavesThePathAsItWas) {
+  {
+    std::unique_ptr<Pool> old;
+    ASSERT_EQ(Pool::create(path_, 1 << 20, &old, "old"), HM_OK);
+    ASSERT_EQ(old->commit(0), HM_OK);
+  }
+  const auto before = slurp(path_);
+  {
+    std::unique_ptr<Pool> replacing;
+    ASSERT_EQ(Pool::create(path_, 2 << 20, &replacing, "new"), HM_OK);
+    std::unique_ptr<Pool> other;
+    EXPECT_EQ(Pool::open(path_, &other), HM_EBUSY) << "the pool being replaced is held";
+    EXPECT_EQ(Pool::create(path_, 1 << 20, &other), HM_EBUSY) << "one creator at a time";
+  }  // closed before its first commit, as a failed creation is
+  EXPECT_EQ(slurp(path_), before) << "the old pool is untouched";
+  EXPECT_EQ(access(Pool::staging_path(path_).c_str(), F_OK), -1) << "the staging file is removed";
+  {
+    std::unique_ptr<Pool> replacing;
+    ASSERT_EQ(Pool::create(path_, 2 << 20, &replacing, "new"), HM_OK);
+    ASSERT_EQ(replacing->commit(0), HM_OK);
+  }
+  std::unique_ptr<Pool> pool;
+  ASSERT_EQ(Pool::open(path_, &pool), HM_OK);
+  EXPECT_EQ(pool->content(), "new") << "the first commit replaced it";
+}
+
+TEST_F(PoolTest, AStagingFileLeftByAKilledCreatorIsTakenOver) {
+  const std::string staging = Pool::staging_path(path_);
+  spit(staging, std::vector<char>(3 << 20, 'x'));  // what a creator killed mid-way leaves
+  hm::persist::PoolInfo info;
+  ASSERT_EQ(Pool::inspect(path_, &info), HM_OK);
+  EXPECT_EQ(info.state, hm::persist::PoolInfo::State::creating);
+  {
+    std::unique_ptr<Pool> pool;
+    ASSERT_EQ(Pool::create(path_, 1 << 20, &pool), HM_OK) << hm_last_error();
+    EXPECT_EQ(pool->capacity(), 1u << 20);
+    uint64_t a = 0;
+    ASSERT_EQ(pool->allocate(1 << 16, &a), HM_OK);
+    EXPECT_EQ(*pool->at<char>(a + 100), 0) << "nothing of the old file's data is left";
+    ASSERT_EQ(pool->commit(a), HM_OK);
+  }
+  EXPECT_EQ(access(staging.c_str(), F_OK), -1);
+  EXPECT_EQ(slurp(path_).size(), 1u << 20);
+}
+
+TEST_F(PoolTest, InspectNamesWhatIsNotAPool) {
+  hm::persist::PoolInfo info;
+  ASSERT_EQ(Pool::inspect(path_, &info), HM_OK);
+  EXPECT_EQ(info.state, hm::persist::PoolInfo::State::missing);
+  spit(path_, std::vector<char>(8192, 'x'));
+  EXPECT_EQ(Pool::inspect(path_, &info), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("wrong magic"), std::string::npos) << hm_last_error();
+  spit(path_, std::vector<char>(100, 'x'));
+  EXPECT_EQ(Pool::inspect(path_, &info), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("truncated"), std::string::npos) << hm_last_error();
 }

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +99,60 @@ def test_full_pool_stops_with_the_last_version_intact(tmp_path):
     r = amr("--steps", "5", "--level", "8", "--pool", str(pool), "--pool-mib", "2", "--progress", "0")
     assert r.returncode == 1 and "is full" in r.stderr and "the committed version is intact" in r.stderr
     r = amr("--restore", "--steps", "1", "--level", "5", "--pool", str(pool), "--progress", "0")
-    assert r.returncode == 0 and ": version 1 (step" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 2 and "--level 5 differs from the run's 8 kept in" in r.stderr, r.stderr
+    r = amr("--restore", "--steps", "1", "--pool", str(pool), "--progress", "0")
+    assert ": version 1 (its run stopped before constructing the tree" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 1 and "is full" in r.stderr, "the same problem, the same pool: full again"
+
+
+def test_restore_continues_the_runs_own_problem(tmp_path):
+    """--restore takes --level, --spheres, --radius, --shape and --dim from the pool: the tree is
+    not re-adapted to the defaults in one step."""
+    pool = tmp_path / "own.pool"
+    r = amr("--dim", "2", "--steps", "3", "--level", "7", "--spheres", "3", "--radius", "0.1", "--shape", "spheres",
+            "--pool", str(pool), "--progress", "1")
+    assert r.returncode == 0, r.stderr
+    leaves = int(r.stdout.split("step     3/3: ")[1].split(" leaves")[0])
+    r = amr("--restore", "--steps", "1", "--pool", str(pool), "--progress", "1")
+    assert r.returncode == 0, r.stderr
+    after = int(r.stdout.split("step     4/4: ")[1].split(" leaves")[0])
+    assert abs(after - leaves) < 0.1 * leaves, (leaves, after)
+    r = amr("--restore", "--steps", "1", "--spheres", "3", "--pool", str(pool))
+    assert r.returncode == 0, "an option given with the run's own value is accepted"
+    for flag, value in (("--spheres", "2"), ("--radius", "0.2"), ("--shape", "droplet"), ("--dim", "3")):
+        r = amr("--restore", "--steps", "1", flag, value, "--pool", str(pool))
+        assert r.returncode == 2 and flag in r.stderr and ("differs from the run's" in r.stderr or "2D" in r.stderr), \
+            (flag, r.stderr)
+
+
+def test_a_kill_in_the_first_100_ms_never_leaves_a_pool_nobody_can_use(tmp_path):
+    """hetmem-amr killed at any instant of its first 100 ms (creating the pool, constructing the
+    tree, the first steps): the path holds nothing or a pool with a committed version, and a restart
+    script's --restore then either continues it or starts afresh, never refuses."""
+    pool = tmp_path / "k.pool"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
+    outcomes = []
+    for i in range(26):
+        for stale in (pool, Path(str(pool) + ".creating")):
+            stale.unlink(missing_ok=True)
+        p = subprocess.Popen([str(AMR), "--steps", "100", "--level", "7", "--pool", str(pool), "--progress", "0"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        time.sleep(i * 0.004)
+        p.kill()
+        p.wait()
+        if not pool.exists() and not Path(str(pool) + ".creating").exists():
+            # Killed before it made anything: there is no run to continue (--restore says the pool
+            # is missing, as for a mistyped path) and a new run starts.
+            r = amr("--steps", "1", "--pool", str(pool), "--progress", "0")
+            outcomes.append("not started")
+        else:
+            r = amr("--restore", "--steps", "1", "--pool", str(pool), "--progress", "0")
+            outcomes.append("afresh" if "starting afresh" in r.stdout or "constructed" in r.stdout else "continued")
+        assert r.returncode == 0, (i * 4, "ms", r.stdout, r.stderr)
+        assert "restore returned exactly the persisted tree" in r.stdout
+        assert not Path(str(pool) + ".creating").exists()
+    assert "continued" in outcomes, ("some kills came after the first version", outcomes)
+    print(outcomes)
 
 
 def test_an_existing_pool_is_never_overwritten_unasked(tmp_path):
