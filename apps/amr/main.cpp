@@ -75,7 +75,7 @@ const char kUsage[] =
     "  --progress N    a progress line every N steps (0: none); default 10\n";
 
 [[noreturn]] void usage_error(const std::string &why) {
-  std::fprintf(stderr, "hetmem-amr: %s\n%s", why.c_str(), kUsage);
+  std::fprintf(stderr, "hetmem-amr: %s (hetmem-amr --help lists the options)\n", why.c_str());
   std::exit(2);
 }
 

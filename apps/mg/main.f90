@@ -245,7 +245,7 @@ contains
              call fail("preset = '" // trim(value) // "': S (64^3), W (128^3), B (256^3) or C (512^3)")
           end select
        case ("mg.n")
-          n = whole(key, value)
+          n = whole(key, value, 0)  ! the rule (a power of two, at least 4) is checked below
        case ("mg.bc")
           if (value == "dirichlet") then
              s%bc = BC_DIRICHLET
@@ -313,6 +313,13 @@ contains
        write(arg, '(i0)') n
        call fail("mg.n = " // trim(arg) // ": the hierarchy halves the grid down to 2^3 cells, so the cells per " // &
             "direction must be a power of two, at least 4")
+    end if
+    ! 16384^3 cells are 2.6e14 bytes per field: far beyond any node, and the largest grid whose
+    ! footprint is counted without overflowing.
+    if (n > 16384) then
+       write(arg, '(i0)') n
+       call fail("mg.n = " // trim(arg) // ": at most 16384 cells per direction (one field would need " // &
+            "more than 32 TiB)")
     end if
     if (s%pre + s%post == 0) call fail("mg.pre + mg.post = 0: a cycle needs at least one smoothing sweep")
   end subroutine parse_arguments

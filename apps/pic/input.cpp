@@ -334,6 +334,27 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
              "amr.n_cell / geometry.prob_hi";
     return false;
   }
+  char note[320];
+  if (wp_dt >= 0.2) {
+    std::snprintf(note, sizeof note, "omega_p dt = %.3g: the plasma frequency is resolved (< 2) but not accurately "
+                  "(its phase error per step grows as (omega_p dt)^2 / 24); < 0.2 is accurate", wp_dt);
+    p.warnings.push_back(note);
+  }
+  // The finite-grid instability heats a thermal plasma whose Debye length the cell does not
+  // resolve (cell > pi lambda_D; Birdsall & Langdon, Plasma Physics via Computer Simulation, ch. 8):
+  // worth a word once the run lasts a plasma period (its growth is a fraction of omega_p).
+  const double cell = std::max({g.dx, g.dy, g.dz});
+  const double periods = wp_dt * p.steps / (2 * M_PI);
+  for (const auto &sp : p.species) {
+    const double wp = std::sqrt(sp.density * sp.charge * sp.charge / (sp.mass * kEps0));
+    const double debye = wp > 0 ? sp.u_th * kC / wp : 0;
+    if (debye > 0 && cell > M_PI * debye && periods >= 1) {
+      std::snprintf(note, sizeof note, "%s: the cell (%.3g m) is %.3g Debye lengths (%.3g m) over %.3g plasma "
+                    "periods: the finite-grid instability will heat it (resolved below pi Debye lengths)",
+                    sp.name.c_str(), cell, cell / debye, debye, periods);
+      p.warnings.push_back(note);
+    }
+  }
   *out = p;
   return true;
 }

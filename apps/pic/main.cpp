@@ -220,6 +220,8 @@ int main(int argc, char **argv) {
   pic::Params p;
   std::string error;
   if (!pic::parse_input(text, overrides, &p, &error)) return die(error);
+  if (pic::Comm::world().rank() == 0)
+    for (const std::string &w : p.warnings) std::fprintf(stderr, "hetmem-pic: warning: %s\n", w.c_str());
   pic::Decomposition decomposition;
   if (!pic::Decomposition::make({p.grid.nx, p.grid.ny, p.grid.nz}, {p.tile[0], p.tile[1], p.tile[2]}, comm.size(),
                                 p.decomposition, &decomposition, &error))

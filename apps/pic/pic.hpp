@@ -122,6 +122,7 @@ struct Params {
   int checkpoint_interval = 0;          // a checkpoint every N steps (0: none)
   std::string checkpoint_dir;           // where (default diag.directory/checkpoints)
   std::string restart;                  // a checkpoint to continue from ("": start anew)
+  std::vector<std::string> warnings;    // what the input check found doubtful but runnable
 };
 
 // Bytes the problem needs on the field and particle tiers (fields, particles, tile buffers).

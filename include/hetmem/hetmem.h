@@ -63,7 +63,8 @@ int hm_last_error_code(void);
 
 /* Reads the options (HM_* environment variables), discovers the tiers and maps roles to them.
  * Idempotent and thread-safe. Returns HM_OK or HM_EINIT/HM_EFORMAT/HM_EIO with a message naming
- * the variable and the offending text. */
+ * the variable and the offending text, for the caller to report (a failed implicit initialisation,
+ * by the first call that needs hetmem, is printed to standard error instead). */
 int hm_init(void);
 
 /* Releases every tier and the memory they hold. Pointers from hetmem become invalid. Intended for

@@ -89,7 +89,7 @@ using namespace hm;
 
 extern "C" {
 
-int hm_init(void) { return runtime_ensure(); }
+int hm_init(void) { return runtime_ensure(/*caller_reports=*/true); }
 void hm_finalize(void) { runtime_finalize(); }
 
 int hm_option_count(void) { return option_count(); }

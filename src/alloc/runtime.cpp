@@ -112,7 +112,7 @@ int init_locked() {
 
 }  // namespace
 
-int runtime_ensure() {
+int runtime_ensure(bool caller_reports) {
   int s = g_state.load(std::memory_order_acquire);
   if (__builtin_expect(s == 1, 1)) return HM_OK;
   std::lock_guard<std::mutex> lock(g_init_mutex);
@@ -127,7 +127,7 @@ int runtime_ensure() {
     if (rc != HM_OK) {
       g_init_code = rc;
       std::snprintf(g_init_message, sizeof g_init_message, "%s", hm_last_error());
-      log(0, "%s", g_init_message);
+      if (!caller_reports) log(0, "%s", g_init_message);
       g_state.store(2, std::memory_order_release);
       return rc;
     }

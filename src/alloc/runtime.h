@@ -10,7 +10,9 @@ namespace hm {
 
 // Initialises options, tiers and heaps once; returns HM_OK or the failure recorded at the first
 // attempt (every later call returns the same code and message).
-int runtime_ensure();
+// Initialises hetmem once. A failure is printed to standard error unless `caller_reports` (hm_init,
+// whose caller has the message in hm_last_error()): an implicit first use has nobody else to say it.
+int runtime_ensure(bool caller_reports = false);
 void runtime_finalize();
 // An observer of the C API's allocations and frees (the profiler registers one); the alloc layer
 // calls it without knowing what is above. `caller` is the return address into the application.

@@ -236,3 +236,19 @@ def test_a_run_whose_energy_is_not_finite_stops_there_with_its_log_kept(tmp_path
     assert "non-finite at step 0" in r.stderr
     lines = (out / "energy.csv").read_text().splitlines()
     assert len(lines) == 2 and ",inf," in lines[1], lines
+
+
+def test_doubtful_but_runnable_problems_are_warned_about_with_the_number(tmp_path):
+    """omega_p dt between 0.2 and 2 (resolved, not accurate) and a cell far above the Debye length
+    over a plasma period or more are warned about, as WarpX warns; the short default runs are not."""
+    common = ("diag.interval=0", f"diag.directory={tmp_path}", "diag.progress=0")
+    r = pic("preset:L0", "electrons.density=3e26", "max_step=1", *common)
+    assert r.returncode == 0, r.stderr
+    assert "warning: omega_p dt = 1.16: the plasma frequency is resolved (< 2) but not accurately" in r.stderr
+    r = pic("preset:L0", "max_step=100", *common)
+    assert r.returncode == 0, r.stderr
+    assert "warning: electrons: the cell (6.25e-07 m) is 11.8 Debye lengths" in r.stderr, r.stderr
+    r = pic("preset:L0", "max_step=100", "electrons.u_th=0.2", *common)
+    assert "Debye" not in r.stderr, "resolved: 0.59 Debye lengths per cell"
+    r = pic("preset:L0", "max_step=4", *common)
+    assert "warning" not in r.stderr, "the default problem is a fraction of a plasma period"
