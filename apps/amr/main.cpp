@@ -375,6 +375,9 @@ int main(int argc, char **argv) {
     options.note = note.c_str();
     const int rc = pm_create_ex(o.pool.c_str(), o.dim, o.pool_mib << 20, &options, &tree);
     options.note = nullptr;
+    // With the options checked, the one argument creation can still refuse is a C0 budget too
+    // small for the tree's deepest path: bad input, named by its flag.
+    if (rc == HM_EINVAL && o.fast_kib > 0) path_error("--fast-kib " + std::to_string(o.fast_kib) + ": " + hm_last_error());
     if (rc != HM_OK) return fail("creating the pool");
   } else if (pm_create(work.c_str(), o.dim, o.pool_mib << 20, &tree) != HM_OK) {
     return fail("creating the in-memory tree");

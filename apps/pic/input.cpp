@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "pic.hpp"
 
@@ -105,6 +107,20 @@ bool whole_numbers(const std::string &text, int count, double *out, double least
   return true;
 }
 
+// `count` whole numbers in [least, most] that fit an int: counts, steps and intervals.
+bool ints(const std::string &text, int count, int *out, int least, int most = std::numeric_limits<int>::max()) {
+  double v[3];
+  if (count > 3 || !whole_numbers(text, count, v, least)) return false;
+  for (int i = 0; i < count; ++i) {
+    if (v[i] > most) return false;
+    out[i] = static_cast<int>(v[i]);
+  }
+  return true;
+}
+
+// Cells per dimension: beyond 2^24 the cell count overflows long before memory runs out.
+constexpr int kMaxCellsEachDim = 1 << 24;
+
 }  // namespace
 
 bool parse_input(const std::string &text, const std::vector<std::string> &overrides, Params *out, std::string *error) {
@@ -150,12 +166,27 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
   std::vector<std::string> known(std::begin(kGlobalKeys), std::end(kGlobalKeys));
   for (const auto &sp : species)
     for (const char *k : kSpeciesKeys) known.push_back(sp + "." + k);
-  for (const auto &[key, value] : kv) {
+  // Unknown keys: a misspelt global key first, since it may be the one that names the species.
+  std::vector<std::string> keys;
+  for (const auto &[key, value] : kv) keys.push_back(key);
+  std::stable_partition(keys.begin(), keys.end(), [&](const std::string &k) {
+    return std::find(species.begin(), species.end(), k.substr(0, k.find('.'))) != species.end() ||
+           std::find(std::begin(kSpeciesKeys), std::end(kSpeciesKeys), k.substr(k.find('.') + 1)) == std::end(kSpeciesKeys);
+  });
+  for (const std::string &key : keys) {
     if (std::find(known.begin(), known.end(), key) != known.end()) continue;
     std::string best = known[0];
     for (const auto &k : known)
       if (distance(key, k) < distance(key, best)) best = k;
-    *error = "unknown key '" + key + "' (did you mean '" + best + "'?)";
+    const size_t dot = key.find('.');
+    const std::string prefix = key.substr(0, dot);
+    if (dot != std::string::npos && std::find(std::begin(kSpeciesKeys), std::end(kSpeciesKeys), key.substr(dot + 1)) !=
+                                         std::end(kSpeciesKeys) &&
+        std::find(species.begin(), species.end(), prefix) == species.end())
+      *error = "unknown key '" + key + "': '" + prefix + "' is not one of particles.species_names ('" +
+               (kv.count("particles.species_names") ? kv["particles.species_names"] : "") + "')";
+    else
+      *error = "unknown key '" + key + "' (did you mean '" + best + "'?)";
     return false;
   }
   Params p;
@@ -167,39 +198,49 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
     return false;
   };
   if (!need("amr.n_cell") || !need("geometry.prob_hi")) return false;
-  if (!numbers(kv["amr.n_cell"], 3, v) || v[0] < 1 || v[1] < 1 || v[2] < 1 || v[0] != std::floor(v[0]) ||
-      v[1] != std::floor(v[1]) || v[2] != std::floor(v[2])) {
-    *error = "amr.n_cell = '" + kv["amr.n_cell"] + "': three positive whole numbers of cells are needed";
+  int cells[3];
+  if (!ints(kv["amr.n_cell"], 3, cells, 1, kMaxCellsEachDim)) {
+    *error = "amr.n_cell = '" + kv["amr.n_cell"] + "': three whole numbers of cells from 1 to " +
+             std::to_string(kMaxCellsEachDim) + " are needed";
     return false;
   }
-  p.grid.nx = static_cast<int>(v[0]), p.grid.ny = static_cast<int>(v[1]), p.grid.nz = static_cast<int>(v[2]);
+  p.grid.nx = cells[0], p.grid.ny = cells[1], p.grid.nz = cells[2];
   if (!numbers(kv["geometry.prob_hi"], 3, v) || v[0] <= 0 || v[1] <= 0 || v[2] <= 0) {
     *error = "geometry.prob_hi = '" + kv["geometry.prob_hi"] + "': three positive lengths in metres are needed";
     return false;
   }
   p.grid.dx = v[0] / p.grid.nx, p.grid.dy = v[1] / p.grid.ny, p.grid.dz = v[2] / p.grid.nz;
-  if (kv.count("max_step") && (!number(kv["max_step"], &v[0]) || v[0] < 0 || v[0] != std::floor(v[0]))) {
-    *error = "max_step = '" + kv["max_step"] + "': a whole number of steps, 0 or more";
+  // Cells outside a picometre..1e12 m leave the step (dt ~ cell / c) and the deposited current
+  // (charge / dt / cell^2) outside double precision's useful range.
+  for (double cell : {p.grid.dx, p.grid.dy, p.grid.dz})
+    if (!(cell >= 1e-12 && cell <= 1e12)) {
+      char what[64];
+      std::snprintf(what, sizeof what, "%.3g m", cell);
+      *error = "geometry.prob_hi = '" + kv["geometry.prob_hi"] + "' over amr.n_cell = '" + kv["amr.n_cell"] +
+               "': a cell of " + what + "; cells from 1e-12 m to 1e12 m are simulated";
+      return false;
+    }
+  if (kv.count("max_step") && !ints(kv["max_step"], 1, &p.steps, 0)) {
+    *error = "max_step = '" + kv["max_step"] + "': a whole number of steps, 0 to " +
+             std::to_string(std::numeric_limits<int>::max());
     return false;
   }
-  if (kv.count("max_step")) p.steps = static_cast<int>(v[0]);
-  if (kv.count("warpx.cfl") && (!number(kv["warpx.cfl"], &p.cfl) || p.cfl <= 0 || p.cfl >= 1)) {
-    *error = "warpx.cfl = '" + kv["warpx.cfl"] + "': the Yee scheme needs 0 < cfl < 1";
+  // Below 1e-4 a step is so short that the deposited current (charge moved / dt) loses its digits.
+  if (kv.count("warpx.cfl") && (!number(kv["warpx.cfl"], &p.cfl) || p.cfl < 1e-4 || p.cfl >= 1)) {
+    *error = "warpx.cfl = '" + kv["warpx.cfl"] + "': the Yee scheme needs cfl < 1 (and at least 1e-4)";
     return false;
   }
   if (kv.count("hetmem.tile_size")) {
-    if (!whole_numbers(kv["hetmem.tile_size"], 3, v, 1)) {
+    if (!ints(kv["hetmem.tile_size"], 3, p.tile, 1, kMaxCellsEachDim)) {
       *error = "hetmem.tile_size = '" + kv["hetmem.tile_size"] + "': three positive whole numbers of cells";
       return false;
     }
-    for (int d = 0; d < 3; ++d) p.tile[d] = static_cast<int>(v[d]);
   }
   if (kv.count("hetmem.decomposition")) {
-    if (!whole_numbers(kv["hetmem.decomposition"], 3, v, 1)) {
+    if (!ints(kv["hetmem.decomposition"], 3, p.decomposition.data(), 1, kMaxCellsEachDim)) {
       *error = "hetmem.decomposition = '" + kv["hetmem.decomposition"] + "': three positive whole numbers of ranks (x y z)";
       return false;
     }
-    for (int d = 0; d < 3; ++d) p.decomposition[d] = static_cast<int>(v[d]);
   }
   int n[3] = {p.grid.nx, p.grid.ny, p.grid.nz};
   for (int d = 0; d < 3; ++d)
@@ -221,11 +262,10 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
       return false;
     }
   }
-  if (kv.count("hetmem.sort_interval") && !whole_numbers(kv["hetmem.sort_interval"], 1, v, 0)) {
+  if (kv.count("hetmem.sort_interval") && !ints(kv["hetmem.sort_interval"], 1, &p.sort_interval, 0)) {
     *error = "hetmem.sort_interval = '" + kv["hetmem.sort_interval"] + "': steps between sorts by cell, 0 for never";
     return false;
   }
-  if (kv.count("hetmem.sort_interval")) p.sort_interval = static_cast<int>(v[0]);
   if (kv.count("hetmem.seed")) {
     if (!whole_numbers(kv["hetmem.seed"], 1, v, 0)) {
       *error = "hetmem.seed = '" + kv["hetmem.seed"] + "': a whole number, 0 or more";
@@ -242,20 +282,18 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
     }
     p.strict = strict == "1";
   }
-  if (kv.count("diag.interval") && !whole_numbers(kv["diag.interval"], 1, v, 0)) {
+  if (kv.count("diag.interval") && !ints(kv["diag.interval"], 1, &p.output_interval, 0)) {
     *error = "diag.interval = '" + kv["diag.interval"] + "': steps between outputs, 0 for none";
     return false;
   }
-  if (kv.count("diag.interval")) p.output_interval = static_cast<int>(v[0]);
   if (kv.count("diag.directory")) p.output_dir = kv["diag.directory"];
   if (kv.count("diag.energy_log")) p.energy_log = kv["diag.energy_log"];
   if (kv.count("diag.summary")) p.summary_path = kv["diag.summary"];
   if (kv.count("diag.checkpoint_interval")) {
-    if (!whole_numbers(kv["diag.checkpoint_interval"], 1, v, 0)) {
+    if (!ints(kv["diag.checkpoint_interval"], 1, &p.checkpoint_interval, 0)) {
       *error = "diag.checkpoint_interval = '" + kv["diag.checkpoint_interval"] + "': steps between checkpoints, 0 for none";
       return false;
     }
-    p.checkpoint_interval = static_cast<int>(v[0]);
   }
   p.checkpoint_dir = kv.count("diag.checkpoint_directory") ? kv["diag.checkpoint_directory"] : p.output_dir + "/checkpoints";
   if (kv.count("restart")) p.restart = kv["restart"];
@@ -268,11 +306,10 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
     p.particles_first = order == "particles-first";
   }
   if (kv.count("diag.progress")) {
-    if (!whole_numbers(kv["diag.progress"], 1, v, 0)) {
+    if (!ints(kv["diag.progress"], 1, &p.progress_interval, 0)) {
       *error = "diag.progress = '" + kv["diag.progress"] + "': steps between progress lines, 0 for none";
       return false;
     }
-    p.progress_interval = static_cast<int>(v[0]);
   }
   if (kv.count("hetmem.particles")) p.particle_role = kv["hetmem.particles"];
   for (const auto &name : species) {
@@ -290,10 +327,20 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
         !get("uz", &sp.u_drift[2]) || !get("langmuir.epsilon", &sp.langmuir_eps) ||
         !get("langmuir.sign", &sp.langmuir_sign))
       return false;
-    if (sp.mass <= 0 || sp.density < 0 || sp.u_th < 0) {
-      *error = name + ": mass must be positive, density and u_th zero or more";
-      return false;
-    }
+    for (const auto &[k, bad, rule] : {std::tuple{"mass", !(sp.mass > 0), "a positive mass in kg (or m_e)"},
+                                        std::tuple{"density", sp.density < 0, "a density in m^-3, 0 or more"},
+                                        std::tuple{"u_th", sp.u_th < 0, "a thermal spread of u in units of c, 0 or more"}})
+      if (bad) {
+        *error = key(k) + " = '" + kv[key(k)] + "': " + rule;
+        return false;
+      }
+    // Beyond u = 1e6 (gamma 1e6) the energies lose all precision, and u^2 overflows from 1e154.
+    for (const auto &[k, u] : {std::pair{"u_th", sp.u_th}, std::pair{"ux", sp.u_drift[0]},
+                               std::pair{"uy", sp.u_drift[1]}, std::pair{"uz", sp.u_drift[2]}})
+      if (std::fabs(u) > 1e6) {
+        *error = key(k) + " = '" + kv[key(k)] + "': at most 1e6 in magnitude (u = gamma v / c)";
+        return false;
+      }
     if (kv.count(key("num_particles_per_cell_each_dim"))) {
       if (!whole_numbers(kv[key("num_particles_per_cell_each_dim")], 3, v, 0) ||
           std::max({v[0], v[1], v[2]}) > kMaxParticlesPerCellEachDim) {
@@ -330,8 +377,9 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
     char buf[96];
     std::snprintf(buf, sizeof buf, "%.3g", wp_dt);
     *error = std::string("the plasma frequency is not resolved: omega_p dt = ") + buf +
-             " (the scheme needs < 2, and < 0.2 to be accurate); lower the species' density or refine "
-             "amr.n_cell / geometry.prob_hi";
+             " (the scheme needs < 2, and < 0.2 to be accurate); omega_p is set by each species' density, charge "
+             "and mass (" + p.species[0].name + ".density, " + p.species[0].name + ".charge, " + p.species[0].name +
+             ".mass): lower the density, or refine amr.n_cell / geometry.prob_hi";
     return false;
   }
   char note[320];

@@ -306,7 +306,10 @@ int main(int argc, char **argv) {
                    ", max_step is " + std::to_string(p.steps) + ": nothing to run (max_step counts from step 0)");
       std::printf("restarted from %s at step %d (t = %.6e s)\n", p.restart.c_str(), sim.steps_done(), sim.time());
     }
-    if (root) energy.open(energy_path, p.restart.empty() ? std::ios::trunc : std::ios::app);  // a restart continues the log
+    // A restart continues the log it finds; a log it starts (another directory) gets its header.
+    std::error_code ec;
+    const bool new_log = p.restart.empty() || std::filesystem::file_size(energy_path, ec) == 0 || ec;
+    if (root) energy.open(energy_path, new_log ? std::ios::trunc : std::ios::app);
     if (!comm.agree(!root || energy, &error)) return die("energy log '" + energy_path + "' cannot be written");
     const long particles = sim.global_particles();
     energy << std::setprecision(17);  // full double precision: conservation is read from these columns
@@ -315,7 +318,7 @@ int main(int argc, char **argv) {
     if (std::fabs(sim.background_charge_density()) > 1e-9 * species_rho)
       std::printf("  neutralising background: %.6g C/m^3, uniform and immobile (the species' net charge; in the "
                   "Gauss-law diagnostic)\n", sim.background_charge_density());
-    if (p.restart.empty()) {
+    if (new_log) {
       energy << "step,time_s,field_J";
       for (auto &s : sim.species()) energy << ",kinetic_" << s.params.name << "_J";
       energy << ",total_J,charge_error\n";

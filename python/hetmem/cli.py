@@ -10,6 +10,7 @@
     hetmem compare [--policies LIST] [--fraction F | --budget SIZE] [--iterations N] [--repeat R]
                    [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...] | --plan PLAN -- CMD ARGS]
     hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg|unchanged [--quick] [--out PATH]
+    hetmem fuzz [--cases N] [--seed S] [--targets LIST] [--time-limit S] [--out PATH]
     hetmem demo
 """
 
@@ -157,6 +158,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise HetmemError(f"--ranks '{args.ranks}': rank counts separated by commas, e.g. 1,2")
         return main_ranks(out, args.quick, ranks)
     return benchmarks.find(args.what).run(out, args.quick, _console())
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from . import fuzz
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    unknown = [t for t in targets if t not in fuzz.TARGETS]
+    if unknown or not targets:
+        raise HetmemError(f"--targets '{args.targets}': a comma-separated list of {', '.join(fuzz.TARGETS)}")
+    if args.cases < 1 or not args.time_limit > 0:
+        raise HetmemError("--cases wants at least 1 and --time-limit a positive number of seconds")
+    out = args.out or str(results_dir() / "hetmem-fuzz.json")
+    return fuzz.main(targets, args.cases, args.seed, args.time_limit, out, _console())
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -499,6 +512,17 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("workload", nargs=argparse.REMAINDER,
                     help="INPUT (file or preset:NAME) and key=value overrides; with --plan: -- PROGRAM ARGS")
     cp.set_defaults(func=cmd_compare)
+
+    fz = sub.add_parser("fuzz", help="mutate valid inputs of every application and tool and check each case runs "
+                        "or is refused at once with one line naming the key (docs/fuzzing.md)")
+    fz.add_argument("--cases", type=int, default=2000, help="cases to run, spread over the targets (default 2000)")
+    fz.add_argument("--seed", type=int, default=1, help="the random seed (the same seed, the same cases)")
+    fz.add_argument("--targets", default="pic,mg,amr,rules,env,preload",
+                    help="comma-separated: pic, mg, amr, rules, env (HM_* read by hetmem-tiers), preload (HM_* "
+                    "inside /bin/echo); default all")
+    fz.add_argument("--time-limit", type=float, default=5.0, help="seconds a case may run (default 5)")
+    fz.add_argument("--out", help="JSON results (default: results/hetmem-fuzz.json in the build tree)")
+    fz.set_defaults(func=cmd_fuzz)
 
     d = sub.add_parser("demo", help="allocate on every tier, move an array, print the per-tier accounting")
     d.set_defaults(func=cmd_demo)

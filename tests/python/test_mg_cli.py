@@ -81,6 +81,8 @@ def test_the_domain_lands_on_the_capacity_tier(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["mg.n=48"], "must be a power of two, at least 4"),
     (["mg.n=2"], "must be a power of two, at least 4"),
+    (["mg.n=0"], "must be a power of two, at least 4"),
+    (["mg.n=1073741824"], "at most 16384 cells per direction"),
     (["mg.tol=0"], "mg.tol = '0': must be in (0, 1)"),
     (["mg.tol=-1e-3"], "must be in (0, 1)"),
     (["mg.tol=small"], "mg.tol = 'small': a number"),

@@ -70,10 +70,15 @@ def test_run_writes_valid_openpmd_and_energy_log(tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["amr.n_cel=8 8 8"], "unknown key 'amr.n_cel' (did you mean 'amr.n_cell'?)"),
-    (["warpx.cfl=1.0"], "0 < cfl < 1"),
+    (["warpx.cfl=1.0"], "needs cfl < 1"),
+    (["warpx.cfl=1e-300"], "at least 1e-4"),
+    (["amr.n_cell=16 9223372036854775807 16"], "from 1 to 16777216"),
+    (["electrons.u_th=-1"], "electrons.u_th = '-1': a thermal spread"),
+    (["electrons.u_th=1e308"], "at most 1e6 in magnitude"),
+    (["particles.species_names=ions"], "'electrons' is not one of particles.species_names"),
     (["electrons.num_particles_per_cell_each_dim=0 0 0"], "with zero particles per cell"),
     (["hetmem.tile_size=5 5 5"], "not divisible by the tile size"),
-    (["amr.n_cell=-4 8 8"], "three positive whole numbers"),
+    (["amr.n_cell=-4 8 8"], "three whole numbers of cells from 1"),
     (["diag.directory=/proc/hetmem-cannot"], "cannot be created or written"),
     (["nonsense"], "command-line overrides are key=value"),
     (["hetmem.seed=abc"], "hetmem.seed = 'abc': a whole number"),
@@ -230,10 +235,21 @@ def test_impossible_problems_are_refused_before_anything_is_allocated(tmp_path, 
 
 
 def test_a_run_whose_energy_is_not_finite_stops_there_with_its_log_kept(tmp_path):
+    """The input check refuses momenta that overflow the energy; a checkpoint can still carry one
+    (here one particle's u set to 1e300 in the file): the run stops at that step, log kept."""
+    h5py = pytest.importorskip("h5py")
+    first = tmp_path / "first"
+    r = pic("preset:L0", "max_step=1", "diag.progress=0", "diag.checkpoint_interval=1", f"diag.directory={first}")
+    assert r.returncode == 0, r.stderr
+    checkpoint = first / "checkpoints" / "checkpoint_000001.h5"
+    with h5py.File(checkpoint, "r+") as f:
+        (it,) = f["data"].keys()
+        ux = f["data"][it]["hetmem_restart"]["species_0"]["ux"]
+        ux[0] = 1e300
     out = tmp_path / "out"
-    r = pic("preset:L0", "electrons.u_th=1e300", "max_step=5", "diag.progress=0", f"diag.directory={out}")
+    r = pic("preset:L0", "max_step=5", "diag.progress=0", f"restart={checkpoint}", f"diag.directory={out}")
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "non-finite at step 0" in r.stderr
+    assert "non-finite at step 2" in r.stderr, r.stderr  # the first step after the restart
     lines = (out / "energy.csv").read_text().splitlines()
     assert len(lines) == 2 and ",inf," in lines[1], lines
 
