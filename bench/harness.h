@@ -28,6 +28,63 @@ inline double median(std::vector<double> v) {
 
 inline double best(const std::vector<double> &v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
 
+// A ratio of medians with the interval its repetitions allow: on a shared machine a ratio alone
+// misleads, so a target is MET only when the whole interval meets it (python/hetmem/verdicts.py is
+// the same for the Python benchmarks). Paired (the two were timed in turns, one of each per round):
+// the extremes of the rounds' ratios; otherwise min(num)/max(den) .. max(num)/min(den).
+struct Ratio {
+  double value = 0, low = 0, high = 0;
+};
+
+inline Ratio ratio(const std::vector<double> &num, const std::vector<double> &den, bool paired = true) {
+  Ratio r;
+  if (num.empty() || den.empty() || median(den) <= 0) return r;
+  r.value = median(num) / median(den);
+  if (paired && num.size() == den.size()) {
+    r.low = r.high = num[0] / den[0];
+    for (size_t i = 1; i < num.size(); ++i) {
+      r.low = std::min(r.low, num[i] / den[i]);
+      r.high = std::max(r.high, num[i] / den[i]);
+    }
+  } else {
+    r.low = *std::min_element(num.begin(), num.end()) / *std::max_element(den.begin(), den.end());
+    r.high = *std::max_element(num.begin(), num.end()) / *std::min_element(den.begin(), den.end());
+  }
+  return r;
+}
+
+// Verdicts: MET when the whole interval meets the target, NOT MET when none of it does, else
+// "cannot tell" (the target is within the run-to-run spread).
+inline const char *at_least(const Ratio &r, double target) {
+  return r.low >= target ? "MET" : r.high < target ? "NOT MET" : "cannot tell";
+}
+inline const char *at_most(const Ratio &r, double target) {
+  return r.high <= target ? "MET" : r.low > target ? "NOT MET" : "cannot tell";
+}
+inline const char *between(const Ratio &r, double lo, double hi) {
+  if (r.low >= lo && r.high <= hi) return "MET";
+  return r.high < lo || r.low > hi ? "NOT MET" : "cannot tell";
+}
+// An absolute figure: every repetition at most (within) or at least (all_at_least) `target`.
+inline const char *within(const std::vector<double> &runs, double target) {
+  if (runs.empty()) return "NOT MET";
+  const double lo = *std::min_element(runs.begin(), runs.end()), hi = *std::max_element(runs.begin(), runs.end());
+  return hi <= target ? "MET" : lo > target ? "NOT MET" : "cannot tell";
+}
+inline const char *all_at_least(const std::vector<double> &runs, double target) {
+  if (runs.empty()) return "NOT MET";
+  const double lo = *std::min_element(runs.begin(), runs.end()), hi = *std::max_element(runs.begin(), runs.end());
+  return lo >= target ? "MET" : hi < target ? "NOT MET" : "cannot tell";
+}
+// The verdict of several targets together: NOT MET if any is, MET if all are, else cannot tell.
+inline std::string all_of(const std::vector<std::string> &verdicts) {
+  std::string v = "MET";
+  for (const std::string &x : verdicts)
+    if (x == "NOT MET") return x;
+    else if (x != "MET") v = x;
+  return v;
+}
+
 // Builds a JSON document by hand (flat objects, arrays of objects): enough for results files.
 class Json {
  public:

@@ -81,8 +81,8 @@ program hetmem_mg
      total_cycles = total_cycles + cycles_done
      rc = hm_iteration_next()
      if (r > tol * r0) then
-        write(error_unit, '("hetmem-mg: not converged: residual reduced by ", es9.2, " after ", i0, &
-             & " cycles (mg.tol = ", es9.2, ", mg.max_cycles = ", i0, ")")') r / r0, cycles_done, tol, max_cycles
+        write(error_unit, '("hetmem-mg: not converged: residual reduced by ", es10.2e3, " after ", i0, &
+             & " cycles (mg.tol = ", es10.2e3, ", mg.max_cycles = ", i0, ")")') r / r0, cycles_done, tol, max_cycles
         stop 1, quiet=.true.
      end if
   end do

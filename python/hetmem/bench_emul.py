@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 
+from . import verdicts
 from .lib import HetmemError, find_bench_program, find_preload, find_program
 
 
@@ -63,9 +64,10 @@ def _pic(preset: str, steps: int, tiers: str | None, tmp: str, emul: bool = True
 
 def _ratio_row(name: str, base: list[float], emul: list[float], unit: str, target: float, note: str) -> dict:
     b, e = statistics.median(base), statistics.median(emul)
-    return {"name": name, "dram": b, "emulated": e, "unit": unit, "ratio": e / b, "runs": len(base),
-            "dram_runs": base, "emulated_runs": emul,
-            "target": f"at most {target:.2f}x", "met": e / b <= target, "note": note}
+    r = verdicts.ratio(emul, base, paired=True)  # the runs alternate: one of each per round
+    return {"name": name, "dram": b, "emulated": e, "unit": unit, "ratio": e / b, "spread": [r.low, r.high],
+            "runs": len(base), "dram_runs": base, "emulated_runs": emul,
+            "target": f"at most {target:.2f}x in every round", "verdict": verdicts.at_most(r, target), "note": note}
 
 
 def pic_overhead(preset: str, steps: int, reps: int, tmp: str) -> dict:
@@ -132,8 +134,9 @@ def optane_scale(preset: str, steps: int, reps: int, tmp: str) -> dict:
         base.append(_pic(preset, steps, None, tmp)[0])
         emul.append(_pic(preset, steps, "capacity=emul:optane", tmp)[0])
     b, e = statistics.median(base), statistics.median(emul)
+    r = verdicts.ratio(emul, base, paired=True)
     return {"name": f"PIC preset:{preset}, everything on emul:optane vs DRAM (emulated)", "dram": b, "emulated": e,
-            "unit": "ns per particle-step", "ratio": e / b}
+            "unit": "ns per particle-step", "ratio": e / b, "spread": [r.low, r.high]}
 
 
 def main(out: str, quick: bool) -> int:
@@ -148,13 +151,14 @@ def main(out: str, quick: bool) -> int:
     print(f"  {'overhead':<92} {'DRAM':>10} {'emulated':>10} {'ratio':>7}")
     for r in rows:
         print(f"  {r['name']:<92} {r['dram']:>10.3f} {r['emulated']:>10.3f} {r['ratio']:>6.3f}x "
-              f"{'MET' if r['met'] else 'NOT MET'} ({r['target']}; {r['unit']}, {r['runs']} runs each)")
+              f"(spread {r['spread'][0]:.3f}-{r['spread'][1]:.3f}) {r['verdict']} ({r['target']}; {r['unit']}, "
+              f"{r['runs']} runs each)")
         if r["note"]:
             print(f"    {r['note']}")
     print(f"  {fid['name']}: {fid['within']} of {fid['count']} within 10%, worst {fid['worst']} "
           f"({'MET' if fid['met'] else 'NOT MET'}: {fid['target']})")
     print(f"  {scale['name']}: {scale['dram']:.1f} vs {scale['emulated']:.1f} ns per particle-step, "
-          f"{scale['ratio']:.2f}x")
+          f"{scale['ratio']:.2f}x (spread {scale['spread'][0]:.2f}-{scale['spread'][1]:.2f})")
     with open(out, "w") as f:
         json.dump({"benchmark": "hetmem-bench-emul", "quick": quick, "overhead": rows, "fidelity": fid,
                    "optane_scale": scale}, f, indent=1)

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 
+from . import verdicts
 from .lib import HetmemError, find_program
 
 
@@ -94,14 +95,19 @@ def main(out: str, quick: bool) -> int:
                                 "factor": mine[0]["factor"], "error_max": mine[0]["error_max"]},
                   "hypre": peers}
         if peers:
-            best = min(peers.values(), key=lambda p: p["solve_s"] + p["setup_s"])
-            ratio = (best["solve_s"] + best["setup_s"]) / solve
+            best_name = min(peers, key=lambda k: peers[k]["solve_s"] + peers[k]["setup_s"])
+            best = peers[best_name]
+            theirs = [r["solve_s"] + r["setup_s"] for r in runs[best_name]]
+            r = verdicts.ratio(theirs, [m["seconds_per_solve"] for m in mine], paired=len(theirs) == len(mine))
+            ratio = r.value
             # Equal to the algebraic error left at a 1e-8 reduction: the same discretised problem.
             same = abs(best["error_max"] - mine[0]["error_max"]) <= 1e-3 * mine[0]["error_max"]
-            print(f"  hypre's faster setting (setup + solve) / hetmem-mg: {ratio:.2f}x (aim: above 1, hetmem-mg "
-                  f"faster): {'MET' if ratio > 1 else 'NOT MET'}; the same discretisation error: "
-                  f"{'yes' if same else 'NO'}")
+            verdict = verdicts.at_least(r, 1.0)
+            print(f"  hypre's faster setting (setup + solve) / hetmem-mg: {r.text(2)} (aim: above 1 in every round, "
+                  f"hetmem-mg faster): {verdict}; the same discretisation error: {'yes' if same else 'NO'}")
             result["ratio_hypre_over_ours"] = ratio
+            result["ratio_spread"] = [r.low, r.high]
+            result["verdict"] = verdict
             result["same_problem"] = same
         else:
             print("  hypre: not built (libhypre-dev missing): no peer figures")
@@ -120,14 +126,14 @@ def main(out: str, quick: bool) -> int:
                 pages[name].append(r["seconds_per_solve"])
                 process[name].append(r["process_s"])
         print(f"\npages ({n}^3, two threads; the hierarchy's arrays are 2 MiB or more):")
-        base = statistics.median(pages[variants[0][0]])
         result["pages"] = {}
         for name, _ in variants:
             s = statistics.median(pages[name])
             p = statistics.median(process[name])
-            result["pages"][name] = {"solve_s": s, "process_s": p}
-            print(f"  {name:28s} {s:8.4f} s per solve  {base / s:5.2f}x   process {p:6.3f} s (start-up, reservation "
-                  "and run)")
+            gain = verdicts.ratio(pages[variants[0][0]], pages[name], paired=True)
+            result["pages"][name] = {"solve_s": s, "process_s": p, "speedup_spread": [gain.low, gain.high]}
+            print(f"  {name:28s} {s:8.4f} s per solve  {gain.text(2):>24s}   process {p:6.3f} s (start-up, "
+                  "reservation and run)")
         if free * 2 < mib:
             print(f"  hugetlb pool: not measured: the kernel has {free} free 2 MiB pages, {mib // 2} are needed "
                   f"(as root: echo {mib // 2} > /proc/sys/vm/nr_hugepages)")
@@ -184,15 +190,28 @@ def study(tmp: str, presets: list[str], reps: int) -> dict:
                 times[name]["total"].append(r["steady_solve_s"] + r["steady_domain_s"])
                 times[name]["mgs"].append(r["steady_solve_s"])
         med = {name: {k: statistics.median(v) for k, v in t.items()} for name, t in times.items()}
-        base = med["all-fast"]
-        mm = {k: med["memory-mode"][k] / base[k] for k in base}
-        st = {k: med["hetmem-static"][k] / base[k] for k in base}
-        gain = med["memory-mode"]["total"] / med["hetmem-static"]["total"]
-        rows[preset] = {"n": n, "footprint_bytes": footprint, "seconds": med, "memory_mode_slowdown": mm,
-                        "hetmem_static_slowdown": st, "hetmem_static_gain_over_memory_mode": gain, "emulated": True}
-        print(f"  {preset:6s} {footprint / 2**20:8.0f} MiB  {mm['total']:10.2f}x {mm['mgs']:11.2f}x  "
-              f"{st['total']:11.2f}x {st['mgs']:12.2f}x  {gain:12.2f}x   [emulated]")
-    print("  (Christgau (2021) on real Optane: memory mode 1.00-1.19x in total, 1.07-1.13x for the MGS)")
+
+        def versus(name: str, other: str, k: str) -> verdicts.Ratio:
+            return verdicts.ratio(times[name][k], times[other][k], paired=True)
+        mm = {k: versus("memory-mode", "all-fast", k) for k in ("total", "mgs")}
+        st = {k: versus("hetmem-static", "all-fast", k) for k in ("total", "mgs")}
+        gain = versus("memory-mode", "hetmem-static", "total")
+        rows[preset] = {"n": n, "footprint_bytes": footprint, "seconds": med,
+                        "memory_mode_slowdown": {k: r.value for k, r in mm.items()},
+                        "hetmem_static_slowdown": {k: r.value for k, r in st.items()},
+                        "hetmem_static_gain_over_memory_mode": gain.value,
+                        "spreads": {"memory_mode": {k: [r.low, r.high] for k, r in mm.items()},
+                                    "hetmem_static": {k: [r.low, r.high] for k, r in st.items()},
+                                    "gain": [gain.low, gain.high]},
+                        "gain_verdict": verdicts.at_least(gain, 1.0), "emulated": True}
+        print(f"  {preset:6s} {footprint / 2**20:8.0f} MiB  {mm['total'].value:10.2f}x {mm['mgs'].value:11.2f}x  "
+              f"{st['total'].value:11.2f}x {st['mgs'].value:12.2f}x  {gain.value:12.2f}x   [emulated]")
+        print(f"  {'':6s} {'spread':>10s}  {mm['total'].low:.2f}-{mm['total'].high:.2f} {mm['mgs'].low:.2f}-"
+              f"{mm['mgs'].high:.2f}  {st['total'].low:.2f}-{st['total'].high:.2f} {st['mgs'].low:.2f}-"
+              f"{st['mgs'].high:.2f}  {gain.low:.2f}-{gain.high:.2f} (static faster in every round: "
+              f"{rows[preset]['gain_verdict']})")
+    print("  (spread: the extremes of the rounds' ratios; Christgau (2021) on real Optane: memory mode 1.00-1.19x in "
+          "total, 1.07-1.13x for the MGS)")
     return rows
 
 

@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 
+from . import verdicts
 from .lib import HetmemError, find_bench_program, find_preload
 
 
@@ -55,9 +56,10 @@ def overhead(reps: int, tmp: str) -> dict:
         _, out = _run([prog, *args], _clean_env(LD_PRELOAD=preload, HM_PROFILE=trace))
         profiled.append(float(out.split()[0]))
     p, t, q = statistics.median(plain), statistics.median(plain_thp), statistics.median(profiled)
+    r = verdicts.ratio(profiled, plain_thp, paired=True)
     return {"name": "profiling overhead, stencil with phases", "plain_s": p, "plain_thp_s": t, "profiled_s": q,
-            "overhead": q / t - 1, "overhead_vs_4k_pages": q / p - 1, "target": "at most 3%",
-            "met": q / t - 1 <= 0.03}
+            "overhead": q / t - 1, "overhead_spread": [r.low - 1, r.high - 1], "overhead_vs_4k_pages": q / p - 1,
+            "target": "at most 3% in every round", "verdict": verdicts.at_most(r, 1.03)}
 
 
 def versus_heaptrack(reps: int, tmp: str) -> dict:
@@ -83,15 +85,18 @@ def versus_heaptrack(reps: int, tmp: str) -> dict:
     row = {"name": "allocation-heavy, 2 threads x 10^6 operations", "hetmem_s": statistics.median(ours),
            "hetmem_wall_s": statistics.median(ours_wall), "hetmem_trace_bytes": ours_size}
     if heaptrack:
+        speedup = verdicts.ratio(theirs, ours, paired=True)
+        verdict = verdicts.at_least(speedup, 3.0)
+        if ours_size >= theirs_size:
+            verdict = "NOT MET"
         row.update({"heaptrack_s": statistics.median(theirs), "heaptrack_wall_s": statistics.median(theirs_wall),
                     "heaptrack_trace_bytes": theirs_size,
-                    "speedup": statistics.median(theirs) / statistics.median(ours),
+                    "speedup": speedup.value, "speedup_spread": [speedup.low, speedup.high],
                     "wall_speedup": statistics.median(theirs_wall) / statistics.median(ours_wall),
                     "trace_ratio": ours_size / theirs_size if theirs_size else 0.0,
-                    "target": "at least 3x faster and a smaller trace",
-                    "met": statistics.median(theirs) >= 3 * statistics.median(ours) and ours_size < theirs_size})
+                    "target": "at least 3x faster in every round and a smaller trace", "verdict": verdict})
     else:
-        row.update({"target": "heaptrack not installed (apt-get install heaptrack)", "met": False})
+        row.update({"target": "heaptrack not installed (apt-get install heaptrack)", "verdict": "NOT MET"})
     return row
 
 
@@ -106,8 +111,10 @@ def rules_only(reps: int, tmp: str) -> dict:
         plain.append(float(_run([prog], _clean_env())[1]))
         ruled.append(float(_run([prog], _clean_env(LD_PRELOAD=preload, HM_RULES=rules))[1]))
     p, q = statistics.median(plain), statistics.median(ruled)
+    added = [b - a for a, b in zip(plain, ruled)]  # per round: the runs alternate
     return {"name": "rules-only placement, malloc/free pair 16..4096 B", "plain_ns": p, "rules_ns": q,
-            "added_ns": q - p, "target": "at most 50 ns added", "met": q - p <= 50}
+            "added_ns": q - p, "added_spread_ns": verdicts.spread(added), "target": "at most 50 ns added in every round",
+            "verdict": verdicts.within(added, 50)}
 
 
 def main(out: str, quick: bool) -> int:
@@ -115,19 +122,22 @@ def main(out: str, quick: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="hetmem-bench-") as tmp:
         rows = [overhead(reps, tmp), versus_heaptrack(3 if quick else 5, tmp), rules_only(reps, tmp)]
     o, h, r = rows
-    print("hetmem profiler benchmark (medians; programs run alternately)")
+    print("hetmem profiler benchmark (medians; programs run alternately; spread: the extremes of the rounds)")
+    lo, hi = o["overhead_spread"]
     print(f"  {o['name']:<48} plain {o['plain_thp_s']:.3f} s (THP), profiled {o['profiled_s']:.3f} s: "
-          f"overhead {100 * o['overhead']:+.1f}% ({'MET' if o['met'] else 'NOT MET'}: {o['target']}); "
+          f"overhead {100 * o['overhead']:+.1f}% (spread {100 * lo:+.1f}% to {100 * hi:+.1f}%; {o['verdict']}: "
+          f"{o['target']}); "
           f"plain with 4 KiB pages {o['plain_s']:.3f} s ({100 * o['overhead_vs_4k_pages']:+.1f}%)")
     if "heaptrack_s" in h:
         print(f"  {h['name']:<48} hetmem {h['hetmem_s']:.3f} s, heaptrack {h['heaptrack_s']:.3f} s: "
-              f"{h['speedup']:.2f}x faster (whole command {h['wall_speedup']:.2f}x); trace "
-              f"{h['hetmem_trace_bytes'] / 1e6:.1f} MB vs {h['heaptrack_trace_bytes'] / 1e6:.1f} MB "
-              f"({'MET' if h['met'] else 'NOT MET'}: {h['target']})")
+              f"{h['speedup']:.2f}x faster (spread {h['speedup_spread'][0]:.2f}-{h['speedup_spread'][1]:.2f}; whole "
+              f"command {h['wall_speedup']:.2f}x); trace {h['hetmem_trace_bytes'] / 1e6:.1f} MB vs "
+              f"{h['heaptrack_trace_bytes'] / 1e6:.1f} MB ({h['verdict']}: {h['target']})")
     else:
         print(f"  {h['name']:<48} hetmem {h['hetmem_s']:.3f} s; {h['target']}")
     print(f"  {r['name']:<48} plain {r['plain_ns']:.1f} ns, with rules {r['rules_ns']:.1f} ns: "
-          f"+{r['added_ns']:.1f} ns ({'MET' if r['met'] else 'NOT MET'}: {r['target']})")
+          f"+{r['added_ns']:.1f} ns (spread {r['added_spread_ns'][0]:+.1f} to {r['added_spread_ns'][1]:+.1f}; "
+          f"{r['verdict']}: {r['target']})")
     with open(out, "w") as f:
         json.dump({"benchmark": "hetmem-bench-profiler", "quick": quick, "results": rows}, f, indent=1)
     print(f"results: {out}")

@@ -550,8 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         return 0
     except HetmemError as exc:
-        if not exc.reported:
-            print(f"hetmem: error: {exc}", file=sys.stderr)
+        print(f"hetmem: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

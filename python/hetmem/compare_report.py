@@ -296,6 +296,27 @@ def text_tables(result: dict) -> str:
     return "\n".join(lines)
 
 
+def policies_figure(rows: list[dict], unit: str, title: str):
+    """The median of each policy as a bar and every repetition as a point on it, so the spread is
+    seen beside the median; policies on the y axis, where long names cannot overlap."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ys = list(range(len(rows)))
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.32 * len(rows)))
+    ax.barh(ys, [r["seconds_per_iteration"] for r in rows], color="#4c72b0", alpha=0.8, label="median")
+    for y, r in zip(ys, rows):
+        ax.plot(r["runs"], [y] * len(r["runs"]), "k.", markersize=6, label="repetitions" if y == 0 else None)
+    ax.set_yticks(ys, [r["policy"] for r in rows], fontsize=8)
+    ax.invert_yaxis()  # the table's order, top to bottom
+    ax.legend(fontsize=8)
+    ax.set_xlabel(f"seconds per {unit}")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def plots(result: dict) -> dict[str, bytes]:
     import matplotlib
     matplotlib.use("Agg")
@@ -306,34 +327,26 @@ def plots(result: dict) -> dict[str, bytes]:
         result["capacity_tier"]
     out = {}
     unit = result.get("unit", "iteration")
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
     names = [r["policy"] for r in rows]
-    xs = list(range(len(rows)))
-    ax.bar(xs, [r["seconds_per_iteration"] for r in rows], color="#4c72b0", alpha=0.8, label="median")
-    for x, r in zip(xs, rows):  # every repetition, so the spread is seen beside the median
-        ax.plot([x] * len(r["runs"]), r["runs"], "k.", markersize=5,
-                label="repetitions" if x == 0 else None)
-    ax.set_xticks(xs, names, rotation=30, ha="right", fontsize=8)
-    ax.legend(fontsize=8)
-    ax.set_ylabel(f"seconds per {unit}")
-    ax.set_title(f"Time per iteration, fast budget {size_text(result['fast_budget_bytes'])} "
-                 f"({100 * result['fast_budget_bytes'] / result['footprint_bytes']:.0f}% of footprint)\n{tag}",
-                 fontsize=10)
-    fig.tight_layout()
+    ys = list(range(len(rows)))
+    fig = policies_figure(rows, unit, f"Time per iteration, fast budget {size_text(result['fast_budget_bytes'])} "
+                          f"({100 * result['fast_budget_bytes'] / result['footprint_bytes']:.0f}% of footprint)\n{tag}")
     out["policies.png"] = png(fig)
-    # Ren et al. (ICS'21) Figure 7: per-phase time of each policy, stacked.
+    # Ren et al. (ICS'21) Figure 7: per-phase time of each policy, stacked; policies on the y axis, so
+    # that their names never run into each other.
     phases = sorted({p for r in rows for p in r["phase_seconds_per_iteration"]})
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    bottom = [0.0] * len(rows)
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.32 * len(rows)))
+    left = [0.0] * len(rows)
     for p in phases:
         vals = [r["phase_seconds_per_iteration"].get(p, 0) for r in rows]
-        ax.bar(xs, vals, bottom=bottom, label=p)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_ylabel(f"seconds per {unit}")
+        ax.barh(ys, vals, left=left, label=p)
+        left = [b + v for b, v in zip(left, vals)]
+    ax.set_xlabel(f"seconds per {unit}")
     ax.set_title(f"Per-phase breakdown (cf. WarpX-PM Figure 7)\n{tag}", fontsize=10)
     if phases:
         ax.legend(fontsize=8)
-    ax.set_xticks(xs, names, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(ys, names, fontsize=8)
+    ax.invert_yaxis()
     fig.tight_layout()
     out["phases.png"] = png(fig)
     # Ren et al. (ICS'21) Figure 7 proper: each phase under memory mode (M), static (S), static + prefetch

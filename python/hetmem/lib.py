@@ -17,13 +17,7 @@ ROLES = ("fast", "capacity", "persistent")
 
 
 class HetmemError(RuntimeError):
-    """An error reported by libhetmem or by the search for it; the message says what to do.
-    `reported`: the library has already printed it (its start-up errors), so the command does not
-    print it again."""
-
-    def __init__(self, message: str, reported: bool = False):
-        super().__init__(message)
-        self.reported = reported
+    """An error reported by libhetmem or by the search for it; the message says what to do."""
 
 
 class _TierInfo(ctypes.Structure):
@@ -206,8 +200,8 @@ class Library:
             return
         rc = c.hm_init()
         if rc != 0:
-            # The library prints why it could not start (HM_TIERS, budgets) on standard error.
-            raise HetmemError(self.last_error() or c.hm_strerror(rc).decode(), reported=True)
+            # Why it could not start (HM_TIERS, budgets): hm_init leaves the saying to its caller.
+            raise HetmemError(self.last_error() or c.hm_strerror(rc).decode())
 
     def last_error(self) -> str:
         return (self._c.hm_last_error() or b"").decode(errors="replace")

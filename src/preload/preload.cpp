@@ -276,8 +276,8 @@ __attribute__((constructor)) void start_up() {
       clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &g_start_cpu);
     }
     if (hm_init() != HM_OK) {
-      // The library has printed why; say only what it means for the program.
-      say("not started: the program runs without hetmem", nullptr);
+      // Why (hm_init leaves the saying to its caller), and what it means for the program.
+      say("not started, the program runs without hetmem", hm_last_error());
       return;
     }
     g_started = true;

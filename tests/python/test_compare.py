@@ -134,3 +134,23 @@ def test_a_plan_without_a_program_is_refused(tmp_path):
     plan.write_text("all -> class cold\n")
     r = hetmem("compare", "--plan", str(plan), "--out", str(tmp_path / "c"))
     assert r.returncode == 2 and "needs a program" in r.stderr
+
+
+def test_policies_plot_shows_every_repetition_and_no_label_overlaps():
+    """policies.png: each repetition is a point beside its policy's median bar, and the policy names
+    (hetmem-static+prefetch beside hetmem-static) do not overlap."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from hetmem import compare, compare_report
+    rows = [{"policy": p, "seconds_per_iteration": 1.0 + 0.1 * i, "runs": [0.9 + 0.1 * i, 1.0 + 0.1 * i, 1.2 + 0.1 * i]}
+            for i, p in enumerate(compare.policy_order())]
+    fig = compare_report.policies_figure(rows, "iteration", "test")
+    ax = fig.axes[0]
+    points = [line for line in ax.get_lines() if line.get_marker() == "."]
+    assert sum(len(line.get_xdata()) for line in points) == 3 * len(rows)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.get_yticklabels() if t.get_text()]
+    assert len(boxes) == len(rows)
+    for a, b in zip(boxes, boxes[1:]):
+        assert not a.overlaps(b), "policy names overlap"
