@@ -12,7 +12,8 @@
 // and the "device" column shows what the declared model would charge).
 //
 //   hetmem-validate-emul [--size-mib N] [--reps N] [--tolerance F] [--json PATH]
-// Exit status: 0 when every row is within the tolerance, 1 when one is not, 2 on bad input.
+// Exit status: 0 when every row's median is within the tolerance, 1 when one is not, 2 on bad input; each
+// row also says MET (every round within), NOT MET (none) or cannot tell (the tolerance within the spread).
 #include <hetmem/hetmem.h>
 #include <omp.h>
 
@@ -167,7 +168,7 @@ struct Row {
   double dram_ms, emul_ms, measured, predicted, device, error = 0;
   double error_low = 0, error_high = 0;  // the error of the rounds' extremes
   std::string verdict;                   // MET, NOT MET or cannot tell (the tolerance within the spread)
-  bool ok = false;
+  bool ok = false;                       // the median within the tolerance (the exit status)
 };
 
 }  // namespace
@@ -268,36 +269,40 @@ int main(int argc, char **argv) {
         row.error_low = r.low / row.predicted - 1;
         row.error_high = r.high / row.predicted - 1;
         row.verdict = bench::between(r, (1 - tolerance) * row.predicted, (1 + tolerance) * row.predicted);
-        row.ok = row.verdict == "MET";
+        row.ok = std::fabs(row.error) <= tolerance;
         rows.push_back(row);
         std::printf("  %-12s %-24s %-8s measured %6.2fx predicted %6.2fx error %+6.1f%% (%+.1f%% to %+.1f%%)%s\n",
                     info.name, kNames[k], row.mode.c_str(), row.measured, row.predicted, 100 * row.error,
-                    100 * row.error_low, 100 * row.error_high, row.ok ? "" : ("  " + row.verdict).c_str());
+                    100 * row.error_low, 100 * row.error_high,
+                    row.verdict == "MET" ? "" : ("  " + row.verdict).c_str());
       }
       free_arrays(&m);
     }
   }
   free_arrays(&base);
 
-  int failed = 0;
+  int failed = 0, met = 0;
   std::printf("\n%-12s %-24s %-9s %9s %9s %9s %9s %8s %17s %8s\n", "tier", "kernel", "access", "DRAM ms", "emul ms",
               "measured", "predicted", "error", "error spread", "device");
   for (const Row &r : rows) {
     failed += !r.ok;
+    met += r.verdict == "MET";
     char spread[40];
     std::snprintf(spread, sizeof spread, "%+.1f%%..%+.1f%%", 100 * r.error_low, 100 * r.error_high);
     std::printf("%-12s %-24s %-9s %9.2f %9.2f %8.2fx %8.2fx %+7.1f%% %17s %7.2fx%s\n", r.tier.c_str(), r.kernel.c_str(),
                 r.mode.c_str(), r.dram_ms, r.emul_ms, r.measured, r.predicted, 100 * r.error, spread, r.device,
-                r.ok ? "" : ("  " + r.verdict).c_str());
+                r.verdict == "MET" ? "" : ("  " + r.verdict).c_str());
   }
   std::printf("(measured = emulated time / DRAM time; predicted = (DRAM time + the model's extra) / DRAM time; device "
               "= the declared model's ratio, which the sampled rows approximate by charging every referenced page "
-              "once as a read; error spread: the rounds' extremes)\n%d of %zu rows within %.0f%% in every round: %s\n", static_cast<int>(rows.size()) - failed, rows.size(),
-              100 * tolerance, failed ? "NOT MET" : "MET");
+              "once as a read; error spread: the rounds' extremes)\n%d of %zu rows within %.0f%% in every round (MET), "
+              "%d by their median (the exit status)\n", met, rows.size(), 100 * tolerance,
+              static_cast<int>(rows.size()) - failed);
 
   bench::Json j;
   j.open().str("benchmark", "hetmem-validate-emul").num("array_mib", static_cast<double>((n * 8) >> 20))
-      .num("reps", reps).num("tolerance", tolerance).boolean("met", failed == 0);
+      .num("reps", reps).num("tolerance", tolerance).boolean("met", met == static_cast<int>(rows.size()))
+      .boolean("medians_within_tolerance", failed == 0);
   j.open_array("rows");
   for (const Row &r : rows)
     j.open().str("tier", r.tier).str("kernel", r.kernel).str("access", r.mode).num("dram_ms", r.dram_ms)

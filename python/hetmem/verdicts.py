@@ -73,3 +73,10 @@ def within(runs: list[float], target: float) -> str:
     if min(runs) > target:
         return "NOT MET"
     return "cannot tell"
+
+
+def all_of(verdicts: list[str]) -> str:
+    """Several targets together: NOT MET if any is, MET if all are, else cannot tell."""
+    if "NOT MET" in verdicts:
+        return "NOT MET"
+    return "MET" if all(v == "MET" for v in verdicts) else "cannot tell"

@@ -31,3 +31,9 @@ def test_absolute_figures_and_bad_input():
         verdicts.ratio([], [1.0])
     with pytest.raises(ValueError):
         verdicts.ratio([1.0, 2.0], [1.0], paired=True)
+
+
+def test_several_targets_together():
+    assert verdicts.all_of(["MET", "MET"]) == "MET"
+    assert verdicts.all_of(["MET", "cannot tell"]) == "cannot tell"
+    assert verdicts.all_of(["cannot tell", "NOT MET", "MET"]) == "NOT MET"
