@@ -211,6 +211,9 @@ void *hm_realloc(void *ptr, size_t size);
 size_t hm_usable_size(const void *ptr);
 /* Which tier holds ptr (any address inside an allocation). HM_ENOTOWNED if not hetmem's. */
 int hm_ptr_tier(const void *ptr, hm_tier_t *tier);
+/* 1 if hetmem allocated ptr (any address inside an allocation), 0 otherwise, without recording an
+ * error: the lookup hm_free makes, for code that frees memory of several allocators. */
+int hm_owns(const void *ptr);
 
 /* Moves an allocation to another tier keeping its address (mbind + MPOL_MF_MOVE between NUMA
  * tiers; copy and remap for file and emulated tiers). The allocation must have its own mapping:

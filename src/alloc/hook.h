@@ -9,9 +9,6 @@ extern "C" {
 extern __thread int hm_inside_hook __attribute__((visibility("default"), tls_model("initial-exec")));
 // Depth of the calling thread's hm_mode_push stack (0: no scope open).
 __attribute__((visibility("default"))) int hm_mode_depth(void);
-// Whether hetmem owns ptr: the slot-map lookup of hm_free, without recording an error (the
-// preload library asks this for every free of the C library's memory).
-__attribute__((visibility("default"))) int hm_owns(const void *ptr);
 }
 
 namespace hm {

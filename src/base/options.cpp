@@ -62,6 +62,8 @@ constexpr OptionSpec kOptions[] = {
      "16 bytes): a primary and the server then prove to each other that they hold it"},
     {Option::kPmCheck, "HM_PM_CHECK", "0", "1: persistent octrees validate every family when restored (slower; bounds are always "
      "checked)"},
+    {Option::kMemkind, "HM_MEMKIND", "", "hetmem's libmemkind: KIND=ROLE_OR_TIER overrides of the kind table, e.g. "
+     "HBW=emul:cxl,DAX_KMEM=capacity (docs/memkind.md)"},
 };
 constexpr int kCount = sizeof(kOptions) / sizeof(kOptions[0]);
 static_assert(kCount == static_cast<int>(Option::kCount), "every Option has a row");

@@ -1,0 +1,137 @@
+// hetmem's libmemkind: the kinds land on the tiers of the table (docs/memkind.md), the C library
+// keeps MEMKIND_DEFAULT, unavailable kinds say so with memkind's errors, and memkind's own rules
+// (hbw_set_policy once, before any allocation) hold. The tiers are the test defaults: fast = DRAM,
+// capacity = the emulated Optane tier.
+#include <errno.h>
+#include <gtest/gtest.h>
+#include <hetmem/hetmem.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "hetmem/memkind/hbwmalloc.h"
+#include "hetmem/memkind/memkind.h"
+
+namespace {
+
+hm_tier_t role(hm_role_t r) {
+  hm_tier_t t = -1;
+  EXPECT_EQ(hm_role_tier(r, &t), HM_OK);
+  return t;
+}
+
+hm_tier_t tier_of(const void *p) {
+  hm_tier_t t = -1;
+  return hm_ptr_tier(p, &t) == HM_OK ? t : -1;
+}
+
+}  // namespace
+
+TEST(Memkind, HbwPolicyIsSetOnceBeforeTheFirstAllocation) {
+  // First in this binary: no hbw allocation has happened yet.
+  EXPECT_EQ(hbw_get_policy(), HBW_POLICY_PREFERRED) << "the default";
+  EXPECT_EQ(hbw_set_policy(static_cast<hbw_policy_t>(7)), EINVAL);
+  EXPECT_EQ(hbw_set_policy(HBW_POLICY_BIND), 0);
+  EXPECT_EQ(hbw_set_policy(HBW_POLICY_PREFERRED), EPERM) << "only once";
+  EXPECT_EQ(hbw_get_policy(), HBW_POLICY_BIND);
+  void *p = hbw_malloc(1000);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(tier_of(p), role(HM_FAST));
+  hbw_free(p);
+}
+
+TEST(Memkind, KindsLandOnTheirTiers) {
+  ASSERT_EQ(hm_init(), HM_OK) << hm_last_error();
+  const hm_tier_t fast = role(HM_FAST), capacity = role(HM_CAPACITY);
+  ASSERT_NE(fast, capacity) << "the tests run with a capacity tier apart from DRAM";
+  struct Case {
+    memkind_t kind;
+    hm_tier_t tier;
+  } cases[] = {{MEMKIND_HBW, fast},          {MEMKIND_HBW_PREFERRED, fast},      {MEMKIND_HBW_ALL, fast},
+               {MEMKIND_HBW_INTERLEAVE, fast}, {MEMKIND_REGULAR, fast},          {MEMKIND_DAX_KMEM, capacity},
+               {MEMKIND_DAX_KMEM_ALL, capacity}, {MEMKIND_DAX_KMEM_PREFERRED, capacity},
+               {MEMKIND_HIGHEST_CAPACITY, capacity}, {MEMKIND_LOWEST_LATENCY_LOCAL, fast},
+               {MEMKIND_HIGHEST_BANDWIDTH_LOCAL, fast}};
+  for (const Case &c : cases) {
+    EXPECT_EQ(memkind_check_available(c.kind), 0);
+    hm_tier_stats_t before, after;
+    hm_tier_stats(c.tier, &before);
+    auto *p = static_cast<char *>(memkind_malloc(c.kind, 1 << 20));
+    ASSERT_NE(p, nullptr) << hm_last_error();
+    std::memset(p, 7, 1 << 20);
+    EXPECT_EQ(tier_of(p), c.tier);
+    hm_tier_stats(c.tier, &after);
+    EXPECT_GE(after.in_use - before.in_use, uint64_t{1} << 20) << "counted by hetmem";
+    EXPECT_GE(memkind_malloc_usable_size(c.kind, p), size_t{1} << 20);
+    EXPECT_EQ(memkind_detect_kind(p) != MEMKIND_DEFAULT, true);
+    memkind_free(nullptr, p);  // no kind named: found from the pointer
+  }
+}
+
+TEST(Memkind, DefaultIsTheCLibraryAndEveryFreeFindsItsAllocator) {
+  void *d = memkind_malloc(MEMKIND_DEFAULT, 100);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(hm_owns(d), 0) << "MEMKIND_DEFAULT stays the C library's";
+  EXPECT_EQ(memkind_detect_kind(d), MEMKIND_DEFAULT);
+  void *h = memkind_malloc(MEMKIND_DAX_KMEM, 100);
+  ASSERT_NE(h, nullptr);
+  memkind_free(MEMKIND_DAX_KMEM, d);  // the wrong kind: still freed by malloc's free
+  memkind_free(MEMKIND_DEFAULT, h);   // and this one by hetmem
+  void *m = std::malloc(64);
+  memkind_free(nullptr, m);
+  memkind_free(MEMKIND_HBW, nullptr);
+}
+
+TEST(Memkind, CallocReallocAndAlignment) {
+  auto *z = static_cast<unsigned char *>(memkind_calloc(MEMKIND_DAX_KMEM, 1000, 8));
+  ASSERT_NE(z, nullptr);
+  for (int i = 0; i < 8000; ++i) ASSERT_EQ(z[i], 0);
+  EXPECT_EQ(memkind_calloc(MEMKIND_DAX_KMEM, SIZE_MAX / 2, 4), nullptr) << "overflow is refused";
+  std::memset(z, 3, 8000);
+  auto *bigger = static_cast<unsigned char *>(memkind_realloc(MEMKIND_DAX_KMEM, z, 1 << 20));
+  ASSERT_NE(bigger, nullptr);
+  EXPECT_EQ(bigger[7999], 3);
+  EXPECT_EQ(tier_of(bigger), role(HM_CAPACITY));
+  auto *moved = static_cast<unsigned char *>(memkind_realloc(MEMKIND_HBW, bigger, 1 << 20));
+  ASSERT_NE(moved, nullptr);
+  EXPECT_EQ(moved[7999], 3);
+  EXPECT_EQ(tier_of(moved), role(HM_FAST)) << "realloc to another kind moves the data there";
+  EXPECT_EQ(memkind_realloc(MEMKIND_HBW, moved, 0), nullptr);
+  void *a = nullptr;
+  EXPECT_EQ(memkind_posix_memalign(MEMKIND_DAX_KMEM, &a, 4096, 100), 0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 4096, 0u);
+  memkind_free(nullptr, a);
+  EXPECT_EQ(memkind_posix_memalign(MEMKIND_DAX_KMEM, &a, 24, 100), EINVAL);
+  EXPECT_EQ(a, nullptr);
+  EXPECT_EQ(hbw_posix_memalign(&a, 3, 100), EINVAL);
+  EXPECT_EQ(hbw_posix_memalign_psize(&a, 64, 100, static_cast<hbw_pagesize_t>(9)), EINVAL);
+}
+
+TEST(Memkind, UnavailableKindsAndBadArgumentsGetMemkindsErrors) {
+  // No hugetlb pool reserved in the tests (HM_HUGETLB_POOL unset): the huge kinds are unavailable.
+  EXPECT_EQ(memkind_check_available(MEMKIND_HUGETLB), MEMKIND_ERROR_HUGETLB);
+  EXPECT_EQ(memkind_malloc(MEMKIND_HBW_HUGETLB, 100), nullptr);
+  EXPECT_EQ(memkind_check_available(nullptr), MEMKIND_ERROR_INVALID);
+  char msg[MEMKIND_ERROR_MESSAGE_SIZE];
+  memkind_error_message(MEMKIND_ERROR_HUGETLB, msg, sizeof msg);
+  EXPECT_NE(std::string(msg).find("HM_HUGETLB_POOL"), std::string::npos) << msg;
+  memkind_t pmem = nullptr;
+  EXPECT_EQ(memkind_create_pmem("/nonexistent-dir", 0, &pmem), MEMKIND_ERROR_INVALID);
+  EXPECT_EQ(memkind_create_pmem("/tmp", MEMKIND_PMEM_MIN_SIZE - 1, &pmem), MEMKIND_ERROR_INVALID);
+  EXPECT_EQ(memkind_create_pmem("/tmp", 0, &pmem), MEMKIND_ERROR_MEMTYPE_NOT_AVAILABLE)
+      << "no file tier in /tmp: not a silent substitute";
+  EXPECT_EQ(pmem, nullptr);
+  EXPECT_EQ(memkind_destroy_kind(MEMKIND_HBW), MEMKIND_ERROR_OPERATION_FAILED);
+  EXPECT_EQ(memkind_get_version(), 1014000);
+  EXPECT_EQ(hbw_check_available(), 0);
+  int x = 0;
+  EXPECT_EQ(hbw_verify_memory_region(&x, sizeof x, 0), EFAULT) << "not hetmem's memory";
+  EXPECT_EQ(hbw_verify_memory_region(nullptr, 8, 0), EINVAL);
+  void *p = hbw_malloc(4096);
+  EXPECT_EQ(hbw_verify_memory_region(p, 4096, 0), 0);
+  void *c = memkind_malloc(MEMKIND_DAX_KMEM, 4096);
+  EXPECT_EQ(hbw_verify_memory_region(c, 4096, 0), -1);
+  hbw_free(p);
+  memkind_free(nullptr, c);
+}
