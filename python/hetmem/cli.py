@@ -6,7 +6,7 @@
     hetmem profile [-o TRACE] [--depth N] [--large SIZE] [--children] [--iteration-at FUNCTION | --window S] -- CMD ARGS
     hetmem report TRACE [--out DIR] [--json] [--top N]
     hetmem plan TRACE [-o PLAN]
-    hetmem run [--rules FILE | --plan PLAN] [--policy NAME] [--iteration-at FUNCTION | --window S] -- CMD ARGS
+    hetmem run [--rules FILE | --plan PLAN] [--policy NAME] [--memkind] [--iteration-at FUNCTION | --window S] -- CMD ARGS
     hetmem compare [--policies LIST] [--fraction F | --budget SIZE] [--iterations N] [--repeat R]
                    [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...] | --plan PLAN -- CMD ARGS]
     hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg|unchanged [--quick] [--out PATH]
@@ -30,7 +30,8 @@ from rich.console import Console
 from rich.table import Table
 
 from . import benchmarks
-from .lib import HetmemError, Library, find_preload, find_program, plain_library, results_dir, run_program
+from .lib import (HetmemError, Library, find_memkind_dir, find_preload, find_program, plain_library, results_dir,
+                  run_program)
 
 ROLE_HELP = "fast, capacity, persistent"
 
@@ -403,6 +404,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"hetmem: {error}", file=sys.stderr)
             return 2
         extra["HM_RULES"] = rules
+    if args.memkind:
+        # memkind's clients and OpenMP runtimes then load hetmem's libmemkind (docs/memkind.md).
+        path = os.environ.get("LD_LIBRARY_PATH")
+        extra["LD_LIBRARY_PATH"] = find_memkind_dir() + (":" + path if path else "")
     iteration = _iteration_env(args, cmd)
     if iteration is None:
         return 2
@@ -465,6 +470,9 @@ def build_parser() -> argparse.ArgumentParser:
     rn.add_argument("--plan", help="plan file from `hetmem plan` (call sites -> classes); policy hetmem-static "
                     "unless --policy says otherwise")
     rn.add_argument("--policy", help="placement policy for object classes (HM_POLICY; docs/placement.md)")
+    rn.add_argument("--memkind", action="store_true", help="the program (and its OpenMP runtime) loads hetmem's "
+                    "libmemkind: memory kinds, hbw_malloc and OpenMP memory spaces on hetmem's tiers "
+                    "(docs/memkind.md)")
     _add_iteration_options(rn)
     rn.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
     rn.set_defaults(func=cmd_run)

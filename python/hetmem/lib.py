@@ -135,6 +135,18 @@ def find_preload() -> str:
     raise HetmemError("libhetmem_preload.so not found next to libhetmem.so: build the project (scripts/run)")
 
 
+def find_memkind_dir() -> str:
+    """The directory of hetmem's libmemkind.so.0 (docs/memkind.md): put it first on
+    LD_LIBRARY_PATH and memkind clients and OpenMP runtimes load hetmem's memkind."""
+    candidates = [d / "memkind" for d in build_dirs()]
+    lib = Path(find_library()).resolve().parent
+    candidates.append(lib / "hetmem-memkind")
+    for c in candidates:
+        if (c / "libmemkind.so.0").exists():
+            return str(c.resolve())
+    raise HetmemError("hetmem's libmemkind.so.0 not found: build the project (scripts/setup.sh)")
+
+
 def find_bench_program(name: str) -> str:
     """A helper program the benchmarks run (built into <build>/bench)."""
     for d in build_dirs():
