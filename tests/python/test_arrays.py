@@ -1,0 +1,88 @@
+"""numpy arrays on hetmem's tiers (hetmem.arrays, NEP 49): placed blocks, per-tier accounting,
+arrays that keep their allocator after the block (in-place resize, freed in another thread),
+moves at the same address, classes, and bad names refused with the known ones listed."""
+
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from hetmem import HetmemError
+
+os.environ.setdefault("HM_CALIBRATION", os.path.join(os.path.dirname(__file__), "..", "..", "build", "calibration.test"))
+ha = pytest.importorskip("hetmem.arrays")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    try:
+        ha._extension()
+    except HetmemError as exc:
+        pytest.skip(str(exc))
+
+
+def in_use(tier):
+    return ha.stats()[tier]["in_use"]
+
+
+def test_arrays_made_in_a_block_live_on_its_tier_and_are_counted():
+    before = in_use("emul:optane")
+    with ha.placed("capacity"):
+        a = np.zeros((1000, 1000))
+        small = np.arange(10.0)
+    outside = np.ones(1000)
+    assert ha.tier_of(a) == "emul:optane" and ha.tier_of(small) == "emul:optane"
+    assert ha.tier_of(outside) is None, "numpy's own allocator outside the block"
+    assert in_use("emul:optane") - before >= a.nbytes
+    assert a.sum() == 0 and small[9] == 9.0
+    del a, small
+    assert in_use("emul:optane") - before < 8000 * 1000, "freed to hetmem"
+
+
+def test_arrays_keep_their_allocator_after_the_block():
+    with ha.placed("capacity"):
+        a = np.arange(100000, dtype=np.float64)
+    a.resize((200000,), refcheck=False)   # in place, outside the block: the array's own handler
+    assert ha.tier_of(a) == "emul:optane" and a[99999] == 99999.0
+    before = in_use("emul:optane")
+    t = threading.Thread(target=lambda: a.__setitem__(slice(None), 1.0))
+    t.start()
+    t.join()
+    holder = [a]
+    del a
+    t = threading.Thread(target=holder.clear)   # freed by another thread
+    t.start()
+    t.join()
+    assert before - in_use("emul:optane") >= 200000 * 8
+
+
+def test_helpers_move_access_and_classes():
+    f = ha.zeros((256, 256), tier="fast")
+    assert ha.tier_of(f) == "dram" and f.shape == (256, 256)
+    e = ha.empty(100000, tier="capacity")
+    e[:] = 3.0
+    ha.move(e, "fast")
+    assert ha.tier_of(e) == "dram" and e[-1] == 3.0, "same address, same data, another tier"
+    ha.access(e, "rw")
+    cls = ha.define_class("test.arrays.hot", "hot")
+    with ha.placed(cls):
+        h = np.zeros(100000)
+    assert ha.tier_of(h) is not None
+    with pytest.raises(HetmemError, match="only arrays of 64 KiB"):
+        ha.move(ha.zeros(10, tier="capacity"), "fast")
+    with pytest.raises(HetmemError, match="not allocated by hetmem"):
+        ha.move(np.zeros(100000), "fast")
+
+
+def test_bad_names_are_refused_with_the_known_ones():
+    with pytest.raises(HetmemError, match=r"unknown tier 'nosuch' \(known: dram"):
+        with ha.placed("nosuch"):
+            pass
+    with pytest.raises(HetmemError, match="tier name"):
+        with ha.placed(1.5):
+            pass
+    with pytest.raises(HetmemError, match="r, w or rw"):
+        ha.access(np.zeros(4), "x")
+    with pytest.raises(HetmemError, match="class kind 'warm'"):
+        ha.define_class("x", "warm")
