@@ -53,6 +53,8 @@ BENCHMARKS: list[Benchmark] = [
               _binary("hetmem-bench-stream", ["--mib", "64"])),
     Benchmark("mg", "hetmem-mg against hypre's PFMG on the same problem, and with 4 KiB pages, THP and a hugetlb "
               "pool", _module("bench_mg")),
+    Benchmark("memkind", "hetmem's libmemkind against memkind 1.14, OpenMP's default allocator with it loaded, numpy "
+              "arrays with hetmem's allocator against numpy's own", _module("bench_memkind")),
     Benchmark("unchanged", "real Debian programs in every mode (crashes, hangs, output), profiling LAMMPS against "
               "heaptrack, compare --plan on LAMMPS and a numpy code", _module("bench_unchanged", console=True)),
 ]
