@@ -86,6 +86,10 @@ static_assert(sizeof g_kinds / sizeof g_kinds[0] == kKindCount, "one row per pre
 
 std::mutex g_resolve_mutex;
 
+// The kinds memkind_create_pmem made, for memkind_detect_kind (under g_resolve_mutex).
+constexpr int kMaxPmemKinds = 64;
+memkind *g_pmem_kinds[kMaxPmemKinds] = {};
+
 // HM_MEMKIND: KIND=ROLE_OR_TIER overrides, comma-separated (HBW=emul:cxl,DAX_KMEM=capacity).
 // Returns the override for a kind's short name ("HBW" for memkind_hbw), "" if none.
 std::string override_for(const memkind &k) {
@@ -238,7 +242,13 @@ int memkind_check_available(memkind_t kind) {
 
 memkind_t memkind_detect_kind(void *ptr) {
   hm_tier_t tier;
-  if (!ptr || hm_ptr_tier(ptr, &tier) != HM_OK) return MEMKIND_DEFAULT;
+  if (!ptr) return nullptr;  // as memkind
+  if (!owned(ptr) || hm_ptr_tier(ptr, &tier) != HM_OK) return MEMKIND_DEFAULT;
+  {
+    std::lock_guard<std::mutex> lock(g_resolve_mutex);
+    for (memkind *k : g_pmem_kinds)
+      if (k && k->tier.load() == tier) return k;
+  }
   for (memkind &k : g_kinds)
     if (k.source != Source::libc && resolve(k) == tier) return &k;
   return MEMKIND_DEFAULT;
@@ -305,8 +315,15 @@ int memkind_create_pmem(const char *dir, size_t max_size, memkind_t *kind) {
     auto *k = new (std::nothrow) memkind{"memkind_pmem", Source::tier, HM_PERSISTENT, kStrict, false, false};
     if (!k) return MEMKIND_ERROR_MALLOC;
     k->tier.store(t);
-    *kind = k;
-    return 0;
+    std::lock_guard<std::mutex> lock(g_resolve_mutex);
+    for (memkind *&slot : g_pmem_kinds)
+      if (!slot) {
+        slot = k;
+        *kind = k;
+        return 0;
+      }
+    delete k;
+    return MEMKIND_ERROR_TOOMANY;
   }
   return MEMKIND_ERROR_MEMTYPE_NOT_AVAILABLE;
 }
@@ -314,8 +331,14 @@ int memkind_create_pmem(const char *dir, size_t max_size, memkind_t *kind) {
 int memkind_destroy_kind(memkind_t kind) {
   if (!kind) return MEMKIND_ERROR_INVALID;
   if (kind->predefined) return MEMKIND_ERROR_OPERATION_FAILED;
-  delete kind;
-  return 0;
+  std::lock_guard<std::mutex> lock(g_resolve_mutex);
+  for (memkind *&slot : g_pmem_kinds)
+    if (slot == kind) {
+      slot = nullptr;
+      delete kind;
+      return 0;
+    }
+  return MEMKIND_ERROR_INVALID;  // not a kind of this library
 }
 
 // --- hbwmalloc ---------------------------------------------------------------------------------

@@ -86,3 +86,17 @@ def test_bad_names_are_refused_with_the_known_ones():
         ha.access(np.zeros(4), "x")
     with pytest.raises(HetmemError, match="class kind 'warm'"):
         ha.define_class("x", "warm")
+
+
+def test_the_numpy_example_runs_with_its_arrays_where_it_says():
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
+    env["HM_CALIBRATION"] = str(root / "build" / "calibration.test")
+    r = subprocess.run([sys.executable, str(root / "examples" / "numpy_stencil.py")], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "heat conserved: 1000.000000" in r.stdout
+    assert "u: 31 MiB on dram" in r.stdout and "history[0]: 31 MiB on emul:optane" in r.stdout

@@ -73,8 +73,9 @@ int memkind_get_version(void);
 void memkind_error_message(int err, char *msg, size_t size);
 /* 0 when the kind's memory exists here; else MEMKIND_ERROR_UNAVAILABLE, _HUGETLB or _INVALID. */
 int memkind_check_available(memkind_t kind);
-/* The kind holding ptr (any address an allocation of this library returned): the first kind on
- * the tier hetmem placed it; MEMKIND_DEFAULT for memory hetmem does not own. */
+/* The kind holding ptr (an address an allocation of this library returned): the first kind of the
+ * table on the tier hetmem placed it (a pmem kind for its file tier); MEMKIND_DEFAULT for memory
+ * hetmem does not own; NULL for NULL. */
 memkind_t memkind_detect_kind(void *ptr);
 
 void *memkind_malloc(memkind_t kind, size_t size);
