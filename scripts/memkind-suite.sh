@@ -20,8 +20,9 @@ else
 fi
 SUITES=(main.cpp error_message_tests.cpp memkind_versioning_tests.cpp memkind_null_kind_test.cpp
         memkind_detect_kind_tests.cpp)
-( cd "$WORK/test" && g++ -std=c++14 -O1 -I. -I"$ROOT/include/hetmem/memkind" "${SUITES[@]}" -o "$WORK/suite" \
-    -L"$BUILD_DIR/memkind" -lmemkind -L"$BUILD_DIR" -lhetmem -lgtest -lpthread )
+# With memkind's own copy of GoogleTest (its main uses a flag of that copy).
+( cd "$WORK/test" && g++ -std=c++14 -O1 -I. -Igtest_fused -I"$ROOT/include/hetmem/memkind" "${SUITES[@]}" \
+    gtest_fused/gtest/gtest-all.cc -o "$WORK/suite" -L"$BUILD_DIR/memkind" -lmemkind -L"$BUILD_DIR" -lhetmem -lpthread )
 mkdir -p "$WORK/pmem"
 # memkind_create_pmem gives the hetmem file tier configured in its directory.
 HM_TIERS="persistent=file:$WORK/pmem/pool:256M" LD_LIBRARY_PATH="$BUILD_DIR/memkind:$BUILD_DIR" \

@@ -26,7 +26,7 @@
 namespace {
 
 // Where a kind's memory comes from.
-enum class Source { libc, role, tier };
+enum class Source { libc, role, tier, none };  // none: memkind's deprecated 1 GiB-page kinds
 
 }  // namespace
 
@@ -74,13 +74,16 @@ memkind g_kinds[] = {
     {"memkind_lowest_latency_local_preferred", Source::role, HM_FAST, kPreferred, false, true},
     {"memkind_highest_bandwidth_local", Source::role, HM_FAST, kStrict, false, true},
     {"memkind_highest_bandwidth_local_preferred", Source::role, HM_FAST, kPreferred, false, true},
+    {"memkind_hbw_gbtlb", Source::none, HM_FAST, kStrict, false, true},
+    {"memkind_hbw_preferred_gbtlb", Source::none, HM_FAST, kPreferred, false, true},
+    {"memkind_gbtlb", Source::none, HM_FAST, kStrict, false, true},
 };
 enum KindIndex {
   kDefault, kRegular, kHugetlb, kHbw, kHbwAll, kHbwPreferred, kHbwHugetlb, kHbwAllHugetlb,
   kHbwPreferredHugetlb, kHbwInterleave, kInterleave, kDaxKmem, kDaxKmemAll, kDaxKmemPreferred,
   kDaxKmemInterleave, kHighestCapacity, kHighestCapacityPreferred, kHighestCapacityLocal,
   kHighestCapacityLocalPreferred, kLowestLatencyLocal, kLowestLatencyLocalPreferred, kHighestBandwidthLocal,
-  kHighestBandwidthLocalPreferred, kKindCount
+  kHighestBandwidthLocalPreferred, kHbwGbtlb, kHbwPreferredGbtlb, kGbtlb, kKindCount
 };
 static_assert(sizeof g_kinds / sizeof g_kinds[0] == kKindCount, "one row per predefined kind");
 
@@ -126,7 +129,9 @@ int resolve(memkind &k) {
   hm_tier_t tier = -1;
   int unavailable = 0;
   const std::string chosen = override_for(k);
-  if (!chosen.empty()) {
+  if (k.source == Source::none) {
+    unavailable = MEMKIND_ERROR_UNAVAILABLE;  // deprecated by memkind itself, never available
+  } else if (!chosen.empty()) {
     if (hm_tier_find(chosen.c_str(), &tier) != HM_OK) unavailable = MEMKIND_ERROR_ENVIRON;
   } else if (k.source == Source::tier) {
     if (hm_tier_find("dram", &tier) != HM_OK) unavailable = MEMKIND_ERROR_UNAVAILABLE;
@@ -210,12 +215,15 @@ memkind_t MEMKIND_LOWEST_LATENCY_LOCAL = &g_kinds[kLowestLatencyLocal];
 memkind_t MEMKIND_LOWEST_LATENCY_LOCAL_PREFERRED = &g_kinds[kLowestLatencyLocalPreferred];
 memkind_t MEMKIND_HIGHEST_BANDWIDTH_LOCAL = &g_kinds[kHighestBandwidthLocal];
 memkind_t MEMKIND_HIGHEST_BANDWIDTH_LOCAL_PREFERRED = &g_kinds[kHighestBandwidthLocalPreferred];
+memkind_t MEMKIND_HBW_GBTLB = &g_kinds[kHbwGbtlb];
+memkind_t MEMKIND_HBW_PREFERRED_GBTLB = &g_kinds[kHbwPreferredGbtlb];
+memkind_t MEMKIND_GBTLB = &g_kinds[kGbtlb];
 
 int memkind_get_version(void) { return 1 * 1000000 + 14 * 1000 + 0; }
 
 void memkind_error_message(int err, char *msg, size_t size) {
   if (!msg || !size) return;
-  const char *text = "<memkind> Undefined error number";
+  const char *text = nullptr;
   switch (err) {
     case MEMKIND_ERROR_UNAVAILABLE: text = "<memkind> Requested memory kind is not available"; break;
     case MEMKIND_ERROR_MBIND: text = "<memkind> Call to mbind() failed"; break;
@@ -231,7 +239,8 @@ void memkind_error_message(int err, char *msg, size_t size) {
     case MEMKIND_ERROR_ARENAS_CREATE: text = "<memkind> Call to jemalloc's arenas.create () failed"; break;
     default: break;
   }
-  std::snprintf(msg, size, "%s", text);
+  if (text) std::snprintf(msg, size, "%s", text);
+  else std::snprintf(msg, size, "<memkind> Undefined error number: %d", err);
 }
 
 int memkind_check_available(memkind_t kind) {
@@ -273,11 +282,16 @@ int memkind_posix_memalign(memkind_t kind, void **memptr, size_t alignment, size
 }
 
 void *memkind_realloc(memkind_t kind, void *ptr, size_t size) {
-  if (!ptr) return memkind_malloc(kind, size);
+  // memkind's rules: no kind and no pointer is EINVAL; size 0 frees and returns NULL.
+  if (!ptr && !kind) {
+    errno = EINVAL;
+    return nullptr;
+  }
   if (size == 0) {
     release(ptr);
     return nullptr;
   }
+  if (!ptr) return memkind_malloc(kind, size);
   if (!owned(ptr)) return realloc(ptr, size);
   if (!kind || kind->source == Source::libc) return hm_realloc(ptr, size);  // stays on its tier
   // Another kind: the data moves to that kind's memory.

@@ -66,6 +66,10 @@ extern memkind_t MEMKIND_LOWEST_LATENCY_LOCAL;
 extern memkind_t MEMKIND_LOWEST_LATENCY_LOCAL_PREFERRED;
 extern memkind_t MEMKIND_HIGHEST_BANDWIDTH_LOCAL;
 extern memkind_t MEMKIND_HIGHEST_BANDWIDTH_LOCAL_PREFERRED;
+/* Deprecated by memkind (1 GiB pages): present for programs that name them, never available. */
+extern memkind_t MEMKIND_HBW_GBTLB;
+extern memkind_t MEMKIND_HBW_PREFERRED_GBTLB;
+extern memkind_t MEMKIND_GBTLB;
 
 /* memkind's version as major * 1000000 + minor * 1000 + patch: the interface implemented (1.14.0). */
 int memkind_get_version(void);
