@@ -74,7 +74,7 @@ def _tier_id(name: str) -> int:
 
 
 def _handler(where: str | int):
-    lib = _lib()
+    """The handler capsule for a tier name or a class handle, made once and kept (arrays hold it)."""
     if isinstance(where, int) and not isinstance(where, bool):
         key, name = (1, where), f"class {where}"
     elif isinstance(where, str):
@@ -83,7 +83,6 @@ def _handler(where: str | int):
         raise HetmemError(f"a tier name (str) or an object class (int) is needed, got {where!r}")
     if key not in _HANDLERS:
         _HANDLERS[key] = _extension().handler(key[0], key[1], name)
-    del lib
     return _HANDLERS[key]
 
 
