@@ -52,6 +52,8 @@ HETMEM_BINARIES = {  # path in the build tree -> name in the guest
     "bench/hetmem-bench-tiers": "hetmem-bench-tiers",
     "tests/programs/prog_plan_probe": "prog_plan_probe",
 }
+# Built only where clang is installed; the NUMA guest runs it when it is there.
+OPTIONAL_BINARIES = {"tests/programs/omp_spaces": "omp_spaces"}
 HMAT_NODE0 = [
     "-numa", "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=80",
     "-numa", "hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-bandwidth,bandwidth=100G",
@@ -83,6 +85,13 @@ run hetmem-bench-tiers --size-mib 16 --reps 2 --json /tmp/bench-tiers.json --no-
 # class on the right node, page by page (the hot field on node 0, streamed and cold data on node 1).
 run env LD_PRELOAD=/lib/libhetmem_preload.so HM_RULES=/plan_probe.plan HM_POLICY=hetmem-static \
     HM_FAST_BUDGET=64M HM_PROBE_NODES="field=0 particles=1 log=1" prog_plan_probe
+# OpenMP memory spaces through hetmem's libmemkind (clang, LLVM's runtime): large-capacity memory on
+# the slow node, high-bandwidth memory on node 0, page by page.
+if [ -x /bin/omp_spaces ]; then
+  run env LD_LIBRARY_PATH=/lib/hetmem-memkind HM_PROBE_NODES="large_cap=1 high_bw=0" omp_spaces
+else
+  echo "== guest: omp_spaces not built (no clang on the host): OpenMP spaces not checked"
+fi
 """,
         "plan_probe": True,
     },
@@ -132,6 +141,7 @@ mkdir -p /proc /sys /dev /tmp /root /mnt
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
+mkdir -p /dev/shm && mount -t tmpfs shm /dev/shm  # LLVM's OpenMP runtime registers itself there
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up  # the replica tests talk over localhost
 status=0
 run() {
@@ -270,6 +280,12 @@ def build_initramfs(recipe: dict, build_dir: Path, moddir: Path, out: Path) -> N
             files[f"bin/{name}"] = str(path)
         if recipe.get("plan_probe"):
             files["lib/libhetmem_preload.so"] = str(build_dir / "libhetmem_preload.so")
+            for src, name in OPTIONAL_BINARIES.items():
+                if (build_dir / src).exists():
+                    files[f"bin/{name}"] = str(build_dir / src)
+                    memkind = str((build_dir / "memkind" / "libmemkind.so.0").resolve())
+                    files["lib/hetmem-memkind/libmemkind.so.0"] = memkind  # the names OpenMP runtimes load
+                    files["lib/hetmem-memkind/libmemkind.so"] = memkind
         for tool in recipe["tools"]:  # before busybox's applets of the same name (mke2fs)
             files[f"opt/bin/{tool}"] = str(Path(which(tool)).resolve())
         for dest, src in list(files.items()):
