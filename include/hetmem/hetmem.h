@@ -556,6 +556,13 @@ uint64_t hm_emul_pay_owed(void);
  * ------------------------------------------------------------------------------------------- */
 int hm_profile_start(const char *path, int stack_depth, uint64_t large_threshold);
 int hm_profile_stop(void);
+/* 1 while this process writes a trace (hm_profile_start, or `hetmem profile`), else 0. */
+int hm_profile_active(void);
+/* Names the call site of the calling thread's next allocations, until called again with NULL: the
+ * trace records them under this name instead of their return addresses. For interpreters, whose
+ * native stacks say nothing of the source: hetmem.arrays names a numpy array by its Python file and
+ * line ("stencil.py:42"). HM_EINVAL for a name of more than 255 bytes. */
+int hm_profile_site_name(const char *name);
 
 /* ---------------------------------------------------------------------------------------------
  * The emulated slow tier (docs/emulation.md)

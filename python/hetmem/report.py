@@ -81,6 +81,15 @@ def in_runtime(frame: dict) -> bool:
     return any(r in os.path.basename(frame["module"]) for r in RUNTIME_MODULES)
 
 
+def named_frame(name: str) -> dict:
+    """A site the program named (hm_profile_site_name: "file.py:42") as a frame of the report."""
+    file, _, line = name.rpartition(":")
+    if not file or not line.isdigit():
+        file, line = name, "0"
+    return {"function": "<python>" if file.endswith(".py") else "<named>", "file": file, "line": int(line),
+            "module": file, "offset": 0, "address": name, "named": True}
+
+
 def site_frame(frames: list[dict]) -> dict:
     """The frame that names an allocation site: the first one in the program, not in a runtime."""
     for f in frames:
@@ -230,11 +239,19 @@ def analyse(trace: Trace, top: int = 10) -> dict:
     # Allocation sites: call stacks grouped by the frame that called the allocator (the first frame
     # in the program), so that one source line is one site however it was reached.
     uniq = np.unique(a_site)
-    sym.resolve([a for s in uniq for a in trace.sites.get(int(s), [])])
+    sym.resolve([a for s in uniq if int(s) not in trace.site_names for a in trace.sites.get(int(s), [])])
     group_of: dict[int, int] = {}
     frames_of: dict[int, list[dict]] = {}
     key_to_group: dict[tuple, int] = {}
     for s in uniq:
+        name = trace.site_names.get(int(s))
+        if name:  # named by the program (an interpreter's source line): one frame of that name
+            frames = [named_frame(name)]
+            key = ("named", name)
+            g = key_to_group.setdefault(key, int(s))
+            group_of[int(s)] = g
+            frames_of.setdefault(g, frames)
+            continue
         frames = [sym.frame(a) for a in trace.sites.get(int(s), [])]
         where = site_frame(frames)
         # A site is what a rule can name: the allocator's direct caller when that is in the
@@ -250,8 +267,9 @@ def analyse(trace: Trace, top: int = 10) -> dict:
     for g in sorted(set(group_of.values())):
         m = a_group == g
         frames = frames_of[g]
+        named = bool(frames) and frames[0].get("named", False)
         where = site_frame(frames)
-        direct = direct_caller(frames)
+        direct = None if named else direct_caller(frames)
         sites[g] = {
             "site": g, "count": int(m.sum()), "bytes": int(a_size[m].sum()),
             "peak_bytes": peak_live(a_time[m], a_size[m], f_time[m]),
@@ -264,8 +282,9 @@ def analyse(trace: Trace, top: int = 10) -> dict:
             # (printf's buffer, a C++ container) cannot be named by one. A direct caller in the
             # program's own objects is named even when it has no symbol (a stripped library's
             # allocation wrapper, numpy's for every array): the rule then covers what it allocates.
-            "rule_site": (f"{direct['module']}+{hex(direct['offset'])}" if direct
+            "rule_site": ("" if named else f"{direct['module']}+{hex(direct['offset'])}" if direct
                           else f"{where['module']}+{hex(where['offset'])}" if where["module"] != "?" else ""),
+            "named": named,
             "rule_site_direct": direct is not None,
             "via": os.path.basename(frames[0]["module"]) if frames and not direct else "",
             "stack": [f"{f['function']} ({os.path.basename(f['file']) or os.path.basename(f['module'])}"
@@ -328,13 +347,13 @@ def analyse(trace: Trace, top: int = 10) -> dict:
         priority = max(1, round(100 * float(shares.mean()))) if cls == "hot" else 0
         classes.append({"site": r["site"], "function": r["function"], "file": r["file"], "line": r["line"],
                         "class": cls, "priority": priority, "evidence": evidence, "rule_site": r["rule_site"],
-                        "rule_site_direct": r["rule_site_direct"], "via": r["via"]})
+                        "rule_site_direct": r["rule_site_direct"], "via": r["via"], "named": r["named"]})
     small_long = [r for r in sites.values() if r["largest"] < threshold and r["short_lived_fraction"] < 0.2
                   and r["count"] > 0]
     for r in sorted(small_long, key=lambda r: -r["peak_bytes"])[:3]:
         classes.append({"site": r["site"], "function": r["function"], "file": r["file"], "line": r["line"],
                         "class": "metadata", "priority": 0, "rule_site": r["rule_site"],
-                        "rule_site_direct": r["rule_site_direct"], "via": r["via"],
+                        "rule_site_direct": r["rule_site_direct"], "via": r["via"], "named": r["named"],
                         "evidence": [f"{r['count']} small allocation(s) (largest {r['largest']} B), "
                                      f"{100 * (1 - r['short_lived_fraction']):.0f}% live beyond their iteration"]})
 
@@ -511,6 +530,10 @@ def plan_text(result: dict) -> str:
     for c in result["suggested_classes"]:
         where = f"{c['function']} ({c['file']}:{c['line']})" if c["file"] else c["function"]
         evidence = "; ".join(c["evidence"])
+        if c.get("named"):
+            lines.append(f"# {where}: a source line the program named (an interpreter's), which a site rule cannot "
+                         f"match; place it in the program (hetmem.arrays.placed); {c['class']}: {evidence}")
+            continue
         if not c["rule_site"]:
             lines.append(f"# {where}: no call site to name (unknown module); {c['class']}: {evidence}")
             continue

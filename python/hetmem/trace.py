@@ -25,7 +25,7 @@ ITERATION = struct.Struct("<IIQ")
 MODULE = struct.Struct("<QQQII")
 EXEC = struct.Struct("<QII")
 
-EVENTS, SITE, PHASE_NAME, PHASE, ITERATION_MARK, MODULES, END, THREAD_NAME, EXEC_MARK, SITES = range(1, 11)
+EVENTS, SITE, PHASE_NAME, PHASE, ITERATION_MARK, MODULES, END, THREAD_NAME, EXEC_MARK, SITES, SITE_NAME = range(1, 12)
 SITES_HEADER = struct.Struct("<IIII")
 # No record the writer makes comes near this: a longer one announced is damage, not data.
 MAX_RECORD = 64 << 20
@@ -94,6 +94,7 @@ class Trace:
     large_threshold: int
     events: np.ndarray                      # EVENT_DTYPE plus "thread", sorted by time
     sites: dict[int, list[int]] = field(default_factory=dict)
+    site_names: dict[int, str] = field(default_factory=dict)   # sites named by hm_profile_site_name
     phase_names: dict[int, str] = field(default_factory=dict)
     phases: list[dict] = field(default_factory=list)
     iterations: list[tuple[int, int]] = field(default_factory=list)   # (iteration, time_ns)
@@ -203,6 +204,8 @@ def read_trace(path: str | os.PathLike) -> Trace:
                 raw = decompressor.decompress(body[SITES_HEADER.size:SITES_HEADER.size + packed],
                                               max_output_size=raw_bytes)
                 trace.sites.update(unpack_sites(raw, count))
+            elif rtype == SITE_NAME:
+                trace.site_names[struct.unpack_from("<I", body, 0)[0]] = body[4:].decode(errors="replace")
             elif rtype == PHASE_NAME:
                 pid_ = struct.unpack_from("<I", body, 0)[0]
                 trace.phase_names[pid_] = body[4:].decode(errors="replace")

@@ -25,12 +25,40 @@ static void *place_alloc(const Place *p, size_t size, unsigned flags) {
   return p->is_class ? hm_class_alloc(p->id, size, 64, flags) : hm_tier_alloc(p->id, size, 64, flags);
 }
 
-static void *h_malloc(void *ctx, size_t size) { return place_alloc(ctx, size, HM_PREFERRED); }
+/* While a trace is written, an array's allocation is named by the Python line that made it (its
+ * native stack, all libpython and numpy frames, names nothing of the program). Only with the GIL
+ * held: numpy may allocate scratch space without it. */
+static void *named_alloc(const Place *p, size_t size, unsigned flags) {
+  if (!hm_profile_active() || !PyGILState_Check()) return place_alloc(p, size, flags);
+  char name[256] = "";
+  /* The innermost frame outside numpy's and hetmem.arrays' own Python code (np.ones, ha.zeros):
+   * the program's line. */
+  PyFrameObject *frame = PyEval_GetFrame();
+  Py_XINCREF(frame);
+  for (int depth = 0; frame && depth < 32 && !name[0]; ++depth) {
+    PyCodeObject *code = PyFrame_GetCode(frame);
+    const char *file = PyUnicode_AsUTF8(code->co_filename);
+    if (!file) PyErr_Clear();
+    else if (!strstr(file, "/numpy/") && !strstr(file, "hetmem/arrays.py"))
+      snprintf(name, sizeof name, "%s:%d", file, PyFrame_GetLineNumber(frame));
+    Py_DECREF(code);
+    PyFrameObject *back = PyFrame_GetBack(frame);
+    Py_DECREF(frame);
+    frame = back;
+  }
+  Py_XDECREF(frame);
+  if (name[0]) hm_profile_site_name(name);
+  void *ptr = place_alloc(p, size, flags);
+  if (name[0]) hm_profile_site_name(NULL);
+  return ptr;
+}
+
+static void *h_malloc(void *ctx, size_t size) { return named_alloc(ctx, size, HM_PREFERRED); }
 
 static void *h_calloc(void *ctx, size_t count, size_t size) {
   size_t bytes;
   if (__builtin_mul_overflow(count, size, &bytes)) return NULL;
-  return place_alloc(ctx, bytes, HM_PREFERRED | HM_ZERO);
+  return named_alloc(ctx, bytes, HM_PREFERRED | HM_ZERO);
 }
 
 static void *h_realloc(void *ctx, void *ptr, size_t size) {

@@ -46,6 +46,8 @@ int hm_profile_stop(void) {
 
 int hm_profile_active(void) { return hm::profile::active() ? 1 : 0; }
 
+int hm_profile_site_name(const char *name) { return hm::profile::set_site_name(name); }
+
 void hm_profile_record(int op, int fn, const void *ptr, size_t size, const void *caller) {
   hm::profile::record(static_cast<hm::trace::Op>(op), static_cast<hm::trace::Fn>(fn), ptr, size, caller);
 }

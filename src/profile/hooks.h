@@ -9,7 +9,6 @@
 #define HM_HOOK_API extern "C" __attribute__((visibility("default")))
 #endif
 
-HM_HOOK_API int hm_profile_active(void);
 HM_HOOK_API void hm_profile_record(int op, int fn, const void *ptr, size_t size, const void *caller);
 HM_HOOK_API void hm_profile_note_large(const void *ptr, size_t size);
 HM_HOOK_API void hm_profile_forget_large(const void *ptr);

@@ -17,6 +17,8 @@
 
 namespace hm::profile {
 
+int write_record(uint32_t type, const void *payload, size_t bytes, const void *extra, size_t extra_bytes);
+
 std::atomic<bool> g_active{false};
 
 namespace {
@@ -308,7 +310,27 @@ uint32_t intern_site(const uint64_t *frames, int depth) {
   return 0;  // the table is crowded here: the event keeps no call site
 }
 
+// The name hm_profile_site_name gave the calling thread's allocations ("" when none).
+thread_local char t_site_name[256];
+
+// A named site: interned by its name (two pseudo frames, a marker no return address has and the
+// name's hash), its name written once, when it is first seen.
+uint32_t named_site(const char *name) {
+  constexpr uint64_t kNamedMarker = 1;  // address 1: never a return address
+  uint64_t h = 1469598103934665603ull;
+  for (const char *c = name; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  const uint64_t frames[2] = {kNamedMarker, h};
+  const uint32_t before = g_site_count.load();
+  const uint32_t id = intern_site(frames, 2);
+  if (id > before) {  // new: this thread interned it
+    const uint32_t head = id;
+    write_record(trace::kSiteName, &head, sizeof head, name, std::strlen(name));
+  }
+  return id;
+}
+
 uint32_t capture_site(const void *caller) {
+  if (t_site_name[0]) return named_site(t_site_name);
   int depth = g_options.depth;
   if (depth <= 0) return 0;
   void *raw[kMaxDepth + 16];
@@ -549,6 +571,14 @@ void after_fork_in_child(bool follow) {
     return;
   }
   write_modules();
+}
+
+int set_site_name(const char *name) {
+  if (name && std::strlen(name) >= sizeof t_site_name)
+    return fail(HM_EINVAL, "hm_profile_site_name: a name of %zu bytes (at most %zu)", std::strlen(name),
+                sizeof t_site_name - 1);
+  std::snprintf(t_site_name, sizeof t_site_name, "%s", name ? name : "");
+  return HM_OK;
 }
 
 }  // namespace hm::profile

@@ -33,6 +33,8 @@ void flush(bool all);
 // Records an event. `caller` is the return address of the hooked call (the first frame that
 // belongs to the program), used to drop the profiler's own frames from the call stack.
 void record(trace::Op op, trace::Fn fn, const void *ptr, size_t size, const void *caller);
+// hm_profile_site_name: names the calling thread's allocation sites until NULL.
+int set_site_name(const char *name);
 // Large objects whose referenced bytes each phase reports.
 void note_large(const void *ptr, size_t size);
 void forget_large(const void *ptr);

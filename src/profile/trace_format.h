@@ -35,6 +35,7 @@ enum RecordType : uint32_t {
   kThreadName = 8,  // reserved
   kExec = 9,        // ExecRecord, then the new program's path: the process replaced itself
   kSites = 10,      // SitesHeader, then a zstd-compressed block of call sites (see SitesHeader)
+  kSiteName = 11,   // uint32 site id, then the name's bytes: a site named by hm_profile_site_name
 };
 
 // Versions 1 and 2 had an 8-byte head {type, bytes}.

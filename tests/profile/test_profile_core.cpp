@@ -157,3 +157,12 @@ TEST(Guarded, OwnMappingIsItsOwnVma) {
   hm_free(a);
   hm_free(b);
 }
+
+TEST(ProfileSiteName, NamesAreBoundedAndClearedWithNull) {
+  EXPECT_EQ(hm_profile_site_name("stencil.py:42"), HM_OK);
+  EXPECT_EQ(hm_profile_site_name(nullptr), HM_OK);
+  const std::string long_name(256, 'x');
+  EXPECT_EQ(hm_profile_site_name(long_name.c_str()), HM_EINVAL);
+  EXPECT_NE(std::string(hm_last_error()).find("at most 255"), std::string::npos) << hm_last_error();
+  EXPECT_EQ(hm_profile_active(), 0) << "no trace is being written";
+}

@@ -100,3 +100,36 @@ def test_the_numpy_example_runs_with_its_arrays_where_it_says():
     assert r.returncode == 0, r.stderr
     assert "heat conserved: 1000.000000" in r.stdout
     assert "u: 31 MiB on dram" in r.stdout and "history[0]: 31 MiB on emul:optane" in r.stdout
+
+
+def test_the_profiler_names_an_array_by_the_python_line_that_made_it(tmp_path):
+    """Under `hetmem profile`, arrays made through hetmem.arrays are recorded under their Python file
+    and line (not libpython's C frames), past numpy's and hetmem.arrays' own Python code; the plan
+    says such a site is placed in the program, not by a rule."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    prog = tmp_path / "prog.py"
+    prog.write_text("import numpy as np\nimport hetmem.arrays as ha\n"
+                    "with ha.placed('capacity'):\n    big = np.zeros((1000, 1000))\n"
+                    "f = ha.zeros(300000, tier='fast')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
+    env["HM_CALIBRATION"] = str(root / "build" / "calibration.test")
+    env["PYTHONPATH"] = str(root / "python")
+    trace = tmp_path / "p.hmtrace"
+    hetmem = [sys.executable, "-m", "hetmem"]
+    r = subprocess.run(hetmem + ["profile", "-o", str(trace), "--", sys.executable, str(prog)], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(hetmem + ["report", str(trace), "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    import json
+    sites = json.loads(r.stdout)["sites"]
+    named = {(s["file"], s["line"]) for s in sites if s["function"] == "<python>"}
+    assert (str(prog), 4) in named and (str(prog), 5) in named, named
+    plan = tmp_path / "p.plan"
+    r = subprocess.run(hetmem + ["plan", str(trace), "-o", str(plan)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert f"site {prog}" not in plan.read_text(), "a named site is not a rule target"
