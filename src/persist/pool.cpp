@@ -34,6 +34,12 @@ std::string header_problem(const PoolHeader &h) {
   return "";
 }
 
+// The creator's note, "" when its checksum fails (a damaged note is no note).
+std::string note_of(const PoolHeader &h) {
+  if (h.note_checksum != Pool::checksum(h.note, sizeof h.note)) return "";
+  return std::string(h.note, strnlen(h.note, sizeof h.note));
+}
+
 }  // namespace
 
 uint64_t Pool::checksum(const void *data, size_t bytes) {
@@ -194,15 +200,11 @@ int Pool::inspect(const std::string &path, PoolInfo *info) {
     }
   info->bytes = h.pool_bytes;
   info->content.assign(h.content, strnlen(h.content, sizeof h.content));
-  if (h.note_checksum == checksum(h.note, sizeof h.note)) info->note.assign(h.note, strnlen(h.note, sizeof h.note));
+  info->note = note_of(h);
   return HM_OK;
 }
 
-std::string Pool::note() const {
-  const PoolHeader &h = *at<PoolHeader>(0);
-  if (h.note_checksum != checksum(h.note, sizeof h.note)) return "";
-  return std::string(h.note, strnlen(h.note, sizeof h.note));
-}
+std::string Pool::note() const { return note_of(*at<PoolHeader>(0)); }
 
 std::string Pool::content() const {
   const PoolHeader &h = *at<PoolHeader>(0);
