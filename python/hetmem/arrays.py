@@ -28,7 +28,6 @@ import numpy as np
 from .lib import HetmemError, Library, build_dirs
 
 _ACCESS = {"r": 1, "w": 2, "rw": 3}
-_MOVABLE_BYTES = 64 << 10  # arrays this large can be moved (src/compat/numpy_alloc.c)
 
 
 def _extension():
@@ -131,8 +130,9 @@ def move(array: np.ndarray, tier: str) -> None:
     lib = _lib()
     if tier_of(array) is None:
         raise HetmemError("the array's data was not allocated by hetmem (make it inside hetmem.arrays.placed)")
-    if array.nbytes < _MOVABLE_BYTES:
-        raise HetmemError(f"only arrays of {_MOVABLE_BYTES >> 10} KiB or more can be moved ({array.nbytes} bytes)")
+    movable = _extension().MOVABLE_BYTES  # the size from which the handler gives an array its own mapping
+    if array.nbytes < movable:
+        raise HetmemError(f"only arrays of {movable >> 10} KiB or more can be moved ({array.nbytes} bytes)")
     if lib._c.hm_move(_data(array), _tier_id(tier)) != 0:
         raise HetmemError(lib.last_error())
 

@@ -135,5 +135,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_numpy_alloc", "nump
 
 PyMODINIT_FUNC PyInit__numpy_alloc(void) {
   import_array();
-  return PyModule_Create(&module);
+  PyObject *m = PyModule_Create(&module);
+  /* hetmem.arrays.move's threshold is this one. */
+  if (m && PyModule_AddObject(m, "MOVABLE_BYTES", PyLong_FromSize_t(MOVABLE_BYTES)) != 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
 }
