@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -22,7 +23,6 @@ from pathlib import Path
 from . import verdicts
 from .lib import HetmemError, find_memkind_dir, repo_root
 
-ROUNDS = 5
 SOURCE = repo_root() / "bench" / "programs" / "memkind_pairs.c"
 
 
@@ -50,7 +50,7 @@ def _run(cmd: list[str], hetmem: bool) -> dict[str, float | None]:
     return rows
 
 
-def _numpy_rounds() -> dict[int, tuple[list[float], list[float]]]:
+def _numpy_rounds(rounds: int) -> dict[int, tuple[list[float], list[float]]]:
     import numpy as np
     from . import arrays
     sizes = [8, 64 << 10, 1 << 20, 64 << 20, 1 << 30]
@@ -73,7 +73,7 @@ def _numpy_rounds() -> dict[int, tuple[list[float], list[float]]]:
             if ctx:
                 ctx.__exit__(None, None, None)
 
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for s in sizes:
             result[s][0].append(timed(s, False))
             result[s][1].append(timed(s, True))
@@ -81,20 +81,19 @@ def _numpy_rounds() -> dict[int, tuple[list[float], list[float]]]:
 
 
 def main(out: str, quick: bool) -> int:
-    global ROUNDS
-    ROUNDS = 3 if quick else 5
+    rounds = 3 if quick else 5
     with tempfile.TemporaryDirectory(prefix="hetmem-bench-memkind-") as tmp:
         plain, omp = _build(tmp)
         system, ours, omp_without, omp_with = [], [], [], []
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             system.append(_run([plain], False))
             ours.append(_run([plain], True))
             if omp:
                 omp_without.append(_run([omp, "omp"], False))
                 omp_with.append(_run([omp, "omp"], True))
-    result = {"benchmark": "hetmem-bench-memkind", "rounds": ROUNDS, "emulated": False, "memkind": [], "openmp": [],
+    result = {"benchmark": "hetmem-bench-memkind", "rounds": rounds, "emulated": False, "memkind": [], "openmp": [],
               "numpy": []}
-    print(f"hetmem bench memkind: allocate + touch + free, ns per pair, medians of {ROUNDS} alternating rounds "
+    print(f"hetmem bench memkind: allocate + touch + free, ns per pair, medians of {rounds} alternating rounds "
           f"(spread: the rounds' ratios); DRAM, not emulated")
     print(f"  {'memkind_malloc/free':28s} {'memkind 1.14':>13s} {'hetmem':>10s} {'hetmem / memkind':>28s}  target: at most 1.0")
     worst = []
@@ -104,14 +103,14 @@ def main(out: str, quick: bool) -> int:
         if None in mine:
             continue
         if None in theirs:
-            print(f"  {key:28s} {'unavailable':>13s} {sorted(mine)[len(mine) // 2]:10.1f}   (memkind 1.14 has no such "
+            print(f"  {key:28s} {'unavailable':>13s} {statistics.median(mine):10.1f}   (memkind 1.14 has no such "
                   f"memory on this machine)")
             result["memkind"].append({"case": key, "memkind_ns": None, "hetmem_ns": mine})
             continue
         r = verdicts.ratio(mine, theirs, paired=True)
         verdict = verdicts.at_most(r, 1.0)
         worst.append(verdict)
-        print(f"  {key:28s} {sorted(theirs)[len(theirs) // 2]:13.1f} {sorted(mine)[len(mine) // 2]:10.1f} "
+        print(f"  {key:28s} {statistics.median(theirs):13.1f} {statistics.median(mine):10.1f} "
               f"{r.text(2):>28s}  {verdict}")
         result["memkind"].append({"case": key, "memkind_ns": theirs, "hetmem_ns": mine, **r.as_dict(), "verdict": verdict})
     if omp_with:
@@ -121,16 +120,16 @@ def main(out: str, quick: bool) -> int:
             with_ = [r[key] for r in omp_with]
             r = verdicts.ratio(with_, without, paired=True)
             verdict = verdicts.at_most(r, 1.10)
-            print(f"  {key:28s} {sorted(without)[len(without) // 2]:13.1f} {sorted(with_)[len(with_) // 2]:10.1f} "
+            print(f"  {key:28s} {statistics.median(without):13.1f} {statistics.median(with_):10.1f} "
                   f"{r.text(2):>28s}  {verdict}")
             result["openmp"].append({"case": key, "without_ns": without, "with_ns": with_, **r.as_dict(), "verdict": verdict})
     else:
         print("  OpenMP: not measured (clang is not installed; Debian: clang libomp-dev)")
-    rounds = _numpy_rounds()
+    numpy_rounds = _numpy_rounds(rounds)
     print(f"  {'numpy np.empty + touch + del':28s} {'numpy':>13s} {'hetmem':>10s} {'hetmem / numpy':>28s}")
-    for size, (theirs, mine) in rounds.items():
+    for size, (theirs, mine) in numpy_rounds.items():
         r = verdicts.ratio(mine, theirs, paired=True)
-        print(f"  {size:>28d} {sorted(theirs)[len(theirs) // 2]:13.1f} {sorted(mine)[len(mine) // 2]:10.1f} "
+        print(f"  {size:>28d} {statistics.median(theirs):13.1f} {statistics.median(mine):10.1f} "
               f"{r.text(2):>28s}")
         result["numpy"].append({"bytes": size, "numpy_ns": theirs, "hetmem_ns": mine, **r.as_dict()})
     result["memkind_verdict"] = verdicts.all_of(worst) if worst else "NOT MET"

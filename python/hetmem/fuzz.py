@@ -115,7 +115,7 @@ def misspell(key: str, rng: random.Random) -> str:
     return key[:i] + key[i + 1:] if rng.random() < 0.5 else key[:i] + key[i] + key[i:]
 
 
-def keyed_cases(target: str, base: dict[str, str], rng: random.Random) -> tuple[str, str, dict[str, str] | list]:
+def keyed_cases(base: dict[str, str], rng: random.Random) -> tuple[str, str, dict[str, str] | list]:
     """One mutation of a key=value input: (what, key to name, the mutated items as (key, value) list)."""
     items = list(base.items())
     key, value = rng.choice(items)
@@ -134,7 +134,7 @@ def keyed_cases(target: str, base: dict[str, str], rng: random.Random) -> tuple[
 
 def pic_case(rng: random.Random, programs: list[str]) -> Case:
     program = programs[0]
-    what, key, items = keyed_cases("pic", PIC_BASE, rng)
+    what, key, items = keyed_cases(PIC_BASE, rng)
     text = "".join(f"{k} = {v}\n" for k, v in items)
     # Sometimes the mutation comes as a command-line override of the valid file instead.
     if rng.random() < 0.3 and not what.endswith("missing"):
@@ -148,14 +148,14 @@ def pic_case(rng: random.Random, programs: list[str]) -> Case:
 
 def mg_case(rng: random.Random, programs: list[str]) -> Case:
     program = programs[0]
-    what, key, items = keyed_cases("mg", MG_BASE, rng)
+    what, key, items = keyed_cases(MG_BASE, rng)
     return Case("mg", what, key, [program] + [f"{k}={v}" for k, v in items], started="cells,",
                 env={"GFORTRAN_UNBUFFERED_PRECONNECTED": "y"})
 
 
 def amr_case(rng: random.Random, programs: list[str]) -> Case:
     program = programs[0]
-    what, key, items = keyed_cases("amr", AMR_BASE, rng)
+    what, key, items = keyed_cases(AMR_BASE, rng)
     argv = [program, "--pool", "p.pool"]
     for k, v in items:
         argv += [k, v]
