@@ -232,6 +232,25 @@ int Pool::allocate(uint64_t bytes, uint64_t *offset) {
   return HM_OK;
 }
 
+int Pool::reserve(uint64_t end) {
+  if (end <= reserved_) return HM_OK;
+  constexpr uint64_t kStep = uint64_t{64} << 20;
+  const uint64_t upto = std::min(bytes_, (end + kStep - 1) / kStep * kStep);
+  if (int rc = prim::reserve_file_range(fd_, reserved_, upto - reserved_); rc != HM_OK) {
+    if (end > reserved_ && upto > end && prim::reserve_file_range(fd_, reserved_, end - reserved_) == HM_OK) {
+      reserved_ = end;  // the medium holds this much, not the whole step
+      return HM_OK;
+    }
+    return rc == HM_ECAPACITY
+               ? fail(HM_ECAPACITY, "persistent pool '%s': its medium is full (%s of the pool could be given "
+                      "blocks, %s asked)", path_.c_str(), format_size(reserved_).c_str(), format_size(end).c_str())
+               : fail(HM_EIO, "persistent pool '%s': blocks could not be reserved up to %s", path_.c_str(),
+                      format_size(end).c_str());
+  }
+  reserved_ = upto;
+  return HM_OK;
+}
+
 void Pool::written(const void *p, uint64_t bytes) {
   uint64_t off = offset_of(p);
   if (!dirty_.empty() && dirty_.back().second >= off && dirty_.back().first <= off + bytes) {

@@ -63,6 +63,9 @@ int open_existing(const std::string &path, int *fd, uint64_t *size);
 int map_file(int fd, uint64_t size, bool try_sync, void **out, bool *synced);
 // An exclusive advisory lock on the file, without waiting: HM_EBUSY if another holder has it.
 int lock_file(int fd);
+// Gives [offset, offset + bytes) of the file blocks on its medium now, so that stores through a
+// mapping never fault on a full file system: HM_ECAPACITY when the medium is full, HM_EIO else.
+int reserve_file_range(int fd, uint64_t offset, uint64_t bytes);
 // Cache-line write-back of [addr, addr+len) (clwb, else clflushopt, else clflush) and the
 // store fence that orders it: the persistence primitives of a MAP_SYNC mapping.
 void flush_lines(const void *addr, size_t len);

@@ -400,6 +400,12 @@ int recv_all(int fd, void *data, size_t bytes) {
   return HM_OK;
 }
 
+int reserve_file_range(int fd, uint64_t offset, uint64_t bytes) {
+  const int rc = posix_fallocate(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes));
+  if (rc == 0) return HM_OK;
+  return rc == ENOSPC || rc == EDQUOT || rc == EFBIG ? HM_ECAPACITY : HM_EIO;
+}
+
 int lock_file(int fd) {
   if (flock(fd, LOCK_EX | LOCK_NB) == 0) return HM_OK;
   return errno == EWOULDBLOCK ? HM_EBUSY : HM_EIO;

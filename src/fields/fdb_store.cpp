@@ -1,0 +1,248 @@
+// The hetmem store for FDB5 (docs/fields.md): an eckit plugin that registers the store type
+// `hetmem` and its field location, so that an FDB configured with `store: hetmem` keeps field data
+// in hetmem pools on the persistent tier while FDB's TOC catalogue indexes it. FDB's tools, its C
+// and C++ API and pyfdb load it through eckit's plugin manifests (share/plugins/hetmem-fdb.yml).
+//
+// Configuration (the `hetmem:` section of the FDB configuration; every key optional):
+//   pool_bytes: 1073741824   each pool file (sparse: only what is written takes room)
+//   emulate: optane          charge archive and retrieve as this emulated device (DESIGN.md)
+//   verify: true             check every retrieved field's checksum
+#include <eckit/config/LocalConfiguration.h>
+#include <eckit/exception/Exceptions.h>
+#include <eckit/filesystem/PathName.h>
+#include <eckit/filesystem/URIManager.h>
+#include <eckit/io/DataHandle.h>
+#include <eckit/log/Log.h>
+#include <eckit/serialisation/Reanimator.h>
+#include <eckit/system/Plugin.h>
+#include <fdb5/database/FieldLocation.h>
+#include <fdb5/database/Store.h>
+#include <fdb5/io/SingleGribMungePartFileHandle.h>
+#include <fdb5/toc/RootManager.h>
+#include <fdb5/toc/TocFieldLocation.h>
+
+#include <atomic>
+#include <cstring>
+#include <sstream>
+
+#include "fields/field_pools.h"
+#include "hetmem/hetmem.h"
+
+namespace hm::fields {
+namespace {
+
+// The emulated device retrieves are charged as: set by the stores a process builds.
+std::atomic<const EmulProfile *> read_profile{nullptr};
+std::atomic<bool> verify_reads{true};
+
+[[noreturn]] void throw_last(const char *what) {
+  throw eckit::SeriousBug(std::string(what) + ": " + hm_last_error());
+}
+
+StoreSettings settings_from(const fdb5::Config &config) {
+  StoreSettings s;
+  if (!config.has("hetmem")) return s;
+  const eckit::LocalConfiguration c = config.getSubConfiguration("hetmem");
+  for (const std::string &key : c.keys())
+    if (key != "pool_bytes" && key != "emulate" && key != "verify")
+      throw eckit::UserError("hetmem store: unknown key 'hetmem." + key +
+                             "' in the FDB configuration (known: pool_bytes, emulate, verify)");
+  if (c.has("pool_bytes")) {
+    const long bytes = c.getLong("pool_bytes");
+    if (bytes < (64L << 10) || bytes > (1L << 44))
+      throw eckit::UserError("hetmem store: hetmem.pool_bytes = " + std::to_string(bytes) +
+                             " in the FDB configuration is outside 65536..2^44");
+    s.pool_bytes = static_cast<uint64_t>(bytes);
+  }
+  if (c.has("emulate")) {
+    const std::string name = c.getString("emulate");
+    if (name != "none") {
+      s.emulate = emul_profile(name.c_str());
+      if (!s.emulate)
+        throw eckit::UserError("hetmem store: hetmem.emulate = '" + name + "' in the FDB configuration is not a " +
+                               "device profile (known: none, " + emul_profile_names() + ")");
+    }
+  }
+  if (c.has("verify")) s.verify = c.getBool("verify");
+  read_profile.store(s.emulate);
+  verify_reads.store(s.verify);
+  return s;
+}
+
+// A retrieved field: its bytes in the pool's read-only mapping, copied out by read().
+class FieldHandle : public eckit::DataHandle {
+ public:
+  explicit FieldHandle(FieldView view) : view_(std::move(view)) {}
+  void print(std::ostream &s) const override {
+    s << "hetmem::FieldHandle[length=" << view_.length << ",position=" << position_ << "]";
+  }
+  eckit::Length openForRead() override {
+    position_ = 0;
+    if (const EmulProfile *p = read_profile.load()) charge_read(*p, view_.length);
+    return view_.length;
+  }
+  long read(void *buffer, long length) override {
+    const uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(std::max(length, 0L)), view_.length - position_);
+    std::memcpy(buffer, view_.data + position_, n);
+    position_ += n;
+    return static_cast<long>(n);
+  }
+  void close() override {}
+  eckit::Length size() override { return view_.length; }
+  eckit::Length estimate() override { return view_.length; }
+  eckit::Offset position() override { return position_; }
+  eckit::Offset seek(const eckit::Offset &to) override {
+    position_ = std::min<uint64_t>(static_cast<long long>(to), view_.length);
+    return position_;
+  }
+  bool canSeek() const override { return true; }
+  void skip(const eckit::Length &n) override { seek(eckit::Offset(position_ + static_cast<long long>(n))); }
+  std::string title() const override { return "hetmem field"; }
+
+ private:
+  FieldView view_;
+  uint64_t position_ = 0;
+};
+
+}  // namespace
+
+// FDB 5.10's TOC catalogue indexes only TocFieldLocations (toc/FieldRef.cc), so the hetmem location
+// is one, with its own URI scheme (`hetmem:`): the index keeps the URI, and a reader's
+// FieldLocationFactory builds a HetmemFieldLocation from it, whose data handle reads the pool.
+class HetmemFieldLocation : public fdb5::TocFieldLocation {
+ public:
+  HetmemFieldLocation(const eckit::URI &uri, eckit::Offset offset, eckit::Length length, const fdb5::Key &remap)
+      : TocFieldLocation(uri, offset, length, remap) {}
+  HetmemFieldLocation(const HetmemFieldLocation &o) : TocFieldLocation(o.uri_, o.offset_, o.length_, o.remapKey_) {}
+  explicit HetmemFieldLocation(eckit::Stream &s) : TocFieldLocation(s) {}
+
+  eckit::DataHandle *dataHandle() const override {
+    const FieldSpot spot{uri_.path().asString(), static_cast<uint64_t>(static_cast<long long>(offset_)),
+                         static_cast<uint64_t>(static_cast<long long>(length_))};
+    // An overlay (fdb-overlay) renames keys inside the GRIB message as it is read.
+    if (!remapKey_.empty())
+      return new fdb5::SingleGribMungePartFileHandle(uri_.path(), offset_, length_, remapKey_);
+    FieldView view;
+    if (read_field(spot, verify_reads.load(), &view) != HM_OK) throw_last("retrieve");
+    return new FieldHandle(std::move(view));
+  }
+  // The pool alone (FieldLocation::uri() adds the offset and length): the index keeps one entry per
+  // pool, as it keeps one per data file of the POSIX store.
+  eckit::URI uri() const override { return uri_; }
+  std::shared_ptr<FieldLocation> make_shared() const override { return std::make_shared<HetmemFieldLocation>(*this); }
+  void visit(fdb5::FieldLocationVisitor &visitor) const override { visitor(*this); }
+
+  static const eckit::ClassSpec &classSpec() { return classSpec_; }
+
+ protected:
+  const eckit::ReanimatorBase &reanimator() const override { return reanimator_; }
+  void encode(eckit::Stream &s) const override { TocFieldLocation::encode(s); }
+  static eckit::ClassSpec classSpec_;
+  static eckit::Reanimator<HetmemFieldLocation> reanimator_;
+
+ private:
+  void print(std::ostream &out) const override {
+    out << "HetmemFieldLocation[uri=" << uri_ << ",offset=" << offset() << ",length=" << length()
+        << ",remapKey=" << remapKey_ << "]";
+  }
+};
+
+eckit::ClassSpec HetmemFieldLocation::classSpec_ = {&FieldLocation::classSpec(), "HetmemFieldLocation"};
+eckit::Reanimator<HetmemFieldLocation> HetmemFieldLocation::reanimator_;
+
+class HetmemStore : public fdb5::Store {
+ public:
+  // A writer's store: the database's directory from the roots that hold its catalogue.
+  HetmemStore(const fdb5::Schema &schema, const fdb5::Key &key, const fdb5::Config &config)
+      : Store(schema), directory_(fdb5::StoreRootManager(config).directory(key)), key_(key),
+        settings_(settings_from(config)) {}
+  // A reader's store (built from the catalogue's location).
+  HetmemStore(const fdb5::Schema &schema, const eckit::URI &uri, const fdb5::Config &config)
+      : Store(schema), directory_(uri.path()), settings_(settings_from(config)) {}
+
+  eckit::DataHandle *retrieve(fdb5::Field &field) const override { return field.dataHandle(); }
+
+  fdb5::FieldLocation *archive(const fdb5::Key &key, const void *data, eckit::Length length) override {
+    if (!writer_) {
+      if (!directory_.exists()) directory_.mkdir();
+      remove_abandoned_pools(directory_.asString());
+      // Unique to this writer (host, process, time), as FDB's POSIX store names its data files.
+      const eckit::PathName unique = eckit::PathName::unique(directory_ / key_.valuesToString());
+      writer_ = std::make_unique<FieldWriter>(directory_.asString(), unique.baseName().asString(), settings_);
+    }
+    std::ostringstream what;
+    what << key;
+    FieldSpot spot;
+    if (writer_->archive(data, static_cast<uint64_t>(static_cast<long long>(length)), what.str(), &spot) != HM_OK)
+      throw_last("archive");
+    return new HetmemFieldLocation(eckit::URI("hetmem", eckit::PathName(spot.pool)), eckit::Offset(spot.offset),
+                                   eckit::Length(spot.length), fdb5::Key());
+  }
+
+  void remove(const eckit::URI &uri, std::ostream &log_always, std::ostream &log_verbose, bool doit) const override {
+    const eckit::PathName path = uri.path();
+    if (path.isDir()) {
+      log_verbose << "rmdir: ";
+      log_always << path << std::endl;
+      if (doit) path.rmdir(false);
+      return;
+    }
+    log_verbose << "Unlinking: ";
+    log_always << path << std::endl;
+    if (doit) path.unlink(false);
+  }
+
+  void print(std::ostream &out) const override { out << "HetmemStore[" << directory_ << "]"; }
+  std::string type() const override { return "hetmem"; }
+  bool open() override { return true; }
+  void flush() override {
+    if (writer_ && writer_->flush() != HM_OK) throw_last("flush");
+  }
+  void close() override {
+    flush();
+    writer_.reset();
+  }
+  bool exists() const override { return directory_.exists(); }
+  void checkUID() const override {}
+  eckit::URI uri() const override { return eckit::URI("hetmem", directory_); }
+
+ private:
+  eckit::PathName directory_;
+  fdb5::Key key_;
+  StoreSettings settings_;
+  std::unique_ptr<FieldWriter> writer_;
+};
+
+namespace {
+
+// eckit parses `hetmem:/path` (as the index keeps it) only for a scheme it knows.
+class PoolUriManager : public eckit::URIManager {
+ public:
+  PoolUriManager() : URIManager("hetmem") {}
+  bool exists(const eckit::URI &uri) override { return path(uri).exists(); }
+  eckit::DataHandle *newWriteHandle(const eckit::URI &) override { NOTIMP; }
+  eckit::DataHandle *newReadHandle(const eckit::URI &uri) override { return path(uri).fileHandle(); }
+  eckit::DataHandle *newReadHandle(const eckit::URI &uri, const eckit::OffsetList &o,
+                                   const eckit::LengthList &l) override {
+    return path(uri).partHandle(o, l);
+  }
+  std::string asString(const eckit::URI &uri) const override { return uri.name(); }
+  eckit::PathName path(const eckit::URI &uri) const override { return eckit::PathName(uri.name()); }
+};
+
+PoolUriManager uri_manager;
+fdb5::StoreBuilder<HetmemStore> store_builder("hetmem");
+fdb5::FieldLocationBuilder<HetmemFieldLocation> location_builder("hetmem");
+
+// What eckit loads through the manifest; the builders above register as the library loads.
+class HetmemFdbPlugin : public eckit::system::Plugin {
+ public:
+  HetmemFdbPlugin() : Plugin("hetmem-fdb", "hetmem-fdb") {}
+  std::string version() const override { return HM_FIELDS_VERSION; }
+  std::string gitsha1(unsigned int) const override { return "unknown"; }
+};
+
+HetmemFdbPlugin plugin;
+
+}  // namespace
+}  // namespace hm::fields

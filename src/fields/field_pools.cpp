@@ -1,0 +1,214 @@
+#include "fields/field_pools.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "base/error.h"
+#include "base/options.h"
+#include "hetmem/hetmem.h"
+#include "prim/prim.h"
+
+namespace hm::fields {
+namespace {
+
+constexpr char kRecordMagic[8] = {'H', 'M', 'F', 'I', 'E', 'L', 'D', '1'};
+
+struct FieldRecord {
+  char magic[8];
+  uint64_t length;
+  uint64_t data_checksum;
+  uint64_t reserved[4];
+  uint64_t record_checksum;  // of the fields above
+};
+static_assert(sizeof(FieldRecord) == persist::kUnit);
+
+uint64_t record_checksum(const FieldRecord &r) { return XXH3_64bits(&r, offsetof(FieldRecord, record_checksum)); }
+
+std::string at_text(const FieldSpot &s) {
+  return "pool '" + s.pool + "' at offset " + std::to_string(s.offset) + " (" + std::to_string(s.length) + " bytes)";
+}
+
+}  // namespace
+
+uint64_t field_checksum(const void *data, uint64_t length) { return XXH3_64bits(data, length); }
+
+bool is_field_pool(const std::string &name) {
+  auto ends = [&](const std::string &suffix) {
+    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends(kPoolSuffix) || ends(persist::Pool::staging_path(kPoolSuffix));
+}
+
+FieldWriter::FieldWriter(std::string directory, std::string base, StoreSettings settings)
+    : directory_(std::move(directory)), base_(std::move(base)), settings_(settings) {}
+
+FieldWriter::~FieldWriter() {
+  // Unflushed fields are not visible (FDB writes no index entry for them), so they need not be
+  // kept; what was committed stays. A pool never committed removes its staging file.
+  pool_.reset();
+}
+
+int FieldWriter::next_pool() {
+  if (pool_ && dirty_) {
+    if (int rc = pool_->commit(0); rc != HM_OK) return rc;
+    ++stats_.flushes;
+  }
+  pool_.reset();
+  const std::string path = directory_ + "/" + base_ + "." + std::to_string(next_index_++) + kPoolSuffix;
+  if (int rc = persist::Pool::create(path, settings_.pool_bytes, &pool_, kPoolContent); rc != HM_OK) return rc;
+  dirty_ = false;
+  ++stats_.pools;
+  return HM_OK;
+}
+
+int FieldWriter::archive(const void *data, uint64_t length, const std::string &what, FieldSpot *out) {
+  const uint64_t need = sizeof(FieldRecord) + length;
+  if (need > settings_.pool_bytes - persist::kHeaderBytes)
+    return fail(HM_ECAPACITY, "hetmem store: field %s has %llu bytes, more than a pool of %s holds (hetmem.pool_bytes "
+                "in the FDB configuration); nothing was archived", what.c_str(),
+                static_cast<unsigned long long>(length), format_size(settings_.pool_bytes).c_str());
+  if (!pool_)
+    if (int rc = next_pool(); rc != HM_OK) return rc;
+  uint64_t offset = 0;
+  if (pool_->allocate(need, &offset) != HM_OK) {
+    // Full: commit this pool and start the next one.
+    if (int rc = next_pool(); rc != HM_OK) return rc;
+    if (int rc = pool_->allocate(need, &offset); rc != HM_OK) return rc;
+  }
+  if (int rc = pool_->reserve(offset + need); rc != HM_OK) {
+    const std::string why = hm_last_error();
+    pool_->set_top(offset);
+    return fail(rc, "hetmem store: field %s (%llu bytes) not archived: %s", what.c_str(),
+                static_cast<unsigned long long>(length), why.c_str());
+  }
+  auto *record = pool_->at<FieldRecord>(offset);
+  FieldRecord r{};
+  std::memcpy(r.magic, kRecordMagic, sizeof kRecordMagic);
+  r.length = length;
+  r.data_checksum = field_checksum(data, length);
+  r.record_checksum = record_checksum(r);
+  std::memcpy(pool_->at<char>(offset + sizeof(FieldRecord)), data, length);
+  std::memcpy(static_cast<void *>(record), &r, sizeof r);
+  pool_->written(record, need);
+  dirty_ = true;
+  if (settings_.emulate) stats_.emul_charged_ns += emul_charge(*settings_.emulate, emul_, 0, need, 0, kEmulCopy);
+  ++stats_.fields;
+  stats_.bytes += length;
+  out->pool = pool_->path();
+  out->offset = offset + sizeof(FieldRecord);
+  out->length = length;
+  return HM_OK;
+}
+
+int FieldWriter::flush() {
+  if (!pool_ || !dirty_) return HM_OK;
+  if (int rc = pool_->commit(0); rc != HM_OK) return rc;
+  dirty_ = false;
+  ++stats_.flushes;
+  return HM_OK;
+}
+
+namespace {
+
+struct Mapping {
+  void *data = nullptr;
+  size_t bytes = 0;
+  ~Mapping() {
+    if (data) prim::unmap(data, bytes);
+  }
+};
+
+std::mutex mappings_mutex;
+std::map<std::string, std::shared_ptr<const Mapping>> &mappings() {
+  static auto *m = new std::map<std::string, std::shared_ptr<const Mapping>>();
+  return *m;
+}
+
+int mapping_of(const std::string &path, std::shared_ptr<const Mapping> *out) {
+  std::lock_guard<std::mutex> lock(mappings_mutex);
+  auto &all = mappings();
+  if (auto it = all.find(path); it != all.end()) {
+    *out = it->second;
+    return HM_OK;
+  }
+  persist::PoolInfo info;
+  if (int rc = persist::Pool::inspect(path, &info); rc != HM_OK) return rc;
+  if (info.state != persist::PoolInfo::State::committed)
+    return fail(HM_EFORMAT, "hetmem store: pool '%s' %s", path.c_str(),
+                info.state == persist::PoolInfo::State::missing ? "does not exist (wiped or purged?)"
+                                                                : "holds no committed fields");
+  if (info.content != kPoolContent)
+    return fail(HM_EFORMAT, "hetmem store: '%s' is a hetmem pool holding '%s', not FDB fields", path.c_str(),
+                info.content.c_str());
+  auto m = std::make_shared<Mapping>();
+  if (prim::map_file_readonly(path, &m->data, &m->bytes) != HM_OK)
+    return fail(HM_EIO, "hetmem store: pool '%s' cannot be mapped for reading", path.c_str());
+  // Pools of wiped databases are forgotten, so that a long-running reader does not keep them.
+  if (all.size() >= 64)
+    for (auto it = all.begin(); it != all.end();) it = prim::path_exists(it->first) ? std::next(it) : all.erase(it);
+  all[path] = m;
+  *out = std::move(m);
+  return HM_OK;
+}
+
+}  // namespace
+
+int read_field(const FieldSpot &spot, bool verify, FieldView *out) {
+  std::shared_ptr<const Mapping> m;
+  if (int rc = mapping_of(spot.pool, &m); rc != HM_OK) return rc;
+  if (spot.offset < persist::kHeaderBytes + sizeof(FieldRecord) || spot.offset % persist::kUnit != 0 ||
+      spot.offset > m->bytes || spot.length > m->bytes - spot.offset)
+    return fail(HM_EFORMAT, "hetmem store: %s lies outside the pool (%zu bytes): the index does not match the pool",
+                at_text(spot).c_str(), m->bytes);
+  const char *base = static_cast<const char *>(m->data);
+  FieldRecord r;
+  std::memcpy(&r, base + spot.offset - sizeof r, sizeof r);
+  if (std::memcmp(r.magic, kRecordMagic, sizeof kRecordMagic) != 0 || r.record_checksum != record_checksum(r))
+    return fail(HM_EFORMAT, "hetmem store: %s: the field's record is damaged; the field is not returned",
+                at_text(spot).c_str());
+  if (r.length != spot.length)
+    return fail(HM_EFORMAT, "hetmem store: %s: the pool holds a field of %llu bytes there; the index does not match",
+                at_text(spot).c_str(), static_cast<unsigned long long>(r.length));
+  if (verify && field_checksum(base + spot.offset, spot.length) != r.data_checksum)
+    return fail(HM_EFORMAT, "hetmem store: %s: the data fails its checksum (damaged); the field is not returned",
+                at_text(spot).c_str());
+  out->mapping = std::shared_ptr<const void>(m, m->data);
+  out->data = base + spot.offset;
+  out->length = spot.length;
+  return HM_OK;
+}
+
+uint64_t charge_read(const EmulProfile &profile, uint64_t bytes) {
+  static EmulState state;
+  return emul_charge(profile, state, bytes, 0, 0, kEmulCopy);
+}
+
+int remove_abandoned_pools(const std::string &directory) {
+  std::string names;
+  if (!prim::list_dir(directory, &names)) return 0;
+  const std::string staging_suffix = persist::Pool::staging_path(kPoolSuffix);
+  int removed = 0;
+  size_t start = 0;
+  while (start < names.size()) {
+    size_t end = names.find('\n', start);
+    if (end == std::string::npos) end = names.size();
+    const std::string name = names.substr(start, end - start);
+    start = end + 1;
+    if (name.size() <= staging_suffix.size() ||
+        name.compare(name.size() - staging_suffix.size(), staging_suffix.size(), staging_suffix) != 0)
+      continue;
+    const std::string path = directory + "/" + name;
+    int fd = -1;
+    uint64_t size = 0;
+    if (prim::open_existing(path, &fd, &size) != HM_OK) continue;
+    // A live creator holds the staging file's lock; a killed one's lock went with it.
+    if (prim::lock_file(fd) == HM_OK && prim::remove_path(path)) ++removed;
+    prim::close_fd(fd);
+  }
+  return removed;
+}
+
+}  // namespace hm::fields

@@ -1,0 +1,102 @@
+// Field data on hetmem's persistent tier, for the FDB5 store plugin (fdb_store.cpp) and its tests.
+// FDB's own protocol decides visibility: a field is archived (copied into a pool), the store is
+// flushed (every pool this writer touched is committed: data durable, then the pool's root slot),
+// and only then does FDB's catalogue write the index entry that makes the field visible. So a field
+// a reader can find was committed, and a reader needs no lock: it maps the pool read-only and checks
+// the field's record.
+//
+// Each writer process owns its pools (one at a time per database; a full one is committed and the
+// next one started), named `<base>.<n>.hmpool` in the database's directory, so many writers archive
+// into one database at once without sharing a file. A field is a 64-byte record (magic, length,
+// XXH3 checksum of the data, checksum of the record) followed by the data, in 64-byte units:
+//
+//   [record][data .................][pad]  [record][data ...]...
+//
+// A reader refuses a pool whose header is damaged and a field whose record or checksum does not
+// match, with a message naming the pool and the offset; it never returns such bytes as data.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "persist/pool.h"
+#include "tier/emul.h"
+
+namespace hm::fields {
+
+// What a hetmem store is configured with (the `hetmem:` section of an FDB configuration).
+struct StoreSettings {
+  uint64_t pool_bytes = uint64_t{1} << 30;  // each pool file (sparse until written)
+  const EmulProfile *emulate = nullptr;     // charge archive and retrieve as this device (emulated)
+  bool verify = true;                       // check each field's checksum on retrieve
+};
+
+// Where an archived field lives.
+struct FieldSpot {
+  std::string pool;  // the pool's path (its final name, also before the pool's first commit)
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// Counters a store reports (hetmem fields, the benchmark).
+struct WriterStats {
+  uint64_t fields = 0, bytes = 0, flushes = 0, pools = 0;
+  uint64_t emul_charged_ns = 0;
+};
+
+class FieldWriter {
+ public:
+  // Pools go to `directory`, named `base.<n>.hmpool` (`base` unique to this writer).
+  FieldWriter(std::string directory, std::string base, StoreSettings settings);
+  ~FieldWriter();
+  FieldWriter(const FieldWriter &) = delete;
+  FieldWriter &operator=(const FieldWriter &) = delete;
+
+  // Copies `length` bytes into the current pool (a new one when it is full). `what` names the field
+  // in errors. HM_ECAPACITY when the field is larger than a pool or the medium is full, HM_EIO,
+  // HM_EBUSY; on error nothing was archived (hm_last_error() says why).
+  int archive(const void *data, uint64_t length, const std::string &what, FieldSpot *out);
+  // Makes every field archived so far durable (commits the pools written since the last flush).
+  int flush();
+  const WriterStats &stats() const { return stats_; }
+  const std::string &directory() const { return directory_; }
+
+ private:
+  int next_pool();
+
+  std::string directory_, base_;
+  StoreSettings settings_;
+  std::unique_ptr<persist::Pool> pool_;
+  bool dirty_ = false;
+  int next_index_ = 0;
+  WriterStats stats_;
+  EmulState emul_;
+};
+
+// A field's bytes in a pool mapped read-only; the mapping lives as long as any view of it.
+struct FieldView {
+  std::shared_ptr<const void> mapping;
+  const char *data = nullptr;
+  uint64_t length = 0;
+};
+
+// Maps the field at `spot` (pools are mapped once per process and kept while their file exists) and
+// checks its record and, if `verify`, its checksum. HM_EFORMAT for a damaged pool or field, HM_EIO
+// when the pool cannot be read; the message names the pool and the offset.
+int read_field(const FieldSpot &spot, bool verify, FieldView *out);
+// Charges a retrieve of `bytes` as `profile` (emulated persistent tier); returns the ns charged.
+uint64_t charge_read(const EmulProfile &profile, uint64_t bytes);
+
+// The pool naming rule, for wipe and the tools: whether `name` is a field pool or its staging file.
+bool is_field_pool(const std::string &name);
+// Removes the staging files (`*.hmpool.creating`) in `directory` whose creator is gone (their lock
+// is free): what a writer killed before its first flush leaves. Returns how many were removed.
+int remove_abandoned_pools(const std::string &directory);
+
+// The checksum of a field's data (XXH3, 64 bit).
+uint64_t field_checksum(const void *data, uint64_t length);
+
+constexpr const char *kPoolContent = "fdbfields1";
+constexpr const char *kPoolSuffix = ".hmpool";
+
+}  // namespace hm::fields
