@@ -19,7 +19,8 @@
 #include <fdb5/database/Store.h>
 #include <fdb5/io/SingleGribMungePartFileHandle.h>
 #include <fdb5/toc/RootManager.h>
-#include <fdb5/toc/TocFieldLocation.h>
+#include <fdb5/database/WipeState.h>
+#include <fdb5/toc/FileSpace.h>
 
 #include <atomic>
 #include <cstring>
@@ -106,37 +107,36 @@ class FieldHandle : public eckit::DataHandle {
 
 }  // namespace
 
-// FDB 5.10's TOC catalogue indexes only TocFieldLocations (toc/FieldRef.cc), so the hetmem location
-// is one, with its own URI scheme (`hetmem:`): the index keeps the URI, and a reader's
-// FieldLocationFactory builds a HetmemFieldLocation from it, whose data handle reads the pool.
-class HetmemFieldLocation : public fdb5::TocFieldLocation {
+// A field's place: the pool's URI (`hetmem:/db/dir/name.hmpool`), the offset of its data and its
+// length. The index keeps one URI per pool, as it keeps one per data file of the POSIX store.
+class HetmemFieldLocation : public fdb5::FieldLocation {
  public:
+  explicit HetmemFieldLocation(const eckit::URI &uri) : FieldLocation(uri) {}
   HetmemFieldLocation(const eckit::URI &uri, eckit::Offset offset, eckit::Length length, const fdb5::Key &remap)
-      : TocFieldLocation(uri, offset, length, remap) {}
-  HetmemFieldLocation(const HetmemFieldLocation &o) : TocFieldLocation(o.uri_, o.offset_, o.length_, o.remapKey_) {}
-  explicit HetmemFieldLocation(eckit::Stream &s) : TocFieldLocation(s) {}
+      : FieldLocation(uri, offset, length, remap) {}
+  HetmemFieldLocation(const HetmemFieldLocation &o) : FieldLocation(o.uri_, o.offset_, o.length_, o.remapKey_) {}
+  explicit HetmemFieldLocation(eckit::Stream &s) : FieldLocation(s) {}
 
   eckit::DataHandle *dataHandle() const override {
-    const FieldSpot spot{uri_.path().asString(), static_cast<uint64_t>(static_cast<long long>(offset_)),
-                         static_cast<uint64_t>(static_cast<long long>(length_))};
     // An overlay (fdb-overlay) renames keys inside the GRIB message as it is read.
     if (!remapKey_.empty())
       return new fdb5::SingleGribMungePartFileHandle(uri_.path(), offset_, length_, remapKey_);
+    const FieldSpot spot{uri_.path().asString(), static_cast<uint64_t>(static_cast<long long>(offset_)),
+                         static_cast<uint64_t>(static_cast<long long>(length_))};
     FieldView view;
     if (read_field(spot, verify_reads.load(), &view) != HM_OK) throw_last("retrieve");
     return new FieldHandle(std::move(view));
   }
-  // The pool alone (FieldLocation::uri() adds the offset and length): the index keeps one entry per
-  // pool, as it keeps one per data file of the POSIX store.
-  eckit::URI uri() const override { return uri_; }
-  std::shared_ptr<FieldLocation> make_shared() const override { return std::make_shared<HetmemFieldLocation>(*this); }
+  std::shared_ptr<const FieldLocation> make_shared() const override {
+    return std::make_shared<HetmemFieldLocation>(*this);
+  }
   void visit(fdb5::FieldLocationVisitor &visitor) const override { visitor(*this); }
 
   static const eckit::ClassSpec &classSpec() { return classSpec_; }
 
  protected:
   const eckit::ReanimatorBase &reanimator() const override { return reanimator_; }
-  void encode(eckit::Stream &s) const override { TocFieldLocation::encode(s); }
+  void encode(eckit::Stream &s) const override { FieldLocation::encode(s); }
   static eckit::ClassSpec classSpec_;
   static eckit::Reanimator<HetmemFieldLocation> reanimator_;
 
@@ -150,19 +150,40 @@ class HetmemFieldLocation : public fdb5::TocFieldLocation {
 eckit::ClassSpec HetmemFieldLocation::classSpec_ = {&FieldLocation::classSpec(), "HetmemFieldLocation"};
 eckit::Reanimator<HetmemFieldLocation> HetmemFieldLocation::reanimator_;
 
+namespace {
+
+bool has_suffix(const std::string &s, const std::string &suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A store's directory from a URI naming it or a pool in it.
+eckit::PathName directory_of(const eckit::PathName &p) { return !p.exists() || p.isDir() ? p : p.dirName(); }
+
+}  // namespace
+
+// The store of one database: its pools live in the database's directory, beside FDB's TOC and
+// indexes, so that FDB's wipe, purge and move see one directory per database, as with the POSIX
+// store. Wiping follows FDB's protocol (the catalogue says which data URIs its indexes name; the
+// store adds what else is in the directory).
 class HetmemStore : public fdb5::Store {
  public:
+  static constexpr const char *kScheme = "hetmem";
+
   // A writer's store: the database's directory from the roots that hold its catalogue.
-  HetmemStore(const fdb5::Schema &schema, const fdb5::Key &key, const fdb5::Config &config)
-      : Store(schema), directory_(fdb5::StoreRootManager(config).directory(key)), key_(key),
+  HetmemStore(const fdb5::Key &key, const fdb5::Config &config)
+      : directory_(fdb5::StoreRootManager(config).directory(key).directory_), key_(key),
         settings_(settings_from(config)) {}
-  // A reader's store (built from the catalogue's location).
-  HetmemStore(const fdb5::Schema &schema, const eckit::URI &uri, const fdb5::Config &config)
-      : Store(schema), directory_(uri.path()), settings_(settings_from(config)) {}
+  // A reader's store, built from the catalogue's location or a field's.
+  HetmemStore(const eckit::URI &uri, const fdb5::Config &config)
+      : directory_(directory_of(uri.path())), settings_(settings_from(config)) {}
+
+  static eckit::URI uri(const eckit::URI &data_uri) { return eckit::URI(kScheme, data_uri.path().dirName()); }
+  eckit::URI uri() const override { return eckit::URI(kScheme, directory_); }
 
   eckit::DataHandle *retrieve(fdb5::Field &field) const override { return field.dataHandle(); }
 
-  fdb5::FieldLocation *archive(const fdb5::Key &key, const void *data, eckit::Length length) override {
+  std::unique_ptr<const fdb5::FieldLocation> archive(const fdb5::Key &key, const void *data,
+                                                     eckit::Length length) override {
     if (!writer_) {
       if (!directory_.exists()) directory_.mkdir();
       remove_abandoned_pools(directory_.asString());
@@ -175,8 +196,20 @@ class HetmemStore : public fdb5::Store {
     FieldSpot spot;
     if (writer_->archive(data, static_cast<uint64_t>(static_cast<long long>(length)), what.str(), &spot) != HM_OK)
       throw_last("archive");
-    return new HetmemFieldLocation(eckit::URI("hetmem", eckit::PathName(spot.pool)), eckit::Offset(spot.offset),
-                                   eckit::Length(spot.length), fdb5::Key());
+    ++unflushed_;
+    return std::make_unique<HetmemFieldLocation>(eckit::URI(kScheme, eckit::PathName(spot.pool)),
+                                                 eckit::Offset(spot.offset), eckit::Length(spot.length), fdb5::Key());
+  }
+
+  size_t flush() override {
+    if (writer_ && writer_->flush() != HM_OK) throw_last("flush");
+    const size_t n = unflushed_;
+    unflushed_ = 0;
+    return n;
+  }
+  void close() override {
+    flush();
+    writer_.reset();
   }
 
   void remove(const eckit::URI &uri, std::ostream &log_always, std::ostream &log_verbose, bool doit) const override {
@@ -192,25 +225,81 @@ class HetmemStore : public fdb5::Store {
     if (doit) path.unlink(false);
   }
 
-  void print(std::ostream &out) const override { out << "HetmemStore[" << directory_ << "]"; }
-  std::string type() const override { return "hetmem"; }
+  void print(std::ostream &out) const override { out << "HetmemStore(" << directory_ << ")"; }
+  std::string type() const override { return kScheme; }
   bool open() override { return true; }
-  void flush() override {
-    if (writer_ && writer_->flush() != HM_OK) throw_last("flush");
-  }
-  void close() override {
-    flush();
-    writer_.reset();
-  }
   bool exists() const override { return directory_.exists(); }
   void checkUID() const override {}
-  eckit::URI uri() const override { return eckit::URI("hetmem", directory_); }
+
+  // Pools (and a killed writer's staging files) in this directory, under either scheme: the
+  // catalogue reports the directory's files as `file:` URIs.
+  bool uriBelongs(const eckit::URI &uri) const override {
+    if (uri.scheme() != kScheme && uri.scheme() != "file" && uri.scheme() != "unix") return false;
+    const std::string name = uri.path().baseName().asString();
+    return uri.path().dirName().sameAs(directory_) && is_field_pool(name);
+  }
+  bool uriExists(const eckit::URI &uri) const override { return uri.path().exists(); }
+  std::set<eckit::URI> collocatedDataURIs() const override {
+    std::set<eckit::URI> out;
+    if (!directory_.exists()) return out;
+    std::vector<eckit::PathName> files, dirs;
+    directory_.children(files, dirs);
+    for (const auto &f : files)
+      if (has_suffix(f.baseName().asString(), kPoolSuffix)) out.emplace(kScheme, f);
+    return out;
+  }
+  std::set<eckit::URI> asCollocatedDataURIs(const std::set<eckit::URI> &uris) const override {
+    std::set<eckit::URI> out;
+    for (const auto &u : uris) out.emplace(kScheme, u.path());
+    return out;
+  }
+  std::vector<eckit::URI> getAuxiliaryURIs(const eckit::URI &, bool) const override { return {}; }
+
+  void finaliseWipeState(fdb5::StoreWipeState &state, bool, bool) override {
+    if (!directory_.exists()) {
+      state.markAllMissing();
+      return;
+    }
+    std::set<eckit::URI> missing;
+    for (const auto &u : state.includedDataURIs()) {
+      if (!uriBelongs(u))
+        throw eckit::SeriousBug("hetmem store: an index to be wiped names " + u.asString() +
+                                ", which is not a pool of " + directory_.asString() + "; nothing was wiped");
+      if (!u.path().exists()) missing.insert(u);
+    }
+    for (const auto &u : missing) state.markAsMissing(u);
+    if (!state.safeURIs().empty()) return;
+    // Everything goes: whatever else is in the directory is reported (the catalogue claims its own).
+    std::vector<eckit::PathName> files, dirs;
+    directory_.children(files, dirs);
+    for (const auto &f : files) {
+      const eckit::URI u(kScheme, f);
+      if (!state.includedDataURIs().count(u) && !state.safeURIs().count(u))
+        state.insertUnrecognised(is_field_pool(f.baseName().asString()) ? u : eckit::URI("file", f));
+    }
+  }
+  bool doWipeUnknowns(const std::set<eckit::URI> &unknown) const override {
+    for (const auto &u : unknown)
+      if (u.path().exists()) remove(u, eckit::Log::info(), eckit::Log::info(), true);
+    return true;
+  }
+  bool doWipeURIs(const fdb5::StoreWipeState &state) const override {
+    for (const auto &u : state.includedDataURIs()) remove(u, eckit::Log::info(), eckit::Log::info(), true);
+    if (state.safeURIs().empty()) cleanupEmptyDatabase_ = true;
+    return true;
+  }
+  void doWipeEmptyDatabase() const override {
+    if (cleanupEmptyDatabase_ && directory_.exists()) remove(uri(), eckit::Log::info(), eckit::Log::info(), true);
+    cleanupEmptyDatabase_ = false;
+  }
+  bool doUnsafeFullWipe() const override { return false; }
 
  private:
   eckit::PathName directory_;
   fdb5::Key key_;
   StoreSettings settings_;
   std::unique_ptr<FieldWriter> writer_;
+  size_t unflushed_ = 0;
 };
 
 namespace {
