@@ -9,7 +9,7 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 VENV="$ROOT/.venv"
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config gfortran libnuma-dev numactl libhwloc-dev hwloc
-              python3-dev libgtest-dev libmemkind-dev libp4est-dev libopenmpi-dev openmpi-bin libsqlite3-dev libhdf5-dev libhdf5-openmpi-dev nlohmann-json3-dev libunwind-dev libzstd-dev zlib1g-dev libssl-dev libhypre-dev heaptrack valgrind python3 python3-venv python3-pip
+              python3-dev libxxhash-dev libgtest-dev libmemkind-dev libp4est-dev libopenmpi-dev openmpi-bin libsqlite3-dev libhdf5-dev libhdf5-openmpi-dev nlohmann-json3-dev libunwind-dev libzstd-dev zlib1g-dev libssl-dev libhypre-dev heaptrack valgrind python3 python3-venv python3-pip
               # real programs none of us wrote (tests/realprograms, hetmem bench unchanged)
               lammps xtb glpk-utils sqlite3 python3-numpy xz-utils make
               # OpenMP memory spaces through hetmem's libmemkind (LLVM's runtime loads memkind)
@@ -33,10 +33,20 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import rich, pytest, numpy, matplotlib, zstandard, openpmd_api, hetmem" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import rich, pytest, numpy, matplotlib, zstandard, openpmd_api, fdb5lib, pyfdb, eccodes, hetmem" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT/python[test]"
 fi
 
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${HM_BUILD_TYPE:-RelWithDebInfo}" \
       -DPython3_EXECUTABLE="$VENV/bin/python" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)"
+
+# FDB finds the hetmem store through eckit's plugin manifests (docs/fields.md): the library and its
+# manifest are linked into the FDB installation the store was built against (eckit's own
+# share/plugins and lib64), so FDB's tools, its C API and pyfdb load it with no setting.
+if [ -f "$BUILD_DIR/fdb/lib/libhetmem-fdb.so" ]; then
+  ECKIT_HOME="$("$VENV/bin/python" -c "import eckitlib, os; print(os.path.dirname(eckitlib.__file__))")"
+  mkdir -p "$ECKIT_HOME/share/plugins"
+  ln -sfn "$BUILD_DIR/fdb/lib/libhetmem-fdb.so" "$ECKIT_HOME/lib64/libhetmem-fdb.so"
+  ln -sfn "$BUILD_DIR/fdb/share/plugins/hetmem-fdb.yml" "$ECKIT_HOME/share/plugins/hetmem-fdb.yml"
+fi
