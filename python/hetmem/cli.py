@@ -173,6 +173,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     return fuzz.main(targets, args.cases, args.seed, args.time_limit, out, _console())
 
 
+def cmd_fields(args: argparse.Namespace) -> int:
+    from . import fields
+    return fields.main(args, _console())
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from . import compare, workloads
     rest = args.workload[1:] if args.workload and args.workload[0] == "--" else args.workload
@@ -496,6 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
         ap = sub.add_parser(name, help=f"{what}: hetmem {name} {usage}")
         ap.add_argument("cmd", nargs=argparse.REMAINDER, help=f"the arguments of {binary} (`hetmem {name} -- --help` lists them)")
         ap.set_defaults(func=cmd_app)
+
+    from .fields import add_parser as add_fields_parser
+    add_fields_parser(sub, cmd_fields)
 
     cp = sub.add_parser("compare", help="run the PIC code under every placement policy with a fast budget below "
                         "its footprint: times, ratios, phases, spaces, classes; JSON, PNG and HTML",

@@ -234,8 +234,10 @@ int Pool::allocate(uint64_t bytes, uint64_t *offset) {
 
 int Pool::reserve(uint64_t end) {
   if (end <= reserved_) return HM_OK;
-  constexpr uint64_t kStep = uint64_t{64} << 20;
-  const uint64_t upto = std::min(bytes_, (end + kStep - 1) / kStep * kStep);
+  // Geometric steps: a pool holding little takes little room, a growing one asks the file system
+  // rarely.
+  const uint64_t step = std::clamp<uint64_t>(reserved_, uint64_t{1} << 20, uint64_t{64} << 20);
+  const uint64_t upto = std::min(bytes_, (end + step - 1) / step * step);
   if (int rc = prim::reserve_file_range(fd_, reserved_, upto - reserved_); rc != HM_OK) {
     if (end > reserved_ && upto > end && prim::reserve_file_range(fd_, reserved_, end - reserved_) == HM_OK) {
       reserved_ = end;  // the medium holds this much, not the whole step

@@ -95,8 +95,8 @@ class Pool {
   // Space for the working version, above everything committed. HM_ECAPACITY (and offset 0) when
   // the pool is full; the committed versions are untouched.
   int allocate(uint64_t bytes, uint64_t *offset);
-  // Gives the file blocks on its medium up to `end` (rounded up to a step of 64 MiB, at most the
-  // capacity), so that writes through the mapping below `end` cannot fault on a full file system
+  // Gives the file blocks on its medium up to `end` (ahead by what it already has, from 1 MiB to
+  // 64 MiB, at most the capacity), so that writes through the mapping below `end` cannot fault on a full file system
   // (the file is sparse until then): HM_ECAPACITY, naming the pool, when the medium is full.
   int reserve(uint64_t end);
   // Marks [p, p + bytes) as written by the working version (flushed at the commit).
