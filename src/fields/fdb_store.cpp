@@ -36,8 +36,11 @@ namespace {
 std::atomic<const EmulProfile *> read_profile{nullptr};
 std::atomic<bool> verify_reads{true};
 
+// A failure the user can act on (a full medium, a damaged pool): the message, without the
+// backtrace FDB's tools print for a bug.
 [[noreturn]] void throw_last(const char *what) {
-  throw eckit::SeriousBug(std::string(what) + ": " + hm_last_error());
+  const std::string why = hm_last_error();
+  throw eckit::Exception(why.rfind("hetmem store", 0) == 0 ? why : std::string("hetmem store: ") + what + ": " + why);
 }
 
 StoreSettings settings_from(const fdb5::Config &config) {
@@ -191,8 +194,9 @@ class HetmemStore : public fdb5::Store {
       const eckit::PathName unique = eckit::PathName::unique(directory_ / key_.valuesToString());
       writer_ = std::make_unique<FieldWriter>(directory_.asString(), unique.baseName().asString(), settings_);
     }
+    // The store is given the index's part of the key; with the database it names the field.
     std::ostringstream what;
-    what << key;
+    what << "of " << key << " in " << directory_;
     FieldSpot spot;
     if (writer_->archive(data, static_cast<uint64_t>(static_cast<long long>(length)), what.str(), &spot) != HM_OK)
       throw_last("archive");

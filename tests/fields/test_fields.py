@@ -1,0 +1,264 @@
+"""The hetmem store for FDB5 through FDB's own tools and pyfdb (docs/fields.md): archive, flush,
+retrieve, list, wipe and purge; many writer processes at once; readers that see only flushed
+steps; producers killed at random moments; damaged pools and bad configurations refused."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(ROOT / "python"))
+
+from hetmem import fields  # noqa: E402
+import writer  # noqa: E402
+
+N = 24  # grid points per side of the test fields (GRIB messages of about 2 KiB)
+
+
+@pytest.fixture(autouse=True)
+def needs_the_plugin():
+    try:
+        problem = fields.plugin_problem()
+    except Exception as e:  # the FDB packages themselves are missing
+        problem = str(e)
+    if problem:
+        pytest.skip(problem)
+
+
+def db_request(expver):
+    return {"class": "rd", "expver": expver, "stream": "oper", "date": "20261125", "time": "0000", "domain": "g"}
+
+
+def field_request(expver, step, level):
+    return {**db_request(expver), "type": "fc", "levtype": "ml", "step": str(step), "levelist": str(level),
+            "param": "130"}
+
+
+def retrieve(fdb, expver, step, level):
+    with fdb.retrieve(field_request(expver, step, level)) as h:
+        return h.read()
+
+
+def run_writer(config, expver, first, steps, levels, *extra, **kw):
+    return subprocess.Popen([sys.executable, str(Path(__file__).parent / "writer.py"), str(config), expver, str(first),
+                             str(steps), str(levels), str(N), *extra], stdout=subprocess.PIPE, text=True,
+                            env=fields.environment(config), **kw)
+
+
+@pytest.fixture
+def config(tmp_path):
+    return fields.write_config(tmp_path, store="hetmem", pool_bytes=4 << 20)
+
+
+def files_of(root):
+    return sorted(p.name for p in Path(root).rglob("*") if p.is_file())
+
+
+def test_fdb_tools_write_list_read_bit_for_bit_and_data_lives_in_pools(config, tmp_path):
+    grib = tmp_path / "in.grib"
+    grib.write_bytes(b"".join(writer.field_bytes("hmta", s, lv, N) for s in range(3) for lv in range(1, 4)))
+    fields.run_tool("fdb-write", [str(grib)], config)
+    listed = fields.run_tool("fdb-list", ["class=rd,expver=hmta,stream=oper,date=20261125,time=0000,domain=g"],
+                             config).stdout
+    assert listed.count("param=130") == 9, listed
+    out = tmp_path / "out.grib"
+    fields.run_tool("fdb-read", ["--extract", str(grib), str(out)], config)
+    got = fields.split_messages(out.read_bytes())
+    assert sorted(got) == sorted(fields.split_messages(grib.read_bytes()))
+    names = files_of(tmp_path / "root")
+    assert any(n.endswith(".hmpool") for n in names), names
+    assert not any(n.endswith(".data") for n in names), "the POSIX store wrote data files: " + str(names)
+
+
+def test_pyfdb_archive_flush_list_retrieve_wipe(config, tmp_path):
+    fdb = fields.open_fdb(config)
+    for lv in (1, 2):
+        fdb.archive(writer.field_bytes("hmtb", 0, lv, N))
+    fdb.flush()
+    listed = list(fdb.list(db_request("hmtb")))
+    assert len(listed) == 2 and all(e.uri.path().endswith(".hmpool") for e in listed)
+    for lv in (1, 2):
+        assert retrieve(fdb, "hmtb", 0, lv) == writer.field_bytes("hmtb", 0, lv, N)
+    report = "".join(str(w) for w in fdb.wipe(db_request("hmtb"), doit=True))
+    assert ".hmpool" in report
+    assert list(fdb.list(db_request("hmtb"))) == []
+    assert not [n for n in files_of(tmp_path / "root") if n.endswith(".hmpool")]
+
+
+def test_purge_removes_the_pools_of_rewritten_fields_and_keeps_the_newest(config, tmp_path):
+    for run in range(2):
+        p = run_writer(config, "hmtc", 0, 2, 2)
+        assert p.wait(timeout=60) == 0
+    pools = [n for n in files_of(tmp_path / "root") if n.endswith(".hmpool")]
+    assert len(pools) == 2
+    out = fields.run_tool("fdb-purge", [",".join(f"{k}={v}" for k, v in db_request("hmtc").items()), "--doit"],
+                          config).stdout
+    assert "Unlinking" in out and ".hmpool" in out, out
+    assert len([n for n in files_of(tmp_path / "root") if n.endswith(".hmpool")]) == 1
+    fdb = fields.open_fdb(config)
+    for s in range(2):
+        for lv in (1, 2):
+            assert retrieve(fdb, "hmtc", s, lv) == writer.field_bytes("hmtc", s, lv, N)
+
+
+def test_many_writer_processes_archive_into_one_database_at_once(config, tmp_path):
+    procs = [run_writer(config, "hmtd", 10 * w, 3, 4) for w in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 4
+    pools = [n for n in files_of(tmp_path / "root") if n.endswith(".hmpool")]
+    assert len(pools) == 4, "each writer has its own pool: " + str(pools)
+    fdb = fields.open_fdb(config)
+    assert len(list(fdb.list(db_request("hmtd")))) == 4 * 3 * 4
+    for w in range(4):
+        for s in range(10 * w, 10 * w + 3):
+            for lv in range(1, 5):
+                assert retrieve(fdb, "hmtd", s, lv) == writer.field_bytes("hmtd", s, lv, N)
+    status = fields.status(config, db_request("hmtd"))
+    assert len(status) == 1 and status[0].fields == status[0].durable == 48
+
+
+def test_a_reader_sees_a_step_only_once_it_is_flushed(config):
+    p = run_writer(config, "hmte", 0, 3, 3, "--hold", "0.4")
+    fdb = fields.open_fdb(config)
+    checked = 0
+    for line in p.stdout:
+        kind, step = line.split()[0], line.split()[-1]
+        if kind == "archived":
+            # Archived but not flushed: FDB's catalogue has not made it visible.
+            steps = {e.combined_key()["step"] for e in fdb.list(db_request("hmte"))}
+            assert step not in steps, f"step {step} visible before its flush"
+            checked += 1
+        elif kind == "flushed":
+            # A new handle: an FDB handle keeps the catalogue it opened (consumers open one per step).
+            fresh = fields.open_fdb(config)
+            got = [retrieve(fresh, "hmte", int(step), lv) for lv in (1, 2, 3)]
+            assert got == [writer.field_bytes("hmte", int(step), lv, N) for lv in (1, 2, 3)]
+    assert p.wait(timeout=60) == 0 and checked == 3
+
+
+def test_a_producer_killed_at_any_moment_leaves_every_flushed_field_whole_and_nothing_else(config, tmp_path):
+    """At least 100 kills at random moments of archive and flush; after each, every step the
+    producer reported flushed is retrievable bit for bit, no field is visible that does not match,
+    and FDB's tools read the database."""
+    rng = random.Random(2026)
+    kills = outcomes_partial = 0
+    for i in range(100):
+        first = 100 * i
+        p = run_writer(config, "hmtk", first, 50, 3)
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.0, 0.25))
+        p.send_signal(signal.SIGKILL)
+        out = p.communicate(timeout=30)[0]
+        kills += p.returncode == -signal.SIGKILL
+        flushed = [int(line.split()[1]) for line in out.splitlines() if line.startswith("flushed")]
+        fdb = fields.open_fdb(config)  # a handle per check: one keeps the catalogue it opened
+        visible = {}
+        for e in fdb.list({**db_request("hmtk"), "step": "/".join(str(s) for s in range(first, first + 50))}):
+            k = e.combined_key()
+            visible.setdefault(int(k["step"]), set()).add(int(k["levelist"]))
+        for s in flushed:
+            assert visible.get(s) == {1, 2, 3}, f"kill {i}: step {s} was flushed but is not whole: {visible.get(s)}"
+        for s, levels in visible.items():
+            outcomes_partial += s not in flushed
+            for lv in levels:
+                assert retrieve(fdb, "hmtk", s, lv) == writer.field_bytes("hmtk", s, lv, N), f"kill {i}: step {s}"
+        if i % 25 == 24:
+            listing = fields.run_tool("fdb-list", [",".join(f"{k}={v}" for k, v in db_request("hmtk").items())],
+                                      config, check=False)
+            assert listing.returncode == 0, listing.stderr
+    assert kills >= 100
+    st = fields.status(config, db_request("hmtk"))
+    assert st and st[0].fields == st[0].durable
+
+
+def corrupt(path, offset, data=b"\xff\xff\xff\xff"):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def test_a_damaged_field_or_pool_is_refused_with_a_message_never_returned(config, tmp_path):
+    p = run_writer(config, "hmtf", 0, 1, 2)
+    assert p.wait(timeout=60) == 0
+    fdb = fields.open_fdb(config)
+    element = next(e for e in fdb.list(field_request("hmtf", 0, 1)))
+    pool, offset = element.uri.path(), element.offset()
+    corrupt(pool, offset + 100)
+    req = tmp_path / "req"
+    req.write_text("retrieve," + ",".join(f"{k}={v}" for k, v in field_request("hmtf", 0, 1).items()) + "\n")
+    r = fields.run_tool("fdb-read", ["--raw", str(req), str(tmp_path / "o.grib")], config, check=False)
+    assert r.returncode != 0 and "checksum" in (r.stderr + r.stdout), r.stderr + r.stdout
+    # The other field of the pool is intact and still served.
+    assert retrieve(fdb, "hmtf", 0, 2) == writer.field_bytes("hmtf", 0, 2, N)
+    corrupt(pool, 0, b"XXXXXXXX")
+    r = fields.run_tool("fdb-read", ["--raw", str(req), str(tmp_path / "o.grib")], config, check=False)
+    assert r.returncode != 0 and "wrong magic" in (r.stderr + r.stdout), r.stderr + r.stdout
+    assert fields.pool_state(pool).state == "damaged"
+
+
+def test_bad_configurations_and_inputs_get_a_message_and_nothing_half_written(tmp_path):
+    grib = tmp_path / "f.grib"
+    big = fields.encode_field(writer.field_values("hmtg", 0, 1, 200), step=0, level=1, param=130, expver="hmtg",
+                              date=20261125)
+    grib.write_bytes(big)
+    # A field larger than a pool: the error names the field and the pool size; nothing visible.
+    small = fields.write_config(tmp_path / "small", pool_bytes=65536)
+    r = fields.run_tool("fdb-write", [str(grib)], small, check=False)
+    assert r.returncode != 0 and "more than a pool of 64.00 KiB" in r.stderr + r.stdout, r.stderr + r.stdout
+    assert "param=130" not in fields.run_tool("fdb-list", ["class=rd,expver=hmtg"], small, check=False).stdout
+    # Unknown keys and values of the hetmem section.
+    for extra, expect in (("  pool_size: 1\n", "unknown key 'hetmem.pool_size'"),
+                          ("  emulate: ssd\n", "not a device profile (known: none, optane"),
+                          ("  pool_bytes: 12\n", "outside 65536")):
+        cfg = fields.write_config(tmp_path / "bad", pool_bytes=1 << 20)
+        text = cfg.read_text().replace("  pool_bytes: 1048576\n", extra)
+        cfg.write_text(text)
+        r = fields.run_tool("fdb-write", [str(grib)], cfg, check=False)
+        assert r.returncode != 0 and expect in r.stderr + r.stdout, (extra, r.stderr + r.stdout)
+    # A root that cannot be created (a file stands where its directory would be).
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    cfg = fields.write_config(tmp_path / "noroot", root=tmp_path / "r")
+    cfg.write_text(cfg.read_text().replace(str(tmp_path / "r"), str(blocker / "root")))
+    r = fields.run_tool("fdb-write", [str(grib)], cfg, check=False)
+    assert r.returncode != 0 and r.returncode > 0, r.stderr
+    # A key missing a schema keyword (no param): refused by FDB before the store is involved.
+    fdb = fields.open_fdb(fields.write_config(tmp_path / "keys"))
+    with pytest.raises(Exception):
+        fdb.archive(writer.field_bytes("hmtg", 0, 1, N), {"class": "rd", "expver": "hmtg"})
+        fdb.flush()
+
+
+def test_fdb_hammer_writes_and_reads_through_the_hetmem_store(config, tmp_path):
+    alone = subprocess.run([fields.tool("fdb-hammer"), "--help"], capture_output=True, timeout=60,
+                           env={k: v for k, v in os.environ.items() if k != "FDB5_CONFIG_FILE"})
+    if alone.returncode < 0:
+        pytest.skip(f"FDB's fdb-hammer ({fields.tool('fdb-hammer')}) dies of signal {-alone.returncode} at start-up "
+                    "with no configuration and whether or not the hetmem store is installed: a fault of that build")
+    template = tmp_path / "template.grib"
+    template.write_bytes(writer.field_bytes("hmth", 0, 1, 64))
+    common = ["--expver=hmth", "--class=rd", "--nsteps=3", "--nensembles=1", "--nlevels=4", "--nparams=2",
+              str(template)]
+    w = fields.run_tool("fdb-hammer", common, config, check=False)
+    assert w.returncode == 0, w.stderr[-800:]
+    r = fields.run_tool("fdb-hammer", ["--read"] + common, config, check=False)
+    assert r.returncode == 0, r.stderr[-800:]
+    assert any(n.endswith(".hmpool") for n in files_of(tmp_path / "root"))
+
+
+def test_hetmem_fields_status_and_stats(config):
+    p = run_writer(config, "hmti", 0, 4, 2)
+    assert p.wait(timeout=60) == 0
+    r = subprocess.run([sys.executable, "-m", "hetmem", "fields", "stats", "class=rd,expver=hmti", "--config",
+                        str(config)], capture_output=True, text=True, cwd=ROOT / "python", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "8 field(s)" in r.stdout and "all" in r.stdout and "0..3 (4)" in r.stdout, r.stdout
+    r = subprocess.run([sys.executable, "-m", "hetmem", "fields", "status", "--config", str(config) + ".missing"],
+                       capture_output=True, text=True, cwd=ROOT / "python", timeout=60)
+    assert r.returncode != 0 and "no such file" in r.stderr
