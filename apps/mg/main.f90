@@ -14,7 +14,37 @@ program hetmem_mg
   use mg_solver
   implicit none
 
-  integer :: n = 64, max_cycles = 30, steps = 1, domain_fields = 6, strict = 0
+  ! The FDB5 output (fields_output.c): GRIB2 with MARS keys, archived through FDB's C API.
+  interface
+     integer(c_int) function mg_fields_open(expver, n) bind(C)
+       import :: c_int, c_char
+       character(kind=c_char), intent(in) :: expver(*)
+       integer(c_int), value :: n
+     end function mg_fields_open
+     integer(c_int) function mg_fields_write(step, param, field, n) bind(C)
+       import :: c_int, c_double
+       integer(c_int), value :: step, param, n
+       real(c_double), intent(in) :: field(*)
+     end function mg_fields_write
+     integer(c_int) function mg_fields_flush() bind(C)
+       import :: c_int
+     end function mg_fields_flush
+     subroutine mg_fields_close() bind(C)
+     end subroutine mg_fields_close
+     type(c_ptr) function mg_fields_error() bind(C)
+       import :: c_ptr
+     end function mg_fields_error
+     integer(c_long) function mg_fields_count() bind(C)
+       import :: c_long
+     end function mg_fields_count
+     integer(c_long) function mg_fields_bytes() bind(C)
+       import :: c_long
+     end function mg_fields_bytes
+  end interface
+
+  integer :: n = 64, max_cycles = 30, steps = 1, domain_fields = 6, strict = 0, output_interval = 0
+  character(len=16) :: output_expver = "hmmg"
+  real(c_double) :: t_output = 0, steady_output = 0
   integer(c_int) :: domain_role = HM_CAPACITY
   type(mg_settings) :: s
   real(c_double) :: tol = 1e-8_c_double
@@ -48,6 +78,10 @@ program hetmem_mg
   call mg_create(levels, n, stat)
   if (stat /= 0) call fail("the multigrid hierarchy cannot be allocated: " // hm_last_error_f())
 
+  if (output_interval > 0) then
+     if (mg_fields_open(trim(output_expver) // c_null_char, int(n, c_int)) /= 0) call fail(fields_error())
+  end if
+
   allocate(history(max_cycles))
   t_domain = 0
   t_cycles = 0
@@ -79,6 +113,14 @@ program hetmem_mg
      t_cycles = t_cycles + t_solve
      if (step > 1) steady_solve = steady_solve + t_solve
      total_cycles = total_cycles + cycles_done
+     if (output_interval > 0) then
+        if (mod(step, output_interval) == 0) then
+           t0 = omp_get_wtime()
+           call write_fields(step)
+           t_output = t_output + (omp_get_wtime() - t0)
+           if (step > 1) steady_output = steady_output + (omp_get_wtime() - t0)
+        end if
+     end if
      rc = hm_iteration_next()
      if (r > tol * r0) then
         write(error_unit, '("hetmem-mg: not converged: residual reduced by ", es10.2e3, " after ", i0, &
@@ -95,11 +137,45 @@ program hetmem_mg
   write(output_unit, '("discretisation error max|p - p_exact| = ", es11.4, " (h = 1/", i0, ")")') err, n
   write(output_unit, '("time: ", f0.4, " s per solve (", f0.5, " s per cycle), domain update ", f0.4, " s per step, ", &
        & i0, " step(s)")') t_cycles / steps, t_cycles / total_cycles, t_domain / steps, steps
+  if (output_interval > 0) then
+     write(output_unit, '("output: ", i0, " GRIB fields, ", a, " MiB into FDB (expver ", a, "), ", f0.4, &
+          & " s per output step")') mg_fields_count(), mib(int(mg_fields_bytes(), c_int64_t)), trim(output_expver), &
+          t_output / max(1, steps / output_interval)
+     call mg_fields_close()
+  end if
   if (len_trim(json) > 0) call write_json()
   call mg_destroy(levels)
   deallocate(domain)
 
 contains
+
+  !> One output step: the pressure (param 54) and the domain fields (temperature 130, u 131, v 132,
+  !> w 135, humidity 133, then 246...) level by level, then a flush that makes the step visible.
+  subroutine write_fields(step)
+    integer, intent(in) :: step
+    integer, parameter :: params(8) = [130, 131, 132, 135, 133, 246, 247, 248]
+    integer :: d
+    if (mg_fields_write(int(step, c_int), 54_c_int, levels(0)%p, int(n, c_int)) /= 0) call fail(fields_error())
+    do d = 1, domain_fields
+       if (mg_fields_write(int(step, c_int), int(params(min(d, size(params))) + max(0, d - size(params)), c_int), &
+            domain(:, :, :, d), int(n, c_int)) /= 0) call fail(fields_error())
+    end do
+    if (mg_fields_flush() /= 0) call fail(fields_error())
+  end subroutine write_fields
+
+  function fields_error() result(text)
+    character(len=:), allocatable :: text
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i
+    call c_f_pointer(mg_fields_error(), chars, [512])
+    i = 0
+    do while (i < 512)
+       if (chars(i + 1) == c_null_char) exit
+       i = i + 1
+    end do
+    allocate(character(len=i) :: text)
+    text = transfer(chars(1:i), text)
+  end function fields_error
 
   subroutine fail(message)
     character(len=*), intent(in) :: message
@@ -195,9 +271,11 @@ contains
     write(u, '(" ""seconds_per_solve"": ", es14.6, ", ""seconds_per_cycle"": ", es14.6, ", ""domain_seconds_per_step"": ", &
          & es14.6, ", ""multigrid_bytes"": ", i0, ", ""domain_bytes"": ", i0)') t_cycles / steps, t_cycles / total_cycles, &
          t_domain / steps, mg_bytes, domain_bytes
+    if (output_interval > 0) write(u, '(" ,""output_s"": ", es14.6, ", ""output_fields"": ", i0, ", ""output_bytes"": ", &
+         & i0)') t_output, mg_fields_count(), mg_fields_bytes()
     if (steps > 1) then
-       write(u, '(" ,""steady_solve_s"": ", es14.6, ", ""steady_domain_s"": ", es14.6, "}")') steady_solve / (steps - 1), &
-            steady_domain / (steps - 1)
+       write(u, '(" ,""steady_solve_s"": ", es14.6, ", ""steady_domain_s"": ", es14.6, ", ""steady_output_s"": ", es14.6, &
+            & "}")') steady_solve / (steps - 1), steady_domain / (steps - 1), steady_output / (steps - 1)
     else
        write(u, '("}")')
     end if
@@ -300,13 +378,17 @@ contains
           end if
        case ("mg.json")
           json = value
+       case ("mg.output_interval")
+          output_interval = whole(key, value, 0)
+       case ("mg.output_expver")
+          output_expver = value
        case ("hetmem.strict")
           if (value /= "0" .and. value /= "1") &
                call fail("hetmem.strict = '" // trim(value) // "': 1 (refuse to start when the problem does not fit) or 0")
           strict = merge(1, 0, value == "1")
        case default
           call fail("unknown key '" // trim(key) // "' (known: preset, mg.n, mg.bc, mg.cycle, mg.tol, mg.max_cycles, " // &
-               "mg.pre, mg.post, mg.omega, mg.coefficients, mg.steps, mg.domain_fields, mg.domain_role, mg.json, hetmem.strict)")
+               "mg.pre, mg.post, mg.omega, mg.coefficients, mg.steps, mg.domain_fields, mg.domain_role, mg.json, mg.output_interval, mg.output_expver, hetmem.strict)")
        end select
     end do
     if (n < 4 .or. iand(n, n - 1) /= 0) then
@@ -356,6 +438,9 @@ contains
          "  mg.domain_fields  domain arrays; default 6", &
          "  mg.domain_role    where hm_mode_push puts the domain: capacity (default) or fast", &
          "  mg.json           write the figures as JSON", &
+         "  mg.output_interval  archive the fields into FDB5 every this many steps (0: never, the default);", &
+         "                    the FDB configuration is FDB5_CONFIG_FILE (docs/fields.md)", &
+         "  mg.output_expver  the MARS experiment version of the output (4 characters); default hmmg", &
          "  hetmem.strict     1: refuse to start when the hierarchy or the domain exceeds its tier's budget", &
          "Placement: HM_POLICY (first-touch, all-fast, memory-mode, hetmem-static, ...), HM_FAST_BUDGET.", &
          "Threads: OMP_NUM_THREADS."
