@@ -305,6 +305,58 @@ def follow(config: str | Path, request: dict[str, str], steps: int | None, timeo
         time.sleep(interval)
 
 
+# --- the consumer -------------------------------------------------------------------------------
+
+def coarsen(values: Any, factor: int = 2) -> Any:
+    """Block means of `factor` x `factor` points (the product's coarser grid)."""
+    nj, ni = values.shape
+    nj, ni = nj - nj % factor, ni - ni % factor
+    return values[:nj, :ni].reshape(nj // factor, factor, ni // factor, factor).mean(axis=(1, 3))
+
+
+def consume(config: str | Path, request: dict[str, str], steps: int, timeout: float, product_expver: str,
+            log: Any = None) -> list[dict[str, Any]]:
+    """A product generator (PGEN in Weiland et al.'s workflow): waits for each step of `request` to
+    become visible, retrieves its fields, computes per-level statistics (min, max, mean, standard
+    deviation) and a 2x2-coarsened field, and archives the coarsened fields back into FDB under
+    `product_expver`, flushing once per step. Returns one record per step (seconds from the step
+    becoming visible to holding all its fields, and to its products being flushed)."""
+    import numpy as np
+    if len(product_expver) != 4:
+        raise HetmemError(f"product expver '{product_expver}': MARS experiment versions have 4 characters")
+    records = []
+    for step, count, seen_at in follow(config, request, steps, timeout):
+        t0 = time.monotonic()
+        fdb = open_fdb(config)  # a handle per step: a handle keeps the catalogue it first opened
+        # A retrieve names every key: the values the step's fields have, from the catalogue.
+        values: dict[str, set[str]] = {}
+        for e in fdb.list({**request, "step": str(step)}):
+            for k, v in e.combined_key().items():
+                values.setdefault(k, set()).add(v)
+        full = {k: "/".join(sorted(v)) for k, v in values.items()}
+        with fdb.retrieve(full) as h:
+            data = h.read()
+        messages = split_messages(data)
+        held = time.monotonic() - t0
+        stats = []
+        for msg in messages:
+            keys, values = decode_field(msg)
+            stats.append({"param": keys["param"], "level": keys["levelist"], "min": float(values.min()),
+                          "max": float(values.max()), "mean": float(values.mean()), "std": float(values.std())})
+            product = encode_field(coarsen(values), step=step, level=int(keys["levelist"]), param=int(keys["param"]),
+                                   expver=product_expver, klass=keys["class"], stream=keys["stream"],
+                                   date=int(keys["date"]), time_of_day=int(keys["time"]))
+            fdb.archive(product)
+        fdb.flush()
+        record = {"step": step, "fields": len(messages), "listed": count, "seconds_to_hold": held,
+                  "seconds_to_products": time.monotonic() - t0, "visible_after_s": seen_at,
+                  "levels": stats}
+        records.append(record)
+        if log:
+            log(record)
+    return records
+
+
 # --- the command --------------------------------------------------------------------------------
 
 def parse_request(text: str) -> dict[str, str]:
@@ -350,6 +402,20 @@ def main(args: argparse.Namespace, console: Any) -> int:
             n += 1
         console.print(f"{n} field(s)")
         return 0
+    if args.action == "consume":
+        import json
+        out = open(args.out, "w") if args.out else None
+
+        def log(r: dict[str, Any]) -> None:
+            console.print(f"step {r['step']}: {r['fields']} field(s) held {r['seconds_to_hold']:.3f} s after "
+                          f"visible, products flushed after {r['seconds_to_products']:.3f} s", highlight=False)
+            if out:
+                out.write(json.dumps(r) + "\n")
+                out.flush()
+        records = consume(config, request, args.steps or 1, args.timeout, args.product_expver, log)
+        if out:
+            out.close()
+        return 0 if len(records) == (args.steps or 1) else 1
     if args.action == "follow":
         for step, fields, at in follow(config, request, args.steps, args.timeout):
             console.print(f"step {step}: {fields} field(s) visible at {at:.3f} s", highlight=False)
@@ -390,12 +456,15 @@ def main(args: argparse.Namespace, console: Any) -> int:
 def add_parser(sub: Any, handler: Any) -> None:
     f = sub.add_parser("fields", help="weather fields in FDB5 on hetmem's persistent tier: list, status (visible "
                        "and durable), follow new steps, stats")
-    f.add_argument("action", choices=["list", "status", "follow", "stats"],
+    f.add_argument("action", choices=["list", "status", "follow", "stats", "consume"],
                    help="list: the fields; status: per database, fields visible and durable, steps, pools; follow: "
-                        "print each step as it becomes visible; stats: status plus totals")
+                        "print each step as it becomes visible; stats: status plus totals; consume: a product "
+                        "generator (per-level statistics and a coarsened field, archived back) for each new step")
     f.add_argument("request", nargs="?", default="", help="MARS keys, e.g. class=rd,expver=hmmg (default: all)")
     f.add_argument("--config", help="the FDB configuration (default: $FDB5_CONFIG_FILE)")
     f.add_argument("--location", action="store_true", help="list: each field's pool, offset and length")
-    f.add_argument("--steps", type=int, help="follow: stop after this many steps")
-    f.add_argument("--timeout", type=float, default=3600.0, help="follow: stop after this many seconds (default 3600)")
+    f.add_argument("--steps", type=int, help="follow, consume: stop after this many steps")
+    f.add_argument("--product-expver", default="hmpg", help="consume: the expver of the products (default hmpg)")
+    f.add_argument("--out", help="consume: write one JSON line per step (timings, statistics) here")
+    f.add_argument("--timeout", type=float, default=3600.0, help="follow, consume: stop after this many seconds (default 3600)")
     f.set_defaults(func=handler)
