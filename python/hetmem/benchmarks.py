@@ -55,6 +55,9 @@ BENCHMARKS: list[Benchmark] = [
               "pool", _module("bench_mg")),
     Benchmark("memkind", "hetmem's libmemkind against memkind 1.14, OpenMP's default allocator with it loaded, numpy "
               "arrays with hetmem's allocator against numpy's own", _module("bench_memkind")),
+    Benchmark("fields", "FDB5's POSIX store against the hetmem store: GiB/s archived, flush latency, consumers' "
+              "latency and cost, on tmpfs and disk; hetmem-mg's workflow with 2 product generators",
+              _module("bench_fields")),
     Benchmark("unchanged", "real Debian programs in every mode (crashes, hangs, output), profiling LAMMPS against "
               "heaptrack, compare --plan on LAMMPS and a numpy code", _module("bench_unchanged", console=True)),
 ]

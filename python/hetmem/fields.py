@@ -115,6 +115,33 @@ def open_fdb(config: str | Path) -> Any:
 
 # --- fields as GRIB ----------------------------------------------------------------------------
 
+_TEMPLATES: dict[tuple, Any] = {}
+
+
+def _template(shape: tuple[int, int], klass: str, ftype: str, stream: str, expver: str, date: int,
+              time_of_day: int, bits: int) -> Any:
+    """A GRIB2 handle with everything but the level, step, parameter and values set, made once per
+    kind of field and cloned for each message (setting the grid and MARS keys is most of the cost)."""
+    import eccodes
+    key = (shape, klass, ftype, stream, expver, date, time_of_day, bits)
+    h = _TEMPLATES.get(key)
+    if h is None:
+        nj, ni = shape
+        h = eccodes.codes_grib_new_from_samples("regular_ll_pl_grib2")
+        # The centre, then ECMWF's local section, which holds the MARS keys.
+        for k, v in (("centre", "ecmf"), ("setLocalDefinition", 1), ("localDefinitionNumber", 1), ("class", klass),
+                     ("type", ftype), ("stream", stream), ("expver", expver), ("dataDate", date),
+                     ("dataTime", time_of_day), ("typeOfLevel", "hybrid"), ("stepUnits", "h"), ("Ni", ni),
+                     ("Nj", nj), ("latitudeOfFirstGridPointInDegrees", 90.0),
+                     ("longitudeOfFirstGridPointInDegrees", 0.0), ("latitudeOfLastGridPointInDegrees", -90.0),
+                     ("longitudeOfLastGridPointInDegrees", 360.0 * (ni - 1) / ni),
+                     ("iDirectionIncrementInDegrees", 360.0 / ni), ("jDirectionIncrementInDegrees", 180.0 / (nj - 1)),
+                     ("bitsPerValue", bits)):
+            eccodes.codes_set(h, k, v)
+        _TEMPLATES[key] = h
+    return h
+
+
 def encode_field(values: Any, *, step: int, level: int, param: int, expver: str = "hmmg", klass: str = "rd",
                  stream: str = "oper", ftype: str = "fc", date: int | None = None, time_of_day: int = 0,
                  bits: int = 24) -> bytes:
@@ -126,20 +153,12 @@ def encode_field(values: Any, *, step: int, level: int, param: int, expver: str 
     a = np.asarray(values, dtype=np.float64)
     if a.ndim != 2 or min(a.shape) < 2:
         raise HetmemError(f"a field is a 2-D array of at least 2x2 values, got shape {a.shape}")
-    nj, ni = a.shape
+    if len(expver) != 4:
+        raise HetmemError(f"expver '{expver}': MARS experiment versions have 4 characters")
     date = date or int(_dt.date.today().strftime("%Y%m%d"))
-    h = eccodes.codes_grib_new_from_samples("regular_ll_pl_grib2")
+    h = eccodes.codes_clone(_template(a.shape, klass, ftype, stream, expver, date, time_of_day, bits))
     try:
-        for k, v in (("centre", "ecmf"), ("setLocalDefinition", 1), ("localDefinitionNumber", 1), ("class", klass),
-                     ("type", ftype), ("stream", stream), ("expver", expver), ("dataDate", date),
-                     ("dataTime", time_of_day), ("typeOfLevel", "hybrid"), ("level", level), ("stepUnits", "h"),
-                     ("step", step), ("paramId", param), ("Ni", ni), ("Nj", nj),
-                     ("latitudeOfFirstGridPointInDegrees", 90.0),
-                     ("longitudeOfFirstGridPointInDegrees", 0.0),
-                     ("latitudeOfLastGridPointInDegrees", 90.0 - 180.0 * (nj - 1) / max(nj - 1, 1)),
-                     ("longitudeOfLastGridPointInDegrees", 360.0 * (ni - 1) / ni),
-                     ("iDirectionIncrementInDegrees", 360.0 / ni), ("jDirectionIncrementInDegrees", 180.0 / (nj - 1)),
-                     ("bitsPerValue", bits)):
+        for k, v in (("level", level), ("step", step), ("paramId", param)):
             eccodes.codes_set(h, k, v)
         eccodes.codes_set_values(h, a.ravel())
         return eccodes.codes_get_message(h)

@@ -78,21 +78,17 @@ int FieldWriter::archive(const void *data, uint64_t length, const std::string &w
     if (int rc = next_pool(); rc != HM_OK) return rc;
     if (int rc = pool_->allocate(need, &offset); rc != HM_OK) return rc;
   }
-  if (int rc = pool_->reserve(offset + need); rc != HM_OK) {
-    const std::string why = hm_last_error();
-    pool_->set_top(offset);
-    return fail(rc, "hetmem store: field %s (%llu bytes) not archived: %s", what.c_str(),
-                static_cast<unsigned long long>(length), why.c_str());
-  }
-  auto *record = pool_->at<FieldRecord>(offset);
   FieldRecord r{};
   std::memcpy(r.magic, kRecordMagic, sizeof kRecordMagic);
   r.length = length;
   r.data_checksum = field_checksum(data, length);
   r.record_checksum = record_checksum(r);
-  std::memcpy(pool_->at<char>(offset + sizeof(FieldRecord)), data, length);
-  std::memcpy(static_cast<void *>(record), &r, sizeof r);
-  pool_->written(record, need);
+  if (int rc = pool_->write(offset, &r, sizeof r, data, length); rc != HM_OK) {
+    const std::string why = hm_last_error();
+    pool_->set_top(offset);  // the space goes back to the next field; nothing refers to it
+    return fail(rc, "hetmem store: field %s (%llu bytes) not archived: %s", what.c_str(),
+                static_cast<unsigned long long>(length), why.c_str());
+  }
   dirty_ = true;
   if (settings_.emulate) stats_.emul_charged_ns += emul_charge(*settings_.emulate, emul_, 0, need, 0, kEmulCopy);
   ++stats_.fields;

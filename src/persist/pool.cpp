@@ -232,24 +232,18 @@ int Pool::allocate(uint64_t bytes, uint64_t *offset) {
   return HM_OK;
 }
 
-int Pool::reserve(uint64_t end) {
-  if (end <= reserved_) return HM_OK;
-  // Geometric steps: a pool holding little takes little room, a growing one asks the file system
-  // rarely.
-  const uint64_t step = std::clamp<uint64_t>(reserved_, uint64_t{1} << 20, uint64_t{64} << 20);
-  const uint64_t upto = std::min(bytes_, (end + step - 1) / step * step);
-  if (int rc = prim::reserve_file_range(fd_, reserved_, upto - reserved_); rc != HM_OK) {
-    if (end > reserved_ && upto > end && prim::reserve_file_range(fd_, reserved_, end - reserved_) == HM_OK) {
-      reserved_ = end;  // the medium holds this much, not the whole step
-      return HM_OK;
-    }
-    return rc == HM_ECAPACITY
-               ? fail(HM_ECAPACITY, "persistent pool '%s': its medium is full (%s of the pool could be given "
-                      "blocks, %s asked)", path_.c_str(), format_size(reserved_).c_str(), format_size(end).c_str())
-               : fail(HM_EIO, "persistent pool '%s': blocks could not be reserved up to %s", path_.c_str(),
-                      format_size(end).c_str());
-  }
-  reserved_ = upto;
+int Pool::write(uint64_t offset, const void *a, uint64_t a_bytes, const void *b, uint64_t b_bytes) {
+  if (offset < committed_.top || offset + a_bytes + b_bytes > top_)
+    return fail(HM_EINVAL, "persistent pool '%s': a write at %llu of %llu bytes is outside the working version",
+                path_.c_str(), static_cast<unsigned long long>(offset),
+                static_cast<unsigned long long>(a_bytes + b_bytes));
+  if (int rc = prim::write_two_at(fd_, a, a_bytes, b, b_bytes, offset); rc != HM_OK)
+    return rc == HM_ECAPACITY ? fail(HM_ECAPACITY, "persistent pool '%s': its medium is full (%s could not be written "
+                                     "at %s)", path_.c_str(), format_size(a_bytes + b_bytes).c_str(),
+                                     format_size(offset).c_str())
+                              : fail(HM_EIO, "persistent pool '%s': writing %s at %s failed", path_.c_str(),
+                                     format_size(a_bytes + b_bytes).c_str(), format_size(offset).c_str());
+  written(base_ + offset, a_bytes + b_bytes);
   return HM_OK;
 }
 

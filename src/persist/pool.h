@@ -95,10 +95,10 @@ class Pool {
   // Space for the working version, above everything committed. HM_ECAPACITY (and offset 0) when
   // the pool is full; the committed versions are untouched.
   int allocate(uint64_t bytes, uint64_t *offset);
-  // Gives the file blocks on its medium up to `end` (ahead by what it already has, from 1 MiB to
-  // 64 MiB, at most the capacity), so that writes through the mapping below `end` cannot fault on a full file system
-  // (the file is sparse until then): HM_ECAPACITY, naming the pool, when the medium is full.
-  int reserve(uint64_t end);
+  // Writes `a` then `b` at `offset` (space the working version allocated) through the file rather
+  // than the mapping: one copy, no page faults, and a full medium is an error (HM_ECAPACITY, naming
+  // the pool), where a store through the mapping into a hole would be a SIGBUS. Marked written.
+  int write(uint64_t offset, const void *a, uint64_t a_bytes, const void *b = nullptr, uint64_t b_bytes = 0);
   // Marks [p, p + bytes) as written by the working version (flushed at the commit).
   void written(const void *p, uint64_t bytes);
   // Makes the working version the committed one, with `root` as its root object. Its sequence
@@ -154,7 +154,6 @@ class Pool {
   int damaged_slots_ = 0;
   bool newest_slot_damaged_ = false;
   uint64_t top_ = kHeaderBytes;
-  uint64_t reserved_ = 0;  // the file has blocks below this offset (reserve)
   std::vector<std::pair<uint64_t, uint64_t>> dirty_;  // [offset, end) written since the last commit
   uint64_t flushed_bytes_ = 0;
   uint64_t written_line_bytes_ = 0;

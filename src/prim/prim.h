@@ -63,9 +63,6 @@ int open_existing(const std::string &path, int *fd, uint64_t *size);
 int map_file(int fd, uint64_t size, bool try_sync, void **out, bool *synced);
 // An exclusive advisory lock on the file, without waiting: HM_EBUSY if another holder has it.
 int lock_file(int fd);
-// Gives [offset, offset + bytes) of the file blocks on its medium now, so that stores through a
-// mapping never fault on a full file system: HM_ECAPACITY when the medium is full, HM_EIO else.
-int reserve_file_range(int fd, uint64_t offset, uint64_t bytes);
 // Cache-line write-back of [addr, addr+len) (clwb, else clflushopt, else clflush) and the
 // store fence that orders it: the persistence primitives of a MAP_SYNC mapping.
 void flush_lines(const void *addr, size_t len);
@@ -87,6 +84,9 @@ bool make_dirs(const std::string &path);
 // sync_fd, and published by rename_path.
 int create_private_file(const std::string &path, int *fd);
 int write_at(int fd, const void *data, size_t bytes, uint64_t offset);
+// Writes `a` and then `b` at `offset` in one call (pwritev). Both writers return HM_ECAPACITY when
+// the medium is full, HM_EIO for any other failure.
+int write_two_at(int fd, const void *a, size_t a_bytes, const void *b, size_t b_bytes, uint64_t offset);
 int set_file_size(int fd, uint64_t bytes);
 int sync_fd(int fd);
 int rename_path(const std::string &from, const std::string &to);

@@ -400,12 +400,6 @@ int recv_all(int fd, void *data, size_t bytes) {
   return HM_OK;
 }
 
-int reserve_file_range(int fd, uint64_t offset, uint64_t bytes) {
-  const int rc = posix_fallocate(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes));
-  if (rc == 0) return HM_OK;
-  return rc == ENOSPC || rc == EDQUOT || rc == EFBIG ? HM_ECAPACITY : HM_EIO;
-}
-
 int lock_file(int fd) {
   if (flock(fd, LOCK_EX | LOCK_NB) == 0) return HM_OK;
   return errno == EWOULDBLOCK ? HM_EBUSY : HM_EIO;
@@ -528,13 +522,30 @@ int create_private_file(const std::string &path, int *fd) {
   return *fd >= 0 ? HM_OK : HM_EIO;
 }
 
+static int write_failure() { return errno == ENOSPC || errno == EDQUOT || errno == EFBIG ? HM_ECAPACITY : HM_EIO; }
+
 int write_at(int fd, const void *data, size_t bytes, uint64_t offset) {
-  auto *p = static_cast<const char *>(data);
-  while (bytes) {
-    ssize_t n = pwrite(fd, p, bytes, static_cast<off_t>(offset));
+  return write_two_at(fd, data, bytes, nullptr, 0, offset);
+}
+
+int write_two_at(int fd, const void *a, size_t a_bytes, const void *b, size_t b_bytes, uint64_t offset) {
+  iovec parts[2] = {{const_cast<void *>(a), a_bytes}, {const_cast<void *>(b), b_bytes}};
+  iovec *v = parts;
+  int count = b_bytes ? 2 : 1;
+  while (count > 0) {
+    ssize_t n = pwritev(fd, v, count, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return HM_EIO;
-    p += n, bytes -= static_cast<size_t>(n), offset += static_cast<uint64_t>(n);
+    if (n < 0) return write_failure();
+    if (n == 0) return HM_EIO;
+    offset += static_cast<uint64_t>(n);
+    // Short write: move past what was written.
+    for (size_t left = static_cast<size_t>(n); count > 0 && left;) {
+      const size_t take = std::min(left, v->iov_len);
+      v->iov_base = static_cast<char *>(v->iov_base) + take;
+      v->iov_len -= take;
+      left -= take;
+      if (v->iov_len == 0) ++v, --count;
+    }
   }
   return HM_OK;
 }

@@ -1,0 +1,289 @@
+"""`hetmem bench fields`: FDB5's POSIX store against the hetmem store (docs/fields.md).
+
+1. The object store alone, as Weiland et al. (SC'19, Table 8) measure it: writer processes archive
+   fields of 64 KiB, 800 KiB and 3.2 MiB, flushing after each step; GiB/s is all the data pushed
+   divided by the wall time, flushes included. Side by side in one run, alternating, on each medium
+   (tmpfs, the machine's disk), with 1 and 2 writers, alone and with 2 consumers that wait for each
+   step and read it: flush latency, the time from a flush to a consumer holding the step, and the
+   writers' step time alone and with consumers. Target: the hetmem store at least as fast as the
+   POSIX store everywhere; consumers add at most 5% to the producer's step time.
+2. The workflow of their §5.2: hetmem-mg writing its fields every step with 2 product generators
+   (hetmem fields consume), to the hetmem store on an emulated persistent tier (tmpfs, charged as
+   Optane) against FDB's POSIX store on the machine's disk; the model's time per step.
+
+Every medium here is real except where "emulated" is said; this machine has no DAX mount.
+Both stores are driven by the same pyfdb code, so Python's per-call cost is in both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from . import fields, verdicts
+from .lib import HetmemError, find_program
+
+KIB = 1024
+SIZES = {"64 KiB": 64 * KIB, "800 KiB": 800 * KIB, "3.2 MiB": 3277 * KIB}
+STEP_BYTES = 8 << 20  # data per writer per step (at least 4 fields)
+
+
+def _fields_per_step(size: int) -> int:
+    return max(4, STEP_BYTES // size)
+
+
+def _db(expver: str) -> dict[str, str]:
+    return {"class": "rd", "expver": expver, "stream": "oper", "date": "20261125", "time": "0000", "domain": "g",
+            "type": "fc", "levtype": "ml"}
+
+
+# --- the worker processes -------------------------------------------------------------------------
+
+def _writer(config: str, writer: int, size: int, steps: int, start_at: float) -> None:
+    fdb = fields.open_fdb(config)
+    data = os.urandom(size)
+    per_step = _fields_per_step(size)
+    key = _db("bfld")
+    while time.time() < start_at:
+        time.sleep(0.0005)
+    out = {"start": time.time(), "steps": []}
+    for step in range(steps):
+        t0 = time.perf_counter()
+        for f in range(per_step):
+            fdb.archive(data, {**key, "step": str(step), "levelist": str(1000 * (writer + 1) + f), "param": "130"})
+        t1 = time.perf_counter()
+        fdb.flush()
+        t2 = time.perf_counter()
+        out["steps"].append({"step_s": t2 - t0, "flush_s": t2 - t1, "flushed_at": time.time()})
+    out["end"] = time.time()
+    print(json.dumps(out), flush=True)
+
+
+def _consumer(config: str, writers: int, size: int, steps: int) -> None:
+    per_step = writers * _fields_per_step(size)
+    key = _db("bfld")
+    out = []
+    lister = fields.open_fdb(config)  # listing sees what was flushed since; retrieving needs a new handle
+    for step in range(steps):
+        while sum(1 for _ in lister.list({**key, "step": str(step)})) < per_step:
+            time.sleep(0.002)
+        seen = time.time()
+        fdb = fields.open_fdb(config)
+        levels = "/".join(str(1000 * (w + 1) + f) for w in range(writers) for f in range(_fields_per_step(size)))
+        with fdb.retrieve({**key, "step": str(step), "levelist": levels, "param": "130"}) as h:
+            got = len(h.read())
+        if got != per_step * size:
+            raise SystemExit(f"consumer: step {step}: read {got} bytes, expected {per_step * size}")
+        out.append({"seen_at": seen, "held_at": time.time()})
+    print(json.dumps(out), flush=True)
+
+
+# --- one configuration --------------------------------------------------------------------------
+
+def _run_store(config: Path, writers: int, consumers: int, size: int, steps: int) -> dict[str, Any]:
+    me = [sys.executable, "-m", "hetmem.bench_fields"]
+    env = fields.environment(config)
+    cwd = Path(__file__).resolve().parents[1]
+    start_at = time.time() + 1.5  # after every process has imported pyfdb
+    cons = [subprocess.Popen(me + ["consumer", str(config), str(writers), str(size), str(steps)], env=env, cwd=cwd,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(consumers)]
+    wrs = [subprocess.Popen(me + ["writer", str(config), str(w), str(size), str(steps), repr(start_at)], env=env,
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(writers)]
+    w_out = []
+    for p in wrs:
+        out, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise HetmemError(f"bench fields: a writer failed: {err.strip()[-500:]}")
+        w_out.append(json.loads(out.splitlines()[-1]))
+    c_out = []
+    for p in cons:
+        out, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise HetmemError(f"bench fields: a consumer failed: {err.strip()[-500:]}")
+        c_out.append(json.loads(out.splitlines()[-1]))
+    pushed = writers * steps * _fields_per_step(size) * size
+    wall = max(w["end"] for w in w_out) - min(w["start"] for w in w_out)
+    flushed_at = [max(w["steps"][s]["flushed_at"] for w in w_out) for s in range(steps)]
+    return {"gib_s": pushed / wall / 2**30,
+            "flush_ms": statistics.median(s["flush_s"] for w in w_out for s in w["steps"]) * 1e3,
+            "step_ms": statistics.median(s["step_s"] for w in w_out for s in w["steps"]) * 1e3,
+            "to_consumer_ms": (statistics.median(c[s]["held_at"] - flushed_at[s] for c in c_out for s in range(steps))
+                               * 1e3 if c_out else None)}
+
+
+def _config(root: Path, store: str, emulate: str | None = None) -> Path:
+    if root.exists():
+        shutil.rmtree(root)
+    return fields.write_config(root, store=store, emulate=emulate)
+
+
+def _media(build_tmp: Path) -> dict[str, Path]:
+    media = {}
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        media["tmpfs"] = Path(tempfile.mkdtemp(prefix="hetmem-bench-fields-", dir=shm))
+    media["disk"] = Path(tempfile.mkdtemp(prefix="hetmem-bench-fields-", dir=build_tmp))
+    return media
+
+
+def _fs_type(path: Path) -> str:
+    try:
+        out = subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True).stdout.strip()
+        return out or "?"
+    except OSError:
+        return "?"
+
+
+# --- the workflow (Weiland et al. §5.2) ----------------------------------------------------------
+
+def _workflow(config: Path, consumers: int, n: int, steps: int) -> float:
+    """Seconds per model step of hetmem-mg writing every step, with `consumers` product generators."""
+    request = ",".join(f"{k}={v}" for k, v in {**_db("hmmg"), "date": ""}.items() if v)
+    cwd = Path(__file__).resolve().parents[1]
+    cons = [subprocess.Popen([sys.executable, "-m", "hetmem", "fields", "consume", request, "--config", str(config),
+                              "--steps", str(steps), "--timeout", "600", "--product-expver", f"pg{c:02d}"], cwd=cwd,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for c in range(consumers)]
+    time.sleep(1.0 if consumers else 0)
+    t0 = time.perf_counter()
+    model = subprocess.run([find_program("hetmem-mg"), f"mg.n={n}", f"mg.steps={steps}", "mg.output_interval=1"],
+                           env=fields.environment(config), capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - t0
+    if model.returncode != 0:
+        raise HetmemError(f"bench fields: hetmem-mg failed: {model.stderr.strip()[-500:]}")
+    for p in cons:
+        _, err = p.communicate(timeout=900)
+        if p.returncode != 0:
+            raise HetmemError(f"bench fields: a consumer failed: {err.strip()[-500:]}")
+    return wall / steps
+
+
+# --- the benchmark --------------------------------------------------------------------------------
+
+def main(out: str, quick: bool) -> int:
+    if problem := fields.plugin_problem():
+        raise HetmemError(problem)
+    rounds = 2 if quick else 3
+    steps = 4 if quick else 8
+    sizes = {k: v for k, v in SIZES.items() if not quick or k != "800 KiB"}
+    writer_counts = [1] if quick else [1, 2]
+    build_tmp = Path(out).resolve().parent
+    media = _media(build_tmp)
+    result: dict[str, Any] = {"benchmark": "hetmem-bench-fields", "rounds": rounds, "steps": steps,
+                              "driver": "pyfdb (the same code for both stores)", "store": [], "workflow": []}
+    try:
+        print(f"hetmem bench fields: FDB5 {_fdb_version()}, POSIX store (file) against the hetmem store, medians of "
+              f"{rounds} alternating rounds, {steps} steps of {STEP_BYTES >> 20} MiB per writer (at least 4 fields), "
+              "a flush per step; real media, nothing emulated in part 1")
+        head = (f"  {'medium':7s} {'field':>8s} {'wr':>2s} {'cons':>4s} {'file GiB/s':>10s} {'hetmem GiB/s':>12s} "
+                f"{'hetmem / file':>26s} {'flush ms f/h':>13s} {'to consumer ms f/h':>19s}  target >= 1.0")
+        print(head)
+        verdict_store = []
+        step_alone: dict[tuple, list[float]] = {}
+        step_with: dict[tuple, list[float]] = {}
+        for medium, root in media.items():
+            fs = _fs_type(root)
+            for label, size in sizes.items():
+                for writers in writer_counts:
+                    for consumers in (0, 2):
+                        runs: dict[str, list[dict]] = {"file": [], "hetmem": []}
+                        for _ in range(rounds):
+                            for store in ("file", "hetmem"):
+                                cfg = _config(root / store, store)
+                                runs[store].append(_run_store(cfg, writers, consumers, size, steps))
+                        r = verdicts.ratio([x["gib_s"] for x in runs["hetmem"]], [x["gib_s"] for x in runs["file"]],
+                                           paired=True)
+                        v = verdicts.at_least(r, 1.0)
+                        verdict_store.append(v)
+                        med = {s: {k: (statistics.median(x[k] for x in runs[s]) if runs[s][0][k] is not None else None)
+                                   for k in runs[s][0]} for s in runs}
+                        cons_text = (f"{med['file']['to_consumer_ms']:.1f}/{med['hetmem']['to_consumer_ms']:.1f}"
+                                     if consumers else "-")
+                        print(f"  {medium:7s} {label:>8s} {writers:2d} {consumers:4d} {med['file']['gib_s']:10.2f} "
+                              f"{med['hetmem']['gib_s']:12.2f} {r.text(2):>26s} "
+                              f"{med['file']['flush_ms']:6.1f}/{med['hetmem']['flush_ms']:<6.1f} {cons_text:>19s}  {v}")
+                        for s in runs:
+                            (step_with if consumers else step_alone).setdefault((medium, label, writers, s), []).extend(
+                                x["step_ms"] for x in runs[s])
+                        result["store"].append({"medium": medium, "filesystem": fs, "emulated": False, "field": label,
+                                                "bytes": size, "writers": writers, "consumers": consumers,
+                                                "file": runs["file"], "hetmem": runs["hetmem"], **r.as_dict(),
+                                                "verdict": v})
+        print("  consumers' cost to the producer: step time with 2 consumers / alone (target at most 1.05)")
+        verdict_consumers = []
+        for key, alone in step_alone.items():
+            if key not in step_with:
+                continue
+            r = verdicts.ratio(step_with[key], alone)
+            v = verdicts.at_most(r, 1.05)
+            if key[3] == "hetmem":
+                verdict_consumers.append(v)
+            print(f"    {key[0]:7s} {key[1]:>8s} {key[2]} writer(s) {key[3]:7s} {statistics.median(alone):8.1f} ms -> "
+                  f"{statistics.median(step_with[key]):8.1f} ms  {r.text(2)}  {v}")
+            result.setdefault("consumer_cost", []).append({"medium": key[0], "field": key[1], "writers": key[2],
+                                                           "store": key[3], "alone_ms": alone,
+                                                           "with_ms": step_with[key], **r.as_dict(), "verdict": v})
+        result["store_verdict"] = verdicts.all_of(verdict_store)
+        result["consumer_verdict"] = verdicts.all_of(verdict_consumers)
+
+        # Part 2: the workflow.
+        n = 32 if quick else 64
+        wsteps = 3 if quick else 6
+        print(f"  Weiland et al. §5.2 workflow: hetmem-mg mg.n={n}, {wsteps} steps, fields written every step; "
+              "hetmem store on tmpfs charged as Optane (emulated) against the POSIX store on the disk (real)")
+        emul_root = media.get("tmpfs", media["disk"])
+        wf: dict[str, list[float]] = {}
+        for _ in range(rounds):
+            for consumers in (0, 2):
+                wf.setdefault(f"file+{consumers}", []).append(
+                    _workflow(_config(media["disk"] / "wf-file", "file"), consumers, n, wsteps))
+                wf.setdefault(f"hetmem+{consumers}", []).append(
+                    _workflow(_config(emul_root / "wf-hetmem", "hetmem", emulate="optane"), consumers, n, wsteps))
+        for consumers in (0, 2):
+            r = verdicts.ratio(wf[f"file+{consumers}"], wf[f"hetmem+{consumers}"], paired=True)
+            print(f"    {consumers} consumers: POSIX store on disk {statistics.median(wf[f'file+{consumers}']):.3f} s "
+                  f"per step, hetmem store (emulated Optane) {statistics.median(wf[f'hetmem+{consumers}']):.3f} s; "
+                  f"speed-up {r.text(3)} (Weiland et al.: 1.10 alone, 1.17 with consumers, on real DCPMM vs Lustre)")
+            result["workflow"].append({"consumers": consumers, "n": n, "steps": wsteps,
+                                       "file_s_per_step": wf[f"file+{consumers}"],
+                                       "hetmem_emulated_s_per_step": wf[f"hetmem+{consumers}"], **r.as_dict()})
+        for store in ("file", "hetmem"):
+            r = verdicts.ratio(wf[f"{store}+2"], wf[f"{store}+0"], paired=True)
+            v = verdicts.at_most(r, 1.05)
+            print(f"    {store}: model step with 2 consumers / alone {r.text(3)}  (at most 1.05: {v})")
+            result["workflow"].append({"store": store, "consumer_cost": r.as_dict(), "verdict": v})
+    finally:
+        for root in media.values():
+            shutil.rmtree(root, ignore_errors=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"hetmem store at least as fast as the POSIX store in every case: {result['store_verdict']}; "
+          f"consumers add at most 5% to the producer's step (hetmem store): {result['consumer_verdict']}")
+    print("  not measured: a DAX (fsdax) mount; this machine has none")
+    print(f"results: {out}")
+    return 0 if result["store_verdict"] != "NOT MET" else 1
+
+
+def _fdb_version() -> str:
+    try:
+        import fdb5lib
+        return fdb5lib.__version__
+    except Exception:  # noqa: BLE001 - a version string only
+        return "?"
+
+
+if __name__ == "__main__":
+    role = sys.argv[1]
+    if role == "writer":
+        _writer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6]))
+    elif role == "consumer":
+        _consumer(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    else:
+        raise SystemExit(f"bench_fields: unknown role {role}")
