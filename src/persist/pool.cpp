@@ -269,16 +269,15 @@ int Pool::set_top(uint64_t top) {
 void Pool::flush(uint64_t offset, uint64_t bytes) {
   flushed_bytes_ += bytes;
   if (observer_) observer_->on_flush(offset, bytes);
+  // On a MAP_SYNC mapping, cache-line write-backs; elsewhere the page cache's dirty pages reach
+  // the medium at the fence, all in one fdatasync (what this version wrote is all that is dirty).
   if (map_sync_) prim::flush_lines(base_ + offset, bytes);
-  else {
-    uint64_t lo = offset & ~uint64_t{prim::kPageSize - 1};
-    prim::sync_range(base_ + lo, offset + bytes - lo);
-  }
 }
 
 void Pool::fence() {
   if (observer_) observer_->on_fence();
   if (map_sync_) prim::store_fence();
+  else prim::sync_data(fd_);
 }
 
 int Pool::commit(uint64_t root, uint64_t sequence) {

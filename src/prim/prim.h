@@ -33,7 +33,6 @@ int advise_huge(void *addr, size_t len, bool on);
 // Maps in the pages of [addr, addr+len) of a file mapping now, in one call (MADV_POPULATE_READ,
 // Linux 5.14; else MADV_WILLNEED, which only starts the reads), instead of one fault per page.
 int prefault(void *addr, size_t len);
-int sync_range(void *addr, size_t len);
 
 // NUMA. `node` < 0 means "no binding" for bind_node.
 int numa_node_count();               // configured nodes (1 if libnuma is unavailable)
@@ -89,6 +88,9 @@ int write_at(int fd, const void *data, size_t bytes, uint64_t offset);
 int write_two_at(int fd, const void *a, size_t a_bytes, const void *b, size_t b_bytes, uint64_t offset);
 int set_file_size(int fd, uint64_t bytes);
 int sync_fd(int fd);
+// The file's data on its medium (fdatasync): every dirty page, written through the file or a
+// shared mapping of it, without the timestamps' journal commit an fsync or msync also makes.
+int sync_data(int fd);
 int rename_path(const std::string &from, const std::string &to);
 int remove_path(const std::string &path);
 // Creates (truncating) `path` for appending records: every write lands at the end, whole.

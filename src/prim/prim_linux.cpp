@@ -138,7 +138,6 @@ int prefault(void *addr, size_t len) {
   return madvise(addr, len, MADV_WILLNEED) == 0 ? HM_OK : HM_ENOTSUP;
 }
 
-int sync_range(void *addr, size_t len) { return msync(addr, len, MS_SYNC) == 0 ? HM_OK : HM_EIO; }
 
 bool numa_available() {
   static const bool ok = ::numa_available() >= 0;
@@ -552,6 +551,7 @@ int write_two_at(int fd, const void *a, size_t a_bytes, const void *b, size_t b_
 
 int set_file_size(int fd, uint64_t bytes) { return ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? HM_OK : HM_EIO; }
 int sync_fd(int fd) { return fsync(fd) == 0 ? HM_OK : HM_EIO; }
+int sync_data(int fd) { return fdatasync(fd) == 0 ? HM_OK : HM_EIO; }
 int rename_path(const std::string &from, const std::string &to) {
   return rename(from.c_str(), to.c_str()) == 0 ? HM_OK : HM_EIO;
 }
