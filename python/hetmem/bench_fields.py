@@ -107,18 +107,7 @@ def _run_store(config: Path, writers: int, consumers: int, size: int, steps: int
             for _ in range(consumers)]
     wrs = [subprocess.Popen(me + ["writer", str(config), str(w), str(size), str(steps), repr(start_at)], env=env,
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(writers)]
-    w_out = []
-    for p in wrs:
-        out, err = p.communicate(timeout=600)
-        if p.returncode != 0:
-            raise HetmemError(f"bench fields: a writer failed: {err.strip()[-500:]}")
-        w_out.append(json.loads(out.splitlines()[-1]))
-    c_out = []
-    for p in cons:
-        out, err = p.communicate(timeout=600)
-        if p.returncode != 0:
-            raise HetmemError(f"bench fields: a consumer failed: {err.strip()[-500:]}")
-        c_out.append(json.loads(out.splitlines()[-1]))
+    w_out, c_out = _results(wrs, "writer"), _results(cons, "consumer")
     pushed = writers * steps * _fields_per_step(size) * size
     wall = max(w["end"] for w in w_out) - min(w["start"] for w in w_out)
     flushed_at = [max(w["steps"][s]["flushed_at"] for w in w_out) for s in range(steps)]
@@ -127,6 +116,17 @@ def _run_store(config: Path, writers: int, consumers: int, size: int, steps: int
             "step_ms": statistics.median(s["step_s"] for w in w_out for s in w["steps"]) * 1e3,
             "to_consumer_ms": (statistics.median(c[s]["held_at"] - flushed_at[s] for c in c_out for s in range(steps))
                                * 1e3 if c_out else None)}
+
+
+def _results(procs: list[subprocess.Popen], role: str) -> list[Any]:
+    """The JSON each worker prints last; a worker that failed stops the benchmark with its error."""
+    out = []
+    for p in procs:
+        text, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise HetmemError(f"bench fields: a {role} failed: {err.strip()[-500:]}")
+        out.append(json.loads(text.splitlines()[-1]))
+    return out
 
 
 def _config(root: Path, store: str, emulate: str | None = None) -> Path:

@@ -15,11 +15,10 @@ import importlib
 import os
 import struct
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 from .lib import HetmemError
 
@@ -340,7 +339,6 @@ def consume(config: str | Path, request: dict[str, str], steps: int, timeout: fl
     deviation) and a 2x2-coarsened field, and archives the coarsened fields back into FDB under
     `product_expver`, flushing once per step. Returns one record per step (seconds from the step
     becoming visible to holding all its fields, and to its products being flushed)."""
-    import numpy as np
     if len(product_expver) != 4:
         raise HetmemError(f"product expver '{product_expver}': MARS experiment versions have 4 characters")
     records = []

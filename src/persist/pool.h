@@ -10,7 +10,7 @@
 // latest version (sequence + 1, root offset, top, checksum), flushes and fences again. Opening
 // takes the valid slot with the highest sequence, so a crash at any instant leaves exactly the
 // old or the new version. On a MAP_SYNC mapping flushes are cache-line write-backs; on another
-// file system the fence is an msync of what was written.
+// file system the fence is an fdatasync of the file (what the working version wrote is all that is dirty).
 //
 // Creation is atomic: a new pool is written under a staging name (PATH.creating) and renamed to
 // its path by its first commit, so a pool found at a path always holds a committed version, and a

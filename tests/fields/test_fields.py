@@ -12,24 +12,12 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(ROOT / "python"))
+import writer
+from hetmem import fields
 
-from hetmem import fields  # noqa: E402
-import writer  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 N = 24  # grid points per side of the test fields (GRIB messages of about 2 KiB)
-
-
-@pytest.fixture(autouse=True)
-def needs_the_plugin():
-    try:
-        problem = fields.plugin_problem()
-    except Exception as e:  # the FDB packages themselves are missing
-        problem = str(e)
-    if problem:
-        pytest.skip(problem)
 
 
 def db_request(expver):

@@ -4,27 +4,10 @@ goes to them (`store: remote`); FDB spreads the databases over the servers by it
 
 import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-
-from hetmem import fields  # noqa: E402
-import writer  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def needs_the_plugin():
-    try:
-        problem = fields.plugin_problem()
-    except Exception as e:
-        problem = str(e)
-    if problem:
-        pytest.skip(problem)
+import writer
+from hetmem import fields
 
 
 def free_port():

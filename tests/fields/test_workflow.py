@@ -11,25 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hetmem import fields
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
-sys.path.insert(0, str(ROOT / "python"))
-
-from hetmem import fields  # noqa: E402
 
 N, STEPS = 16, 4
 SOURCE = {"class": "rd", "expver": "hmmg", "stream": "oper", "time": "0000", "domain": "g", "type": "fc",
           "levtype": "ml"}
-
-
-@pytest.fixture(autouse=True)
-def needs_the_plugin():
-    try:
-        problem = fields.plugin_problem()
-    except Exception as e:
-        problem = str(e)
-    if problem:
-        pytest.skip(problem)
 
 
 def test_model_and_two_consumers_every_product_matches_its_field(tmp_path):
