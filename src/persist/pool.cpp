@@ -286,7 +286,8 @@ int Pool::commit(uint64_t root, uint64_t sequence) {
                 static_cast<unsigned long long>(root), static_cast<unsigned long long>(kHeaderBytes),
                 static_cast<unsigned long long>(top_));
   // 1. Everything the new version wrote is durable before 2. the slot that names it. Ranges are
-  // merged in offset order, so a line (a page, when msync does the flushing) is flushed once.
+  // merged in offset order, so a line is flushed once (off MAP_SYNC they are counted in whole
+  // pages, what the page cache writes back).
   std::sort(dirty_.begin(), dirty_.end());
   for (size_t i = 0, line_end = 0; i < dirty_.size(); ++i) {
     // Cache lines this version wrote (what reaches the medium on persistent memory).
