@@ -17,13 +17,14 @@
 #include <eckit/system/Plugin.h>
 #include <fdb5/database/FieldLocation.h>
 #include <fdb5/database/Store.h>
-#include <fdb5/io/SingleGribMungePartFileHandle.h>
-#include <fdb5/toc/RootManager.h>
 #include <fdb5/database/WipeState.h>
+#include <fdb5/io/SingleGribMungePartFileHandle.h>
 #include <fdb5/toc/FileSpace.h>
+#include <fdb5/toc/RootManager.h>
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 
 #include "fields/field_pools.h"
@@ -187,6 +188,7 @@ class HetmemStore : public fdb5::Store {
 
   std::unique_ptr<const fdb5::FieldLocation> archive(const fdb5::Key &key, const void *data,
                                                      eckit::Length length) override {
+    std::lock_guard<std::mutex> lock(mutex_);  // FDB may archive from several threads of one handle
     if (!writer_) {
       if (!directory_.exists()) directory_.mkdir();
       remove_abandoned_pools(directory_.asString());
@@ -206,6 +208,7 @@ class HetmemStore : public fdb5::Store {
   }
 
   size_t flush() override {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (writer_ && writer_->flush() != HM_OK) throw_last("flush");
     const size_t n = unflushed_;
     unflushed_ = 0;
@@ -213,6 +216,7 @@ class HetmemStore : public fdb5::Store {
   }
   void close() override {
     flush();
+    std::lock_guard<std::mutex> lock(mutex_);
     writer_.reset();
   }
 
@@ -302,6 +306,7 @@ class HetmemStore : public fdb5::Store {
   eckit::PathName directory_;
   fdb5::Key key_;
   StoreSettings settings_;
+  std::mutex mutex_;
   std::unique_ptr<FieldWriter> writer_;
   size_t unflushed_ = 0;
 };
