@@ -65,6 +65,14 @@ def test_fdb_tools_write_list_read_bit_for_bit_and_data_lives_in_pools(config, t
     assert not any(n.endswith(".data") for n in names), "the POSIX store wrote data files: " + str(names)
 
 
+def test_fdb_c_api_archive_flush_list_retrieve_purge_wipe(config):
+    client = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build")) / "tests" / "fields_c_api"
+    if not client.exists():
+        pytest.skip(f"{client} is not built")
+    r = subprocess.run([str(client)], env=fields.environment(config), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 def test_pyfdb_archive_flush_list_retrieve_wipe(config, tmp_path):
     fdb = fields.open_fdb(config)
     for lv in (1, 2):
