@@ -46,6 +46,8 @@ std::atomic<bool> verify_reads{true};
 
 StoreSettings settings_from(const fdb5::Config &config) {
   StoreSettings s;
+  read_profile.store(nullptr);
+  verify_reads.store(true);
   if (!config.has("hetmem")) return s;
   const eckit::LocalConfiguration c = config.getSubConfiguration("hetmem");
   for (const std::string &key : c.keys())

@@ -266,3 +266,13 @@ def test_hetmem_fields_status_and_stats(config):
     r = subprocess.run([sys.executable, "-m", "hetmem", "fields", "status", "--config", str(config) + ".missing"],
                        capture_output=True, text=True, cwd=ROOT / "python", timeout=60)
     assert r.returncode != 0 and "no such file" in r.stderr
+
+
+def test_a_store_on_an_emulated_tier_keeps_and_serves_the_same_bytes(tmp_path):
+    config = fields.write_config(tmp_path, emulate="optane", verify=True)
+    p = run_writer(config, "hmtj", 0, 2, 2)
+    assert p.wait(timeout=60) == 0
+    fdb = fields.open_fdb(config)
+    for s in range(2):
+        for lv in (1, 2):
+            assert retrieve(fdb, "hmtj", s, lv) == writer.field_bytes("hmtj", s, lv, N)
