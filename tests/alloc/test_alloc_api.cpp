@@ -136,18 +136,27 @@ TEST_F(AllocApi, MemorySharingALargeBlocksLastSlotIsNotHetmems) {
   for (auto [flags, size] : cases) {
     {
       SCOPED_TRACE(std::to_string(size) + (flags ? " guarded" : ""));
-      char *block = static_cast<char *>(hm_tier_alloc(fast_, size, 0, flags));
-      ASSERT_NE(block, nullptr) << hm_last_error();
-      uintptr_t end = (reinterpret_cast<uintptr_t>(block) + size + 4095) & ~uintptr_t{4095};
-      if (flags) end += 4096;  // the guard page after the data
-      uintptr_t slot_end = (end + kSlot - 1) & ~(kSlot - 1);
-      ASSERT_GT(slot_end, end) << "the block should leave part of its last slot";
-      // The first free page after the block in its last slot (a reused mapping may be longer).
+      // The kernel may place a block right below another mapping, which then fills the rest of
+      // its last slot: such blocks are held (so the next one lands elsewhere) until one leaves a
+      // free page to map a foreign page into.
+      std::vector<char *> held;
+      char *block = nullptr;
       void *foreign = MAP_FAILED;
-      for (uintptr_t at = end; at < slot_end && foreign == MAP_FAILED; at += 4096)
-        foreign = mmap(reinterpret_cast<void *>(at), 4096, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-      ASSERT_NE(foreign, MAP_FAILED) << "no free page in the block's last slot";
+      for (int attempt = 0; attempt < 8 && foreign == MAP_FAILED; ++attempt) {
+        if (block) held.push_back(block);
+        block = static_cast<char *>(hm_tier_alloc(fast_, size, 0, flags));
+        ASSERT_NE(block, nullptr) << hm_last_error();
+        uintptr_t end = (reinterpret_cast<uintptr_t>(block) + size + 4095) & ~uintptr_t{4095};
+        if (flags) end += 4096;  // the guard page after the data
+        uintptr_t slot_end = (end + kSlot - 1) & ~(kSlot - 1);
+        ASSERT_GT(slot_end, end) << "the block should leave part of its last slot";
+        // The first free page after the block in its last slot (a reused mapping may be longer).
+        for (uintptr_t at = end; at < slot_end && foreign == MAP_FAILED; at += 4096)
+          foreign = mmap(reinterpret_cast<void *>(at), 4096, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      }
+      for (char *b : held) hm_free(b);
+      ASSERT_NE(foreign, MAP_FAILED) << "no free page in the last slot of 8 blocks";
       EXPECT_EQ(hm_ptr_tier(foreign, nullptr), HM_ENOTOWNED);
       EXPECT_EQ(hm_usable_size(foreign), 0u);
       hm_free(foreign);
