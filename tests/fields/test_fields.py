@@ -243,8 +243,9 @@ def test_fdb_hammer_writes_and_reads_through_the_hetmem_store(config, tmp_path):
     alone = subprocess.run([fields.tool("fdb-hammer"), "--help"], capture_output=True, timeout=60,
                            env={k: v for k, v in os.environ.items() if k != "FDB5_CONFIG_FILE"})
     if alone.returncode < 0:
-        pytest.skip(f"FDB's fdb-hammer ({fields.tool('fdb-hammer')}) dies of signal {-alone.returncode} at start-up "
-                    "with no configuration and whether or not the hetmem store is installed: a fault of that build")
+        pytest.skip(f"FDB's fdb-hammer ({fields.tool('fdb-hammer')}) dies of signal {-alone.returncode} at start-up, "
+                    "with no configuration, in its libraries' initialisation before any plugin is loaded: a fault "
+                    "of that build")
     template = tmp_path / "template.grib"
     template.write_bytes(writer.field_bytes("hmth", 0, 1, 64))
     common = ["--expver=hmth", "--class=rd", "--nsteps=3", "--nensembles=1", "--nlevels=4", "--nparams=2",
