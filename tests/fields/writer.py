@@ -32,6 +32,7 @@ def main() -> None:
     first, steps, levels, n = int(first), int(steps), int(levels), int(n)
     hold = float(sys.argv[8]) if len(sys.argv) > 8 and sys.argv[7] == "--hold" else 0.0
     fdb = fields.open_fdb(config)
+    field_bytes(expver, first, 1, n)  # ecCodes initialises on first use: "ready" means writing starts now
     print("ready", flush=True)
     for step in range(first, first + steps):
         for level in range(1, levels + 1):
