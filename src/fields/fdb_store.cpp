@@ -158,10 +158,6 @@ eckit::Reanimator<HetmemFieldLocation> HetmemFieldLocation::reanimator_;
 
 namespace {
 
-bool has_suffix(const std::string &s, const std::string &suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // A store's directory from a URI naming it or a pool in it.
 eckit::PathName directory_of(const eckit::PathName &p) { return !p.exists() || p.isDir() ? p : p.dirName(); }
 
@@ -255,7 +251,7 @@ class HetmemStore : public fdb5::Store {
     std::vector<eckit::PathName> files, dirs;
     directory_.children(files, dirs);
     for (const auto &f : files)
-      if (has_suffix(f.baseName().asString(), kPoolSuffix)) out.emplace(kScheme, f);
+      if (is_committed_pool(f.baseName().asString())) out.emplace(kScheme, f);
     return out;
   }
   std::set<eckit::URI> asCollocatedDataURIs(const std::set<eckit::URI> &uris) const override {

@@ -35,12 +35,16 @@ std::string at_text(const FieldSpot &s) {
 
 uint64_t field_checksum(const void *data, uint64_t length) { return XXH3_64bits(data, length); }
 
-bool is_field_pool(const std::string &name) {
-  auto ends = [&](const std::string &suffix) {
-    return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
-  return ends(kPoolSuffix) || ends(persist::Pool::staging_path(kPoolSuffix));
+namespace {
+// A name that is more than the suffix and ends with it.
+bool named(const std::string &name, const std::string &suffix) {
+  return name.size() > suffix.size() && name.ends_with(suffix);
 }
+}  // namespace
+
+bool is_committed_pool(const std::string &name) { return named(name, kPoolSuffix); }
+bool is_staging_pool(const std::string &name) { return named(name, persist::Pool::staging_path(kPoolSuffix)); }
+bool is_field_pool(const std::string &name) { return is_committed_pool(name) || is_staging_pool(name); }
 
 FieldWriter::FieldWriter(std::string directory, std::string base, StoreSettings settings)
     : directory_(std::move(directory)), base_(std::move(base)), settings_(settings) {}
@@ -54,13 +58,11 @@ FieldWriter::~FieldWriter() {
 int FieldWriter::next_pool() {
   if (pool_ && dirty_) {
     if (int rc = pool_->commit(0); rc != HM_OK) return rc;
-    ++stats_.flushes;
   }
   pool_.reset();
   const std::string path = directory_ + "/" + base_ + "." + std::to_string(next_index_++) + kPoolSuffix;
   if (int rc = persist::Pool::create(path, settings_.pool_bytes, &pool_, kPoolContent); rc != HM_OK) return rc;
   dirty_ = false;
-  ++stats_.pools;
   return HM_OK;
 }
 
@@ -90,9 +92,7 @@ int FieldWriter::archive(const void *data, uint64_t length, const std::string &w
                 static_cast<unsigned long long>(length), why.c_str());
   }
   dirty_ = true;
-  if (settings_.emulate) stats_.emul_charged_ns += emul_charge(*settings_.emulate, emul_, 0, need, 0, kEmulCopy);
-  ++stats_.fields;
-  stats_.bytes += length;
+  if (settings_.emulate) emul_charge(*settings_.emulate, emul_, 0, need, 0, kEmulCopy);
   out->pool = pool_->path();
   out->offset = offset + sizeof(FieldRecord);
   out->length = length;
@@ -103,7 +103,6 @@ int FieldWriter::flush() {
   if (!pool_ || !dirty_) return HM_OK;
   if (int rc = pool_->commit(0); rc != HM_OK) return rc;
   dirty_ = false;
-  ++stats_.flushes;
   return HM_OK;
 }
 
@@ -185,7 +184,6 @@ uint64_t charge_read(const EmulProfile &profile, uint64_t bytes) {
 int remove_abandoned_pools(const std::string &directory) {
   std::string names;
   if (!prim::list_dir(directory, &names)) return 0;
-  const std::string staging_suffix = persist::Pool::staging_path(kPoolSuffix);
   int removed = 0;
   size_t start = 0;
   while (start < names.size()) {
@@ -193,9 +191,7 @@ int remove_abandoned_pools(const std::string &directory) {
     if (end == std::string::npos) end = names.size();
     const std::string name = names.substr(start, end - start);
     start = end + 1;
-    if (name.size() <= staging_suffix.size() ||
-        name.compare(name.size() - staging_suffix.size(), staging_suffix.size(), staging_suffix) != 0)
-      continue;
+    if (!is_staging_pool(name)) continue;
     const std::string path = directory + "/" + name;
     int fd = -1;
     uint64_t size = 0;

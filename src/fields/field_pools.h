@@ -38,12 +38,6 @@ struct FieldSpot {
   uint64_t length = 0;
 };
 
-// Counters a store reports (hetmem fields, the benchmark).
-struct WriterStats {
-  uint64_t fields = 0, bytes = 0, flushes = 0, pools = 0;
-  uint64_t emul_charged_ns = 0;
-};
-
 class FieldWriter {
  public:
   // Pools go to `directory`, named `base.<n>.hmpool` (`base` unique to this writer).
@@ -58,8 +52,6 @@ class FieldWriter {
   int archive(const void *data, uint64_t length, const std::string &what, FieldSpot *out);
   // Makes every field archived so far durable (commits the pools written since the last flush).
   int flush();
-  const WriterStats &stats() const { return stats_; }
-  const std::string &directory() const { return directory_; }
 
  private:
   int next_pool();
@@ -69,7 +61,6 @@ class FieldWriter {
   std::unique_ptr<persist::Pool> pool_;
   bool dirty_ = false;
   int next_index_ = 0;
-  WriterStats stats_;
   EmulState emul_;
 };
 
@@ -87,7 +78,10 @@ int read_field(const FieldSpot &spot, bool verify, FieldView *out);
 // Charges a retrieve of `bytes` as `profile` (emulated persistent tier); returns the ns charged.
 uint64_t charge_read(const EmulProfile &profile, uint64_t bytes);
 
-// The pool naming rule, for wipe and the tools: whether `name` is a field pool or its staging file.
+// The pool naming rule, for wipe and the tools: whether `name` is a field pool, a pool's staging
+// file (a writer that has not flushed yet, or was killed), or either.
+bool is_committed_pool(const std::string &name);
+bool is_staging_pool(const std::string &name);
 bool is_field_pool(const std::string &name);
 // Removes the staging files (`*.hmpool.creating`) in `directory` whose creator is gone (their lock
 // is free): what a writer killed before its first flush leaves. Returns how many were removed.
