@@ -18,7 +18,7 @@ const char *kGlobalKeys[] = {"max_step", "amr.n_cell", "geometry.prob_hi", "warp
                              "particles.species_names", "hetmem.tile_size", "hetmem.seed", "hetmem.fields",
                              "hetmem.particles", "diag.interval", "diag.directory", "diag.energy_log",
                              "diag.progress", "diag.summary", "hetmem.strict", "hetmem.allocation_order", "hetmem.sort_interval", "preset",
-                             "diag.checkpoint_interval", "diag.checkpoint_directory", "restart", "hetmem.decomposition"};
+                             "diag.checkpoint_interval", "diag.checkpoint_directory", "restart", "hetmem.decomposition", "hetmem.kernel"};
 const char *kSpeciesKeys[] = {"charge", "mass", "density", "num_particles_per_cell_each_dim", "u_th", "ux", "uy",
                               "uz", "langmuir.epsilon", "langmuir.modes", "langmuir.sign"};
 
@@ -259,6 +259,13 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
     p.pusher = kv["algo.particle_pusher"];
     if (p.pusher != "boris" && p.pusher != "vay") {
       *error = "algo.particle_pusher = '" + p.pusher + "': boris or vay";
+      return false;
+    }
+  }
+  if (kv.count("hetmem.kernel")) {
+    p.kernel = kv["hetmem.kernel"];
+    if (p.kernel != "simd" && p.kernel != "scalar") {
+      *error = "hetmem.kernel = '" + p.kernel + "': simd (vectorized, the default) or scalar";
       return false;
     }
   }

@@ -105,6 +105,7 @@ struct Params {
   int tile[3] = {8, 8, 8};
   uint64_t seed = 1;
   std::string pusher = "boris";         // boris or vay
+  std::string kernel = "simd";          // the particle kernel: simd (vectorized) or scalar (particle_kernel.hpp)
   int sort_interval = 0;                // sort tiles by cell every N steps (0: never)
   bool static_fields = false;           // fields stay as set (pusher tests): no deposit effect, no solve
   std::vector<SpeciesParams> species;
@@ -279,7 +280,9 @@ class Simulation {
   int ntx_ = 0, nty_ = 0, ntz_ = 0;
   Fields f_;
   std::vector<Species> species_;
-  // Tile-local current buffers: (tile cells + 2 on every side) per component, per tile.
+  // Tile-local current buffers: (tile cells + 2 on every side) per component, per tile, and
+  // kTileBufferPad zeros after them (the vectorized deposition adds zero one past a row).
+  static constexpr size_t kTileBufferPad = 4;
   std::vector<TierVector<double>> tile_j_;
   int bx_ = 0, by_ = 0, bz_ = 0;  // buffer extents
   std::unique_ptr<hm::Arena> arena_;  // per-step temporaries (redistribution lists)

@@ -126,6 +126,11 @@ long Species::count() const {
 // ------------------------------------------------------------------------------------------------
 Simulation::Simulation(const Params &p, const Comm &comm) : p_(p), comm_(comm) {
   const Grid &g = p_.grid;
+  const int cells[3] = {g.nx, g.ny, g.nz};
+  for (int d = 0; d < 3; ++d)
+    if (p_.tile[d] < 1 || cells[d] % p_.tile[d] != 0)
+      throw std::invalid_argument("tiles of " + std::to_string(p_.tile[d]) + " cells along " + "xyz"[d] +
+                                  " do not divide the grid's " + std::to_string(cells[d]) + " cells");
   std::string why;
   if (!Decomposition::make({g.nx, g.ny, g.nz}, {p_.tile[0], p_.tile[1], p_.tile[2]}, comm.size(), p_.decomposition,
                            &decomposition_, &why))
@@ -155,7 +160,7 @@ Simulation::Simulation(const Params &p, const Comm &comm) : p_(p), comm_(comm) {
   auto allocate_grid = [&] {
     for (Field *f : {&f_.ex, &f_.ey, &f_.ez, &f_.bx, &f_.by, &f_.bz, &f_.jx, &f_.jy, &f_.jz}) *f = Field(halo_->layout(), fields);
     for (int t = 0; t < ntiles; ++t)
-      tile_j_.emplace_back(static_cast<size_t>(3) * bx_ * by_ * bz_, 0.0, currents);
+      tile_j_.emplace_back(static_cast<size_t>(3) * bx_ * by_ * bz_ + kTileBufferPad, 0.0, currents);
   };
   if (!p_.particles_first) allocate_grid();
 
