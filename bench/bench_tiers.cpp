@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "fma_peak.h"
 #include "harness.h"
 #include "tier/calibrate.h"
 
@@ -265,6 +266,11 @@ int main(int argc, char **argv) {
       std::printf("\n");
     }
   }
+  // The compute roof beside the memory's: double-precision multiply-adds at full width.
+  std::vector<bench::FmaPeak> fma;
+  for (int threads = 1; threads <= max_threads; ++threads) fma.push_back(bench::fma_peak(threads, reps, 0.2));
+  std::printf("\nFMA peak (measured, %s, double precision, best of %d):", fma[0].target, reps);
+  for (size_t t = 0; t < fma.size(); ++t) std::printf(" %zu thread(s) %.1f GFLOP/s%s", t + 1, fma[t].gflops, t + 1 < fma.size() ? "," : "\n");
   const double plain = check.plain_mbps, ratio = check.ratio.value;
   const char *verdict = bench::between(check.ratio, 0.95, 1.05);
   std::printf("\n(MB/s, STREAM byte counting)\ntriad check, %d threads, timed alternately (medians): dram tier %.0f MB/s, "
@@ -289,6 +295,9 @@ int main(int argc, char **argv) {
   j.num("dram_triad_check_mbps", check.tier_mbps).num("plain_triad_mbps", plain).num("dram_over_plain_triad", ratio);
   j.num("dram_over_plain_triad_low", check.ratio.low).num("dram_over_plain_triad_high", check.ratio.high);
   j.str("triad_check_verdict", verdict);
+  j.str("fma_target", fma[0].target).open_array("fma_gflops");
+  for (const bench::FmaPeak &f : fma) j.num("", f.gflops);
+  j.close();
   j.close();
   if (!j.write(json_path)) std::fprintf(stderr, "hetmem-bench-tiers: cannot write %s\n", json_path.c_str());
   else if (json_path != "-") std::printf("results: %s\n", json_path.c_str());

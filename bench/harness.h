@@ -145,9 +145,9 @@ class Json {
     first_ = true;
     return *this;
   }
-  Json &raw(const std::string &key, const std::string &v) {
+  Json &raw(const std::string &key, const std::string &v) {  // an empty key: an array's element
     comma();
-    append_key(key);
+    if (!key.empty()) append_key(key);
     out_.append(v);
     return *this;
   }

@@ -20,7 +20,9 @@
 
 #include "node.hpp"
 #include "openpmd.hpp"
+#include "particle_kernel.hpp"
 #include "pic.hpp"
+#include "roofline.hpp"
 #include "summary.hpp"
 #include <omp.h>
 
@@ -403,6 +405,15 @@ int main(int argc, char **argv) {
           std::printf("  %-22s %8.3f s  %5.1f%%  %.1f ns per particle-step\n", phase, secs, 100 * secs / seconds,
                       secs / (static_cast<double>(particles) * to_run) * 1e9);
       }
+      std::printf("particle kernel: %s", p.kernel.c_str());
+      if (p.kernel == "simd") {
+        // The work each phase does per particle-step (roofline.hpp), for `hetmem bench pic`'s roofline.
+        std::printf(" (%s); work per particle-step, counted from the kernels:", pic::simd_target());
+        const double ppc = static_cast<double>(particles) / static_cast<double>(sim.grid().cells());
+        for (const pic::PhaseWork &w : pic::work_per_particle_step(p, ppc))
+          std::printf(" %s %.1f flops %.1f B;", w.phase, w.flops, w.bytes);
+      }
+      std::printf("\n");
     }
     report_exchange(sim, to_run, seconds);
     report_placement();

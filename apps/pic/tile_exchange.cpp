@@ -31,36 +31,53 @@ void Simulation::reduce_current() {
   std::vector<Halo::TileBuffer> mine, all;
   for (size_t l = 0; l < tile_ids_.size(); ++l) mine.emplace_back(tile_ids_[l], tile_j_[l].data());
   halo_->gather_currents(mine, &all);
-  // Buffer index -> global cell along each direction, -1 where another rank owns the cell.
-  std::vector<int> wx(bx_), wy(by_), wz(bz_);
+  // Buffer index -> global cell along each direction, -1 where another rank owns the cell (or,
+  // along z, where another thread adds it).
   auto owned = [](int c, int lo, int hi) { return c >= lo && c < hi ? c : -1; };
-  auto first_owned = [](const std::vector<int> &w) {
-    auto it = std::find_if(w.begin(), w.end(), [](int c) { return c >= 0; });
-    return it == w.end() ? -1 : *it;
-  };
-  for (const auto &[t, jb] : all) {
+  auto windows = [&](int t, int zlo, int zhi, std::vector<int> &wx, std::vector<int> &wy, std::vector<int> &wz) {
     const int tx = t % ntx_, ty = (t / ntx_) % nty_, tz = t / (ntx_ * nty_);
     const int ox = tx * p_.tile[0] - 2, oy = ty * p_.tile[1] - 2, oz = tz * p_.tile[2] - 2;
     for (int a = 0; a < bx_; ++a) wx[a] = owned(wrap(ox + a, g.nx), box.lo[0], box.hi[0]);
     for (int b = 0; b < by_; ++b) wy[b] = owned(wrap(oy + b, g.ny), box.lo[1], box.hi[1]);
-    for (int c = 0; c < bz_; ++c) wz[c] = owned(wrap(oz + c, g.nz), box.lo[2], box.hi[2]);
-    // Declared: the buffer read, and the run of grid values from its first owned cell on (on one
+    for (int c = 0; c < bz_; ++c) wz[c] = owned(wrap(oz + c, g.nz), zlo, zhi);
+  };
+  auto first_owned = [](const std::vector<int> &w) {
+    auto it = std::find_if(w.begin(), w.end(), [](int c) { return c >= 0; });
+    return it == w.end() ? -1 : *it;
+  };
+  {
+    // Declared: each buffer read, and the run of grid values from its first owned cell on (on one
     // rank: a buffer's worth of each component).
-    hm::access(jb, static_cast<size_t>(3 * comp), Access::read);
-    const int fx = first_owned(wx), fy = first_owned(wy), fz = first_owned(wz);
-    if (fx >= 0 && fy >= 0 && fz >= 0)
-      for (const Field *f : J) hm::access(f->data() + f->index(fx, fy, fz), static_cast<size_t>(comp), Access::read_write);
-    for (int d = 0; d < 3; ++d)
-      for (int c = 0; c < bz_; ++c) {
-        if (wz[c] < 0) continue;
-        for (int b = 0; b < by_; ++b) {
-          if (wy[b] < 0) continue;
-          const double *row = jb + d * comp + c * plane + b * bx_;
-          double *out = &J[d]->at(0, wy[b], wz[c]);
-          for (int a = 0; a < bx_; ++a)
-            if (wx[a] >= 0) out[wx[a]] += row[a];
+    std::vector<int> wx(bx_), wy(by_), wz(bz_);
+    for (const auto &[t, jb] : all) {
+      windows(t, box.lo[2], box.hi[2], wx, wy, wz);
+      hm::access(jb, static_cast<size_t>(3 * comp), Access::read);
+      const int fx = first_owned(wx), fy = first_owned(wy), fz = first_owned(wz);
+      if (fx >= 0 && fy >= 0 && fz >= 0)
+        for (const Field *f : J) hm::access(f->data() + f->index(fx, fy, fz), static_cast<size_t>(comp), Access::read_write);
+    }
+  }
+  // Each thread adds into its own slab of z-planes, every buffer in global tile order: each grid
+  // value gets the same additions in the same order whatever the thread count.
+#pragma omp parallel
+  {
+    const int id = omp_get_thread_num(), nt = omp_get_num_threads(), nz = box.hi[2] - box.lo[2];
+    const int zlo = box.lo[2] + nz * id / nt, zhi = box.lo[2] + nz * (id + 1) / nt;
+    std::vector<int> wx(bx_), wy(by_), wz(bz_);
+    for (const auto &[t, jb] : all) {
+      windows(t, zlo, zhi, wx, wy, wz);
+      for (int d = 0; d < 3; ++d)
+        for (int c = 0; c < bz_; ++c) {
+          if (wz[c] < 0) continue;
+          for (int b = 0; b < by_; ++b) {
+            if (wy[b] < 0) continue;
+            const double *row = jb + d * comp + c * plane + b * bx_;
+            double *out = &J[d]->at(0, wy[b], wz[c]);
+            for (int a = 0; a < bx_; ++a)
+              if (wx[a] >= 0) out[wx[a]] += row[a];
+          }
         }
-      }
+    }
   }
 }
 
