@@ -288,17 +288,24 @@ void Simulation::sort_by_cell() {
     for (size_t t = 0; t < sp.tiles.size(); ++t) {
       Tile &tile = sp.tiles[t];
       const size_t n = tile.size();
-      std::vector<std::pair<long, uint32_t>> key(n);
+      // A counting sort over the tile's cells (stable, one pass to count and one to place).
+      const int tg = tile_ids_[t], tx = tg % ntx_, ty = (tg / ntx_) % nty_, tz = tg / (ntx_ * nty_);
+      const int T0 = p_.tile[0], T1 = p_.tile[1], T2 = p_.tile[2];
+      const long lo[3] = {static_cast<long>(tx) * T0, static_cast<long>(ty) * T1, static_cast<long>(tz) * T2};
+      auto local = [](long c, long first, int extent) { return static_cast<uint32_t>(std::clamp(c - first, 0L, extent - 1L)); };
+      std::vector<uint32_t> cell(n), start(static_cast<size_t>(T0) * T1 * T2 + 1, 0), order(n);
       for (size_t i = 0; i < n; ++i) {
-        long cx = static_cast<long>(tile.x[i] / g.dx), cy = static_cast<long>(tile.y[i] / g.dy),
-             cz = static_cast<long>(tile.z[i] / g.dz);
-        key[i] = {(cz * g.ny + cy) * g.nx + cx, static_cast<uint32_t>(i)};
+        const long cx = static_cast<long>(tile.x[i] / g.dx), cy = static_cast<long>(tile.y[i] / g.dy),
+                   cz = static_cast<long>(tile.z[i] / g.dz);
+        cell[i] = (local(cz, lo[2], T2) * T1 + local(cy, lo[1], T1)) * T0 + local(cx, lo[0], T0);
+        ++start[cell[i] + 1];
       }
-      std::stable_sort(key.begin(), key.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+      for (size_t c = 1; c < start.size(); ++c) start[c] += start[c - 1];
+      for (size_t i = 0; i < n; ++i) order[start[cell[i]]++] = static_cast<uint32_t>(i);
       std::vector<uint64_t> copy(n);
       auto permute = [&](auto *v) {
         std::memcpy(copy.data(), v, n * sizeof(uint64_t));
-        for (size_t i = 0; i < n; ++i) std::memcpy(v + i, &copy[key[i].second], sizeof(uint64_t));
+        for (size_t i = 0; i < n; ++i) std::memcpy(v + i, &copy[order[i]], sizeof(uint64_t));
       };
       permute(tile.x), permute(tile.y), permute(tile.z), permute(tile.ux), permute(tile.uy), permute(tile.uz);
       permute(tile.w), permute(tile.id);

@@ -87,6 +87,7 @@ void Simulation::reduce_current() {
 // the tiles they came from, and in their order there. The lists of leavers are per-step
 // temporaries: they come from the iteration arena, reset every step.
 void Simulation::redistribute() {
+  const Grid &g = p_.grid;
   struct Leaver {
     int dest;
     uint32_t index;
@@ -103,10 +104,22 @@ void Simulation::redistribute() {
       const size_t n = tile.size();
       if (n == 0) continue;
       const int self = tile_ids_[t];
-      // Destinations first (one lookup per particle), then the list of those that leave.
+      // Destinations first, then the list of those that leave. A particle whose cell is inside its
+      // tile's stays (no division); only those outside look their tile up.
+      const int tx = self % ntx_, ty = (self / ntx_) % nty_, tz = self / (ntx_ * nty_);
+      const int lo[3] = {tx * p_.tile[0], ty * p_.tile[1], tz * p_.tile[2]};
       int *dest = static_cast<int *>(arena_->allocate(n * sizeof(int), alignof(int)));
       uint32_t m = 0;
-      for (size_t i = 0; i < n; ++i) m += (dest[i] = tile_of(tile.x[i], tile.y[i], tile.z[i])) != self;
+      for (size_t i = 0; i < n; ++i) {
+        const int cx = std::min(static_cast<int>(tile.x[i] * inv_dx_), g.nx - 1),
+                  cy = std::min(static_cast<int>(tile.y[i] * inv_dy_), g.ny - 1),
+                  cz = std::min(static_cast<int>(tile.z[i] * inv_dz_), g.nz - 1);
+        const bool stays = static_cast<unsigned>(cx - lo[0]) < static_cast<unsigned>(p_.tile[0]) &&
+                           static_cast<unsigned>(cy - lo[1]) < static_cast<unsigned>(p_.tile[1]) &&
+                           static_cast<unsigned>(cz - lo[2]) < static_cast<unsigned>(p_.tile[2]);
+        dest[i] = stays ? self : tile_of(tile.x[i], tile.y[i], tile.z[i]);
+        m += !stays;
+      }
       count[t] = m;
       for (const double *v : {tile.x, tile.y, tile.z}) hm::access(v, n, Access::read);
       hm::access(dest, n, Access::write);
