@@ -246,10 +246,6 @@ class Octree {
                      uint64_t *out);
   bool finer_leaf_touches(const Leaf &octant) const;
   void leaf_at(const uint32_t *at, Leaf *out) const;
-  template <class Visit>
-  static void around(const uint32_t *corner, uint32_t level, const Visit &visit);
-  void balance_requests(uint64_t ref, std::array<uint64_t, kMaxLevel + 2> &path,
-                        std::vector<std::pair<std::array<uint32_t, 3>, uint32_t>> &out) const;
   void leaves_below(uint64_t ref, const std::function<void(const Leaf &)> &visit) const;
   void touching_below(uint64_t ref, const uint32_t *lo, const uint32_t *hi,
                       const std::function<void(const Leaf &)> &visit) const;

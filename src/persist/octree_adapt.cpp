@@ -8,6 +8,9 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "base/error.h"
 #include "hetmem/hetmem.h"
@@ -274,103 +277,172 @@ int Octree<Dim>::split_leaf(const Leaf &leaf, std::vector<Leaf> *children) {
   return HM_OK;
 }
 
-// 2:1 balance holds when, for every family with a leaf among its children (level l), the octants
-// of level l-1 around its parent all exist (as leaves or refined): every leaf that could touch
-// those children lies in that neighbourhood. One pass over the tree (neighbours found from the
-// nearest common ancestor on the path) lists the octants missing; splitting the leaves that
-// cover them may leave new octants missing around the leaves split, which are checked in turn.
-// Calls visit(corner) for each octant of `level` touching the octant at `corner`, inside the
-// domain and outside the octant's parent (its siblings always exist: families are complete).
-template <int Dim>
-template <class Visit>
-void Octree<Dim>::around(const uint32_t *corner, uint32_t level, const Visit &visit) {
-  const uint32_t size = 1u << (kMaxLevel - level);
-  const int parent_shift = kMaxLevel - static_cast<int>(level) + 1;
-  int delta[3] = {-1, -1, Dim == 3 ? -1 : 0};
-  for (;;) {
-    bool inside = true, sibling = true;
-    std::array<uint32_t, 3> q{0, 0, 0};
-    for (int d = 0; d < Dim; ++d) {
-      const int64_t x = static_cast<int64_t>(corner[d]) + static_cast<int64_t>(delta[d]) * size;
-      inside &= x >= 0 && x < (int64_t{1} << kMaxLevel);
-      q[d] = static_cast<uint32_t>(x);
-      sibling &= (q[d] >> parent_shift) == (corner[d] >> parent_shift);
-    }
-    if (inside && !sibling) visit(q);
-    int d = 0;
-    for (; d < Dim && ++delta[d] > 1; ++d) delta[d] = -1;
-    if (d == Dim) return;
-  }
+// 2:1 balance (faces, edges, corners) as a condition on internal octants: a leaf at level l
+// touches the level l-1 octants around its parent P on its own side, so the tree is balanced when,
+// for every internal octant O at level k >= 2, the neighbours of O's parent (level k-1) on O's
+// side (up to 3^Dim - 1 of them, those O's children could touch) are internal too. The ripple
+// runs from the finest level to the coarsest, as in p4est's balance (Isaac, Burstedde, Ghattas,
+// IPDPS 2012): at level k, each octant with internal children asks for the neighbours on their
+// sides; a neighbour not yet internal becomes so, with the ancestors it needs, which asks again
+// at their (coarser) levels, so one sweep suffices. The tree is only read while the ripple runs;
+// the leaves it splits are then split once each, their new subtrees built whole and linked in
+// copy-on-write.
+namespace {
+
+constexpr int kKeyBits = 20;  // Octree::kMaxLevel: a corner's coordinates fit 20 bits each
+
+inline uint64_t corner_key(const uint32_t *c) {
+  return uint64_t{c[0]} | uint64_t{c[1]} << kKeyBits | uint64_t{c[2]} << (2 * kKeyBits);
 }
 
+}  // namespace
+
+// The neighbour offsets (-1, 0, 1 per direction, as an index into the 3^Dim block) that a child
+// at position c of an octant can touch: 0 or the side c lies on, in each direction.
 template <int Dim>
-void Octree<Dim>::balance_requests(uint64_t ref, std::array<uint64_t, kMaxLevel + 2> &path,
-                                   std::vector<std::pair<std::array<uint32_t, 3>, uint32_t>> &out) const {
-  const Family *f = read(ref);
-  path[f->level] = ref;
-  bool leaf_child = false;
-  for (int c = 0; c < kChildren; ++c) {
-    if (f->child[c] == 0) leaf_child = true;
-    else balance_requests(f->child[c], path, out);
-  }
-  if (!leaf_child || f->level < 2) return;
-  const uint32_t level = f->level - 1;  // the parent octant's
-  around(f->coord, level, [&](const std::array<uint32_t, 3> &q) {
-    // The lowest family on the path whose box holds q, then down to level `level`.
-    uint32_t k = level - 1;
-    for (; k > 1; --k) {
-      const Family *a = read(path[k]);
-      const uint32_t box = 2u << (kMaxLevel - k);
-      bool holds = true;
-      for (int d = 0; d < Dim; ++d) holds &= q[d] >= a->coord[d] && q[d] < a->coord[d] + box;
-      if (holds) break;
-    }
-    const Family *g = read(path[k]);
-    for (;;) {
-      const int c = child_index(g, q.data());
-      if (g->level == level) break;  // the octant exists
-      if (g->child[c] == 0) {
-        out.emplace_back(q, level);  // a leaf coarser than `level` covers it
-        break;
+static std::array<uint32_t, (1 << Dim)> side_offsets() {
+  std::array<uint32_t, (1 << Dim)> table{};
+  for (int c = 0; c < (1 << Dim); ++c)
+    for (int o = 0; o < (Dim == 3 ? 27 : 9); ++o) {
+      bool ok = true;
+      int rest = o;
+      for (int d = 0; d < Dim; ++d, rest /= 3) {
+        const int delta = rest % 3 - 1, side = ((c >> d) & 1) ? 1 : -1;
+        ok &= delta == 0 || delta == side;
       }
-      g = read(g->child[c]);
+      if (ok && o != (Dim == 3 ? 13 : 4)) table[c] |= 1u << o;
     }
-  });
+  return table;
 }
 
 template <int Dim>
 int Octree<Dim>::balance() {
   maybe_collect();
-  std::vector<std::pair<std::array<uint32_t, 3>, uint32_t>> wanted, next;
-  std::array<uint64_t, kMaxLevel + 2> path{};
-  if (root_child_) balance_requests(root_child_, path, wanted);
-  int rc = HM_OK;
-  std::vector<Leaf> made;
-  while (!wanted.empty() && rc == HM_OK) {
-    next.clear();
-    for (const auto &[q, level] : wanted) {
-      // Split the leaf covering q until the octant of `level` exists; each leaf split needs its
-      // own neighbourhood at its level.
-      for (;;) {
-        Leaf leaf{};
-        leaf_at(q.data(), &leaf);
-        if (leaf.level >= level) break;
-        made.clear();
-        if ((rc = split_leaf(leaf, &made)) != HM_OK) break;
-        if (leaf.level < 1) continue;
-        around(leaf.coord, leaf.level, [&](const std::array<uint32_t, 3> &p) {
-          Leaf n{};
-          leaf_at(p.data(), &n);
-          if (n.level < leaf.level) next.emplace_back(p, leaf.level);
-        });
+  if (root_child_ == 0) return after_change(HM_OK, "balance");  // one leaf
+  using Want = std::pair<uint64_t, uint32_t>;  // an internal octant's corner key, its internal children (a mask)
+  std::array<std::vector<Want>, kMaxLevel + 1> listed;              // from the tree, in Morton order
+  std::array<std::unordered_map<uint64_t, uint32_t>, kMaxLevel + 1> asked;  // from the ripple
+  std::array<std::unordered_set<uint64_t>, kMaxLevel + 1> made;    // octants the ripple made internal
+  std::vector<Leaf> roots;                                         // the tree leaves it splits
+
+  // The tree's internal octants at levels >= 1 with internal children.
+  std::function<void(uint64_t)> gather = [&](uint64_t ref) {
+    const Family *f = read(ref);
+    uint32_t mask = 0;
+    for (int c = 0; c < kChildren; ++c) mask |= f->child[c] ? 1u << c : 0;
+    if (mask && f->level >= 2) listed[f->level - 1].emplace_back(corner_key(f->coord), mask);
+    for (int c = 0; c < kChildren; ++c)
+      if (f->child[c]) gather(f->child[c]);
+  };
+  gather(root_child_);
+
+  // The families on the last query's path (path[t]: the one whose parent octant is at level t):
+  // neighbours asked one after another are near each other, so a query climbs a little and
+  // descends a little rather than starting at the root.
+  std::array<uint64_t, kMaxLevel + 1> path{};
+  path[0] = root_child_;
+  int cached = 0;
+  auto contains = [](const Family *f, const uint32_t *q, int level) {
+    const int shift = kMaxLevel - level;
+    bool in = true;
+    for (int d = 0; d < Dim; ++d) in &= (q[d] >> shift) == (f->coord[d] >> shift);
+    return in;
+  };
+  // Makes the octant at corner q of level j internal if it is not: returns nothing, records what
+  // it made and what that asks.
+  auto ensure_internal = [&](const uint32_t *q, int j) {
+    int t = std::min(cached, j);
+    while (t > 0 && !contains(read(path[t]), q, t)) --t;
+    int leaf_level = -1;
+    for (;;) {
+      if (t == j) return;  // a family whose parent octant is the one asked: internal already
+      const Family *f = read(path[t]);
+      const uint64_t kid = f->child[child_index(f, q)];
+      if (kid == 0) {
+        leaf_level = t + 1;
+        break;
       }
-      if (rc != HM_OK) break;
+      path[++t] = kid;
+      cached = t;
     }
-    wanted.swap(next);
+    cached = t;
+    uint32_t a[3] = {0, 0, 0};
+    for (int level = j; level >= leaf_level; --level) {
+      const uint32_t size = 1u << (kMaxLevel - level);
+      for (int d = 0; d < Dim; ++d) a[d] = q[d] & ~(size - 1);
+      if (!made[level].insert(corner_key(a)).second) return;  // made earlier, with its ancestors
+      if (level == leaf_level) {
+        Leaf leaf{{a[0], a[1], a[2]}, static_cast<uint32_t>(level), 0};
+        roots.push_back(leaf);
+      }
+      // It is an internal child of its parent now: the parent asks for its neighbours on that side.
+      if (level >= 2) {
+        uint32_t p[3] = {0, 0, 0};
+        int c = 0;
+        for (int d = 0; d < Dim; ++d) {
+          p[d] = a[d] & ~(2 * size - 1);
+          c |= ((a[d] & size) ? 1 : 0) << d;
+        }
+        asked[level - 1][corner_key(p)] |= 1u << c;
+      }
+    }
+  };
+  static const std::array<uint32_t, (1 << Dim)> sides = side_offsets<Dim>();
+  constexpr int kOffsets = Dim == 3 ? 27 : 9;
+  auto serve = [&](uint64_t key, uint32_t mask, int level) {
+    uint32_t offsets = 0;
+    for (int c = 0; c < kChildren; ++c)
+      if (mask & (1u << c)) offsets |= sides[static_cast<size_t>(c)];
+    const uint32_t corner[3] = {static_cast<uint32_t>(key & ((1u << kKeyBits) - 1)),
+                                static_cast<uint32_t>((key >> kKeyBits) & ((1u << kKeyBits) - 1)),
+                                static_cast<uint32_t>(key >> (2 * kKeyBits))};
+    const int64_t size = int64_t{1} << (kMaxLevel - level), end = int64_t{1} << kMaxLevel;
+    for (int o = 0; o < kOffsets; ++o) {
+      if (!(offsets & (1u << o))) continue;
+      uint32_t q[3] = {0, 0, 0};
+      bool inside = true;
+      for (int d = 0, rest = o; d < Dim; ++d, rest /= 3) {
+        const int64_t x = corner[d] + (rest % 3 - 1) * size;
+        inside &= x >= 0 && x < end;
+        q[d] = static_cast<uint32_t>(x);
+      }
+      if (inside) ensure_internal(q, level);
+    }
+  };
+  for (int level = kMaxLevel; level >= 1; --level) {
+    for (const auto &[key, mask] : listed[level]) serve(key, mask, level);
+    for (const auto &[key, mask] : asked[level]) serve(key, mask, level);
+  }
+
+  // Split each tree leaf the ripple made internal, once, with the subtree below it built whole.
+  std::function<int(const uint32_t *, uint32_t, double, uint64_t *)> grow = [&](const uint32_t *corner, uint32_t level,
+                                                                                double value, uint64_t *out) -> int {
+    int rc = new_family(corner, level, out);
+    if (rc != HM_OK) return rc;
+    leaves_ += kChildren - 1;
+    const uint32_t half = 1u << (kMaxLevel - level - 1);
+    for (int k = 0; k < kChildren; ++k) {
+      uint32_t child[3] = {corner[0], corner[1], corner[2]};
+      for (int d = 0; d < Dim; ++d) child[d] += ((k >> d) & 1) ? half : 0;
+      uint64_t below = 0;
+      if (made[level + 1].count(corner_key(child)) && (rc = grow(child, level + 1, value, &below)) != HM_OK) return rc;
+      Family *f = mut(*out);
+      f->value[k] = value;
+      f->child[k] = below;
+    }
+    return HM_OK;
+  };
+  int rc = HM_OK;
+  for (const Leaf &leaf : roots) {
+    bool found = false;
+    rc = edit_leaf(
+        leaf.coord, static_cast<int>(leaf.level), &found,
+        [&](uint64_t *kid, double *v) { return grow(leaf.coord, leaf.level, *v, kid); },
+        [&] { return grow(leaf.coord, 0, root_value_, &root_child_); });
+    if (rc != HM_OK) break;
   }
   return after_change(rc, "balance");
 }
-
 
 template class Octree<2>;
 template class Octree<3>;
