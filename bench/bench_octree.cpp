@@ -117,17 +117,19 @@ struct LeafHash {
   }
 };
 
-// Refine `shape` to its level, pass by pass, then balance. Returns the two times; the leaves
-// before balancing go to *refined, a hash of the balanced tree's leaves to *hash.
+// Refine `shape` to its level in one recursive pass (as p4est does), then balance. Returns the two
+// times; the leaves before balancing go to *refined, a hash of the balanced tree's leaves to *hash.
 std::pair<double, double> adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *hash) {
   double t0 = bench::now();
-  for (int l = 0; l < level; ++l)
-    if (t.refine([&](const Leaf &x) {
-          if (static_cast<int>(x.level) >= level) return false;
-          const double lo[3] = {std::ldexp(x.coord[0], -20), std::ldexp(x.coord[1], -20), std::ldexp(x.coord[2], -20)};
-          return refines(shape, lo, std::ldexp(1.0, -static_cast<int>(x.level)), octant_key(x.coord, static_cast<int>(x.level)));
-        }) != HM_OK)
-      die("refine");
+  if (t.refine(
+          [&](const Leaf &x) {
+            if (static_cast<int>(x.level) >= level) return false;
+            const double lo[3] = {std::ldexp(x.coord[0], -20), std::ldexp(x.coord[1], -20), std::ldexp(x.coord[2], -20)};
+            return refines(shape, lo, std::ldexp(1.0, -static_cast<int>(x.level)),
+                           octant_key(x.coord, static_cast<int>(x.level)));
+          },
+          true) != HM_OK)
+    die("refine");
   double t1 = bench::now();
   *refined = t.leaf_count();
   if (t.balance() != HM_OK) die("balance");

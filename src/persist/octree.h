@@ -113,7 +113,9 @@ class Octree {
   static int restore(const std::string &path, std::unique_ptr<Octree> *out, const OctreeOptions &options = {});
 
   // Splits every leaf for which refine(leaf) is true (one level); children inherit the value.
-  int refine(const std::function<bool(const Leaf &)> &refine);
+  // With `recursive`, the children made are offered to refine(leaf) in turn (as p4est's
+  // recursive refinement): one pass builds the whole adapted tree.
+  int refine(const std::function<bool(const Leaf &)> &refine, bool recursive = false);
   // Merges every family of leaves for which coarsen(family) is true into their parent, whose
   // value becomes the family's mean. With keep_balance, a family is merged only if no leaf
   // touching its parent is finer than the family (Gerris' rule), so a 2:1 balanced tree stays
@@ -241,7 +243,8 @@ class Octree {
   template <class Edit>
   int relink(uint64_t ref, uint64_t *kids, uint64_t *out, const Edit &edit);
   void maybe_collect();
-  int refine_family(uint64_t ref, const std::function<bool(const Leaf &)> &fn, bool *changed, uint64_t *out);
+  int refine_family(uint64_t ref, const std::function<bool(const Leaf &)> &fn, bool recursive, bool *changed,
+                    uint64_t *out);
   int coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool keep_balance, bool *changed,
                      uint64_t *out);
   bool finer_leaf_touches(const Leaf &octant) const;

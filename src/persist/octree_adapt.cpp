@@ -8,9 +8,10 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
+
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
 
 #include "base/error.h"
 #include "hetmem/hetmem.h"
@@ -53,7 +54,8 @@ int Octree<Dim>::relink(uint64_t ref, uint64_t *kids, uint64_t *out, const Edit 
 }
 
 template <int Dim>
-int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf &)> &fn, bool *changed, uint64_t *out) {
+int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf &)> &fn, bool recursive, bool *changed,
+                               uint64_t *out) {
   const Family *f = read(ref);
   uint64_t kids[kChildren];
   bool any = false;
@@ -61,7 +63,7 @@ int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf
     kids[c] = f->child[c];
     if (kids[c] != 0) {
       bool ch = false;
-      int rc = refine_family(kids[c], fn, &ch, &kids[c]);
+      int rc = refine_family(kids[c], fn, recursive, &ch, &kids[c]);
       if (rc != HM_OK) return rc;
       any |= ch;
       continue;
@@ -74,6 +76,8 @@ int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf
     for (int k = 0; k < kChildren; ++k) g->value[k] = leaf.value;
     leaves_ += kChildren - 1;
     any = true;
+    bool ch = false;
+    if (recursive && (rc = refine_family(kids[c], fn, true, &ch, &kids[c])) != HM_OK) return rc;
   }
   *changed = any;
   *out = ref;
@@ -82,7 +86,7 @@ int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf
 }
 
 template <int Dim>
-int Octree<Dim>::refine(const std::function<bool(const Leaf &)> &fn) {
+int Octree<Dim>::refine(const std::function<bool(const Leaf &)> &fn, bool recursive) {
   maybe_collect();
   int rc = HM_OK;
   if (root_child_ == 0) {
@@ -93,12 +97,14 @@ int Octree<Dim>::refine(const std::function<bool(const Leaf &)> &fn) {
         for (int k = 0; k < kChildren; ++k) mut(f)->value[k] = root_value_;
         root_child_ = f;
         leaves_ = kChildren;
+        bool changed = false;
+        if (recursive && (rc = refine_family(f, fn, true, &changed, &f)) == HM_OK) root_child_ = f;
       }
     }
   } else {
     bool changed = false;
     uint64_t root = root_child_;
-    if ((rc = refine_family(root_child_, fn, &changed, &root)) == HM_OK) root_child_ = root;
+    if ((rc = refine_family(root_child_, fn, recursive, &changed, &root)) == HM_OK) root_child_ = root;
   }
   return after_change(rc, "refine");
 }
@@ -295,6 +301,14 @@ inline uint64_t corner_key(const uint32_t *c) {
   return uint64_t{c[0]} | uint64_t{c[1]} << kKeyBits | uint64_t{c[2]} << (2 * kKeyBits);
 }
 
+// A corner key's Morton code (x, y, z bits interleaved, x lowest): the tree's own order.
+inline uint64_t morton(uint64_t key) {
+  uint64_t m = 0;
+  for (int b = 0; b < kKeyBits; ++b)
+    for (int d = 0; d < 3; ++d) m |= ((key >> (d * kKeyBits + b)) & 1) << (3 * b + d);
+  return m;
+}
+
 }  // namespace
 
 // The neighbour offsets (-1, 0, 1 per direction, as an index into the 3^Dim block) that a child
@@ -321,8 +335,8 @@ int Octree<Dim>::balance() {
   if (root_child_ == 0) return after_change(HM_OK, "balance");  // one leaf
   using Want = std::pair<uint64_t, uint32_t>;  // an internal octant's corner key, its internal children (a mask)
   std::array<std::vector<Want>, kMaxLevel + 1> listed;              // from the tree, in Morton order
-  std::array<std::unordered_map<uint64_t, uint32_t>, kMaxLevel + 1> asked;  // from the ripple
-  std::array<std::unordered_set<uint64_t>, kMaxLevel + 1> made;    // octants the ripple made internal
+  std::array<absl::flat_hash_map<uint64_t, uint32_t>, kMaxLevel + 1> asked;  // from the ripple
+  std::array<absl::flat_hash_set<uint64_t>, kMaxLevel + 1> made;    // octants the ripple made internal
   std::vector<Leaf> roots;                                         // the tree leaves it splits
 
   // The tree's internal octants at levels >= 1 with internal children.
@@ -409,9 +423,13 @@ int Octree<Dim>::balance() {
       if (inside) ensure_internal(q, level);
     }
   };
+  std::vector<std::pair<uint64_t, Want>> order;  // the ripple's requests of a level in Morton order
   for (int level = kMaxLevel; level >= 1; --level) {
     for (const auto &[key, mask] : listed[level]) serve(key, mask, level);
-    for (const auto &[key, mask] : asked[level]) serve(key, mask, level);
+    order.clear();
+    for (const auto &[key, mask] : asked[level]) order.push_back({morton(key), {key, mask}});
+    std::sort(order.begin(), order.end(), [](const auto &x, const auto &y) { return x.first < y.first; });
+    for (const auto &[code, want] : order) serve(want.first, want.second, level);
   }
 
   // Split each tree leaf the ripple made internal, once, with the subtree below it built whole.
@@ -425,7 +443,7 @@ int Octree<Dim>::balance() {
       uint32_t child[3] = {corner[0], corner[1], corner[2]};
       for (int d = 0; d < Dim; ++d) child[d] += ((k >> d) & 1) ? half : 0;
       uint64_t below = 0;
-      if (made[level + 1].count(corner_key(child)) && (rc = grow(child, level + 1, value, &below)) != HM_OK) return rc;
+      if (made[level + 1].contains(corner_key(child)) && (rc = grow(child, level + 1, value, &below)) != HM_OK) return rc;
       Family *f = mut(*out);
       f->value[k] = value;
       f->child[k] = below;
