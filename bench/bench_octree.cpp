@@ -124,8 +124,9 @@ std::pair<double, double> adapt(Tree &t, Shape shape, int level, uint64_t *refin
   if (t.refine(
           [&](const Leaf &x) {
             if (static_cast<int>(x.level) >= level) return false;
-            const double lo[3] = {std::ldexp(x.coord[0], -20), std::ldexp(x.coord[1], -20), std::ldexp(x.coord[2], -20)};
-            return refines(shape, lo, std::ldexp(1.0, -static_cast<int>(x.level)),
+            constexpr double unit = 0x1p-20;  // the corner's unit (as p4est's wrapper: a multiply, no libm call)
+            const double lo[3] = {x.coord[0] * unit, x.coord[1] * unit, x.coord[2] * unit};
+            return refines(shape, lo, static_cast<double>(1u << (20 - x.level)) * unit,
                            octant_key(x.coord, static_cast<int>(x.level)));
           },
           true) != HM_OK)

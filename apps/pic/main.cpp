@@ -158,7 +158,9 @@ void report_streaming(pic::Simulation &sim) {
                 "%.2f MiB in, %.2f MiB out, copy %.2f ms, interval %.2f ms predicted; %d of %d threads computing: %s\n",
                 m.helpers, m.binding, m.t_comp * 1e3, m.t_inplace * 1e3, m.data_in / 1048576.0, m.data_out / 1048576.0,
                 m.t_cp * 1e3, m.t_predicted * 1e3, m.thrd_comp, m.thrd_max,
-                m.stage ? "staging" : "tiles stay at home from then on (staging would not pay)");
+                m.stage ? "staging"
+                : m.t_staged_seen > 0 ? "staged, then withdrawn (a staged sweep was slower than working at home)"
+                                      : "tiles stay at home from then on (staging would not pay)");
 }
 
 // What the exchanges of a run took per step: this rank's messages, the slowest rank's seconds.

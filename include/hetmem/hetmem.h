@@ -473,7 +473,11 @@ typedef struct hm_helper_model {
   double t_inplace;          /* seconds an interval takes with its tiles at home (the measuring
                                 sweep's second batch, scaled; 0 if not measured) */
   int stage;                 /* 1: later sweeps stage; 0: staging is predicted not to pay (the
-                                predicted interval is not 5% below t_inplace), tiles stay at home */
+                                predicted interval is not 5% below t_inplace), or a staged sweep
+                                after the decision took longer per interval than t_inplace: tiles
+                                stay at home */
+  double t_staged_seen;      /* seconds per interval of the first staged sweep after the decision,
+                                as it ran with the helpers copying (0: none timed yet) */
 } hm_helper_model_t;
 int hm_helper_model(const char *phase, hm_helper_model_t *model);
 

@@ -177,6 +177,18 @@ def all_fast_target(result: dict) -> tuple[float, str] | None:
     return ratio, "MET" if ratio <= ALL_FAST_TARGET else "NOT MET"
 
 
+
+def helper_outcome(m: dict) -> str:
+    """What the helper model's decision came to: staged, declined, or staged and then withdrawn
+    when a whole staged sweep took longer per interval than working at home."""
+    seen = m.get("t_staged_seen", 0)
+    if m["stage"]:
+        return "staged" + (f" (a staged sweep then took {seen * 1e3:.2f} ms an interval)" if seen else "")
+    if seen:
+        return (f"staged, then withdrawn: a staged sweep took {seen * 1e3:.2f} ms an interval against "
+                f"{m['t_inplace'] * 1e3:.2f} ms at home, so tiles stay at home")
+    return "tiles kept at home (staging would not pay)"
+
 def model_lines(result: dict) -> list[str]:
     """What the helper and prefetch models saw and chose in the hetmem run (the median one)."""
     lines = []
@@ -190,7 +202,7 @@ def model_lines(result: dict) -> list[str]:
                      f"staged, {m['t_inplace'] * 1e3:.2f} ms at home, copy {m['t_cp'] * 1e3:.2f} ms predicted, "
                      f"interval {m['t_predicted'] * 1e3:.2f} ms predicted; {m['thrd_comp']} of {m['thrd_max']} "
                      f"threads computing; bandwidth {m['bw_comp'] / 1e9:.1f} GB/s computing of "
-                     f"{m['bw_max'] / 1e9:.1f}: " + ("staged" if m["stage"] else "tiles kept at home (staging would not pay)"))
+                     f"{m['bw_max'] / 1e9:.1f}: " + helper_outcome(m))
     if st.get("copy_bw_in_mbps"):
         lines.append("copy bandwidth with 1, 2, ... helpers (MB/s): in " +
                      ", ".join(f"{x:.0f}" for x in st["copy_bw_in_mbps"]) + "; out " +

@@ -178,6 +178,29 @@ int decide(hm_stream_t *s, double t_comp, double t_home, bool *stage) {
   return d.choice.helpers;
 }
 
+// The model predicts from one batch staged and one at home; the first whole staged sweep after its
+// decision shows what staging costs with the helpers copying beside the computation. If an
+// interval took longer than working at home did, the phase's tiles stay at home from the next
+// sweep on (HM_HELPERS, which stages for the sweeps of the helper count, is left as it is).
+void check_decision(hm_stream_t *s) {
+  if (!s->staged || !s->decided_before || s->forced >= 0 || s->next_batch < 3) return;
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mutex);
+  auto it = e.decisions.find(s->phase);
+  if (it == e.decisions.end() || it->second.checked || it->second.t_inplace <= 0) return;
+  PhaseDecision &d = it->second;
+  d.checked = true;
+  // Per interval: the sweep's time over its batches, each a staging slot's worth of tiles (the
+  // unit t_inplace was scaled to).
+  const double interval = static_cast<double>(prim::now_ns() - s->sweep_ns) * 1e-9 / static_cast<double>(s->next_batch);
+  d.t_staged_seen = interval;
+  if (interval < d.t_inplace) return;
+  d.stage = false;
+  log(1, "streaming: phase '%s': a staged sweep took %.3f ms an interval against %.3f ms at home (the model "
+      "predicted %.3f ms): its tiles stay at home from now on", s->phase.c_str(), interval * 1e3, d.t_inplace * 1e3,
+      d.choice.t_predicted * 1e3);
+}
+
 int end_sweep(hm_stream_t *s) {
   if (!s->active) return HM_OK;
   Engine &e = engine();
@@ -189,6 +212,7 @@ int end_sweep(hm_stream_t *s) {
     e.pool.wait(b->out);
   }
   s->stats.copy_seconds += e.pool.take_copy_seconds();
+  check_decision(s);
   for (size_t t = 0; t < s->home.size(); ++t) s->state[t].store(kIdle), s->modified[t].store(0);
   s->batches.clear();
   s->active = false;
@@ -250,7 +274,8 @@ class Streaming final : public Mechanism {
                         {"data_in", m.data_in}, {"data_out", m.data_out}, {"t_comp", m.t_comp},
                         {"bw_comp", m.bw_comp}, {"bw_max", m.bw_max}, {"thrd_max", m.thrd_max},
                         {"thrd_comp", m.thrd_comp}, {"t_cp", m.t_cp}, {"t_predicted", m.t_predicted},
-                        {"t_inplace", m.t_inplace}, {"stage", m.stage != 0}, {"binding", m.binding}});
+                        {"t_inplace", m.t_inplace}, {"t_staged_seen", m.t_staged_seen}, {"stage", m.stage != 0},
+                        {"binding", m.binding}});
     }
     double bw_in[8], bw_out[8];
     const int measured = models.empty() ? 0 : hm_copy_bandwidth(bw_in, bw_out, 8);

@@ -35,7 +35,9 @@ struct PhaseDecision {
   HelperInputs inputs;
   HelperChoice choice;
   bool overridden = false;
-  bool stage = true;     // false: staging is predicted to cost more than working at home
+  bool stage = true;     // false: staging is predicted, or was seen, to cost more than working at home
+  bool checked = false;  // a staged sweep after the decision was timed against working at home
+  double t_staged_seen = 0;  // seconds an interval took in that sweep (0: not timed)
   double t_inplace = 0;  // seconds an interval's tiles took at home (0: not measured)
 };
 
@@ -89,6 +91,8 @@ struct hm_stream {
   std::string phase;
   uint64_t handed_ns = 0;
   double t_staged = 0;  // the measured sweep's first batch, computed staged
+  uint64_t sweep_ns = 0;         // when the sweep started
+  bool decided_before = false;   // the sweep started with the phase's decision made (not measuring)
   int forced = -1;      // HM_HELPERS, read once at the sweep's start (-1: the model decides)
   std::mutex threads_mutex;
   std::vector<int> threads_seen;  // computing threads of the measured batch

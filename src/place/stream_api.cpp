@@ -131,6 +131,7 @@ int hm_stream_sweep(hm_stream_t *s, size_t first, size_t last) {
   s->batches.clear();
   s->next_batch = 0;
   s->written_back = 0;
+  s->sweep_ns = prim::now_ns();
   s->acquired.store(0);
   s->active = true;
   ++s->stats.sweeps;
@@ -181,6 +182,7 @@ int hm_stream_sweep(hm_stream_t *s, size_t first, size_t last) {
     std::lock_guard<std::mutex> lock(e.mutex);
     auto known = e.decisions.find(s->phase);
     s->measuring = known == e.decisions.end();
+    s->decided_before = !s->measuring;
     if (!s->measuring) chosen = known->second.choice.helpers;
   }
   s->threads_seen.clear();
@@ -330,6 +332,7 @@ int hm_helper_model(const char *phase, hm_helper_model_t *m) {
   m->t_cp = d.choice.t_cp, m->t_predicted = d.choice.t_predicted;
   m->stage = d.stage ? 1 : 0;
   m->t_inplace = d.t_inplace;
+  m->t_staged_seen = d.t_staged_seen;
   std::snprintf(m->binding, sizeof m->binding, "%s", d.overridden ? "HM_HELPERS" : d.choice.binding.c_str());
   return HM_OK;
 }

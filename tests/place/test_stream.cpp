@@ -3,6 +3,7 @@
 // two performance models on synthetic inputs with known answers.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -259,6 +260,48 @@ TEST_F(Stream, TheFirstStagedSweepMeasuresABatchStagedAndOneAtHome) {
   EXPECT_GT(m.t_inplace, 0) << "the batch at home was timed";
   EXPECT_EQ(where[2], m.stage ? fast : capacity) << "the rest as the model decided";
   for (size_t t = 0; t < kTiles; ++t) EXPECT_EQ(at_home(t, 9), 99) << "every modification reached home, tile " << t;
+}
+
+// The model decides from one batch staged and one at home; the first whole staged sweep after it
+// is timed, and a sweep slower per interval than working at home withdraws the decision: the
+// tiles stay at home from the next sweep on.
+TEST_F(Stream, AStagedSweepSlowerThanWorkingAtHomeWithdrawsStaging) {
+  start();
+  hm_tier_t capacity = hm_test::tier("capacity");
+  auto run = [&](int sweep_no, std::vector<hm_tier_t> *where) {
+    ASSERT_EQ(hm_phase_begin("withdrawn"), HM_OK);
+    ASSERT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_OK) << hm_last_error();
+    size_t first, last, batch = 0;
+    while (hm_stream_next(s_, &first, &last) == 1) {
+      // Sweep 0: the batch at home (batch 1) is slow, so staging is predicted to pay; sweep 1:
+      // every staged batch is slower than that.
+      const int ms = sweep_no == 0 ? (batch == 1 ? 20 : 0) : (sweep_no == 1 ? 40 : 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      for (size_t t = first; t < last; ++t) {
+        void *p;
+        ASSERT_EQ(hm_stream_acquire(s_, t, &p), HM_OK);
+        hm_tier_t tier;
+        ASSERT_EQ(hm_ptr_tier(p, &tier), HM_OK);
+        if (t == first) where->push_back(tier);
+        ASSERT_EQ(hm_stream_release(s_, t, 0), HM_OK);
+      }
+      ++batch;
+    }
+    ASSERT_EQ(hm_phase_end(), HM_OK);
+  };
+  std::vector<hm_tier_t> first_sweep, second_sweep, third_sweep;
+  run(0, &first_sweep);
+  hm_helper_model_t m;
+  ASSERT_EQ(hm_helper_model("withdrawn", &m), HM_OK);
+  ASSERT_EQ(m.stage, 1) << "a slow batch at home: staging predicted to pay";
+  EXPECT_EQ(m.t_staged_seen, 0);
+  run(1, &second_sweep);
+  ASSERT_GE(second_sweep.size(), 3u);
+  ASSERT_EQ(hm_helper_model("withdrawn", &m), HM_OK);
+  EXPECT_EQ(m.stage, 0) << "the staged sweep was slower than working at home";
+  EXPECT_GE(m.t_staged_seen, m.t_inplace);
+  run(2, &third_sweep);
+  for (hm_tier_t t : third_sweep) EXPECT_EQ(t, capacity) << "tiles stay at home after the withdrawal";
 }
 
 TEST_F(Stream, TheHelperModelIsReportedPerPhase) {
