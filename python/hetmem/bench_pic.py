@@ -61,7 +61,7 @@ def roofline(row: dict, peaks: dict) -> list[dict]:
     t = row["threads"]
     fma, bw = peaks["fma_gflops"][t - 1], peaks["triad_gbps"][t - 1]
     out = []
-    for phase, work in row["work"].items():
+    for phase, work in row.get("work", {}).items():
         core_ns = row["phases_core_ns"].get(phase)
         if not core_ns:
             continue
@@ -107,7 +107,7 @@ def main(out: str, quick: bool) -> int:
     core_runs = [r["core_ns"] for r in runs[1]]
     core_verdict = verdicts.within(core_runs, 80)
     print(f"hetmem-pic, WarpX comparison problem (64^3 cells, 8 particles per cell, {steps} steps, particle kernel "
-          f"{one['kernel']}; median of {reps} alternating runs, spread: the fastest and slowest; DRAM, measured)")
+          f"{one.get('kernel', '?')}; median of {reps} alternating runs, spread: the fastest and slowest; DRAM, measured)")
     for r, rs in zip(rows, (runs[1], runs[2])):
         split = ", ".join(f"{k} {v:.1f}" for k, v in r["phases_core_ns"].items())
         lo, hi = verdicts.spread([x["core_ns"] for x in rs])

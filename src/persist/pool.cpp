@@ -228,13 +228,15 @@ int Pool::allocate(uint64_t bytes, uint64_t *offset) {
                 path_.c_str(), format_size(need).c_str(), format_size(bytes_ - top_).c_str());
   }
   if (top_ + need > backed_) {
-    // Blocks and pages for the space ahead, a chunk at a time: a full medium is an error here
-    // rather than a SIGBUS at a store, and the pages come in one call rather than a fault each.
-    constexpr uint64_t kChunk = uint64_t{4} << 20;
+    // Blocks for the space ahead, a chunk at a time: a full medium is an error here rather than a
+    // SIGBUS at a store through the mapping. (Not its pages: mapping them in for writing would
+    // dirty zeros that the next fdatasync writes out.) A small chunk: on a DAX file system the
+    // blocks are zeroed as they are allocated.
+    constexpr uint64_t kChunk = uint64_t{64} << 10;
     const uint64_t page = prim::kPageSize;
     const uint64_t from = std::max(backed_, top_) / page * page;
     const uint64_t to = std::min(bytes_, (std::max(top_ + need, from + kChunk) + page - 1) / page * page);
-    const int rc = prim::back_file(fd_, from, to - from, base_ + from);
+    const int rc = prim::back_file(fd_, from, to - from);
     if (rc == HM_ECAPACITY) {
       *offset = 0;
       return fail(HM_ECAPACITY, "persistent pool '%s': its medium is full (%s could not be allocated at %s; the "

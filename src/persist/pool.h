@@ -154,7 +154,7 @@ class Pool {
   int damaged_slots_ = 0;
   bool newest_slot_damaged_ = false;
   uint64_t top_ = kHeaderBytes;
-  uint64_t backed_ = 0;  // the file's blocks are allocated and mapped in below this offset
+  uint64_t backed_ = 0;  // the file's blocks are allocated below this offset
   std::vector<std::pair<uint64_t, uint64_t>> dirty_;  // [offset, end) written since the last commit
   uint64_t flushed_bytes_ = 0;
   uint64_t written_line_bytes_ = 0;

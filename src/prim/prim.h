@@ -33,11 +33,10 @@ int advise_huge(void *addr, size_t len, bool on);
 // Maps in the pages of [addr, addr+len) of a file mapping now, in one call (MADV_POPULATE_READ,
 // Linux 5.14; else MADV_WILLNEED, which only starts the reads), instead of one fault per page.
 int prefault(void *addr, size_t len);
-// Gives [offset, offset+len) of file `fd`, mapped at `addr`, its blocks (fallocate: HM_ECAPACITY
-// when the medium is full, where a store into a hole would be a SIGBUS) and maps its pages in for
-// writing in one call (MADV_POPULATE_WRITE, Linux 5.14; skipped where the kernel lacks it).
-// HM_ENOTSUP when the file system cannot preallocate (the range stays as it was).
-int back_file(int fd, uint64_t offset, size_t len, void *addr);
+// Gives [offset, offset+len) of file `fd` its blocks (fallocate): HM_ECAPACITY when the medium is
+// full, where a store into a hole of a mapping would be a SIGBUS; HM_ENOTSUP when the file system
+// cannot preallocate (the range stays as it was).
+int back_file(int fd, uint64_t offset, size_t len);
 
 // NUMA. `node` < 0 means "no binding" for bind_node.
 int numa_node_count();               // configured nodes (1 if libnuma is unavailable)

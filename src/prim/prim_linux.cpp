@@ -138,14 +138,9 @@ int prefault(void *addr, size_t len) {
   return madvise(addr, len, MADV_WILLNEED) == 0 ? HM_OK : HM_ENOTSUP;
 }
 
-int back_file(int fd, uint64_t offset, size_t len, void *addr) {
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-  if (fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(len)) != 0)
-    return errno == ENOSPC ? HM_ECAPACITY : (errno == EOPNOTSUPP ? HM_ENOTSUP : errno_code(errno));
-  madvise(addr, len, MADV_POPULATE_WRITE);  // an optimisation: the pages fault in one by one without it
-  return HM_OK;
+int back_file(int fd, uint64_t offset, size_t len) {
+  if (fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(len)) == 0) return HM_OK;
+  return errno == ENOSPC ? HM_ECAPACITY : (errno == EOPNOTSUPP ? HM_ENOTSUP : errno_code(errno));
 }
 
 bool numa_available() {

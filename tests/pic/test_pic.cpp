@@ -252,13 +252,19 @@ TEST_F(Pic, StreamedRunsGiveBitwiseIdenticalResultsForEveryHelperCount) {
     EXPECT_EQ(bitwise_differences(reference, state), 0u) << "HM_HELPERS='" << helpers << "'";
     EXPECT_EQ(st.sweeps, 10u);
     // HM_HELPERS stages every sweep after the observed step; the model may decide after the first
-    // staged batch that staging does not pay, and the tiles then stay at home.
+    // staged batch that staging does not pay, and the tiles then stay at home; or stage, and
+    // withdraw after a whole staged sweep slower than working at home.
     hm_helper_model_t model{};
     ASSERT_EQ(hm_helper_model("gather+push+deposit", &model), HM_OK) << hm_last_error();
     const bool staged = *helpers || model.stage;
+    const bool withdrawn = !*helpers && !model.stage && model.t_staged_seen > 0;
     EXPECT_EQ(st.staging, staged ? 1 : 0);
     if (*helpers) {
       EXPECT_EQ(st.tiles_in, 9u * 8) << "every tile of the sweeps staged";
+    } else if (withdrawn) {  // the measuring sweep (its batch at home aside) and one whole sweep staged
+      EXPECT_GE(model.t_staged_seen, model.t_inplace);
+      EXPECT_GT(st.tiles_in, 8u);
+      EXPECT_LT(st.tiles_in, 2u * 8);
     } else if (staged) {  // the model timed its second batch at home, then staged everything
       EXPECT_LT(st.tiles_in, 9u * 8);
       EXPECT_GE(st.tiles_in, 9u * 8 - 4);
