@@ -3,8 +3,8 @@
 //               process with the page cache warm and cold, vs loading it from a snapshot and vs
 //               p4est's p8est_load of the same octants
 //   persist     bytes a persist writes after a step changing <= 5% of the leaves vs a snapshot's
-//   adapt       refine and 2:1 balance throughput (octants per second, one core), and p4est on the
-//               same tree when libp4est is available
+//   adapt       refine and 2:1 balance throughput (octants per second, one core) on three trees,
+//               against p4est on the same trees (compared leaf by leaf) when libp4est is available
 // Pools and snapshots go to --dir (default $TMPDIR); on an ordinary file system the figures are
 // DRAM page-cache figures, on a DAX mount they are persistent memory's.
 #include <fcntl.h>
