@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 
 #include "pic.hpp"
 
@@ -37,6 +38,17 @@ struct TileWork {
   double *jb;
   int origin[3];
 };
+
+// Prefetches the field values particle `n` of `tile` will gather (its cell and the far corner of
+// the cells it reads, in each component): issued `prefetch_ahead` particles before its turn.
+inline void prefetch_gather(const PushConstants &k, const TileView &tile, size_t n) {
+  const long c = k.origin + static_cast<long>(tile.z[n] * k.idz) * k.sz + static_cast<long>(tile.y[n] * k.idy) * k.sy +
+                 static_cast<long>(tile.x[n] * k.idx);
+  for (const double *f : {k.ex, k.ey, k.ez, k.bx, k.by, k.bz}) {
+    __builtin_prefetch(f + c);
+    __builtin_prefetch(f + c + k.sz + k.sy);
+  }
+}
 
 void push_deposit_scalar(const PushConstants &k, const TileWork &w);
 void push_deposit_simd(const PushConstants &k, const TileWork &w);

@@ -150,13 +150,7 @@ __attribute__((target_clones("arch=x86-64-v3", "default"))) void push_deposit_sc
   const size_t count = tile.size(), k_ahead = K.prefetch_ahead, ahead = k_ahead < count ? count - k_ahead : 0;
   if (k_ahead) {
     for (size_t n = 0; n < ahead; ++n) {
-      const size_t a = n + k_ahead;
-      const long ca = K.origin + static_cast<long>(tile.z[a] * K.idz) * K.sz + static_cast<long>(tile.y[a] * K.idy) * K.sy +
-                      static_cast<long>(tile.x[a] * K.idx);
-      for (const double *f : {K.ex, K.ey, K.ez, K.bx, K.by, K.bz}) {
-        __builtin_prefetch(f + ca);
-        __builtin_prefetch(f + ca + K.sz + K.sy);
-      }
+      prefetch_gather(K, tile, n + k_ahead);
       particle(K, tile, w.jb, ox, oy, oz, n);
     }
     for (size_t n = ahead; n < count; ++n) particle(K, tile, w.jb, ox, oy, oz, n);

@@ -97,6 +97,19 @@ HWY_INLINE void PushBoris(D d, V &ux, V &uy, V &uz, V ex, V ey, V ez, V bx, V by
   ux = hn::MulAdd(q, ex, ux), uy = hn::MulAdd(q, ey, uy), uz = hn::MulAdd(q, ez, uz);
 }
 
+// Shape factor 1 of a particle at r (in cells) at stencil cell a: the hat max(0, 1 - |a - r|).
+template <class D, class V>
+HWY_INLINE V Shape(D d, V r, V a) {
+  return hn::Max(hn::Zero(d), hn::Sub(hn::Set(d, 1.0), hn::Abs(hn::Sub(a, r))));
+}
+
+// The shape summed over cells 0..a: clamp(a + 1 - r, 0, 1), exactly 0 below the stencil and 1 above.
+template <class D, class V>
+HWY_INLINE V Cumulative(D d, V r, V a) {
+  const V one = hn::Set(d, 1.0);
+  return hn::Min(one, hn::Max(hn::Zero(d), hn::Sub(hn::Add(a, one), r)));
+}
+
 // Periodic wrap of a position that moved less than a box length.
 template <class D, class V>
 HWY_INLINE V Wrap(D d, V x, double length) {
@@ -109,7 +122,7 @@ template <class D>
 HWY_INLINE void GatherPush(D d, const PushConstants &K, const int origin[3], const Lanes &p, Staged &st, size_t s) {
   using V = hn::Vec<D>;
   const hn::RebindToSigned<D> di;
-  const V one = hn::Set(d, 1.0), zero = hn::Zero(d), half = hn::Set(d, 0.5), k12 = hn::Set(d, kInvSqrt12);
+  const V one = hn::Set(d, 1.0), half = hn::Set(d, 0.5), k12 = hn::Set(d, kInvSqrt12);
   const V x0 = hn::LoadU(d, p.x), y0 = hn::LoadU(d, p.y), z0 = hn::LoadU(d, p.z);
   const V xn = hn::Mul(x0, hn::Set(d, K.idx)), yn = hn::Mul(y0, hn::Set(d, K.idy)), zn = hn::Mul(z0, hn::Set(d, K.idz));
   const V ci = hn::Trunc(xn), cj = hn::Trunc(yn), ck = hn::Trunc(zn);  // positions are >= 0
@@ -161,17 +174,15 @@ HWY_INLINE void GatherPush(D d, const PushConstants &K, const int origin[3], con
   const V qx = hn::Mul(hn::Set(d, -K.jfx), w), qy = hn::Mul(hn::Set(d, -K.jfy), w), qz = hn::Mul(hn::Set(d, -K.jfz), w);
   const V ry0 = hn::Sub(yn, bsy), ry1 = hn::Sub(ny, bsy), rz0 = hn::Sub(zn, bsz), rz1 = hn::Sub(nz, bsz);
   V my[3], dy[3], mz[3], dz[3];
-  auto shape = [&](V r, V a) { return hn::Max(zero, hn::Sub(one, hn::Abs(hn::Sub(a, r)))); };
-  auto cumulative = [&](V r, V a) { return hn::Min(one, hn::Max(zero, hn::Sub(hn::Add(a, one), r))); };
   for (int a = 0; a < 3; ++a) {
     const V av = hn::Set(d, a);
-    const V sy0 = shape(ry0, av), sy1 = shape(ry1, av), sz0 = shape(rz0, av), sz1 = shape(rz1, av);
+    const V sy0 = Shape(d, ry0, av), sy1 = Shape(d, ry1, av), sz0 = Shape(d, rz0, av), sz1 = Shape(d, rz1, av);
     my[a] = hn::Mul(half, hn::Add(sy0, sy1)), dy[a] = hn::Mul(k12, hn::Sub(sy1, sy0));
     mz[a] = hn::Mul(half, hn::Add(sz0, sz1)), dz[a] = hn::Mul(k12, hn::Sub(sz1, sz0));
     hn::Store(my[a], d, st.my[a] + s), hn::Store(dy[a], d, st.dy[a] + s);
     hn::Store(mz[a], d, st.mz[a] + s), hn::Store(dz[a], d, st.dz[a] + s);
-    hn::Store(hn::Mul(qy, hn::Sub(cumulative(ry1, av), cumulative(ry0, av))), d, st.ty[a] + s);
-    hn::Store(hn::Mul(qz, hn::Sub(cumulative(rz1, av), cumulative(rz0, av))), d, st.tz[a] + s);
+    hn::Store(hn::Mul(qy, hn::Sub(Cumulative(d, ry1, av), Cumulative(d, ry0, av))), d, st.ty[a] + s);
+    hn::Store(hn::Mul(qz, hn::Sub(Cumulative(d, rz1, av), Cumulative(d, rz0, av))), d, st.tz[a] + s);
   }
   for (int c = 0; c < 3; ++c)
     for (int b = 0; b < 3; ++b)
@@ -183,7 +194,7 @@ HWY_INLINE void Deposit(const PushConstants &K, const Staged &st, size_t count, 
   const hn::CappedTag<double, 4> d;  // the stencil's three cells and a zero, in one or more vectors
   using V = hn::Vec<decltype(d)>;
   const size_t lanes = hn::Lanes(d);
-  const V one = hn::Set(d, 1.0), zero = hn::Zero(d), half = hn::Set(d, 0.5), k12 = hn::Set(d, kInvSqrt12);
+  const V half = hn::Set(d, 0.5), k12 = hn::Set(d, kInvSqrt12);
   const long row_y = K.buf_x, row_z = K.buf_plane;
   for (size_t p = 0; p < count; ++p) {
     const long off = static_cast<long>(st.off[p]);
@@ -191,10 +202,7 @@ HWY_INLINE void Deposit(const PushConstants &K, const Staged &st, size_t count, 
     const V r0 = hn::Set(d, st.rx0[p]), r1 = hn::Set(d, st.rx1[p]);
     for (size_t a = 0; a < 4; a += lanes) {
       const V av = hn::Iota(d, static_cast<double>(a));
-      const V s0 = hn::Max(zero, hn::Sub(one, hn::Abs(hn::Sub(av, r0))));
-      const V s1 = hn::Max(zero, hn::Sub(one, hn::Abs(hn::Sub(av, r1))));
-      const V c0 = hn::Min(one, hn::Max(zero, hn::Sub(hn::Add(av, one), r0)));
-      const V c1 = hn::Min(one, hn::Max(zero, hn::Sub(hn::Add(av, one), r1)));
+      const V s0 = Shape(d, r0, av), s1 = Shape(d, r1, av), c0 = Cumulative(d, r0, av), c1 = Cumulative(d, r1, av);
       const V mx = hn::Mul(half, hn::Add(s0, s1)), dx = hn::Mul(k12, hn::Sub(s1, s0)), wx = hn::Sub(c1, c0);
       for (int c = 0; c < 3; ++c) {
         const V pc = hn::MulAdd(mx, hn::Set(d, st.mz[c][p]), hn::Mul(dx, hn::Set(d, st.dz[c][p])));
@@ -227,14 +235,7 @@ void PushDepositTile(const PushConstants &K, const TileWork &work) {
     const size_t n = std::min(kChunk, count - first);
     if (K.prefetch_ahead) {
       // The cells of the particles prefetch_ahead after this chunk's, for the gather.
-      for (size_t a = first + K.prefetch_ahead, end = std::min(count, a + n); a < end; ++a) {
-        const long ca = K.origin + static_cast<long>(t.z[a] * K.idz) * K.sz + static_cast<long>(t.y[a] * K.idy) * K.sy +
-                        static_cast<long>(t.x[a] * K.idx);
-        for (const double *f : {K.ex, K.ey, K.ez, K.bx, K.by, K.bz}) {
-          __builtin_prefetch(f + ca);
-          __builtin_prefetch(f + ca + K.sz + K.sy);
-        }
-      }
+      for (size_t a = first + K.prefetch_ahead, end = std::min(count, a + n); a < end; ++a) prefetch_gather(K, t, a);
     }
     size_t s = 0;
     for (; s + lanes <= n; s += lanes) {
