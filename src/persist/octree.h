@@ -237,7 +237,6 @@ class Octree {
   void charge() const;
   int after_change(int rc, const char *op);
   int reset_to_committed();
-  int split_leaf(const Leaf &leaf, std::vector<Leaf> *children);
   template <class Edit, class EditRoot>
   int edit_leaf(const uint32_t *coord, int level, bool *found, const Edit &edit, const EditRoot &edit_root);
   template <class Edit>

@@ -259,30 +259,6 @@ int Octree<Dim>::set_value(const double *point, double value) {
   return after_change(rc, "set_value");
 }
 
-// Splits one leaf (if it is still one); its children are appended to `children`.
-template <int Dim>
-int Octree<Dim>::split_leaf(const Leaf &leaf, std::vector<Leaf> *children) {
-  bool found = false;
-  auto split = [&](uint64_t *kid, double value) -> int {
-    int rc = new_family(leaf.coord, leaf.level, kid);
-    if (rc != HM_OK) return rc;
-    for (int k = 0; k < kChildren; ++k) mut(*kid)->value[k] = value;
-    return HM_OK;
-  };
-  int rc = edit_leaf(
-      leaf.coord, static_cast<int>(leaf.level), &found, [&](uint64_t *kid, double *v) { return split(kid, *v); },
-      [&] { return split(&root_child_, root_value_); });
-  if (rc != HM_OK || !found) return rc;
-  leaves_ += kChildren - 1;
-  const uint32_t half = 1u << (kMaxLevel - leaf.level - 1);
-  for (int k = 0; k < kChildren; ++k) {
-    Leaf child{{leaf.coord[0], leaf.coord[1], leaf.coord[2]}, leaf.level + 1, leaf.value};
-    for (int d = 0; d < Dim; ++d) child.coord[d] += ((k >> d) & 1) ? half : 0;
-    children->push_back(child);
-  }
-  return HM_OK;
-}
-
 // 2:1 balance (faces, edges, corners) as a condition on internal octants: a leaf at level l
 // touches the level l-1 octants around its parent P on its own side, so the tree is balanced when,
 // for every internal octant O at level k >= 2, the neighbours of O's parent (level k-1) on O's
