@@ -390,8 +390,7 @@ int main(int argc, char **argv) {
   Interface next = in;  // the interface one step ahead: the transformation's feature
   if (construct) {
     in.at(0);
-    for (int l = 0; l < o.level; ++l)
-      if (pm_refine(tree, refine_fn, &in) != HM_OK) return fail("construct");
+    if (pm_refine_ex(tree, refine_fn, &in, PM_RECURSIVE) != HM_OK) return fail("construct");
     if (pm_balance(tree) != HM_OK) return fail("construct");
     if (pm && pm_persistent(tree) != HM_OK) return fail("construct");
     if (o.store == "sqlite" && db.apply(amr::stored_leaves(tree)) < 0) {
@@ -411,10 +410,10 @@ int main(int argc, char **argv) {
     in.at(step);
     next.at(step + 1);
     auto t = Clock::now();
-    for (int l = 0; l < o.level; ++l)
-      if (pm_refine(tree, refine_fn, &in) != HM_OK) return fail("refine");
-    for (int l = 0; l < o.level; ++l)
-      if (pm_coarsen_balanced(tree, coarsen_fn, &in) != HM_OK) return fail("coarsen");
+    // One recursive refinement and one recursive coarsening (Gerris' rule, finest level first)
+    // reach the adapted tree.
+    if (pm_refine_ex(tree, refine_fn, &in, PM_RECURSIVE) != HM_OK) return fail("refine");
+    if (pm_coarsen_ex(tree, coarsen_fn, &in, PM_RECURSIVE | PM_KEEP_BALANCE) != HM_OK) return fail("coarsen");
     t_adapt += since(t);
     t = Clock::now();
     if (pm_balance(tree) != HM_OK) return fail("balance");

@@ -141,6 +141,17 @@ int pm_coarsen(pm_octree_t *tree, pm_coarsen_fn coarsen, void *arg);
  * (Gerris' rule): a 2:1 balanced tree stays balanced, and pm_balance does not refine again what
  * was just coarsened. The predicates must not call back into the tree. */
 int pm_coarsen_balanced(pm_octree_t *tree, pm_coarsen_fn coarsen, void *arg);
+/* Flags of pm_refine_ex and pm_coarsen_ex. */
+enum {
+  PM_RECURSIVE = 1,    /* refine: the children made are offered to the predicate in turn;
+                          coarsen: a parent whose children were all merged is offered in the same
+                          pass (as p4est's recursive refinement and coarsening): one call adapts
+                          by several levels */
+  PM_KEEP_BALANCE = 2  /* coarsen: Gerris' rule, as pm_coarsen_balanced */
+};
+/* pm_refine and pm_coarsen with flags (PM_RECURSIVE, PM_KEEP_BALANCE); HM_EINVAL for others. */
+int pm_refine_ex(pm_octree_t *tree, pm_refine_fn refine, void *arg, unsigned flags);
+int pm_coarsen_ex(pm_octree_t *tree, pm_coarsen_fn coarsen, void *arg, unsigned flags);
 /* 2:1 balance across faces, edges and corners (refines only). */
 int pm_balance(pm_octree_t *tree);
 /* Sets the value of the leaf containing `point` (dim coordinates in [0, 1)). */

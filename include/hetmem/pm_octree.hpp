@@ -54,13 +54,16 @@ class PmOctree {
   PmOctree &operator=(const PmOctree &) = delete;
   ~PmOctree() { pm_close(tree_); }
 
+  // flags: PM_RECURSIVE (the children made are offered to `refine` in turn).
   template <class Refine>
-  void refine(Refine &&refine) {
-    check(pm_refine(tree_, &call_leaf<Refine>, arg(refine)));
+  void refine(Refine &&refine, unsigned flags = 0) {
+    check(pm_refine_ex(tree_, &call_leaf<Refine>, arg(refine), flags));
   }
+  // flags: PM_RECURSIVE (parents whose children were merged are offered in the same pass),
+  // PM_KEEP_BALANCE (as coarsen_balanced).
   template <class Coarsen>
-  void coarsen(Coarsen &&coarsen) {
-    check(pm_coarsen(tree_, &call_family<Coarsen>, arg(coarsen)));
+  void coarsen(Coarsen &&coarsen, unsigned flags = 0) {
+    check(pm_coarsen_ex(tree_, &call_family<Coarsen>, arg(coarsen), flags));
   }
   template <class Coarsen>
   void coarsen_balanced(Coarsen &&coarsen) {

@@ -119,9 +119,12 @@ class Octree {
   // Merges every family of leaves for which coarsen(family) is true into their parent, whose
   // value becomes the family's mean. With keep_balance, a family is merged only if no leaf
   // touching its parent is finer than the family (Gerris' rule), so a 2:1 balanced tree stays
-  // balanced and balance() does not refine again what coarsening removed. Predicates must not
+  // balanced and balance() does not refine again what coarsening removed. With `recursive`, a
+  // parent whose children were all merged is offered to coarsen() in the same pass (as p4est's
+  // recursive coarsening), so one call coarsens by several levels. Predicates must not
   // call back into the tree.
-  int coarsen(const std::function<bool(const Leaf *family)> &coarsen, bool keep_balance = false);
+  int coarsen(const std::function<bool(const Leaf *family)> &coarsen, bool keep_balance = false,
+              bool recursive = false);
   // Sets the value of the leaf containing the point (coordinates in [0, 1)).
   int set_value(const double *point, double value);
   // 2:1 balance across faces, edges and corners: refines until no two touching leaves differ by
@@ -195,6 +198,13 @@ class Octree {
   void seal_fresh(uint64_t top, uint64_t stamp);
   int setup();
   static bool is_fast(uint64_t ref) { return (ref & kFast) != 0; }
+  // Whether every child of family `ref` is a leaf.
+  bool leaves_only(uint64_t ref) const {
+    const Family *f = read(ref);
+    bool family = true;
+    for (int c = 0; c < kChildren; ++c) family &= f->child[c] == 0;
+    return family;
+  }
   // Child c of a family as a leaf (its corner, level and value).
   static Leaf child_leaf(const Family *f, int c) {
     Leaf l{{f->coord[0], f->coord[1], f->coord[2]}, f->level, f->value[c]};
@@ -244,9 +254,11 @@ class Octree {
   void maybe_collect();
   int refine_family(uint64_t ref, const std::function<bool(const Leaf &)> &fn, bool recursive, bool *changed,
                     uint64_t *out);
-  int coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool keep_balance, bool *changed,
+  int coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool keep_balance, bool recursive,
+                     uint32_t only_level, std::vector<uint64_t> &path, bool *changed,
                      uint64_t *out);
-  bool finer_leaf_touches(const Leaf &octant) const;
+  bool finer_leaf_touches(const Leaf &octant, const std::vector<uint64_t> &path) const;
+  bool internal_touches(uint64_t ref, const uint32_t *lo, const uint32_t *hi, uint32_t level) const;
   void leaf_at(const uint32_t *at, Leaf *out) const;
   void leaves_below(uint64_t ref, const std::function<void(const Leaf &)> &visit) const;
   void touching_below(uint64_t ref, const uint32_t *lo, const uint32_t *hi,

@@ -111,38 +111,42 @@ int Octree<Dim>::refine(const std::function<bool(const Leaf &)> &fn, bool recurs
 
 template <int Dim>
 int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool keep_balance,
-                                bool *changed, uint64_t *out) {
+                                bool recursive, uint32_t only_level, std::vector<uint64_t> &path, bool *changed,
+                                uint64_t *out) {
   const Family *f = read(ref);
   uint64_t kids[kChildren];
   double values[kChildren];
   bool any = false;
+  path.push_back(ref);
+  for (int c = 0; c < kChildren; ++c) kids[c] = f->child[c], values[c] = f->value[c];
   for (int c = 0; c < kChildren; ++c) {
-    kids[c] = f->child[c];
-    values[c] = f->value[c];
     if (kids[c] == 0) continue;
-    const Family *g = read(kids[c]);
-    bool family = true;
-    for (int k = 0; k < kChildren; ++k) family &= g->child[k] == 0;
-    if (!family) {
+    // only_level: the pass merges the families of leaves at that level only.
+    const uint32_t kid_level = read(kids[c])->level;
+    if (!leaves_only(kids[c])) {
       bool ch = false;
-      int rc = coarsen_family(kids[c], fn, keep_balance, &ch, &kids[c]);
+      int rc = HM_OK;
+      if (only_level == 0 || kid_level < only_level)
+        rc = coarsen_family(kids[c], fn, keep_balance, recursive, only_level, path, &ch, &kids[c]);
       if (rc != HM_OK) return rc;
       any |= ch;
+      // Recursive: a family whose children were all just merged is offered in the same pass.
+      if (!recursive || !ch || !leaves_only(kids[c])) continue;
+    } else if (only_level != 0 && kid_level != only_level) {
       continue;
     }
+    const Family *g = read(kids[c]);
     Leaf leaves[kChildren];
     double mean = 0;
-    const uint32_t size = 1u << (kMaxLevel - g->level);
     for (int k = 0; k < kChildren; ++k) {
-      leaves[k] = Leaf{{g->coord[0], g->coord[1], g->coord[2]}, g->level, g->value[k]};
-      for (int d = 0; d < Dim; ++d) leaves[k].coord[d] += ((k >> d) & 1) ? size : 0;
+      leaves[k] = child_leaf(g, k);
       mean += g->value[k] / kChildren;
     }
     if (!fn(leaves)) continue;
     if (keep_balance) {
       Leaf parent = leaves[0];
       parent.level -= 1;
-      if (finer_leaf_touches(parent)) continue;
+      if (finer_leaf_touches(parent, path)) continue;
     }
     drop_family(kids[c]);
     kids[c] = 0;
@@ -150,6 +154,7 @@ int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Lea
     leaves_ -= kChildren - 1;
     any = true;
   }
+  path.pop_back();
   *changed = any;
   *out = ref;
   if (!any) return HM_OK;
@@ -157,33 +162,41 @@ int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Lea
 }
 
 template <int Dim>
-int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn, bool keep_balance) {
+int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn, bool keep_balance, bool recursive) {
   maybe_collect();
   int rc = HM_OK;
-  if (root_child_ != 0) {
-    const Family *f = read(root_child_);
-    bool family = true;
-    for (int k = 0; k < kChildren; ++k) family &= f->child[k] == 0;
-    if (family) {
-      Leaf leaves[kChildren];
-      double mean = 0;
-      const uint32_t size = 1u << (kMaxLevel - 1);
-      for (int k = 0; k < kChildren; ++k) {
-        leaves[k] = Leaf{{0, 0, 0}, 1, f->value[k]};
-        for (int d = 0; d < Dim; ++d) leaves[k].coord[d] = ((k >> d) & 1) ? size : 0;
-        mean += f->value[k] / kChildren;
+  if (root_child_ == 0) return after_change(rc, "coarsen");
+  bool changed = false;
+  std::vector<uint64_t> path;  // the families from the root down to the one coarsen_family is in
+  if (!leaves_only(root_child_)) {
+    uint64_t root = root_child_;
+    if (keep_balance && recursive) {
+      // Finest level first: whether a family may merge depends only on finer octants, so once
+      // every finer family has merged that could, one pass per level reaches the fixed point
+      // (the recursive pass in Morton order would leave families kept by a finer neighbour
+      // that merged after them).
+      for (uint32_t level = depth(); level >= 2 && rc == HM_OK; --level) {
+        bool ch = false;
+        if ((rc = coarsen_family(root_child_, fn, true, false, level, path, &ch, &root)) == HM_OK) root_child_ = root;
+        changed |= ch;
       }
-      if (fn(leaves)) {  // level-1 leaves: nothing touching the root can be finer than 2:1 allows
-        drop_family(root_child_);
-        root_child_ = 0;
-        root_value_ = mean;
-        leaves_ = 1;
-      }
-    } else {
-      bool changed = false;
-      uint64_t root = root_child_;
-      if ((rc = coarsen_family(root_child_, fn, keep_balance, &changed, &root)) == HM_OK) root_child_ = root;
+    } else if ((rc = coarsen_family(root_child_, fn, keep_balance, recursive, 0, path, &changed, &root)) == HM_OK) {
+      root_child_ = root;
     }
+    if (rc != HM_OK || !recursive || !changed || !leaves_only(root_child_)) return after_change(rc, "coarsen");
+  }
+  const Family *f = read(root_child_);
+  Leaf leaves[kChildren];
+  double mean = 0;
+  for (int k = 0; k < kChildren; ++k) {
+    leaves[k] = child_leaf(f, k);
+    mean += f->value[k] / kChildren;
+  }
+  if (fn(leaves)) {  // level-1 leaves: nothing touching the root can be finer than 2:1 allows
+    drop_family(root_child_);
+    root_child_ = 0;
+    root_value_ = mean;
+    leaves_ = 1;
   }
   return after_change(rc, "coarsen");
 }

@@ -67,20 +67,51 @@ void Octree<Dim>::neighbours(const Leaf &leaf, const std::function<void(const Le
 }
 
 // Whether a leaf more than one level finer than `octant` touches it (so merging the family
-// below `octant` into it would break 2:1 balance). The tree may be half-way through a coarsen
-// pass: every family reachable from the root is intact, either as it was or as changed.
+// below `octant` into it would break 2:1 balance). `path` holds the families from the root down
+// to the one `octant` is a child of; the search starts at the lowest of them whose box holds
+// everything touching `octant`. The tree may be half-way through a coarsen pass: every family
+// reachable from the root is intact, either as it was or as changed.
 template <int Dim>
-bool Octree<Dim>::finer_leaf_touches(const Leaf &octant) const {
-  const uint32_t size = 1u << (kMaxLevel - octant.level);
+bool Octree<Dim>::finer_leaf_touches(const Leaf &octant, const std::vector<uint64_t> &path) const {
+  if (root_child_ == 0) return false;
+  const uint32_t size = 1u << (kMaxLevel - octant.level), end = 1u << kMaxLevel;
   uint32_t lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
   for (int d = 0; d < Dim; ++d) lo[d] = octant.coord[d], hi[d] = octant.coord[d] + size;
-  bool finer = false;
-  touching_below(root_child_, lo, hi, [&](const Leaf &l) {
-    bool inside = true;
-    for (int d = 0; d < Dim; ++d) inside &= l.coord[d] >= lo[d] && l.coord[d] < hi[d];
-    finer |= !inside && l.level > octant.level + 1;
-  });
-  return finer;
+  uint64_t from = root_child_;
+  for (size_t i = path.size(); i-- > 1;) {
+    const Family *a = read(path[i]);
+    const uint32_t box = 2u << (kMaxLevel - a->level);  // the family's parent octant
+    bool holds = true;
+    for (int d = 0; d < Dim; ++d)
+      holds &= (lo[d] > a->coord[d] || lo[d] == 0) && (hi[d] < a->coord[d] + box || hi[d] == end);
+    if (holds) {
+      from = path[i];
+      break;
+    }
+  }
+  return internal_touches(from, lo, hi, octant.level + 1);
+}
+
+// Whether an internal octant at `level` or finer, outside the box [lo, hi], touches it. Such an
+// octant's leaves on its side facing the box are finer than `level`; no finer internal octant
+// can touch the box without an internal ancestor at `level` that does, so the search stops at
+// `level` and at the first one found, and never enters the box itself.
+template <int Dim>
+bool Octree<Dim>::internal_touches(uint64_t ref, const uint32_t *lo, const uint32_t *hi, uint32_t level) const {
+  const Family *f = read(ref);
+  const uint32_t size = 1u << (kMaxLevel - f->level);
+  for (int c = 0; c < kChildren; ++c) {
+    if (f->child[c] == 0) continue;
+    bool meets = true, inside = true;
+    for (int d = 0; d < Dim; ++d) {
+      const uint32_t at = f->coord[d] + (((c >> d) & 1) ? size : 0);
+      meets &= at <= hi[d] && at + size >= lo[d];
+      inside &= at >= lo[d] && at + size <= hi[d];
+    }
+    if (!meets || inside) continue;
+    if (f->level >= level || internal_touches(f->child[c], lo, hi, level)) return true;
+  }
+  return false;
 }
 
 template <int Dim>

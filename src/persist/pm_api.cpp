@@ -245,19 +245,27 @@ uint64_t pm_version(const pm_octree_t *t) {
   return t ? with(t, [](const auto &tree) { return tree.version(); }) : 0;
 }
 
-int pm_refine(pm_octree_t *t, pm_refine_fn refine, void *arg) {
+int pm_refine_ex(pm_octree_t *t, pm_refine_fn refine, void *arg, unsigned flags) {
   if (!t || !refine) return fail(HM_EINVAL, "pm_refine: the tree and the predicate must be given");
+  if (flags & ~unsigned{PM_RECURSIVE})
+    return fail(HM_EINVAL, "pm_refine_ex: flags 0x%x: refinement takes only PM_RECURSIVE", flags);
   return with(t, [&](auto &tree) {
-    return tree.refine([&](const auto &leaf) {
-      pm_leaf_t l = to_c(leaf);
-      return refine(&l, arg) != 0;
-    });
+    return tree.refine(
+        [&](const auto &leaf) {
+          pm_leaf_t l = to_c(leaf);
+          return refine(&l, arg) != 0;
+        },
+        (flags & PM_RECURSIVE) != 0);
   });
 }
 
+int pm_refine(pm_octree_t *t, pm_refine_fn refine, void *arg) { return pm_refine_ex(t, refine, arg, 0); }
+
 namespace {
-int coarsen_with(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg, bool keep_balance, const char *fn) {
+int coarsen_with(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg, unsigned flags, const char *fn) {
   if (!t || !coarsen) return fail(HM_EINVAL, "%s: the tree and the predicate must be given", fn);
+  if (flags & ~unsigned{PM_RECURSIVE | PM_KEEP_BALANCE})
+    return fail(HM_EINVAL, "%s: flags 0x%x: coarsening takes PM_RECURSIVE and PM_KEEP_BALANCE", fn, flags);
   return with(t, [&](auto &tree) {
     using Tree = std::remove_reference_t<decltype(tree)>;
     return tree.coarsen(
@@ -266,15 +274,19 @@ int coarsen_with(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg, bool keep_bal
           for (int c = 0; c < Tree::kChildren; ++c) f[c] = to_c(family[c]);
           return coarsen(f, Tree::kChildren, arg) != 0;
         },
-        keep_balance);
+        (flags & PM_KEEP_BALANCE) != 0, (flags & PM_RECURSIVE) != 0);
   });
 }
 }  // namespace
 
-int pm_coarsen(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg) { return coarsen_with(t, coarsen, arg, false, __func__); }
+int pm_coarsen(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg) { return coarsen_with(t, coarsen, arg, 0, __func__); }
 
 int pm_coarsen_balanced(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg) {
-  return coarsen_with(t, coarsen, arg, true, __func__);
+  return coarsen_with(t, coarsen, arg, PM_KEEP_BALANCE, __func__);
+}
+
+int pm_coarsen_ex(pm_octree_t *t, pm_coarsen_fn coarsen, void *arg, unsigned flags) {
+  return coarsen_with(t, coarsen, arg, flags, __func__);
 }
 
 int pm_balance(pm_octree_t *t) {

@@ -153,6 +153,17 @@ TEST_F(PmApi, OptionsStatsFeaturesCollectAndBalancedCoarsening) {
   EXPECT_EQ(pm_leaf_count(t), kept) << "nothing to refine again after balanced coarsening";
   ASSERT_EQ(pm_coarsen(t, everything, nullptr), HM_OK);
   EXPECT_LT(pm_leaf_count(t), kept);
+  // Recursive: one balanced coarsening merges the whole tree, and one refinement refines what
+  // six single passes refined.
+  EXPECT_EQ(pm_refine_ex(t, towards_origin, nullptr, 4), HM_EINVAL);
+  EXPECT_TRUE(has("PM_RECURSIVE")) << hm_last_error();
+  EXPECT_EQ(pm_coarsen_ex(t, everything, nullptr, 8), HM_EINVAL);
+  EXPECT_TRUE(has("PM_KEEP_BALANCE")) << hm_last_error();
+  ASSERT_EQ(pm_coarsen_ex(t, everything, nullptr, PM_RECURSIVE | PM_KEEP_BALANCE), HM_OK);
+  EXPECT_EQ(pm_leaf_count(t), 1u);
+  ASSERT_EQ(pm_refine_ex(t, towards_origin, nullptr, PM_RECURSIVE), HM_OK);
+  ASSERT_EQ(pm_balance(t), HM_OK);
+  EXPECT_EQ(pm_leaf_count(t), balanced);
   ASSERT_EQ(pm_collect(t), HM_OK);
   ASSERT_EQ(pm_stats(t, &st), HM_OK);
   EXPECT_EQ(st.gc_runs, 1u);

@@ -242,6 +242,55 @@ TYPED_TEST(Tiers, IncrementalAdaptationEqualsARebuild) {
   EXPECT_TRUE(steps->balanced());
 }
 
+TYPED_TEST(Tiers, RecursiveAdaptationReachesTheFixedPointOfSinglePasses) {
+  // One recursive coarsening under Gerris' rule (finest level first) merges exactly what
+  // single-level passes repeated until nothing changes merge, and one recursive refinement
+  // refines what single passes do; step by step, on a balanced tree, with and without C0.
+  constexpr int Dim = TypeParam::value;
+  using Leaf = typename Octree<Dim>::Leaf;
+  const uint32_t level = Dim == 2 ? 8 : 6;
+  auto coarse = [](double t) {
+    return [t](const Leaf *f) { return f[0].level > 2 && !near_moving_sphere<Dim>(parent_of<Dim>(f), t); };
+  };
+  auto fine = [level](double t) { return [t, level](const Leaf &x) { return x.level < level && near_moving_sphere<Dim>(x, t); }; };
+  std::unique_ptr<Octree<Dim>> passes, recursive;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 64 << 20, &passes), HM_OK);
+  ASSERT_EQ(Octree<Dim>::create(this->path_ + ".plain", 64 << 20, &recursive, this->with_fast(100)), HM_OK);
+  ASSERT_EQ(recursive->refine(fine(0), true), HM_OK);
+  ASSERT_EQ(recursive->balance(), HM_OK);
+  for (bool changed = true; changed;) {
+    const size_t before = passes->leaf_count();
+    ASSERT_EQ(passes->refine(fine(0)), HM_OK);
+    changed = passes->leaf_count() != before;
+  }
+  ASSERT_EQ(passes->balance(), HM_OK);
+  ASSERT_EQ(passes->checksum(), recursive->checksum());
+  for (int s = 1; s <= 5; ++s) {
+    const double t = s / 5.0;
+    int single_passes = 0;
+    for (bool changed = true; changed; ++single_passes) {
+      const size_t before = passes->leaf_count();
+      ASSERT_EQ(passes->coarsen(coarse(t), true), HM_OK);
+      changed = passes->leaf_count() != before;
+    }
+    ASSERT_EQ(recursive->coarsen(coarse(t), true, true), HM_OK);
+    EXPECT_EQ(passes->leaf_count(), recursive->leaf_count()) << "step " << s;
+    EXPECT_EQ(passes->checksum(), recursive->checksum()) << "step " << s;
+    EXPECT_GT(single_passes, 2) << "the sphere moved far enough for coarsening over several levels";
+    for (bool changed = true; changed;) {
+      const size_t before = passes->leaf_count();
+      ASSERT_EQ(passes->refine(fine(t)), HM_OK);
+      changed = passes->leaf_count() != before;
+    }
+    ASSERT_EQ(recursive->refine(fine(t), true), HM_OK);
+    ASSERT_EQ(passes->balance(), HM_OK);
+    ASSERT_EQ(recursive->balance(), HM_OK);
+    EXPECT_EQ(passes->checksum(), recursive->checksum()) << "step " << s;
+    ASSERT_EQ(recursive->persist(), HM_OK);
+    ASSERT_EQ(passes->persist(), HM_OK);
+  }
+}
+
 }  // namespace
 
 namespace {
