@@ -37,6 +37,7 @@ struct Options {
   bool transform = true;
   std::string replica;
   bool emulate = false;
+  bool census = false;
   std::string store = "pm";  // pm, incore or sqlite
   int snapshot_every = 10;
   std::vector<std::string> given;  // the options on the command line
@@ -57,6 +58,8 @@ const char kUsage[] =
     "                  tcp://HOST:PORT for a hetmem-replica server on another host;\n"
     "                  --restore fetches from it when the pool file is gone\n"
     "  --emulate-nvbm  charge pool accesses as the emulated nvbm device (Nguyen et al. (SC'17))\n"
+    "  --census        count each step's writes per family: the transformation's prediction hit\n"
+    "                  rate and the most C0 could have absorbed (costs time; for measurements)\n"
     "  --store S       pm (default): the persistent octree, a persist every step;\n"
     "                  incore: the tree in DRAM, a snapshot file (POOL.snap) every\n"
     "                  --snapshot-every steps (Gerris-like); sqlite: the leaves in a\n"
@@ -147,6 +150,7 @@ Options parse(int argc, char **argv) {
     else if (a == "--no-transform") o.transform = false;
     else if (a == "--replica") o.replica = take();
     else if (a == "--emulate-nvbm") o.emulate = true;
+    else if (a == "--census") o.census = true;
     else if (a == "--snapshot-every") o.snapshot_every = static_cast<int>(parse_int("--snapshot-every", take(), 1, 1000000));
     else if (a == "--store") {
       o.store = take();
@@ -337,6 +341,7 @@ int main(int argc, char **argv) {
   options.transform = o.transform;
   options.replica = o.replica.empty() ? nullptr : o.replica.c_str();
   options.emulate_nvbm = o.emulate;
+  options.census = o.census;
   double t_construct = 0, t_adapt = 0, t_balance = 0, t_solve = 0, t_persist = 0, t_restore = 0;
   // The baselines keep the tree in DRAM (a pool on /dev/shm that is never persisted).
   const std::string work = std::string(access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") + "/hetmem-amr-" +
@@ -511,6 +516,13 @@ int main(int argc, char **argv) {
               u(st.pool_writes), o.emulate ? "emulated nvbm" : "not emulated", u(st.fast_writes), u(st.fast_families),
               u(st.fast_capacity), u(st.merges), u(st.transforms), st.flushed_bytes / 1048576.0, u(st.gc_runs),
               o.replica.empty() ? "" : ", replica ", o.replica.empty() ? "" : (std::to_string(st.replica_bytes >> 10) + " KiB sent").c_str());
+  if (pm && o.census && st.step_writes > 0)
+    std::printf("census: the steps wrote %llu families, %.1f%% of it in C0; a C0 of %llu families could have taken at "
+                "most %.1f%% (each step's most-written families); the features' sampled leaves: %.1f%% of their "
+                "families written by the next step (%llu samples)\n",
+                u(st.step_writes), 100.0 * st.step_fast_writes / st.step_writes, u(st.fast_capacity),
+                100.0 * st.step_writes_bound / st.step_writes,
+                st.predicted ? 100.0 * st.predicted_hit / st.predicted : 0.0, u(st.predicted));
   if (!o.json.empty()) {
     FILE *f = std::fopen(o.json.c_str(), "w");
     if (!f) {
@@ -523,10 +535,13 @@ int main(int argc, char **argv) {
                  "\"persist\": %.6f, \"restore\": %.6f},\n"
                  " \"tiers\": {\"emulated\": %s, \"pool_writes\": %llu, \"fast_writes\": %llu, \"merges\": %llu, "
                  "\"transforms\": %llu, \"flushed_bytes\": %llu, \"gc_runs\": %llu, \"replica_bytes\": %llu, "
-                 "\"emul_charged_ns\": %llu}}\n",
+                 "\"emul_charged_ns\": %llu, \"fast_capacity\": %llu, \"step_writes\": %llu, "
+                 "\"step_fast_writes\": %llu, \"step_writes_bound\": %llu, \"predicted\": %llu, \"predicted_hit\": %llu}}\n",
                  o.store.c_str(), o.dim, o.level, o.spheres, n, u(leaves), u(version), t_construct, t_adapt, t_balance, t_solve, t_persist,
                  t_final_restore, o.emulate ? "true" : "false", u(st.pool_writes), u(st.fast_writes), u(st.merges),
-                 u(st.transforms), u(st.flushed_bytes), u(st.gc_runs), u(st.replica_bytes), u(st.emul_charged_ns));
+                 u(st.transforms), u(st.flushed_bytes), u(st.gc_runs), u(st.replica_bytes), u(st.emul_charged_ns),
+                 u(st.fast_capacity), u(st.step_writes), u(st.step_fast_writes), u(st.step_writes_bound), u(st.predicted),
+                 u(st.predicted_hit));
     std::fclose(f);
   }
   return 0;

@@ -47,6 +47,8 @@ typedef struct pm_options {
   int emulate_nvbm;        /* charge pool accesses as the emulated `nvbm` device (0) */
   const char *note;        /* pm_create_ex: kept in the new pool's header for pm_note and
                               pm_inspect (a run's options, say); at most 1023 bytes. NULL: none */
+  int census;              /* count each step's writes per family (a hash-table update per write)
+                              for the census fields of pm_stats_t (0) */
 } pm_options_t;
 
 /* What is at a pool's path (pm_inspect). A pool appears at its path only once its first version
@@ -79,6 +81,13 @@ typedef struct pm_stats {
   uint64_t replica_bytes;    /* bytes sent to the replica */
   uint64_t fast_families, fast_capacity, pool_families;
   uint64_t emul_charged_ns;  /* delay charged by the nvbm emulation */
+  /* With pm_options_t.census, summed over the persisted steps (a merge's writes are not a step's): */
+  uint64_t step_writes;        /* family writes by the operations between persists (C0 and pool) */
+  uint64_t step_fast_writes;   /* those that went to C0 */
+  uint64_t step_writes_bound;  /* each step's writes to its fast_capacity most-written families: the
+                                  most any choice of C0 could have taken */
+  uint64_t predicted;          /* sampled leaves the features selected (the transformation) */
+  uint64_t predicted_hit;      /* those whose family the next step then wrote */
 } pm_stats_t;
 
 void pm_options_init(pm_options_t *options);

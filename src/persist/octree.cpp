@@ -162,6 +162,12 @@ const typename Octree<Dim>::Family *Octree<Dim>::read(uint64_t ref) const {
 
 template <int Dim>
 void Octree<Dim>::count_write(uint64_t ref) {
+  if (options_.census && !merging_) {
+    const Family *f = is_fast(ref) ? &fast_[ref & ~kFast] : pool_->template at<Family>(ref);
+    ++census_[hot_key(f->coord, f->level - 1)];
+    ++stats_.step_writes;
+    stats_.step_fast_writes += is_fast(ref) ? 1 : 0;
+  }
   if (is_fast(ref)) {
     ++stats_.fast_writes;
     return;

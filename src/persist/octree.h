@@ -28,6 +28,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include <absl/container/flat_hash_map.h>
+
 #include "persist/pool.h"
 #include "persist/replica.h"
 #include "persist/slot_space.h"
@@ -49,6 +51,9 @@ struct OctreeOptions {
                                   // (a hetmem-replica server); "": none
   bool emulate_nvbm = false;      // charge pool accesses as the emulated `nvbm` device
   std::string note;               // kept in a new pool's header (a run's options); at most 1023 bytes
+  bool census = false;            // count each step's writes per family (a hash-table update per
+                                  // write): the transformation's hit rate and the most C0 could
+                                  // have absorbed, in stats()
 };
 
 // What the tree did to the tiers since it was opened.
@@ -67,6 +72,13 @@ struct OctreeStats {
   uint64_t fast_capacity = 0;      // C0 families the budget holds
   uint64_t pool_families = 0;      // pool slots in use (both versions)
   uint64_t emul_charged_ns = 0;    // delay charged by the nvbm emulation
+  // With OctreeOptions::census, summed over the persisted steps (merges are not a step's writes):
+  uint64_t step_writes = 0;        // family writes by the operations between persists (C0 and pool)
+  uint64_t step_fast_writes = 0;   // those that went to C0
+  uint64_t step_writes_bound = 0;  // the writes of each step's fast_capacity most-written families:
+                                   // the most any choice of C0 could have taken
+  uint64_t predicted = 0;          // sampled leaves the features selected (each names its family)
+  uint64_t predicted_hit = 0;      // those whose family the next step then wrote
 };
 
 template <int Dim>
@@ -244,6 +256,7 @@ class Octree {
   uint32_t depth() const;
   double sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng) const;
   void count_write(uint64_t ref);
+  void close_census();
   void charge() const;
   int after_change(int rc, const char *op);
   int reset_to_committed();
@@ -293,6 +306,10 @@ class Octree {
   Feature feature_;
   std::unique_ptr<ReplicaSink> replica_;
   mutable OctreeStats stats_;
+  // With options_.census: this step's writes per family (keyed by its parent octant, hot_key),
+  // and the families of the sampled leaves the features selected after the last persist.
+  absl::flat_hash_map<uint64_t, uint32_t> census_;
+  mutable std::vector<uint64_t> predicted_;
   mutable uint64_t uncharged_ = 0;
   mutable EmulState emul_state_;
 };

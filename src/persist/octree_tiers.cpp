@@ -119,6 +119,7 @@ int Octree<Dim>::merge_out_if_full() {
 
 template <int Dim>
 int Octree<Dim>::persist() {
+  close_census();
   // Merge C0 into C1 (no garbage collection meanwhile), then the new root object.
   merging_ = true;
   uint64_t root = root_child_, top = 0;
@@ -155,6 +156,23 @@ int Octree<Dim>::persist() {
   transform();
   charge();
   return rc;
+}
+
+// The census of the step that ends (OctreeOptions::census): which of the families the features
+// pointed at it wrote, and how many writes its fast_capacity most-written families took.
+template <int Dim>
+void Octree<Dim>::close_census() {
+  if (!options_.census) return;
+  for (uint64_t key : predicted_) stats_.predicted_hit += census_.contains(key) ? 1 : 0;
+  stats_.predicted += predicted_.size();
+  predicted_.clear();
+  std::vector<uint32_t> counts;
+  counts.reserve(census_.size());
+  for (const auto &[key, n] : census_) counts.push_back(n);
+  const size_t k = std::min<size_t>(fast_cap_, counts.size());
+  std::nth_element(counts.begin(), counts.begin() + k, counts.end(), std::greater<>());
+  for (size_t i = 0; i < k; ++i) stats_.step_writes_bound += counts[i];
+  census_.clear();
 }
 
 // Every pool family this version wrote, and its root object, get the version's stamp and their
@@ -264,8 +282,14 @@ double Octree<Dim>::sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &r
   };
   gather(ref);
   int hits = 0;
+  // The family a selected leaf is in: what the features predict the next step will write.
+  const auto selected = [&](const Leaf &l) {
+    const bool yes = feature_(l);
+    if (yes && options_.census) predicted_.push_back(hot_key(l.coord, l.level - 1));
+    return yes;
+  };
   if (small) {
-    for (const Leaf &l : few) hits += feature_(l) ? 1 : 0;
+    for (const Leaf &l : few) hits += selected(l) ? 1 : 0;
     return static_cast<double>(hits) / few.size();
   }
   // A random descent per sample: a random child at each level down to a leaf.
@@ -279,7 +303,7 @@ double Octree<Dim>::sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &r
         continue;
       }
       Leaf l = child_leaf(f, c);
-      hits += feature_(l) ? 1 : 0;
+      hits += selected(l) ? 1 : 0;
       break;
     }
   }

@@ -64,6 +64,7 @@ hm::persist::OctreeOptions to_options(const pm_options_t *o) {
   r.t_transform = o->t_transform;
   r.replica = o->replica ? o->replica : "";
   r.emulate_nvbm = o->emulate_nvbm != 0;
+  r.census = o->census != 0;
   r.note = o->note ? o->note : "";
   return r;
 }
@@ -198,6 +199,11 @@ int pm_stats(const pm_octree_t *t, pm_stats_t *out) {
   out->fast_capacity = s.fast_capacity;
   out->pool_families = s.pool_families;
   out->emul_charged_ns = s.emul_charged_ns;
+  out->step_writes = s.step_writes;
+  out->step_fast_writes = s.step_fast_writes;
+  out->step_writes_bound = s.step_writes_bound;
+  out->predicted = s.predicted;
+  out->predicted_hit = s.predicted_hit;
   return HM_OK;
 }
 
