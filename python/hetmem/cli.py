@@ -10,6 +10,7 @@
     hetmem compare [--policies LIST] [--fraction F | --budget SIZE] [--iterations N] [--repeat R]
                    [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...] | --plan PLAN -- CMD ARGS]
     hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg|unchanged [--quick] [--out PATH]
+        (pic: [--ranks 1,2]; octree: [--large])
     hetmem fuzz [--cases N] [--seed S] [--targets LIST] [--time-limit S] [--out PATH]
     hetmem demo
 """
@@ -147,8 +148,13 @@ def cmd_policies(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.ranks and args.what != "pic":
         raise HetmemError(f"--ranks is for `hetmem bench pic`, not `{args.what}`")
-    study = f"{args.what}-ranks" if args.ranks else args.what
+    if args.large and args.what != "octree":
+        raise HetmemError(f"--large is for `hetmem bench octree`, not `{args.what}`")
+    study = f"{args.what}-ranks" if args.ranks else f"{args.what}-large" if args.large else args.what
     out = args.out or str(results_dir() / f"hetmem-bench-{study}.json")
+    if args.large:
+        from .bench_octree import main_large
+        return main_large(out)
     if args.ranks:
         from .bench_pic import main_ranks
         try:
@@ -494,6 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="; ".join(f"{bm.name}: {bm.doc}" for bm in benchmarks.BENCHMARKS).replace("%", "%%"))
     b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
     b.add_argument("--ranks", help="pic only: the problem over these MPI rank counts (e.g. 1,2), one thread each")
+    b.add_argument("--large", action="store_true",
+                   help="octree only: the transformation and the per-step comparison on trees of at least 10^7 "
+                        "octants (about 25 minutes)")
     b.add_argument("--out", help="JSON results file (default: results/hetmem-bench-WHAT.json in the build tree)")
     b.set_defaults(func=cmd_bench)
 

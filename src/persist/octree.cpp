@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <tuple>
 #include <cstdio>
@@ -156,8 +157,22 @@ template <int Dim>
 const typename Octree<Dim>::Family *Octree<Dim>::read(uint64_t ref) const {
   if (is_fast(ref)) return &fast_[ref & ~kFast];
   ++stats_.pool_reads;
-  ++uncharged_;
+  device_access(ref);
   return pool_->template at<Family>(ref);
+}
+
+// With the nvbm emulation: an access to pool family `ref` reaches the device only when the
+// family is not in the CPU's cache, modelled as a direct-mapped cache of whole families of
+// kEmulCacheBytes (fewer hits than a real set-associative cache of that size: the model charges
+// more, never less). Each miss is charged as one device access at the end of the operation.
+template <int Dim>
+void Octree<Dim>::device_access(uint64_t ref) const {
+  if (!options_.emulate_nvbm) return;
+  if (emul_cache_.empty()) emul_cache_.assign(std::bit_floor(kEmulCacheBytes / sizeof(Family)), 0);
+  uint64_t &line = emul_cache_[(ref * 0x9E3779B97F4A7C15ull >> 20) & (emul_cache_.size() - 1)];
+  if (line == ref) return;
+  line = ref;
+  ++uncharged_;
 }
 
 template <int Dim>
@@ -174,7 +189,7 @@ void Octree<Dim>::count_write(uint64_t ref) {
   }
   ++stats_.pool_writes;
   stats_.pool_write_bytes += sizeof(Family);
-  ++uncharged_;
+  device_access(ref);
 }
 
 template <int Dim>

@@ -257,6 +257,7 @@ class Octree {
   double sample(const Leaf &subtree, uint64_t ref, std::mt19937_64 &rng) const;
   void count_write(uint64_t ref);
   void close_census();
+  void device_access(uint64_t ref) const;
   void charge() const;
   int after_change(int rc, const char *op);
   int reset_to_committed();
@@ -312,6 +313,10 @@ class Octree {
   mutable std::vector<uint64_t> predicted_;
   mutable uint64_t uncharged_ = 0;
   mutable EmulState emul_state_;
+  // The nvbm emulation's model of the CPU cache in front of the device (device_access): the
+  // family each entry holds, by a hash of its offset.
+  static constexpr uint64_t kEmulCacheBytes = uint64_t{32} << 20;  // a 32 MiB last-level cache
+  mutable std::vector<uint64_t> emul_cache_;
 };
 
 }  // namespace hm::persist

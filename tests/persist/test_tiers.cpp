@@ -242,6 +242,30 @@ TYPED_TEST(Tiers, IncrementalAdaptationEqualsARebuild) {
   EXPECT_TRUE(steps->balanced());
 }
 
+TYPED_TEST(Tiers, TheNvbmEmulationChargesWhatTheCacheModelMisses) {
+  // A family read again while the modelled CPU cache still holds it costs the device nothing;
+  // the first visit of a restored tree is charged.
+  constexpr int Dim = TypeParam::value;
+  using Leaf = typename Octree<Dim>::Leaf;
+  OctreeOptions o;
+  o.emulate_nvbm = true;
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 32 << 20, &tree, o), HM_OK);
+  ASSERT_EQ(tree->refine([](const Leaf &x) { return x.level < 4; }, true), HM_OK);
+  ASSERT_EQ(tree->persist(), HM_OK);
+  tree.reset();
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree, o), HM_OK);
+  const uint64_t before = tree->stats().emul_charged_ns;
+  uint64_t leaves = 0;
+  tree->leaves([&](const Leaf &) { ++leaves; });
+  const uint64_t first = tree->stats().emul_charged_ns - before;
+  tree->leaves([&](const Leaf &) { ++leaves; });
+  const uint64_t second = tree->stats().emul_charged_ns - before - first;
+  EXPECT_EQ(leaves, 2 * tree->leaf_count());
+  EXPECT_GT(first, 0u) << "the first visit reads every family from the device";
+  EXPECT_EQ(second, 0u) << "the second finds them all in the modelled cache";
+}
+
 TYPED_TEST(Tiers, RecursiveAdaptationReachesTheFixedPointOfSinglePasses) {
   // One recursive coarsening under Gerris' rule (finest level first) merges exactly what
   // single-level passes repeated until nothing changes merge, and one recursive refinement
