@@ -9,7 +9,7 @@
   snapshot every 10 steps (Gerris-like) and the SQLite B-tree (Etree-like).
 
 `--large` runs the last two at the size the paper measured them (at least 10^7 octants, about
-25 minutes) instead of the rest."""
+35 minutes) instead of the rest."""
 
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def main_large(out: str) -> int:
     transform_steps, step_steps = 30, 10
     progress = Progress(2 * 3 + 5, True)
     pool = ["--pool-mib", LARGE_POOL_MIB]
-    print("hetmem bench octree --large: trees of at least 10^7 octants, about 25 minutes", file=sys.stderr)
+    print("hetmem bench octree --large: trees of at least 10^7 octants, about 35 minutes", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="hetmem-octree-large-") as tmp:
         transform = transformation(tmp, LARGE, transform_steps, [*pool, "--emulate-nvbm"], progress)
         spheres = transform["spheres"]

@@ -502,7 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ranks", help="pic only: the problem over these MPI rank counts (e.g. 1,2), one thread each")
     b.add_argument("--large", action="store_true",
                    help="octree only: the transformation and the per-step comparison on trees of at least 10^7 "
-                        "octants (about 25 minutes)")
+                        "octants (about 35 minutes)")
     b.add_argument("--out", help="JSON results file (default: results/hetmem-bench-WHAT.json in the build tree)")
     b.set_defaults(func=cmd_bench)
 
