@@ -210,9 +210,8 @@ class Octree {
   void seal_fresh(uint64_t top, uint64_t stamp);
   int setup();
   static bool is_fast(uint64_t ref) { return (ref & kFast) != 0; }
-  // Whether every child of family `ref` is a leaf.
-  bool leaves_only(uint64_t ref) const {
-    const Family *f = read(ref);
+  // Whether every child of a family is a leaf.
+  static bool leaves_only(const Family *f) {
     bool family = true;
     for (int c = 0; c < kChildren; ++c) family &= f->child[c] == 0;
     return family;

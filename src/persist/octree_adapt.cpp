@@ -122,8 +122,9 @@ int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Lea
   for (int c = 0; c < kChildren; ++c) {
     if (kids[c] == 0) continue;
     // only_level: the pass merges the families of leaves at that level only.
-    const uint32_t kid_level = read(kids[c])->level;
-    if (!leaves_only(kids[c])) {
+    const Family *g = read(kids[c]);
+    const uint32_t kid_level = g->level;
+    if (!leaves_only(g)) {
       bool ch = false;
       int rc = HM_OK;
       if (only_level == 0 || kid_level < only_level)
@@ -131,11 +132,10 @@ int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Lea
       if (rc != HM_OK) return rc;
       any |= ch;
       // Recursive: a family whose children were all just merged is offered in the same pass.
-      if (!recursive || !ch || !leaves_only(kids[c])) continue;
+      if (!recursive || !ch || !leaves_only(g = read(kids[c]))) continue;
     } else if (only_level != 0 && kid_level != only_level) {
       continue;
     }
-    const Family *g = read(kids[c]);
     Leaf leaves[kChildren];
     double mean = 0;
     for (int k = 0; k < kChildren; ++k) {
@@ -168,7 +168,7 @@ int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn, bool keep_
   if (root_child_ == 0) return after_change(rc, "coarsen");
   bool changed = false;
   std::vector<uint64_t> path;  // the families from the root down to the one coarsen_family is in
-  if (!leaves_only(root_child_)) {
+  if (!leaves_only(read(root_child_))) {
     uint64_t root = root_child_;
     if (keep_balance && recursive) {
       // Finest level first: whether a family may merge depends only on finer octants, so once
@@ -183,7 +183,7 @@ int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn, bool keep_
     } else if ((rc = coarsen_family(root_child_, fn, keep_balance, recursive, 0, path, &changed, &root)) == HM_OK) {
       root_child_ = root;
     }
-    if (rc != HM_OK || !recursive || !changed || !leaves_only(root_child_)) return after_change(rc, "coarsen");
+    if (rc != HM_OK || !recursive || !changed || !leaves_only(read(root_child_))) return after_change(rc, "coarsen");
   }
   const Family *f = read(root_child_);
   Leaf leaves[kChildren];
