@@ -517,7 +517,8 @@ int main(int argc, char **argv) {
               u(st.fast_capacity), u(st.merges), u(st.transforms), st.flushed_bytes / 1048576.0, u(st.gc_runs),
               o.replica.empty() ? "" : ", replica ", o.replica.empty() ? "" : (std::to_string(st.replica_bytes >> 10) + " KiB sent").c_str());
   if (pm && o.census && st.step_writes > 0)
-    std::printf("census: the steps wrote %llu families, %.1f%% of it in C0; a C0 of %llu families could have taken at "
+    std::printf("census: the steps wrote %llu families, %.1f%% of it in C0; a C0 holding the same %llu families through a step "
+                "could have taken at "
                 "most %.1f%% (each step's most-written families); the features' sampled leaves: %.1f%% of their "
                 "families written by the next step (%llu samples)\n",
                 u(st.step_writes), 100.0 * st.step_fast_writes / st.step_writes, u(st.fast_capacity),

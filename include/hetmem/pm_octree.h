@@ -85,7 +85,8 @@ typedef struct pm_stats {
   uint64_t step_writes;        /* family writes by the operations between persists (C0 and pool) */
   uint64_t step_fast_writes;   /* those that went to C0 */
   uint64_t step_writes_bound;  /* each step's writes to its fast_capacity most-written families: the
-                                  most any choice of C0 could have taken */
+                                  most a C0 holding the same families through a step
+                                  could have taken */
   uint64_t predicted;          /* sampled leaves the features selected (the transformation) */
   uint64_t predicted_hit;      /* those whose family the next step then wrote */
 } pm_stats_t;

@@ -4,7 +4,8 @@
   and balance throughput against p4est on the same tree;
 - hetmem-amr with and without the dynamic transformation, C0 holding about 7% of the octants:
   family writes to the persistent tier, with the census of each step's writes (how much of them
-  C0 took, the most a C0 of its size could have taken, the prediction's hit rate);
+  C0 took, the most a C0 of its size holding the same families through a step could
+  have taken, the prediction's hit rate);
 - hetmem-amr per step with the persistent tier emulated as `nvbm`, against the in-core tree with a
   snapshot every 10 steps (Gerris-like) and the SQLite B-tree (Etree-like).
 
@@ -111,8 +112,9 @@ def print_transformation(transform: dict, steps: int, emulated: bool) -> bool:
         hit = f"{100 * t['hit_rate']:.1f}%" if t["hit_rate"] is not None else "-"
         print(f"  {shape:9} {100 * t['c0_share_with']:>9.1f}% {100 * t['c0_share_without']:>7.1f}% "
               f"{100 * t['c0_share_bound']:>5.1f}% {hit:>9}")
-    print("  bound: each step's writes to its C0-capacity most-written families, the most any choice of C0 could "
-          "take;\n  hit rate: the sampled leaves the features selected whose family the next step wrote")
+    print("  bound: each step's writes to its C0-capacity most-written families, the most a C0 holding the same "
+          "families\n  through a step could take; hit rate: the sampled leaves the features selected whose family "
+          "the next step wrote")
     met = bool(transform) and all(t["fewer_writes"] >= TARGET_FEWER_WRITES for t in transform.values())
     print(f"  (asked: at least {100 * TARGET_FEWER_WRITES:.0f}% fewer writes, or the measured reason why not): "
           f"{'MET' if met else 'NOT MET'}")
@@ -120,7 +122,7 @@ def print_transformation(transform: dict, steps: int, emulated: bool) -> bool:
         for shape, t in transform.items():
             if t["fewer_writes"] < TARGET_FEWER_WRITES:
                 print(f"  {shape}: C0 took {100 * t['c0_share_with']:.1f}% of the steps' writes of the "
-                      f"{100 * t['c0_share_bound']:.1f}% a C0 of {t['fast_families']} families could take at most")
+                      f"{100 * t['c0_share_bound']:.1f}% a C0 of {t['fast_families']} fixed families could take at most")
     return met
 
 

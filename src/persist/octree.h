@@ -76,7 +76,8 @@ struct OctreeStats {
   uint64_t step_writes = 0;        // family writes by the operations between persists (C0 and pool)
   uint64_t step_fast_writes = 0;   // those that went to C0
   uint64_t step_writes_bound = 0;  // the writes of each step's fast_capacity most-written families:
-                                   // the most any choice of C0 could have taken
+                                   // the most a C0 holding the same families through
+                                   // a step could have taken
   uint64_t predicted = 0;          // sampled leaves the features selected (each names its family)
   uint64_t predicted_hit = 0;      // those whose family the next step then wrote
 };

@@ -201,6 +201,11 @@ def test_octree_benchmark_quick(tmp_path):
     assert set(figures["per_step"]) == {"PM-octree (nvbm emulated)", "in-core + snapshot every 10",
                                         "SQLite B-tree (Etree-like)"}
     assert "dynamic transformation" in r.stdout
+    for shape, t in figures["transformation"].items():
+        # The census: the features' prediction (the interface one step ahead) is what the step writes.
+        assert t["step_writes"] > 0 and 0 < t["c0_share_bound"] <= 1, shape
+        assert t["hit_rate"] is not None and t["hit_rate"] > 0.9, (shape, t["hit_rate"])
+        assert t["c0_share_with"] > 0, shape
 
 
 def start_replica(tmp_path, *args):

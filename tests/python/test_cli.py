@@ -59,6 +59,12 @@ def test_malformed_budget_names_variable():
     assert r.stderr.count("HM_FAST_BUDGET='lots'") == 1, "said once (the library), not again by the command"
 
 
+def test_bench_options_of_one_benchmark_are_refused_for_another():
+    r = run("bench", "pic", "--large")
+    assert r.returncode == 2, r.stderr
+    assert "--large is for `hetmem bench octree`" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_a_start_up_error_is_printed_once():
     r = run("tiers", env_extra={"HM_TIERS": "capacity=emul:bogus"})
     assert r.returncode == 2
