@@ -201,6 +201,9 @@ class Octree {
     constexpr size_t kWords = sizeof(Object) / 8 - 1;  // every word but the seal itself
     const auto *bytes = reinterpret_cast<const unsigned char *>(&o);
     uint64_t h[4] = {0x9E3779B97F4A7C15ull, 0, 0, 0};  // four sums: independent multiplies
+    // Unrolled whole, the four sums stay in registers and the constants fold: restore seals
+    // every committed family, and the rolled loop kept the sums on the stack.
+#pragma GCC unroll 32
     for (size_t i = 0; i < kWords; ++i) {
       uint64_t w;
       std::memcpy(&w, bytes + 8 * i, 8);
