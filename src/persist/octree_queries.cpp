@@ -15,23 +15,8 @@
 namespace hm::persist {
 
 template <int Dim>
-void Octree<Dim>::leaves_below(uint64_t ref, const std::function<void(const Leaf &)> &visit) const {
-  const Family *f = read(ref);
-  for (int c = 0; c < kChildren; ++c) {
-    if (f->child[c] != 0) {
-      leaves_below(f->child[c], visit);
-      continue;
-    }
-    Leaf leaf = child_leaf(f, c);
-    visit(leaf);
-  }
-}
-
-template <int Dim>
 void Octree<Dim>::leaves(const std::function<void(const Leaf &)> &visit) const {
-  if (root_child_ == 0) visit(Leaf{{0, 0, 0}, 0, root_value_});
-  else leaves_below(root_child_, visit);
-  charge();
+  each_leaf(visit);
 }
 
 // Leaves under family `ref` whose closed box meets the closed box [lo, hi].

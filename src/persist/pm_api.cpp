@@ -319,7 +319,7 @@ int pm_find(const pm_octree_t *t, const double *point, pm_leaf_t *out) {
 int pm_leaves(const pm_octree_t *t, pm_visit_fn visit, void *arg) {
   if (!t || !visit) return fail(HM_EINVAL, "pm_leaves: the tree and the visitor must be given");
   with(t, [&](const auto &tree) {
-    tree.leaves([&](const auto &leaf) {
+    tree.each_leaf([&](const auto &leaf) {
       pm_leaf_t l = to_c(leaf);
       visit(&l, arg);
     });
