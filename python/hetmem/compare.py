@@ -264,14 +264,15 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
         if distances:
             points, docs = _sweep(workload, "hetmem-static+prefetch", None, "HM_PREFETCH_DISTANCE", distances,
                                   iterations, repeat, threads, tiers, tmp, advance)
-            # The model's own k, measured too when the sweep did not include it.
+            # The model's own k, measured too when the sweep did not include it. The model's k
+            # stays the one the sweep's runs chose: the extra run's own choice (timed again, it
+            # may differ) does not move it off the points measured.
             k = prefetch_sweep(points, docs).get("model")
             if k is not None and k not in distances:
                 progress.update(task, total=total + max(1, repeat // 2))
-                more, more_docs = _sweep(workload, "hetmem-static+prefetch", None, "HM_PREFETCH_DISTANCE", [k],
-                                         iterations, repeat, threads, tiers, tmp, advance)
+                more, _ = _sweep(workload, "hetmem-static+prefetch", None, "HM_PREFETCH_DISTANCE", [k],
+                                 iterations, repeat, threads, tiers, tmp, advance)
                 points = sorted(points + more, key=lambda p: p["value"])
-                docs += more_docs
             sweeps["distances"] = (points, docs)
     if footprint == 0:
         raise HetmemError("the workload placed nothing through hetmem (no object of a class): nothing to compare")
