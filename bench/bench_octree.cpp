@@ -46,6 +46,7 @@ struct Args {
   std::vector<std::string> child;  // --restart-child KIND PATH SCRATCH BYTES (internal)
   bool quick = false;
   bool restart_only = false;  // only the restart figures (the slowest to change, quickest to rerun)
+  bool adapt_only = false;    // only the refine and balance figures against p4est
   std::string json;  // default: results/hetmem-bench-octree.json in the build tree
   std::string dir;
 };
@@ -117,26 +118,42 @@ struct LeafHash {
   }
 };
 
-// Refine `shape` to its level in one recursive pass (as p4est does), then balance. Returns the two
-// times; the leaves before balancing go to *refined, a hash of the balanced tree's leaves to *hash.
-std::pair<double, double> adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *hash) {
+// The times of one round on one tree: the first refinement (into a new pool or heap), the balance,
+// and the same refinement again after the tree was coarsened back to its root (into space the
+// first one left mapped, as in a simulation's later steps).
+struct AdaptTimes {
+  double refine_s = 0, balance_s = 0, again_s = 0;
+};
+
+// Refine `shape` to its level in one recursive pass (as p4est does), then balance, then coarsen to
+// the root and refine again. The leaves before balancing go to *refined, a hash of the balanced
+// tree's leaves to *hash.
+AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *hash) {
+  const auto fn = [&](const Leaf &x) {
+    if (static_cast<int>(x.level) >= level) return false;
+    constexpr double unit = 0x1p-20;  // the corner's unit (as p4est's wrapper: a multiply, no libm call)
+    const double lo[3] = {x.coord[0] * unit, x.coord[1] * unit, x.coord[2] * unit};
+    return refines(shape, lo, static_cast<double>(1u << (20 - x.level)) * unit,
+                   octant_key(x.coord, static_cast<int>(x.level)));
+  };
+  AdaptTimes r;
   double t0 = bench::now();
-  if (t.refine(
-          [&](const Leaf &x) {
-            if (static_cast<int>(x.level) >= level) return false;
-            constexpr double unit = 0x1p-20;  // the corner's unit (as p4est's wrapper: a multiply, no libm call)
-            const double lo[3] = {x.coord[0] * unit, x.coord[1] * unit, x.coord[2] * unit};
-            return refines(shape, lo, static_cast<double>(1u << (20 - x.level)) * unit,
-                           octant_key(x.coord, static_cast<int>(x.level)));
-          },
-          true) != HM_OK)
-    die("refine");
+  if (t.refine(fn, true) != HM_OK) die("refine");
   double t1 = bench::now();
   *refined = t.leaf_count();
   if (t.balance() != HM_OK) die("balance");
   const double t2 = bench::now();
+  r.refine_s = t1 - t0;
+  r.balance_s = t2 - t1;
   t.leaves([&](const Leaf &l) { hash->add(l.coord, static_cast<int>(l.level)); });
-  return {t1 - t0, t2 - t1};
+  const uint64_t balanced = t.leaf_count();
+  if (t.coarsen([](const Leaf *) { return true; }, false, true) != HM_OK || t.leaf_count() != 1) die("coarsen to the root");
+  t0 = bench::now();
+  if (t.refine(fn, true) != HM_OK) die("refine again");
+  r.again_s = bench::now() - t0;
+  if (t.leaf_count() != *refined) die("refine again: a different tree");
+  if (t.balance() != HM_OK || t.leaf_count() != balanced) die("balance again");
+  return r;
 }
 
 // Refine around the sphere to `level`, pass by pass, then balance (the persist figures' tree).
@@ -159,9 +176,12 @@ int p8_refine(p8est_t *, p4est_topidx_t, p8est_quadrant_t *q) {
   return refines(g_shape, lo, P8EST_QUADRANT_LEN(q->level) / root, octant_key(c, q->level));
 }
 
-// p4est on the same tree: recursive refinement with the same predicate, then full balance.
+int p8_coarsen_all(p8est_t *, p4est_topidx_t, p8est_quadrant_t *[]) { return 1; }
+
+// p4est on the same tree: recursive refinement with the same predicate, then full balance, then
+// recursive coarsening to the root and the same refinement again.
 struct P4estRun {
-  double refine_s, balance_s;
+  double refine_s, balance_s, again_s;
   uint64_t refined, balanced;
   LeafHash hash;
 };
@@ -186,6 +206,12 @@ P4estRun p4est_adapt(Shape shape, int level) {
                            static_cast<uint32_t>(q->z) << (20 - P8EST_MAXLEVEL)};
     r.hash.add(c, q->level);
   }
+  p8est_coarsen(p, 1, p8_coarsen_all, nullptr);
+  if (p->global_num_quadrants != 1) die("p8est_coarsen to the root");
+  t0 = bench::now();
+  p8est_refine(p, 1, p8_refine, nullptr);
+  r.again_s = bench::now() - t0;
+  if (static_cast<uint64_t>(p->global_num_quadrants) != r.refined) die("p8est_refine again: a different tree");
   p8est_destroy(p);
   p8est_connectivity_destroy(conn);
   return r;
@@ -315,15 +341,20 @@ int main(int argc, char **argv) {
     std::string s = argv[i];
     if (s == "--quick") a.quick = true;
     else if (s == "--restart-only") a.restart_only = true;
+    else if (s == "--adapt-only") a.adapt_only = true;
     else if (s == "--json" && i + 1 < argc) a.json = argv[++i];
     else if (s == "--dir" && i + 1 < argc) a.dir = argv[++i];
     else if (s == "--restart-child" && i + 4 < argc) a.child.assign(argv + i + 1, argv + i + 5), i += 4;
     else {
       const bool help = s == "--help" || s == "-h";
       if (!help) std::fprintf(stderr, "unknown option '%s'\n", s.c_str());
-      std::fprintf(help ? stdout : stderr, "usage: hetmem-bench-octree [--quick] [--restart-only] [--json FILE] [--dir DIR]\n");
+      std::fprintf(help ? stdout : stderr, "usage: hetmem-bench-octree [--quick] [--restart-only | --adapt-only] [--json FILE] [--dir DIR]\n");
       return help ? 0 : 2;
     }
+  }
+  if (a.restart_only && a.adapt_only) {
+    std::fprintf(stderr, "--restart-only and --adapt-only exclude each other\n");
+    return 2;
   }
   if (a.json.empty()) a.json = bench::results_path("hetmem-bench-octree.json");
   if (a.dir.empty()) a.dir = std::getenv("TMPDIR") && *std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
@@ -353,14 +384,14 @@ int main(int argc, char **argv) {
     const int reps = a.quick ? 3 : 5;
     std::printf("adapt: refine, then 2:1 balance (faces, edges, corners), one core; medians of %d interleaved rounds "
                 "(spread: the rounds' extremes)\n", reps);
-    std::printf("  %-8s %5s %10s %10s %13s %13s %13s %13s %9s\n", "tree", "level", "refined", "balanced", "refine Mo/s",
-                "p4est Mo/s", "balance Mo/s", "p4est Mo/s", "same tree");
+    std::printf("  %-8s %5s %10s %10s %12s %11s %12s %11s %12s %11s %9s\n", "tree", "level", "refined", "balanced",
+                "refine Mo/s", "p4est Mo/s", "again Mo/s", "p4est Mo/s", "balance Mo/s", "p4est Mo/s", "same tree");
     j.open_array("adapt");
     std::vector<std::string> verdicts;
     std::string notes;
     for (Shape shape : {Shape::sphere, Shape::droplet, Shape::random}) {
       const int level = shape_level(shape, a.quick);
-      std::vector<double> ref, bal, pref, pbal;
+      std::vector<double> ref, bal, again, pref, pbal, pagain;
       uint64_t refined = 0, balanced = 0;
       LeafHash mine;
 #ifdef HM_HAVE_P4EST
@@ -370,9 +401,10 @@ int main(int argc, char **argv) {
         {
           auto t = make(pool, uint64_t{8} << 30);
           mine = LeafHash{};
-          const auto [refine_s, balance_s] = adapt(*t, shape, level, &refined, &mine);
-          ref.push_back(refine_s);
-          bal.push_back(balance_s);
+          const AdaptTimes at = adapt(*t, shape, level, &refined, &mine);
+          ref.push_back(at.refine_s);
+          bal.push_back(at.balance_s);
+          again.push_back(at.again_s);
           balanced = t->leaf_count();
         }
         unlink(pool.c_str());
@@ -380,43 +412,54 @@ int main(int argc, char **argv) {
         p = p4est_adapt(shape, level);
         pref.push_back(p.refine_s);
         pbal.push_back(p.balance_s);
+        pagain.push_back(p.again_s);
 #endif
       }
       const double rr = refined / bench::median(ref), br = balanced / bench::median(bal);
+      const double ra = refined / bench::median(again);
       j.open().str("tree", shape_name(shape)).num("level", level).num("refined_octants", refined);
       j.num("balanced_octants", balanced).num("refine_octants_per_s", rr).num("balance_octants_per_s", br);
+      j.num("refine_again_octants_per_s", ra);
 #ifdef HM_HAVE_P4EST
       const double pr = p.refined / bench::median(pref), pb = p.balanced / bench::median(pbal);
+      const double pa = p.refined / bench::median(pagain);
       const bool same = p.hash.n == mine.n && p.hash.h == mine.h && p.refined == refined;
       // PM-octree over p4est: p4est's time over ours for the same octants, round by round.
       const bench::Ratio refine_vs = bench::ratio(pref, ref, true), balance_vs = bench::ratio(pbal, bal, true);
+      const bench::Ratio again_vs = bench::ratio(pagain, again, true);
       const char *rv = bench::at_least(refine_vs, 1.5), *bv = bench::at_least(balance_vs, 1.0);
       verdicts.insert(verdicts.end(), {rv, bv, same ? "MET" : "NOT MET"});
-      std::printf("  %-8s %5d %10llu %10llu %13.2f %13.2f %13.2f %13.2f %9s\n", shape_name(shape), level,
+      std::printf("  %-8s %5d %10llu %10llu %12.2f %11.2f %12.2f %11.2f %12.2f %11.2f %9s\n", shape_name(shape), level,
                   static_cast<unsigned long long>(refined), static_cast<unsigned long long>(balanced), rr / 1e6, pr / 1e6,
-                  br / 1e6, pb / 1e6, same ? "yes" : "NO");
+                  ra / 1e6, pa / 1e6, br / 1e6, pb / 1e6, same ? "yes" : "NO");
       char line[512];
       std::snprintf(line, sizeof line,
-                    "  %s: PM-octree / p4est refine %.2f (spread %.2f-%.2f; asked >= 1.5: %s), balance %.2f (spread "
-                    "%.2f-%.2f; asked >= 1.0: %s; moonshot 1.5: %s)\n", shape_name(shape), refine_vs.value, refine_vs.low,
-                    refine_vs.high, rv, balance_vs.value, balance_vs.low, balance_vs.high, bv,
+                    "  %s: PM-octree / p4est refine %.2f (spread %.2f-%.2f; asked >= 1.5: %s), again %.2f (spread "
+                    "%.2f-%.2f: %s), balance %.2f (spread %.2f-%.2f; asked >= 1.0: %s; moonshot 1.5: %s)\n",
+                    shape_name(shape), refine_vs.value, refine_vs.low, refine_vs.high, rv, again_vs.value, again_vs.low,
+                    again_vs.high, bench::at_least(again_vs, 1.5), balance_vs.value, balance_vs.low, balance_vs.high, bv,
                     bench::at_least(balance_vs, 1.5));
       notes += line;
       j.num("p4est_refine_octants_per_s", pr).num("p4est_balance_octants_per_s", pb).boolean("same_tree_as_p4est", same);
+      j.num("p4est_refine_again_octants_per_s", pa).num("refine_again_vs_p4est", again_vs.value);
+      j.num("refine_again_vs_p4est_low", again_vs.low).num("refine_again_vs_p4est_high", again_vs.high);
       j.num("refine_vs_p4est", refine_vs.value).num("refine_vs_p4est_low", refine_vs.low);
       j.num("refine_vs_p4est_high", refine_vs.high).num("balance_vs_p4est", balance_vs.value);
       j.num("balance_vs_p4est_low", balance_vs.low).num("balance_vs_p4est_high", balance_vs.high);
       j.str("refine_verdict", rv).str("balance_verdict", bv);
 #else
-      std::printf("  %-8s %5d %10llu %10llu %13.2f %13s %13.2f %13s %9s\n", shape_name(shape), level,
+      std::printf("  %-8s %5d %10llu %10llu %12.2f %11s %12.2f %11s %12.2f %11s %9s\n", shape_name(shape), level,
                   static_cast<unsigned long long>(refined), static_cast<unsigned long long>(balanced), rr / 1e6, "-",
-                  br / 1e6, "-", "-");
+                  ra / 1e6, "-", br / 1e6, "-", "-");
 #endif
       j.close();
     }
     j.close();
 #ifdef HM_HAVE_P4EST
-    std::printf("%s  same tree: the balanced trees' leaves (corner, level) hashed in Morton order and compared\n", notes.c_str());
+    std::printf("%s  same tree: the balanced trees' leaves (corner, level) hashed in Morton order and compared\n"
+                "  refine: into a new pool (its pages new to the page cache) or p4est's heap; again: the same refinement\n"
+                "  after coarsening to the root, into pages the first one mapped (as a simulation's later steps)\n",
+                notes.c_str());
     std::printf("  all adapt targets (balance >= 1.0x and refine >= 1.5x p4est 2.2 in every round, same trees): %s\n"
                 "  (the PM-octree's balance runs on one thread; p4est's on one MPI rank)\n\n",
                 bench::all_of(verdicts).c_str());
@@ -430,7 +473,7 @@ int main(int argc, char **argv) {
   // refinement (a feature appears: the leaves within rho of a point on the sphere go one level
   // deeper, then 2:1 balance; rho halves until at most 5% of the leaves change) and a solver
   // update (the values of 5% of the leaves, a contiguous stretch in Morton order).
-  if (!a.restart_only) {
+  if (!a.restart_only && !a.adapt_only) {
     const int level = a.quick ? 7 : 9;
     auto t = make(pool, uint64_t{4} << 30);
     adapt_sphere(*t, level);
@@ -503,7 +546,7 @@ int main(int argc, char **argv) {
   }
 
   // 3. Restart in a fresh process: restore from the pool against loading the snapshot and p8est_load.
-  {
+  if (!a.adapt_only) {
     const uint64_t want = a.quick ? 200000 : 10000000;
     int u = 0;
     while (uint64_t{1} << (3 * (u + 1)) <= want) ++u;

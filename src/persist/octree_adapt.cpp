@@ -53,6 +53,35 @@ int Octree<Dim>::relink(uint64_t ref, uint64_t *kids, uint64_t *out, const Edit 
   return HM_OK;
 }
 
+// Splits `leaf` (accepted by the predicate) into a new family and, recursively, every child the
+// predicate accepts, each family written once: its children are decided before it is linked, so
+// a fresh subtree needs no copy-on-write relinking on the way up (the recursive refinement's
+// common case).
+template <int Dim>
+int Octree<Dim>::grow(const Leaf &leaf, const std::function<bool(const Leaf &)> &fn, uint64_t *out) {
+  int rc = new_family(leaf.coord, leaf.level, out);
+  if (rc != HM_OK) return rc;
+  leaves_ += kChildren - 1;
+  uint64_t kids[kChildren] = {};
+  bool any = false, fast_kid = false;
+  const uint32_t half = 1u << (kMaxLevel - leaf.level - 1);
+  for (int c = 0; c < kChildren; ++c) {
+    Leaf child{{leaf.coord[0], leaf.coord[1], leaf.coord[2]}, leaf.level + 1, leaf.value};
+    for (int d = 0; d < Dim; ++d) child.coord[d] += ((c >> d) & 1) ? half : 0;
+    if (child.level >= static_cast<uint32_t>(kMaxLevel) || !fn(child)) continue;
+    if ((rc = grow(child, fn, &kids[c])) != HM_OK) return rc;
+    any = true;
+    fast_kid |= is_fast(kids[c]);
+  }
+  Family *g = mut(*out);
+  for (int k = 0; k < kChildren; ++k) g->value[k] = leaf.value;
+  if (!any) return HM_OK;
+  // A child in C0 under a family in the pool: relink keeps C0 closed upwards.
+  if (fast_kid && !is_fast(*out)) return relink(*out, kids, out, [](Family *) {});
+  for (int c = 0; c < kChildren; ++c) g->child[c] = kids[c];
+  return HM_OK;
+}
+
 template <int Dim>
 int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf &)> &fn, bool recursive, bool *changed,
                                uint64_t *out) {
@@ -70,14 +99,15 @@ int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf
     }
     Leaf leaf = child_leaf(f, c);
     if (leaf.level >= static_cast<uint32_t>(kMaxLevel) || !fn(leaf)) continue;
-    int rc = new_family(leaf.coord, leaf.level, &kids[c]);
-    if (rc != HM_OK) return rc;
+    any = true;
+    if (recursive) {
+      if (int rc = grow(leaf, fn, &kids[c]); rc != HM_OK) return rc;
+      continue;
+    }
+    if (int rc = new_family(leaf.coord, leaf.level, &kids[c]); rc != HM_OK) return rc;
     Family *g = mut(kids[c]);
     for (int k = 0; k < kChildren; ++k) g->value[k] = leaf.value;
     leaves_ += kChildren - 1;
-    any = true;
-    bool ch = false;
-    if (recursive && (rc = refine_family(kids[c], fn, true, &ch, &kids[c])) != HM_OK) return rc;
   }
   *changed = any;
   *out = ref;
@@ -90,15 +120,16 @@ int Octree<Dim>::refine(const std::function<bool(const Leaf &)> &fn, bool recurs
   maybe_collect();
   int rc = HM_OK;
   if (root_child_ == 0) {
-    Leaf root{{0, 0, 0}, 0, root_value_};
+    const Leaf root{{0, 0, 0}, 0, root_value_};
     if (fn(root)) {
       uint64_t f = 0;
-      if ((rc = new_family(root.coord, 0, &f)) == HM_OK) {
+      if (recursive) {
+        leaves_ = 1;
+        if ((rc = grow(root, fn, &f)) == HM_OK) root_child_ = f;
+      } else if ((rc = new_family(root.coord, 0, &f)) == HM_OK) {
         for (int k = 0; k < kChildren; ++k) mut(f)->value[k] = root_value_;
         root_child_ = f;
         leaves_ = kChildren;
-        bool changed = false;
-        if (recursive && (rc = refine_family(f, fn, true, &changed, &f)) == HM_OK) root_child_ = f;
       }
     }
   } else {
