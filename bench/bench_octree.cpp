@@ -616,8 +616,11 @@ int main(int argc, char **argv) {
     std::printf("  snapshot / (restore + visit): warm %.1fx (spread %.1f-%.1f; asked: at least 20x in every round): %s; "
                 "cold %.1fx (spread %.1f-%.1f)\n", warm, warm_r.low, warm_r.high, bench::at_least(warm_r, 20), cold,
                 cold_r.low, cold_r.high);
+    const bench::Ratio p4_warm = bench::ratio(times[0][3], times[0][1]), p4_cold = bench::ratio(times[1][3], times[1][1]);
     if (have_p4est)
-      std::printf("  p8est_load / (restore + visit): warm %.1fx, cold %.1fx\n", med(0, 3) / med(0, 1), med(1, 3) / med(1, 1));
+      std::printf("  p8est_load / (restore + visit): warm %.1fx (spread %.1f-%.1f; asked: at least 10x in every round): %s; "
+                  "cold %.1fx (spread %.1f-%.1f)\n", p4_warm.value, p4_warm.low, p4_warm.high, bench::at_least(p4_warm, 10),
+                  p4_cold.value, p4_cold.low, p4_cold.high);
     unlink(pool.c_str());
     unlink(pool2.c_str());
     unlink(snap.c_str());
@@ -629,7 +632,12 @@ int main(int argc, char **argv) {
       if (have_p4est) j.num("p8est_load_visit_s", med(c, 3));
       j.close();
     }
-    j.num("speedup", warm).num("speedup_cold", cold).close();
+    j.num("speedup", warm).num("speedup_low", warm_r.low).num("speedup_high", warm_r.high).num("speedup_cold", cold);
+    if (have_p4est) {
+      j.num("vs_p8est_load", p4_warm.value).num("vs_p8est_load_low", p4_warm.low).num("vs_p8est_load_high", p4_warm.high);
+      j.num("vs_p8est_load_cold", p4_cold.value).str("vs_p8est_load_verdict", bench::at_least(p4_warm, 10));
+    }
+    j.str("verdict", bench::at_least(warm_r, 20)).close();
   }
   j.close();
   if (!j.write(a.json)) {

@@ -94,7 +94,8 @@ typedef struct pm_stats {
 void pm_options_init(pm_options_t *options);
 
 /* Creates a pool file of `bytes` at `path` holding a tree of dimension `dim` (2 or 3) with one
- * root leaf, persisted as version 1. HM_EINVAL (bad dim, size or arguments), HM_EIO, HM_EBUSY. */
+ * root leaf, persisted as version 1. HM_EINVAL (bad dim, size or arguments; `bytes` above 128 GiB,
+ * what a family's 32-bit child references can name), HM_EIO, HM_EBUSY. */
 int pm_create(const char *path, int dim, uint64_t bytes, pm_octree_t **out);
 /* pm_create with options (NULL: the defaults). HM_ENOMEM when the fast tier has no room for C0. */
 int pm_create_ex(const char *path, int dim, uint64_t bytes, const pm_options_t *options, pm_octree_t **out);

@@ -55,6 +55,9 @@ Octree<Dim>::~Octree() {
 template <int Dim>
 int Octree<Dim>::setup() {
   fast_cap_ = options_.fast_bytes / sizeof(Family);
+  if (fast_cap_ >= ChildRef::kFastBit)
+    return fail(HM_EINVAL, "PM-octree: a fast-tier budget of %s is more than C0 can index (%s)",
+                format_size(options_.fast_bytes).c_str(), format_size(ChildRef::kFastBit * sizeof(Family)).c_str());
   if (options_.fast_bytes > 0 && fast_cap_ < 4 * (kMaxLevel + 2))
     return fail(HM_EINVAL, "PM-octree: a fast-tier budget of %llu bytes holds %llu families; give 0 (no C0) or at least %zu bytes",
                 static_cast<unsigned long long>(options_.fast_bytes), static_cast<unsigned long long>(fast_cap_),
@@ -91,6 +94,9 @@ int Octree<Dim>::setup() {
 template <int Dim>
 int Octree<Dim>::create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out,
                         const OctreeOptions &options) {
+  if (bytes > kMaxPoolBytes)
+    return fail(HM_EINVAL, "PM-octree pool '%s': %s asked, at most %s (its families name their children by 32-bit "
+                "offsets)", path.c_str(), format_size(bytes).c_str(), format_size(kMaxPoolBytes).c_str());
   std::unique_ptr<Pool> pool;
   int rc = Pool::create(path, bytes, &pool, content_name(), options.note);
   if (rc != HM_OK) return rc;
@@ -108,6 +114,11 @@ int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out, 
   std::unique_ptr<Pool> pool;
   int rc = Pool::open(path, &pool);
   if (rc != HM_OK) return rc;
+  const std::string older = std::string(content_name()).substr(0, 8);  // "octree3." without the layout
+  if (pool->content() != content_name() && pool->content().rfind(older, 0) == 0)
+    return fail(HM_EFORMAT, "persistent pool '%s' holds a %dD tree in an older layout ('%s'; this version reads '%s'): "
+                "restore it with the hetmem that wrote it and save a snapshot (pm_snapshot_save), then load that",
+                path.c_str(), Dim, pool->content().c_str(), content_name());
   if (pool->content() != content_name())
     return fail(HM_EFORMAT, "persistent pool '%s' holds %s, not a %dD tree (%s)", path.c_str(),
                 pool->content().empty() ? "no tree" : ("'" + pool->content() + "'").c_str(), Dim, content_name());

@@ -264,7 +264,7 @@ int Octree<Dim>::edit_leaf(const uint32_t *coord, int level, bool *found, const 
   uint64_t kids[kChildren];
   double values[kChildren];
   auto [leaf_family, leaf_index] = path[depth - 1];
-  std::memcpy(kids, read(leaf_family)->child, sizeof kids);
+  std::copy(read(leaf_family)->child, read(leaf_family)->child + kChildren, kids);
   std::memcpy(values, read(leaf_family)->value, sizeof values);
   int rc = edit(&kids[leaf_index], &values[leaf_index]);
   if (rc != HM_OK) return rc;
@@ -273,7 +273,7 @@ int Octree<Dim>::edit_leaf(const uint32_t *coord, int level, bool *found, const 
   for (int i = depth - 2; i >= 0; --i) {
     auto [r, c] = path[i];
     if (read(r)->child[c] == ref) return HM_OK;  // changed in place: the path above is as it was
-    std::memcpy(kids, read(r)->child, sizeof kids);
+    std::copy(read(r)->child, read(r)->child + kChildren, kids);
     kids[c] = ref;
     if ((rc = relink(r, kids, &ref, [](Family *) {})) != HM_OK) return rc;
   }

@@ -95,7 +95,7 @@ int Octree<Dim>::build(const void *records, size_t count, size_t *next, const ui
     if ((rc = build(records, count, next, at, level + 1, &kids[c], &values[c])) != HM_OK) return rc;
   }
   Family *f = mut(*kid);
-  std::memcpy(f->child, kids, sizeof kids);
+  std::copy(kids, kids + kChildren, f->child);
   std::memcpy(f->value, values, sizeof values);
   return HM_OK;
 }

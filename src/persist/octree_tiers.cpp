@@ -23,8 +23,10 @@ int Octree<Dim>::merge(uint64_t ref, uint64_t *home, bool *moved) {
   for (int c = 0; c < kChildren; ++c)
     if (is_fast(image.child[c])) {
       bool mv = false;
-      int rc = merge(image.child[c], &image.child[c], &mv);
+      uint64_t kid = 0;
+      int rc = merge(image.child[c], &kid, &mv);
       if (rc != HM_OK) return rc;
+      image.child[c] = kid;
       changed |= mv;
     }
   const uint64_t old = fast_home_[i];

@@ -129,7 +129,7 @@ int pm_inspect(const char *path, pm_pool_info_t *info) {
                                                  : PM_POOL_COMMITTED;
   info->version = found.sequence;
   info->bytes = found.bytes;
-  info->dim = found.content == "octree2.2" ? 2 : found.content == "octree3.2" ? 3 : 0;
+  info->dim = found.content == Octree<2>::content_name() ? 2 : found.content == Octree<3>::content_name() ? 3 : 0;
   std::snprintf(info->note, sizeof info->note, "%s", found.note.c_str());
   return HM_OK;
 }
@@ -151,8 +151,9 @@ int pm_restore_ex(const char *path, const pm_options_t *options, pm_octree_t **o
     content = pool->content();
   }
   try {
-    if (content == "octree2.2") return open_tree<2>(path, 0, Open::restore, out, nullptr, options);
-    if (content == "octree3.2") return open_tree<3>(path, 0, Open::restore, out, nullptr, options);
+    // "octreeD.L": a D-dimensional tree in family layout L (restore refuses a layout it does not read, by name).
+    if (content.rfind("octree2.", 0) == 0) return open_tree<2>(path, 0, Open::restore, out, nullptr, options);
+    if (content.rfind("octree3.", 0) == 0) return open_tree<3>(path, 0, Open::restore, out, nullptr, options);
     if (content == "octree2" || content == "octree3")
       return fail(HM_EFORMAT, "persistent pool '%s' holds a PM-octree of the first format (families without "
                   "version stamps and seals), which this hetmem does not restore; the file was left as it is "

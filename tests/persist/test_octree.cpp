@@ -211,7 +211,7 @@ TYPED_TEST(OctreeDims, RestoreRefusesAPoolHoldingSomethingElse) {
   }
   std::unique_ptr<Octree<Dim>> tree;
   EXPECT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_EFORMAT);
-  EXPECT_NE(std::string(hm_last_error()).find("holds 'octree" + std::to_string(Other) + ".2', not a " +
+  EXPECT_NE(std::string(hm_last_error()).find("holds 'octree" + std::to_string(Other) + ".3', not a " +
                                                      std::to_string(Dim) + "D tree"), std::string::npos) << hm_last_error();
   EXPECT_FALSE(tree);
   std::unique_ptr<Octree<Other>> same;
@@ -229,6 +229,29 @@ TYPED_TEST(OctreeDims, RestoreRefusesAPoolHoldingSomethingElse) {
   }
   EXPECT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_EFORMAT);
   EXPECT_NE(std::string(hm_last_error()).find("holds no tree"), std::string::npos) << hm_last_error();
+  unlink(this->path_.c_str());
+  {
+    // A tree of the layout before 32-bit child references: refused by name, not misread.
+    const std::string older = "octree" + std::to_string(Dim) + ".2";
+    std::unique_ptr<hm::persist::Pool> pool;
+    ASSERT_EQ(hm::persist::Pool::create(this->path_, 1 << 20, &pool, older), HM_OK);
+    uint64_t top = 0;
+    ASSERT_EQ(pool->allocate(192, &top), HM_OK);
+    ASSERT_EQ(pool->commit(top), HM_OK);
+  }
+  EXPECT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("in an older layout ('octree" + std::to_string(Dim) + ".2'"),
+            std::string::npos) << hm_last_error();
+  EXPECT_FALSE(tree);
+}
+
+TYPED_TEST(OctreeDims, APoolLargerThanChildReferencesNameIsRefused) {
+  constexpr int Dim = TypeParam::value;
+  std::unique_ptr<Octree<Dim>> tree;
+  EXPECT_EQ(Octree<Dim>::create(this->path_, Octree<Dim>::kMaxPoolBytes + 4096, &tree), HM_EINVAL);
+  EXPECT_NE(std::string(hm_last_error()).find("32-bit"), std::string::npos) << hm_last_error();
+  EXPECT_FALSE(std::filesystem::exists(this->path_)) << "nothing was created";
+  EXPECT_EQ(Octree<Dim>::kMaxPoolBytes, uint64_t{128} << 30);
 }
 
 TYPED_TEST(OctreeDims, SnapshotRoundTripAndDamagedSnapshotsAreRefused) {

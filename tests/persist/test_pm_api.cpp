@@ -144,7 +144,7 @@ TEST_F(PmApi, OptionsStatsFeaturesCollectAndBalancedCoarsening) {
   ASSERT_EQ(pm_stats(t, &st), HM_OK);
   EXPECT_GT(st.fast_writes, 0u) << "the tree was built in C0";
   EXPECT_GT(st.pool_writes, 0u) << "and merged into the pool at the persist";
-  EXPECT_EQ(st.fast_capacity, (64u << 10) / 96u) << "a quadtree family: 96 bytes";
+  EXPECT_EQ(st.fast_capacity, (64u << 10) / 80u) << "a quadtree family: 80 bytes";
   // Gerris' rule: only families whose coarsening keeps 2:1 go; plain coarsening takes more.
   ASSERT_EQ(pm_coarsen_balanced(t, everything, nullptr), HM_OK);
   const uint64_t kept = pm_leaf_count(t);

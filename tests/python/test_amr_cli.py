@@ -96,7 +96,7 @@ def test_a_long_run_reuses_pool_space(tmp_path):
 
 def test_full_pool_stops_with_the_last_version_intact(tmp_path):
     pool = tmp_path / "small.pool"
-    r = amr("--steps", "5", "--level", "8", "--pool", str(pool), "--pool-mib", "2", "--progress", "0")
+    r = amr("--steps", "5", "--level", "8", "--pool", str(pool), "--pool-mib", "1", "--progress", "0")
     assert r.returncode == 1 and "is full" in r.stderr and "the committed version is intact" in r.stderr
     r = amr("--restore", "--steps", "1", "--level", "5", "--pool", str(pool), "--progress", "0")
     assert r.returncode == 2 and "--level 5 differs from the run's 8 kept in" in r.stderr, r.stderr
