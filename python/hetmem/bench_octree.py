@@ -23,7 +23,7 @@ import time
 
 from .lib import HetmemError, find_program
 
-FAMILY_BYTES = 160  # a 3D family: corner and level, 8 child offsets, 8 values, stamp and seal
+FAMILY_BYTES = 128  # a 3D family: corner and level, 8 32-bit child references, 8 values, stamp and seal
 TARGET_FEWER_WRITES = 0.25  # the transformation: at least 25% fewer pool writes (Nguyen et al.: 31%)
 # The trees of --large: at least 10^7 octants each (leaves x 8/7).
 LARGE = {"spheres": ["--level", "11", "--spheres", "2"], "droplet": ["--level", "12", "--shape", "droplet"]}
