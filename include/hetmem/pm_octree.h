@@ -64,7 +64,8 @@ typedef struct pm_pool_info {
   pm_pool_state_t state;
   uint64_t version;  /* the last committed version; 0: none */
   uint64_t bytes;    /* the pool's size */
-  int dim;           /* 2 or 3 for a PM-octree pool; 0 for anything else */
+  int dim;           /* 2 or 3 for a PM-octree pool this hetmem restores; 0 for anything else
+                        (an older layout included: pm_restore names it) */
   char note[1024];   /* the note given at creation, NUL-terminated ("" if none or damaged) */
 } pm_pool_info_t;
 

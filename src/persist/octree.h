@@ -96,8 +96,9 @@ class Octree {
   // A child's family as a family stores it, in 32 bits: a pool offset in units of kUnit bytes,
   // or a C0 index with the top bit set; 0 for a leaf. Read and assigned as the 64-bit reference
   // the tree works with (a pool offset, or kFast | a C0 index). Half the size of a 64-bit
-  // reference, it makes a 3D family 128 bytes (two cache lines) instead of 192: restore checks,
-  // and a new subtree writes, a third fewer bytes. The cost: a pool holds at most kMaxPoolBytes.
+  // reference, it makes a 3D family 128 bytes (two cache lines, one pool slot) instead of 160 in a
+  // 192-byte slot: restore checks, and a new subtree writes, a third fewer bytes. The cost: a pool
+  // holds at most kMaxPoolBytes.
   struct ChildRef {
     uint32_t word;
     operator uint64_t() const {
