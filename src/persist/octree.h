@@ -258,6 +258,16 @@ class Octree {
     for (int d = 0; d < Dim; ++d) l.coord[d] += ((c >> d) & 1) ? size : 0;
     return l;
   }
+  // A family of leaves as coarsening offers it (its children as leaves into `leaves`); returns the
+  // mean of their values, the value of the leaf they merge into.
+  static double family_leaves(const Family *f, Leaf *leaves) {
+    double mean = 0;
+    for (int k = 0; k < kChildren; ++k) {
+      leaves[k] = child_leaf(f, k);
+      mean += f->value[k] / kChildren;
+    }
+    return mean;
+  }
   // The index of the child of a family that holds point `at`.
   static int child_index(const Family *f, const uint32_t *at) {
     const uint32_t size = 1u << (kMaxLevel - f->level);

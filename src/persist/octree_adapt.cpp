@@ -168,11 +168,7 @@ int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Lea
       continue;
     }
     Leaf leaves[kChildren];
-    double mean = 0;
-    for (int k = 0; k < kChildren; ++k) {
-      leaves[k] = child_leaf(g, k);
-      mean += g->value[k] / kChildren;
-    }
+    const double mean = family_leaves(g, leaves);
     if (!fn(leaves)) continue;
     if (keep_balance) {
       Leaf parent = leaves[0];
@@ -216,13 +212,8 @@ int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn, bool keep_
     }
     if (rc != HM_OK || !recursive || !changed || !leaves_only(read(root_child_))) return after_change(rc, "coarsen");
   }
-  const Family *f = read(root_child_);
   Leaf leaves[kChildren];
-  double mean = 0;
-  for (int k = 0; k < kChildren; ++k) {
-    leaves[k] = child_leaf(f, k);
-    mean += f->value[k] / kChildren;
-  }
+  const double mean = family_leaves(read(root_child_), leaves);
   if (fn(leaves)) {  // level-1 leaves: nothing touching the root can be finer than 2:1 allows
     drop_family(root_child_);
     root_child_ = 0;
