@@ -123,6 +123,7 @@ struct LeafHash {
 // first one left mapped, as in a simulation's later steps).
 struct AdaptTimes {
   double refine_s = 0, balance_s = 0, again_s = 0;
+  double balance1_s = 0, balance2_s = 0;  // balance again (into mapped pages) on 1 and on 2 threads
 };
 
 // Refine `shape` to its level in one recursive pass (as p4est does), then balance, then coarsen to
@@ -152,7 +153,22 @@ AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *h
   if (t.refine(fn, true) != HM_OK) die("refine again");
   r.again_s = bench::now() - t0;
   if (t.leaf_count() != *refined) die("refine again: a different tree");
-  if (t.balance() != HM_OK || t.leaf_count() != balanced) die("balance again");
+  // Balance again on 2 threads, then (coarsened and refined once more) on 1: both into pages
+  // mapped before, so that the two differ only in the threads.
+  for (int threads : {2, 1}) {
+    if (threads == 1 && (t.coarsen([](const Leaf *) { return true; }, false, true) != HM_OK ||
+                         t.refine(fn, true) != HM_OK))
+      die("refine a third time");
+    t.set_threads(threads);
+    t0 = bench::now();
+    if (t.balance() != HM_OK) die("balance again");
+    (threads == 2 ? r.balance2_s : r.balance1_s) = bench::now() - t0;
+    if (t.leaf_count() != balanced) die("balance again: a different tree");
+    LeafHash h;
+    t.leaves([&](const Leaf &l) { h.add(l.coord, static_cast<int>(l.level)); });
+    if (h.h != hash->h || h.n != hash->n) die("balance on 2 threads: a different tree");
+  }
+  t.set_threads(1);
   return r;
 }
 
@@ -181,7 +197,7 @@ int p8_coarsen_all(p8est_t *, p4est_topidx_t, p8est_quadrant_t *[]) { return 1; 
 // p4est on the same tree: recursive refinement with the same predicate, then full balance, then
 // recursive coarsening to the root and the same refinement again.
 struct P4estRun {
-  double refine_s, balance_s, again_s;
+  double refine_s, balance_s, again_s, balance_again_s;
   uint64_t refined, balanced;
   LeafHash hash;
 };
@@ -212,6 +228,10 @@ P4estRun p4est_adapt(Shape shape, int level) {
   p8est_refine(p, 1, p8_refine, nullptr);
   r.again_s = bench::now() - t0;
   if (static_cast<uint64_t>(p->global_num_quadrants) != r.refined) die("p8est_refine again: a different tree");
+  t0 = bench::now();
+  p8est_balance(p, P8EST_CONNECT_FULL, nullptr);
+  r.balance_again_s = bench::now() - t0;
+  if (static_cast<uint64_t>(p->global_num_quadrants) != r.balanced) die("p8est_balance again: a different tree");
   p8est_destroy(p);
   p8est_connectivity_destroy(conn);
   return r;
@@ -391,7 +411,7 @@ int main(int argc, char **argv) {
     std::string notes;
     for (Shape shape : {Shape::sphere, Shape::droplet, Shape::random}) {
       const int level = shape_level(shape, a.quick);
-      std::vector<double> ref, bal, again, pref, pbal, pagain;
+      std::vector<double> ref, bal, again, bal1, bal2, pref, pbal, pagain, pbal_again;
       uint64_t refined = 0, balanced = 0;
       LeafHash mine;
 #ifdef HM_HAVE_P4EST
@@ -405,6 +425,8 @@ int main(int argc, char **argv) {
           ref.push_back(at.refine_s);
           bal.push_back(at.balance_s);
           again.push_back(at.again_s);
+          bal1.push_back(at.balance1_s);
+          bal2.push_back(at.balance2_s);
           balanced = t->leaf_count();
         }
         unlink(pool.c_str());
@@ -413,6 +435,7 @@ int main(int argc, char **argv) {
         pref.push_back(p.refine_s);
         pbal.push_back(p.balance_s);
         pagain.push_back(p.again_s);
+        pbal_again.push_back(p.balance_again_s);
 #endif
       }
       const double rr = refined / bench::median(ref), br = balanced / bench::median(bal);
@@ -440,6 +463,25 @@ int main(int argc, char **argv) {
                     again_vs.high, bench::at_least(again_vs, 1.5), balance_vs.value, balance_vs.low, balance_vs.high, bv,
                     bench::at_least(balance_vs, 1.5));
       notes += line;
+      // Balance again (into pages mapped before) on 1 and on 2 threads, and p4est's on one rank.
+      const bench::Ratio threads_vs = bench::ratio(bal1, bal2, true), two_vs = bench::ratio(pbal_again, bal2, true);
+      const bench::Ratio one_vs = bench::ratio(pbal_again, bal1, true);
+      std::snprintf(line, sizeof line,
+                    "  %s: balance again, 1 thread %.2f Mo/s, 2 threads %.2f Mo/s, p4est (1 rank) %.2f Mo/s: 2 threads / 1 "
+                    "thread %.2f (spread %.2f-%.2f); / p4est: 1 thread %.2f (spread %.2f-%.2f: %s), 2 threads %.2f "
+                    "(spread %.2f-%.2f: %s)\n",
+                    shape_name(shape), balanced / bench::median(bal1) / 1e6, balanced / bench::median(bal2) / 1e6,
+                    p.balanced / bench::median(pbal_again) / 1e6, threads_vs.value, threads_vs.low, threads_vs.high,
+                    one_vs.value, one_vs.low, one_vs.high, bench::at_least(one_vs, 1.0), two_vs.value, two_vs.low,
+                    two_vs.high, bench::at_least(two_vs, 1.0));
+      notes += line;
+      verdicts.insert(verdicts.end(), {bench::at_least(one_vs, 1.0), bench::at_least(two_vs, 1.0)});
+      j.num("balance_again_1_thread_octants_per_s", balanced / bench::median(bal1));
+      j.num("balance_again_2_threads_octants_per_s", balanced / bench::median(bal2));
+      j.num("p4est_balance_again_octants_per_s", p.balanced / bench::median(pbal_again));
+      j.num("balance_2_threads_vs_1", threads_vs.value).num("balance_2_threads_vs_1_low", threads_vs.low);
+      j.num("balance_2_threads_vs_1_high", threads_vs.high).num("balance_2_threads_vs_p4est", two_vs.value);
+      j.num("balance_2_threads_vs_p4est_low", two_vs.low).num("balance_2_threads_vs_p4est_high", two_vs.high);
       j.num("p4est_refine_octants_per_s", pr).num("p4est_balance_octants_per_s", pb).boolean("same_tree_as_p4est", same);
       j.num("p4est_refine_again_octants_per_s", pa).num("refine_again_vs_p4est", again_vs.value);
       j.num("refine_again_vs_p4est_low", again_vs.low).num("refine_again_vs_p4est_high", again_vs.high);
@@ -458,10 +500,11 @@ int main(int argc, char **argv) {
 #ifdef HM_HAVE_P4EST
     std::printf("%s  same tree: the balanced trees' leaves (corner, level) hashed in Morton order and compared\n"
                 "  refine: into a new pool (its pages new to the page cache) or p4est's heap; again: the same refinement\n"
-                "  after coarsening to the root, into pages the first one mapped (as a simulation's later steps)\n",
+                "  after coarsening to the root, into pages the first one mapped (as a simulation's later steps); balance\n"
+                "  again: after that refinement, the PM-octree on 1 and on 2 threads (each checked to make the same tree)\n",
                 notes.c_str());
-    std::printf("  all adapt targets (balance >= 1.0x and refine >= 1.5x p4est 2.2 in every round, same trees): %s\n"
-                "  (the PM-octree's balance runs on one thread; p4est's on one MPI rank)\n\n",
+    std::printf("  all adapt targets (balance >= 1.0x on 1 and 2 threads and refine >= 1.5x p4est 2.2 in every round, same\n"
+                "  trees): %s (p4est on one MPI rank; on 2 ranks not measured)\n\n",
                 bench::all_of(verdicts).c_str());
     j.str("adapt_verdict", bench::all_of(verdicts));
 #else

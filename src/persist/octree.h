@@ -54,6 +54,7 @@ struct OctreeOptions {
   bool census = false;            // count each step's writes per family (a hash-table update per
                                   // write): the transformation's hit rate and the most C0 could
                                   // have absorbed, in stats()
+  int threads = 1;                // threads for 2:1 balance's ripple (1 or 2; more are used as 2)
 };
 
 // What the tree did to the tiers since it was opened.
@@ -162,8 +163,11 @@ class Octree {
   // Sets the value of the leaf containing the point (coordinates in [0, 1)).
   int set_value(const double *point, double value);
   // 2:1 balance across faces, edges and corners: refines until no two touching leaves differ by
-  // more than one level. Only refines, so a balanced tree is left unchanged.
+  // more than one level. Only refines, so a balanced tree is left unchanged. Its ripple runs on
+  // options.threads (1 or 2) threads; the tree it makes is the same.
   int balance();
+  // The threads balance() uses from now on (options.threads at creation).
+  void set_threads(int threads) { options_.threads = threads; }
   // Merges C0 into C1, commits the working version (pm_persistent), frees what V(i-1) alone
   // used, sends the delta to the replica, and transforms the layout.
   int persist();
@@ -277,6 +281,10 @@ class Octree {
     return c;
   }
   const Family *read(uint64_t ref) const;
+  // A family without counting or charging the read: for threads that share the tree read-only.
+  const Family *family_at(uint64_t ref) const {
+    return is_fast(ref) ? &fast_[ref & ~kFast] : pool_->template at<Family>(ref);
+  }
   Family *mut(uint64_t ref) { return const_cast<Family *>(read(ref)); }
   // A reference to a family that may be written: C0 families and fresh pool families as they are,
   // a committed family copied (into C0 if it lies in a hot subtree and C0 has room).

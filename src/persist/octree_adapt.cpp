@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <absl/container/flat_hash_map.h>
@@ -361,45 +362,66 @@ int Octree<Dim>::balance() {
   };
   gather(root_child_);
 
-  // The families on the last query's path (path[t]: the one whose parent octant is at level t):
-  // neighbours asked one after another are near each other, so a query climbs a little and
-  // descends a little rather than starting at the root.
-  std::array<uint64_t, kMaxLevel + 1> path{};
-  path[0] = root_child_;
-  int cached = 0;
+  // One worker of the ripple. Alone, it records straight into made/asked/roots. With two, each
+  // serves half of a level's requests (in Morton order) into its own sets, reading what earlier
+  // levels made, and the halves are merged before the next level: the same octants are made,
+  // whatever the split. The tree is only read while the ripple runs (with two workers through
+  // family_at, which touches no tree state; their reads are counted afterwards).
+  struct Worker {
+    // The families on the last query's path (path[t]: the one whose parent octant is at level t):
+    // neighbours asked one after another are near each other, so a query climbs a little and
+    // descends a little rather than starting at the root.
+    std::array<uint64_t, kMaxLevel + 1> path{};
+    int cached = 0;
+    uint64_t reads = 0;
+    std::array<absl::flat_hash_set<uint64_t>, kMaxLevel + 1> own_made;
+    std::array<absl::flat_hash_map<uint64_t, uint32_t>, kMaxLevel + 1> own_asked;
+    std::vector<Leaf> own_roots;
+    bool shared = false;  // alone: into the tree-wide sets
+  };
   auto contains = [](const Family *f, const uint32_t *q, int level) {
     const int shift = kMaxLevel - level;
     bool in = true;
     for (int d = 0; d < Dim; ++d) in &= (q[d] >> shift) == (f->coord[d] >> shift);
     return in;
   };
+  // Two workers only where a level has enough requests to pay for a thread; never with the nvbm
+  // emulation, whose charge follows each read in order.
+  const bool two = options_.threads >= 2 && !options_.emulate_nvbm;
+  auto look = [&](Worker &w, uint64_t ref) {
+    if (!two) return read(ref);
+    w.reads += is_fast(ref) ? 0 : 1;
+    return family_at(ref);
+  };
   // Makes the octant at corner q of level j internal if it is not: returns nothing, records what
   // it made and what that asks.
-  auto ensure_internal = [&](const uint32_t *q, int j) {
-    int t = std::min(cached, j);
-    while (t > 0 && !contains(read(path[t]), q, t)) --t;
+  auto ensure_internal = [&](Worker &w, const uint32_t *q, int j) {
+    auto &path = w.path;
+    int t = std::min(w.cached, j);
+    while (t > 0 && !contains(look(w, path[t]), q, t)) --t;
     int leaf_level = -1;
     for (;;) {
       if (t == j) return;  // a family whose parent octant is the one asked: internal already
-      const Family *f = read(path[t]);
+      const Family *f = look(w, path[t]);
       const uint64_t kid = f->child[child_index(f, q)];
       if (kid == 0) {
         leaf_level = t + 1;
         break;
       }
       path[++t] = kid;
-      cached = t;
+      w.cached = t;
     }
-    cached = t;
+    w.cached = t;
     uint32_t a[3] = {0, 0, 0};
     for (int level = j; level >= leaf_level; --level) {
       const uint32_t size = 1u << (kMaxLevel - level);
       for (int d = 0; d < Dim; ++d) a[d] = q[d] & ~(size - 1);
-      if (!made[level].insert(corner_key(a)).second) return;  // made earlier, with its ancestors
-      if (level == leaf_level) {
-        Leaf leaf{{a[0], a[1], a[2]}, static_cast<uint32_t>(level), 0};
-        roots.push_back(leaf);
-      }
+      const uint64_t key = corner_key(a);
+      // Made earlier, with its ancestors.
+      if (w.shared ? !made[level].insert(key).second
+                   : made[level].contains(key) || !w.own_made[level].insert(key).second)
+        return;
+      if (level == leaf_level) (w.shared ? roots : w.own_roots).push_back(Leaf{{a[0], a[1], a[2]}, static_cast<uint32_t>(level), 0});
       // It is an internal child of its parent now: the parent asks for its neighbours on that side.
       if (level >= 2) {
         uint32_t p[3] = {0, 0, 0};
@@ -408,13 +430,13 @@ int Octree<Dim>::balance() {
           p[d] = a[d] & ~(2 * size - 1);
           c |= ((a[d] & size) ? 1 : 0) << d;
         }
-        asked[level - 1][corner_key(p)] |= 1u << c;
+        (w.shared ? asked : w.own_asked)[level - 1][corner_key(p)] |= 1u << c;
       }
     }
   };
   static const std::array<uint32_t, (1 << Dim)> sides = side_offsets<Dim>();
   constexpr int kOffsets = Dim == 3 ? 27 : 9;
-  auto serve = [&](uint64_t key, uint32_t mask, int level) {
+  auto serve = [&](Worker &w, uint64_t key, uint32_t mask, int level) {
     uint32_t offsets = 0;
     for (int c = 0; c < kChildren; ++c)
       if (mask & (1u << c)) offsets |= sides[static_cast<size_t>(c)];
@@ -431,17 +453,47 @@ int Octree<Dim>::balance() {
         inside &= x >= 0 && x < end;
         q[d] = static_cast<uint32_t>(x);
       }
-      if (inside) ensure_internal(q, level);
+      if (inside) ensure_internal(w, q, level);
     }
   };
-  std::vector<std::pair<uint64_t, Want>> order;  // the ripple's requests of a level in Morton order
+  constexpr size_t kSplitAt = 4096;
+  std::array<Worker, 2> workers;
+  workers[0].shared = true;
+  for (Worker &w : workers) w.path[0] = root_child_;
+  std::vector<Want> order;  // a level's requests: the tree's, then the ripple's in Morton order
+  std::vector<std::pair<uint64_t, Want>> ripple;
   for (int level = kMaxLevel; level >= 1; --level) {
-    for (const auto &[key, mask] : listed[level]) serve(key, mask, level);
-    order.clear();
-    for (const auto &[key, mask] : asked[level]) order.push_back({morton(key), {key, mask}});
-    std::sort(order.begin(), order.end(), [](const auto &x, const auto &y) { return x.first < y.first; });
-    for (const auto &[code, want] : order) serve(want.first, want.second, level);
+    order.assign(listed[level].begin(), listed[level].end());
+    ripple.clear();
+    for (const auto &[key, mask] : asked[level]) ripple.push_back({morton(key), {key, mask}});
+    std::sort(ripple.begin(), ripple.end(), [](const auto &x, const auto &y) { return x.first < y.first; });
+    for (const auto &r : ripple) order.push_back(r.second);
+    if (!two || order.size() < kSplitAt) {
+      for (const auto &[key, mask] : order) serve(workers[0], key, mask, level);
+      continue;
+    }
+    // Both halves read the tree-wide sets as they stand and record into their own; then merged.
+    const size_t half = order.size() / 2;
+    workers[0].shared = false;
+    std::thread second([&] {
+      for (size_t i = half; i < order.size(); ++i) serve(workers[1], order[i].first, order[i].second, level);
+    });
+    for (size_t i = 0; i < half; ++i) serve(workers[0], order[i].first, order[i].second, level);
+    second.join();
+    workers[0].shared = true;
+    for (Worker &w : workers) {
+      for (const Leaf &leaf : w.own_roots)  // a leaf both halves split is split once
+        if (!made[leaf.level].contains(corner_key(leaf.coord))) roots.push_back(leaf);
+      w.own_roots.clear();
+      for (int l = 0; l <= kMaxLevel; ++l) {
+        made[l].insert(w.own_made[l].begin(), w.own_made[l].end());
+        w.own_made[l].clear();
+        for (const auto &[key, mask] : w.own_asked[l]) asked[l][key] |= mask;
+        w.own_asked[l].clear();
+      }
+    }
   }
+  stats_.pool_reads += workers[0].reads + workers[1].reads;
 
   // Split each tree leaf the ripple made internal, once, with the subtree below it built whole.
   std::function<int(const uint32_t *, uint32_t, double, uint64_t *)> grow = [&](const uint32_t *corner, uint32_t level,

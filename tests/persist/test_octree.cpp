@@ -202,6 +202,45 @@ TYPED_TEST(OctreeDims, BalanceIsTwoToOneAcrossFacesEdgesAndCornersAndIdempotent)
   EXPECT_EQ(unbalanced_pairs(*again), 0) << "the balanced version is what was persisted";
 }
 
+TYPED_TEST(OctreeDims, BalanceOnTwoThreadsMakesTheSameTreeAsOnOne) {
+  constexpr int Dim = TypeParam::value;
+  // A random refinement (every octant to level 3, then each with probability 0.3 from a hash of
+  // its corner and level): large enough that the ripple's levels are split between two threads.
+  const uint32_t deepest = Dim == 3 ? 9 : 14;
+  auto random_tree = [&](const std::string &path, int threads, std::unique_ptr<Octree<Dim>> *out) {
+    hm::persist::OctreeOptions o;
+    o.threads = threads;
+    ASSERT_EQ(Octree<Dim>::create(path, 256 << 20, out, o), HM_OK) << hm_last_error();
+    ASSERT_EQ((*out)->refine(
+                  [&](const auto &l) {
+                    if (l.level >= deepest) return false;
+                    uint64_t z = (uint64_t{l.coord[0]} | uint64_t{l.coord[1]} << 20 | uint64_t{l.coord[2]} << 40 |
+                                  uint64_t{l.level} << 60) + 0x9E3779B97F4A7C15ull;
+                    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+                    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+                    z ^= z >> 31;
+                    return l.level < 3 || (z >> 11) * 0x1.0p-53 < (Dim == 3 ? 0.3 : 0.55);
+                  },
+                  true),
+              HM_OK);
+  };
+  std::unique_ptr<Octree<Dim>> one, two;
+  random_tree(this->path_, 1, &one);
+  random_tree(this->path_ + ".two", 2, &two);
+  ASSERT_EQ(one->checksum(), two->checksum()) << "the same tree before balancing";
+  const uint64_t before = one->leaf_count();
+  ASSERT_EQ(one->balance(), HM_OK);
+  ASSERT_EQ(two->balance(), HM_OK);
+  EXPECT_GT(one->leaf_count(), before + 10000) << "the balance had much to do";
+  EXPECT_EQ(two->leaf_count(), one->leaf_count());
+  EXPECT_EQ(two->checksum(), one->checksum()) << "leaf for leaf the tree one thread makes";
+  std::string why;
+  EXPECT_TRUE(two->valid(&why)) << why;
+  EXPECT_GT(two->stats().pool_reads, 0u) << "the workers' reads are counted";
+  two.reset();
+  unlink((this->path_ + ".two").c_str());
+}
+
 TYPED_TEST(OctreeDims, RestoreRefusesAPoolHoldingSomethingElse) {
   constexpr int Dim = TypeParam::value;
   constexpr int Other = Dim == 2 ? 3 : 2;
