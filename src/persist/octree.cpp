@@ -66,6 +66,7 @@ int Octree<Dim>::setup() {
     return fail(HM_EINVAL, "PM-octree: fast_threshold %g is outside (0, 1]", options_.fast_threshold);
   if (!(options_.gc_threshold >= 0 && options_.gc_threshold < 1))
     return fail(HM_EINVAL, "PM-octree: gc_threshold %g is outside [0, 1)", options_.gc_threshold);
+  if (options_.threads < 1) return fail(HM_EINVAL, "PM-octree: threads %d must be at least 1", options_.threads);
   if (!(options_.t_transform > 0)) return fail(HM_EINVAL, "PM-octree: t_transform %g must be positive", options_.t_transform);
   if (fast_cap_ > 0) {
     // Strict: C0 on the capacity tier would be C0 in name only (every "fast" write as slow as the

@@ -65,6 +65,7 @@ hm::persist::OctreeOptions to_options(const pm_options_t *o) {
   r.replica = o->replica ? o->replica : "";
   r.emulate_nvbm = o->emulate_nvbm != 0;
   r.census = o->census != 0;
+  r.threads = o->threads == 0 ? 1 : o->threads;
   r.note = o->note ? o->note : "";
   return r;
 }
@@ -99,6 +100,7 @@ void pm_options_init(pm_options_t *o) {
   o->gc_threshold = d.gc_threshold;
   o->transform = d.transform;
   o->t_transform = d.t_transform;
+  o->threads = d.threads;
 }
 
 int pm_create(const char *path, int dim, uint64_t bytes, pm_octree_t **out) {

@@ -134,6 +134,11 @@ TEST_F(PmApi, OptionsStatsFeaturesCollectAndBalancedCoarsening) {
   EXPECT_EQ(pm_create_ex(path_.c_str(), 3, 16 << 20, &o, &t), HM_EINVAL);
   EXPECT_TRUE(has("gc_threshold")) << hm_last_error();
   o.gc_threshold = 0.1;
+  EXPECT_EQ(o.threads, 1);
+  o.threads = -1;
+  EXPECT_EQ(pm_create_ex(path_.c_str(), 3, 16 << 20, &o, &t), HM_EINVAL);
+  EXPECT_TRUE(has("threads -1")) << hm_last_error();
+  o.threads = 2;  // the balance below runs its ripple on 2 threads
   ASSERT_EQ(pm_create_ex(path_.c_str(), 2, 16 << 20, &o, &t), HM_OK) << hm_last_error();
   ASSERT_EQ(pm_set_features(t, near_origin, nullptr), HM_OK);
   for (int k = 0; k < 6; ++k) ASSERT_EQ(pm_refine(t, towards_origin, nullptr), HM_OK);
