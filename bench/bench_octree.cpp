@@ -47,6 +47,7 @@ struct Args {
   bool quick = false;
   bool restart_only = false;  // only the restart figures (the slowest to change, quickest to rerun)
   bool adapt_only = false;    // only the refine and balance figures against p4est
+  std::vector<std::string> ranks;  // --p4est-balance SHAPE LEVEL ROUNDS (run under mpirun)
   std::string json;  // default: results/hetmem-bench-octree.json in the build tree
   std::string dir;
 };
@@ -236,6 +237,60 @@ P4estRun p4est_adapt(Shape shape, int level) {
   p8est_connectivity_destroy(conn);
   return r;
 }
+
+// p4est's balance on every rank of MPI_COMM_WORLD (run under mpirun by `hetmem bench octree`):
+// per round, the tree refined on rank 0, partitioned evenly, then balanced, timed from a barrier
+// to the slowest rank's end. Rank 0 prints each round's seconds, then the balanced tree's leaf
+// count and hash (the ranks' leaves hashed in order, the state handed from rank to rank).
+int p4est_balance_ranks(Shape shape, int level, int rounds) {
+  g_shape = shape;
+  g_level = level;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  LeafHash hash;
+  uint64_t balanced = 0;
+  for (int round = 0; round < rounds; ++round) {
+    p8est_connectivity_t *conn = p8est_connectivity_new_unitcube();
+    p8est_t *p = p8est_new(MPI_COMM_WORLD, conn, 0, nullptr, nullptr);
+    p8est_refine(p, 1, p8_refine, nullptr);
+    p8est_partition(p, 0, nullptr);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = bench::now();
+    p8est_balance(p, P8EST_CONNECT_FULL, nullptr);
+    double mine = bench::now() - t0, slowest = 0;
+    MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) std::printf("round %.6f\n", slowest);
+    balanced = static_cast<uint64_t>(p->global_num_quadrants);
+    if (round == rounds - 1) {
+      uint64_t state[2] = {hash.h, hash.n};
+      if (rank > 0) MPI_Recv(state, 2, MPI_UINT64_T, rank - 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      hash.h = state[0];
+      hash.n = state[1];
+      sc_array_t *quadrants = &p8est_tree_array_index(p->trees, 0)->quadrants;
+      for (size_t i = 0; i < quadrants->elem_count; ++i) {
+        const p8est_quadrant_t *q = p8est_quadrant_array_index(quadrants, i);
+        const uint32_t c[3] = {static_cast<uint32_t>(q->x) << (20 - P8EST_MAXLEVEL),
+                               static_cast<uint32_t>(q->y) << (20 - P8EST_MAXLEVEL),
+                               static_cast<uint32_t>(q->z) << (20 - P8EST_MAXLEVEL)};
+        hash.add(c, q->level);
+      }
+      state[0] = hash.h;
+      state[1] = hash.n;
+      if (rank + 1 < size) MPI_Send(state, 2, MPI_UINT64_T, rank + 1, 0, MPI_COMM_WORLD);
+      if (rank == size - 1 && size > 1) MPI_Send(state, 2, MPI_UINT64_T, 0, 1, MPI_COMM_WORLD);
+      if (rank == 0 && size > 1) MPI_Recv(state, 2, MPI_UINT64_T, size - 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      hash.h = state[0];
+      hash.n = state[1];
+    }
+    p8est_destroy(p);
+    p8est_connectivity_destroy(conn);
+  }
+  if (rank == 0)
+    std::printf("ranks %d balanced %llu hash %llu %llu\n", size, static_cast<unsigned long long>(balanced),
+                static_cast<unsigned long long>(hash.h), static_cast<unsigned long long>(hash.n));
+  return 0;
+}
 #endif
 
 // The restart measured as a user meets it: a new process (this program again, with --restart-child)
@@ -362,6 +417,7 @@ int main(int argc, char **argv) {
     if (s == "--quick") a.quick = true;
     else if (s == "--restart-only") a.restart_only = true;
     else if (s == "--adapt-only") a.adapt_only = true;
+    else if (s == "--p4est-balance" && i + 3 < argc) a.ranks.assign(argv + i + 1, argv + i + 4), i += 3;
     else if (s == "--json" && i + 1 < argc) a.json = argv[++i];
     else if (s == "--dir" && i + 1 < argc) a.dir = argv[++i];
     else if (s == "--restart-child" && i + 4 < argc) a.child.assign(argv + i + 1, argv + i + 5), i += 4;
@@ -385,6 +441,23 @@ int main(int argc, char **argv) {
   sc_init(sc_MPI_COMM_WORLD, 0, 0, nullptr, SC_LP_SILENT);
   p4est_init(nullptr, SC_LP_SILENT);
 #endif
+  if (!a.ranks.empty()) {
+    int rc = 2;
+#ifdef HM_HAVE_P4EST
+    const std::string &name = a.ranks[0];
+    const Shape shape = name == "sphere" ? Shape::sphere : name == "droplet" ? Shape::droplet : Shape::random;
+    if (name != "sphere" && name != "droplet" && name != "random") {
+      std::fprintf(stderr, "--p4est-balance: unknown tree '%s' (sphere, droplet, random)\n", name.c_str());
+    } else {
+      rc = p4est_balance_ranks(shape, std::atoi(a.ranks[1].c_str()), std::max(1, std::atoi(a.ranks[2].c_str())));
+    }
+    sc_finalize();
+    sc_MPI_Finalize();
+#else
+    std::fprintf(stderr, "--p4est-balance: p4est is not built in\n");
+#endif
+    return rc;
+  }
   if (!a.child.empty()) {
     int rc = restart_child(a.child[0], a.child[1], a.child[2], std::strtoull(a.child[3].c_str(), nullptr, 10));
 #ifdef HM_HAVE_P4EST
@@ -477,6 +550,10 @@ int main(int argc, char **argv) {
       notes += line;
       verdicts.insert(verdicts.end(), {bench::at_least(one_vs, 1.0), bench::at_least(two_vs, 1.0)});
       j.num("balance_again_1_thread_octants_per_s", balanced / bench::median(bal1));
+      j.open_array("balance_again_2_threads_s");
+      for (double v : bal2) j.num("", v);
+      j.close();
+      j.str("balanced_hash", std::to_string(mine.h) + " " + std::to_string(mine.n));
       j.num("balance_again_2_threads_octants_per_s", balanced / bench::median(bal2));
       j.num("p4est_balance_again_octants_per_s", p.balanced / bench::median(pbal_again));
       j.num("balance_2_threads_vs_1", threads_vs.value).num("balance_2_threads_vs_1_low", threads_vs.low);
@@ -504,7 +581,7 @@ int main(int argc, char **argv) {
                 "  again: after that refinement, the PM-octree on 1 and on 2 threads (each checked to make the same tree)\n",
                 notes.c_str());
     std::printf("  all adapt targets (balance >= 1.0x on 1 and 2 threads and refine >= 1.5x p4est 2.2 in every round, same\n"
-                "  trees): %s (p4est on one MPI rank; on 2 ranks not measured)\n\n",
+                "  trees): %s (p4est on one MPI rank here; `hetmem bench octree` adds it on 2 ranks)\n\n",
                 bench::all_of(verdicts).c_str());
     j.str("adapt_verdict", bench::all_of(verdicts));
 #else

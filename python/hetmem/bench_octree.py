@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from . import verdicts
 from .lib import HetmemError, find_program
 
 FAMILY_BYTES = 128  # a 3D family: corner and level, 8 32-bit child references, 8 values, stamp and seal
@@ -97,6 +101,53 @@ def transformation(tmp: str, trees: dict[str, list[str]], steps: int, extra: lis
     return result
 
 
+def balance_on_ranks(core: dict, ranks: int = 2, rounds: int = 5) -> dict:
+    """p4est 2.2's balance on `ranks` MPI ranks (the tree refined on rank 0 and partitioned
+    evenly first) against the PM-octree's on as many threads, for each tree the core benchmark
+    measured; the balanced trees compared by their hash. Empty when mpirun is missing or p4est
+    is not built in."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun or not core.get("adapt") or "balance_again_2_threads_s" not in core["adapt"][0]:
+        return {}
+    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
+    if os.geteuid() == 0:  # Open MPI refuses root unless told
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    result = {}
+    for tree in core["adapt"]:
+        cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks), find_program("hetmem-bench-octree"),
+               "--p4est-balance", tree["tree"], str(tree["level"]), str(rounds)]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        last = re.search(r"^ranks (\d+) balanced (\d+) hash (\d+) (\d+)$", r.stdout, re.M)
+        if r.returncode != 0 or not last:
+            raise HetmemError(f"p4est's balance on {ranks} ranks failed: {(r.stderr or r.stdout).strip()[-2000:]}")
+        theirs = [float(x) for x in re.findall(r"^round ([\d.]+)$", r.stdout, re.M)]
+        ours = tree["balance_again_2_threads_s"]
+        vs = verdicts.ratio(theirs, ours)  # not interleaved: the extremes of both sets
+        same = f"{last.group(3)} {last.group(4)}" == tree["balanced_hash"]
+        result[tree["tree"]] = {"ranks": ranks, "p4est_balance_s": theirs, "pm_balance_s": ours,
+                                "p4est_octants_per_s": int(last.group(2)) / statistics.median(theirs),
+                                "pm_octants_per_s": tree["balanced_octants"] / statistics.median(ours),
+                                "same_tree": same, "vs_p4est": vs.as_dict(),
+                                "verdict": verdicts.at_least(vs, 1.0) if same else "NOT MET"}
+    return result
+
+
+def print_balance_on_ranks(result: dict) -> None:
+    print()
+    if not result:
+        print("balance on 2: p4est on 2 MPI ranks not measured (mpirun missing or p4est not built in)\n")
+        return
+    print("balance on 2: the PM-octree's on 2 threads (balance again, above) against p4est 2.2's on 2 MPI ranks "
+          "(refined on rank 0, partitioned, then balanced; 5 rounds, not interleaved)")
+    print(f"  {'tree':8} {'PM 2 threads Mo/s':>18} {'p4est 2 ranks Mo/s':>19} {'same tree':>10}  PM-octree / p4est")
+    for name, r in result.items():
+        v = r["vs_p4est"]
+        print(f"  {name:8} {r['pm_octants_per_s'] / 1e6:18.2f} {r['p4est_octants_per_s'] / 1e6:19.2f} "
+              f"{'yes' if r['same_tree'] else 'NO':>10}  {v['ratio']:.2f} (spread {v['spread'][0]:.2f}-{v['spread'][1]:.2f}; "
+              f"asked >= 1.0: {r['verdict']})")
+    print()
+
+
 def print_transformation(transform: dict, steps: int, emulated: bool) -> bool:
     print(f"\ndynamic transformation (hetmem-amr, {steps} steps, C0 about 7% of the octants"
           f"{', pool emulated as nvbm' if emulated else ''}): family writes to the pool")
@@ -162,6 +213,8 @@ def main(out: str, quick: bool) -> int:
             raise HetmemError("hetmem-bench-octree failed")
         with open(core_json) as f:
             core = json.load(f)
+        ranks = balance_on_ranks(core)
+        print_balance_on_ranks(ranks)
         trees = {"spheres": ["--level", str(level)], "droplet": ["--level", str(level), "--shape", "droplet"]}
         transform = transformation(tmp, trees, steps, [], progress)
         level_step = level - 1
@@ -169,7 +222,8 @@ def main(out: str, quick: bool) -> int:
     print_transformation(transform, steps, emulated=False)
     print_per_step(runs, f"hetmem-amr, level {level_step}, {steps} steps")
     with open(out, "w") as f:
-        json.dump({"benchmark": "hetmem-bench-octree", "quick": quick, "core": core, "transformation": transform,
+        json.dump({"benchmark": "hetmem-bench-octree", "quick": quick, "core": core, "balance_on_ranks": ranks,
+                   "transformation": transform,
                    "per_step": {k: {"ms": per_step_ms(v), "result": v} for k, v in runs.items()}}, f, indent=1)
     print(f"\nresults: {out}")
     return 0

@@ -196,8 +196,14 @@ def test_octree_benchmark_quick(tmp_path):
     figures = json.loads(out.read_text())
     core = figures["core"]
     assert core["restart"]["speedup"] > 1 and core["persist"]["refine_changed_fraction"] <= 0.05
-    if "p4est_balanced_octants" in core["adapt"]:
-        assert core["adapt"]["p4est_balanced_octants"] == core["adapt"]["balanced_octants"], "the same tree as p4est"
+    assert {t["tree"] for t in core["adapt"]} == {"sphere", "droplet", "random"}
+    for tree in core["adapt"]:
+        if "same_tree_as_p4est" in tree:  # p4est built in
+            assert tree["same_tree_as_p4est"], f"{tree['tree']}: the same balanced tree as p4est's"
+            assert tree["balance_again_2_threads_octants_per_s"] > 0
+    for name, ranks in figures["balance_on_ranks"].items():  # p4est on 2 MPI ranks, where mpirun is
+        assert ranks["same_tree"], f"{name}: p4est on 2 ranks balances to the same tree"
+        assert ranks["verdict"] in ("MET", "NOT MET", "cannot tell") and len(ranks["p4est_balance_s"]) == 5
     assert set(figures["per_step"]) == {"PM-octree (nvbm emulated)", "in-core + snapshot every 10",
                                         "SQLite B-tree (Etree-like)"}
     assert "dynamic transformation" in r.stdout
