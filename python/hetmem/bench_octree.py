@@ -145,7 +145,6 @@ def print_balance_on_ranks(result: dict) -> None:
         print(f"  {name:8} {r['pm_octants_per_s'] / 1e6:18.2f} {r['p4est_octants_per_s'] / 1e6:19.2f} "
               f"{'yes' if r['same_tree'] else 'NO':>10}  {v['ratio']:.2f} (spread {v['spread'][0]:.2f}-{v['spread'][1]:.2f}; "
               f"asked >= 1.0: {r['verdict']})")
-    print()
 
 
 def print_transformation(transform: dict, steps: int, emulated: bool) -> bool:
