@@ -321,6 +321,7 @@ class Octree {
   int refine_family(uint64_t ref, const std::function<bool(const Leaf &)> &fn, bool recursive, bool *changed,
                     uint64_t *out);
   int grow(const Leaf &leaf, const std::function<bool(const Leaf &)> &fn, uint64_t *out);
+  static const std::function<bool(const Leaf &)> &one_level();
   int coarsen_family(uint64_t ref, const std::function<bool(const Leaf *)> &fn, bool keep_balance, bool recursive,
                      uint32_t only_level, std::vector<uint64_t> &path, bool *changed,
                      uint64_t *out);

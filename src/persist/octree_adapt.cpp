@@ -54,6 +54,13 @@ int Octree<Dim>::relink(uint64_t ref, uint64_t *kids, uint64_t *out, const Edit 
   return HM_OK;
 }
 
+// grow()'s predicate for a split of one level: no child is split further.
+template <int Dim>
+const std::function<bool(const typename Octree<Dim>::Leaf &)> &Octree<Dim>::one_level() {
+  static const std::function<bool(const Leaf &)> none = [](const Leaf &) { return false; };
+  return none;
+}
+
 // Splits `leaf` (accepted by the predicate) into a new family and, recursively, every child the
 // predicate accepts, each family written once: its children are decided before it is linked, so
 // a fresh subtree needs no copy-on-write relinking on the way up (the recursive refinement's
@@ -101,14 +108,7 @@ int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf
     Leaf leaf = child_leaf(f, c);
     if (leaf.level >= static_cast<uint32_t>(kMaxLevel) || !fn(leaf)) continue;
     any = true;
-    if (recursive) {
-      if (int rc = grow(leaf, fn, &kids[c]); rc != HM_OK) return rc;
-      continue;
-    }
-    if (int rc = new_family(leaf.coord, leaf.level, &kids[c]); rc != HM_OK) return rc;
-    Family *g = mut(kids[c]);
-    for (int k = 0; k < kChildren; ++k) g->value[k] = leaf.value;
-    leaves_ += kChildren - 1;
+    if (int rc = grow(leaf, recursive ? fn : one_level(), &kids[c]); rc != HM_OK) return rc;
   }
   *changed = any;
   *out = ref;
@@ -124,14 +124,8 @@ int Octree<Dim>::refine(const std::function<bool(const Leaf &)> &fn, bool recurs
     const Leaf root{{0, 0, 0}, 0, root_value_};
     if (fn(root)) {
       uint64_t f = 0;
-      if (recursive) {
-        leaves_ = 1;
-        if ((rc = grow(root, fn, &f)) == HM_OK) root_child_ = f;
-      } else if ((rc = new_family(root.coord, 0, &f)) == HM_OK) {
-        for (int k = 0; k < kChildren; ++k) mut(f)->value[k] = root_value_;
-        root_child_ = f;
-        leaves_ = kChildren;
-      }
+      leaves_ = 1;
+      if ((rc = grow(root, recursive ? fn : one_level(), &f)) == HM_OK) root_child_ = f;
     }
   } else {
     bool changed = false;
@@ -421,7 +415,8 @@ int Octree<Dim>::balance() {
       if (w.shared ? !made[level].insert(key).second
                    : made[level].contains(key) || !w.own_made[level].insert(key).second)
         return;
-      if (level == leaf_level) (w.shared ? roots : w.own_roots).push_back(Leaf{{a[0], a[1], a[2]}, static_cast<uint32_t>(level), 0});
+      if (level == leaf_level)
+        (w.shared ? roots : w.own_roots).push_back(Leaf{{a[0], a[1], a[2]}, static_cast<uint32_t>(level), 0});
       // It is an internal child of its parent now: the parent asks for its neighbours on that side.
       if (level >= 2) {
         uint32_t p[3] = {0, 0, 0};
@@ -496,30 +491,18 @@ int Octree<Dim>::balance() {
   stats_.pool_reads += workers[0].reads + workers[1].reads;
 
   // Split each tree leaf the ripple made internal, once, with the subtree below it built whole.
-  std::function<int(const uint32_t *, uint32_t, double, uint64_t *)> grow = [&](const uint32_t *corner, uint32_t level,
-                                                                                double value, uint64_t *out) -> int {
-    int rc = new_family(corner, level, out);
-    if (rc != HM_OK) return rc;
-    leaves_ += kChildren - 1;
-    const uint32_t half = 1u << (kMaxLevel - level - 1);
-    for (int k = 0; k < kChildren; ++k) {
-      uint32_t child[3] = {corner[0], corner[1], corner[2]};
-      for (int d = 0; d < Dim; ++d) child[d] += ((k >> d) & 1) ? half : 0;
-      uint64_t below = 0;
-      if (made[level + 1].contains(corner_key(child)) && (rc = grow(child, level + 1, value, &below)) != HM_OK) return rc;
-      Family *f = mut(*out);
-      f->value[k] = value;
-      f->child[k] = below;
-    }
-    return HM_OK;
+  const std::function<bool(const Leaf &)> made_internal = [&](const Leaf &octant) {
+    return made[octant.level].contains(corner_key(octant.coord));
   };
   int rc = HM_OK;
   for (const Leaf &leaf : roots) {
     bool found = false;
     rc = edit_leaf(
         leaf.coord, static_cast<int>(leaf.level), &found,
-        [&](uint64_t *kid, double *v) { return grow(leaf.coord, leaf.level, *v, kid); },
-        [&] { return grow(leaf.coord, 0, root_value_, &root_child_); });
+        [&](uint64_t *kid, double *v) {
+          return grow(Leaf{{leaf.coord[0], leaf.coord[1], leaf.coord[2]}, leaf.level, *v}, made_internal, kid);
+        },
+        [&] { return grow(Leaf{{0, 0, 0}, 0, root_value_}, made_internal, &root_child_); });
     if (rc != HM_OK) break;
   }
   return after_change(rc, "balance");
