@@ -138,6 +138,15 @@ AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *h
     return refines(shape, lo, static_cast<double>(1u << (20 - x.level)) * unit,
                    octant_key(x.coord, static_cast<int>(x.level)));
   };
+  const auto tree_hash = [&] {
+    LeafHash h;
+    t.leaves([&](const Leaf &l) { h.add(l.coord, static_cast<int>(l.level)); });
+    return h;
+  };
+  const auto to_root = [&] {
+    if (t.coarsen([](const Leaf *) { return true; }, false, true) != HM_OK || t.leaf_count() != 1)
+      die("coarsen to the root");
+  };
   AdaptTimes r;
   double t0 = bench::now();
   if (t.refine(fn, true) != HM_OK) die("refine");
@@ -147,9 +156,9 @@ AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *h
   const double t2 = bench::now();
   r.refine_s = t1 - t0;
   r.balance_s = t2 - t1;
-  t.leaves([&](const Leaf &l) { hash->add(l.coord, static_cast<int>(l.level)); });
+  *hash = tree_hash();
   const uint64_t balanced = t.leaf_count();
-  if (t.coarsen([](const Leaf *) { return true; }, false, true) != HM_OK || t.leaf_count() != 1) die("coarsen to the root");
+  to_root();
   t0 = bench::now();
   if (t.refine(fn, true) != HM_OK) die("refine again");
   r.again_s = bench::now() - t0;
@@ -157,17 +166,16 @@ AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *h
   // Balance again on 2 threads, then (coarsened and refined once more) on 1: both into pages
   // mapped before, so that the two differ only in the threads.
   for (int threads : {2, 1}) {
-    if (threads == 1 && (t.coarsen([](const Leaf *) { return true; }, false, true) != HM_OK ||
-                         t.refine(fn, true) != HM_OK))
-      die("refine a third time");
+    if (threads == 1) {
+      to_root();
+      if (t.refine(fn, true) != HM_OK) die("refine a third time");
+    }
     t.set_threads(threads);
     t0 = bench::now();
     if (t.balance() != HM_OK) die("balance again");
     (threads == 2 ? r.balance2_s : r.balance1_s) = bench::now() - t0;
-    if (t.leaf_count() != balanced) die("balance again: a different tree");
-    LeafHash h;
-    t.leaves([&](const Leaf &l) { h.add(l.coord, static_cast<int>(l.level)); });
-    if (h.h != hash->h || h.n != hash->n) die("balance on 2 threads: a different tree");
+    const LeafHash h = tree_hash();
+    if (h.h != hash->h || h.n != hash->n || t.leaf_count() != balanced) die("balance again: a different tree");
   }
   t.set_threads(1);
   return r;
@@ -183,13 +191,30 @@ void adapt_sphere(Tree &t, int level) {
 #ifdef HM_HAVE_P4EST
 Shape g_shape = Shape::sphere;
 int g_level = 0;
+// A quadrant's corner in the PM-octree's unit (p4est's is 2^-P8EST_MAXLEVEL, 2^-19: twice ours).
+void p8_corner(const p8est_quadrant_t *q, uint32_t *c) {
+  c[0] = static_cast<uint32_t>(q->x) << (20 - P8EST_MAXLEVEL);
+  c[1] = static_cast<uint32_t>(q->y) << (20 - P8EST_MAXLEVEL);
+  c[2] = static_cast<uint32_t>(q->z) << (20 - P8EST_MAXLEVEL);
+}
+
+// Adds this rank's quadrants, in order, to a hash of the leaves.
+void hash_quadrants(p8est_t *p, LeafHash *hash) {
+  sc_array_t *quadrants = &p8est_tree_array_index(p->trees, 0)->quadrants;
+  for (size_t i = 0; i < quadrants->elem_count; ++i) {
+    const p8est_quadrant_t *q = p8est_quadrant_array_index(quadrants, i);
+    uint32_t c[3];
+    p8_corner(q, c);
+    hash->add(c, q->level);
+  }
+}
+
 int p8_refine(p8est_t *, p4est_topidx_t, p8est_quadrant_t *q) {
   if (q->level >= g_level) return 0;
   const double root = P8EST_ROOT_LEN;
   const double lo[3] = {q->x / root, q->y / root, q->z / root};
-  // p4est's unit is 2^-P8EST_MAXLEVEL (2^-19): twice the PM-octree's.
-  const uint32_t c[3] = {static_cast<uint32_t>(q->x) << (20 - P8EST_MAXLEVEL), static_cast<uint32_t>(q->y) << (20 - P8EST_MAXLEVEL),
-                         static_cast<uint32_t>(q->z) << (20 - P8EST_MAXLEVEL)};
+  uint32_t c[3];
+  p8_corner(q, c);
   return refines(g_shape, lo, P8EST_QUADRANT_LEN(q->level) / root, octant_key(c, q->level));
 }
 
@@ -216,13 +241,7 @@ P4estRun p4est_adapt(Shape shape, int level) {
   r.balance_s = bench::now() - t1;
   r.refine_s = t1 - t0;
   r.balanced = static_cast<uint64_t>(p->global_num_quadrants);
-  sc_array_t *quadrants = &p8est_tree_array_index(p->trees, 0)->quadrants;
-  for (size_t i = 0; i < quadrants->elem_count; ++i) {
-    const p8est_quadrant_t *q = p8est_quadrant_array_index(quadrants, i);
-    const uint32_t c[3] = {static_cast<uint32_t>(q->x) << (20 - P8EST_MAXLEVEL), static_cast<uint32_t>(q->y) << (20 - P8EST_MAXLEVEL),
-                           static_cast<uint32_t>(q->z) << (20 - P8EST_MAXLEVEL)};
-    r.hash.add(c, q->level);
-  }
+  hash_quadrants(p, &r.hash);
   p8est_coarsen(p, 1, p8_coarsen_all, nullptr);
   if (p->global_num_quadrants != 1) die("p8est_coarsen to the root");
   t0 = bench::now();
@@ -267,14 +286,7 @@ int p4est_balance_ranks(Shape shape, int level, int rounds) {
       if (rank > 0) MPI_Recv(state, 2, MPI_UINT64_T, rank - 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       hash.h = state[0];
       hash.n = state[1];
-      sc_array_t *quadrants = &p8est_tree_array_index(p->trees, 0)->quadrants;
-      for (size_t i = 0; i < quadrants->elem_count; ++i) {
-        const p8est_quadrant_t *q = p8est_quadrant_array_index(quadrants, i);
-        const uint32_t c[3] = {static_cast<uint32_t>(q->x) << (20 - P8EST_MAXLEVEL),
-                               static_cast<uint32_t>(q->y) << (20 - P8EST_MAXLEVEL),
-                               static_cast<uint32_t>(q->z) << (20 - P8EST_MAXLEVEL)};
-        hash.add(c, q->level);
-      }
+      hash_quadrants(p, &hash);
       state[0] = hash.h;
       state[1] = hash.n;
       if (rank + 1 < size) MPI_Send(state, 2, MPI_UINT64_T, rank + 1, 0, MPI_COMM_WORLD);
@@ -493,7 +505,6 @@ int main(int argc, char **argv) {
       for (int rep = 0; rep < reps; ++rep) {
         {
           auto t = make(pool, uint64_t{8} << 30);
-          mine = LeafHash{};
           const AdaptTimes at = adapt(*t, shape, level, &refined, &mine);
           ref.push_back(at.refine_s);
           bal.push_back(at.balance_s);

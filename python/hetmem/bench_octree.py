@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from . import verdicts
-from .lib import HetmemError, find_program
+from .lib import HetmemError, find_program, mpi_env, mpirun_prefix
 
 FAMILY_BYTES = 128  # a 3D family: corner and level, 8 32-bit child references, 8 values, stamp and seal
 TARGET_FEWER_WRITES = 0.25  # the transformation: at least 25% fewer pool writes (Nguyen et al.: 31%)
@@ -106,16 +106,13 @@ def balance_on_ranks(core: dict, ranks: int = 2, rounds: int = 5) -> dict:
     evenly first) against the PM-octree's on as many threads, for each tree the core benchmark
     measured; the balanced trees compared by their hash. Empty when mpirun is missing or p4est
     is not built in."""
-    mpirun = shutil.which("mpirun")
-    if not mpirun or not core.get("adapt") or "balance_again_2_threads_s" not in core["adapt"][0]:
+    if not shutil.which("mpirun") or not core.get("adapt") or "balance_again_2_threads_s" not in core["adapt"][0]:
         return {}
-    env = dict(os.environ, OMPI_MCA_rmaps_base_oversubscribe="1")
-    if os.geteuid() == 0:  # Open MPI refuses root unless told
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    env = mpi_env(os.environ)
     result = {}
     for tree in core["adapt"]:
-        cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks), find_program("hetmem-bench-octree"),
-               "--p4est-balance", tree["tree"], str(tree["level"]), str(rounds)]
+        cmd = [*mpirun_prefix(ranks), find_program("hetmem-bench-octree"), "--p4est-balance", tree["tree"], str(tree["level"]),
+               str(rounds)]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         last = re.search(r"^ranks (\d+) balanced (\d+) hash (\d+) (\d+)$", r.stdout, re.M)
         if r.returncode != 0 or not last:

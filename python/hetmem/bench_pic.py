@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 
 from . import verdicts
-from .lib import HetmemError, find_program
+from .lib import HetmemError, find_program, mpi_env, mpirun_prefix
 
 WARPX_NS = (160, 182)  # core time per particle-step of WarpX 24.10 on this kind of machine (reference note)
 
@@ -148,10 +147,8 @@ def main(out: str, quick: bool) -> int:
 def _pic_env(threads: int) -> dict:
     """hetmem-pic's environment: no HM_ options, `threads` OpenMP threads, Open MPI allowed to run."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
-    env.update(OMP_NUM_THREADS=str(threads), OMPI_MCA_rmaps_base_oversubscribe="1")
-    if os.geteuid() == 0:  # Open MPI refuses root unless told
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    return env
+    env.update(OMP_NUM_THREADS=str(threads))
+    return mpi_env(env)
 
 
 def run_ranks(ranks: int, threads: int, steps: int, tmp: str) -> dict:
@@ -160,10 +157,7 @@ def run_ranks(ranks: int, threads: int, steps: int, tmp: str) -> dict:
     cmd = [find_program("hetmem-pic"), "preset:warpx-uniform", f"max_step={steps}", f"diag.directory={tmp}",
            "diag.progress=0"]
     if ranks > 1:
-        mpirun = shutil.which("mpirun")
-        if not mpirun:
-            raise HetmemError("mpirun is not installed (Debian: openmpi-bin); scripts/setup.sh installs it")
-        cmd = [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks), *cmd]
+        cmd = [*mpirun_prefix(ranks), *cmd]
     r = subprocess.run(cmd, capture_output=True, text=True, env=_pic_env(threads))
     if r.returncode != 0:
         raise HetmemError(f"hetmem-pic on {ranks} rank(s) failed: {(r.stderr or r.stdout).strip()[-2000:]}")

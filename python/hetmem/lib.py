@@ -177,6 +177,23 @@ def find_program(name: str) -> str:
     raise HetmemError(f"{name} not found: build the project (scripts/run does it) or put it on PATH")
 
 
+def mpi_env(env: dict) -> dict:
+    """`env` with what Open MPI needs to run here: ranks may outnumber the cores, and as root it
+    refuses to start unless told."""
+    env = dict(env, OMPI_MCA_rmaps_base_oversubscribe="1")
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def mpirun_prefix(ranks: int) -> list[str]:
+    """The mpirun command that starts `ranks` processes (oversubscribed, unbound)."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        raise HetmemError("mpirun is not installed (Debian: openmpi-bin); scripts/setup.sh installs it")
+    return [mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks)]
+
+
 class Library:
     """The loaded libhetmem, initialised (reads HM_* variables, discovers tiers) unless `init` is
     False (what needs no tiers: the policies, sizes, tier kind names)."""
