@@ -230,12 +230,15 @@ int Pool::allocate(uint64_t bytes, uint64_t *offset) {
   if (top_ + need > backed_) {
     // Blocks for the space ahead, a chunk at a time: a full medium is an error here rather than a
     // SIGBUS at a store through the mapping. (Not its pages: mapping them in for writing would
-    // dirty zeros that the next fdatasync writes out.) A small chunk: on a DAX file system the
-    // blocks are zeroed as they are allocated.
-    constexpr uint64_t kChunk = uint64_t{64} << 10;
+    // dirty zeros that the next fdatasync writes out.) The chunk doubles with the backed space,
+    // from 64 KiB up to 8 MiB: on ext4, writing new pages through the mapping behind 64 KiB calls
+    // cost 1.6 us a page (median; some runs 7-9 us) against 1.0 us behind 1-8 MiB calls. On a DAX
+    // file system, whose blocks are zeroed as they are allocated, one call zeroes at most 8 MiB.
+    constexpr uint64_t kMinChunk = uint64_t{64} << 10, kMaxChunk = uint64_t{8} << 20;
+    const uint64_t chunk = std::clamp(backed_, kMinChunk, kMaxChunk);
     const uint64_t page = prim::kPageSize;
     const uint64_t from = std::max(backed_, top_) / page * page;
-    const uint64_t to = std::min(bytes_, (std::max(top_ + need, from + kChunk) + page - 1) / page * page);
+    const uint64_t to = std::min(bytes_, (std::max(top_ + need, from + chunk) + page - 1) / page * page);
     const int rc = prim::back_file(fd_, from, to - from);
     if (rc == HM_ECAPACITY) {
       *offset = 0;
