@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "base/error.h"
 #include "hetmem/hetmem.h"
@@ -152,22 +154,24 @@ bool Octree<Dim>::intact(std::string *why) const {
     uint32_t coord[3];
     uint32_t level;  // the parent octant's level
   };
-  std::vector<Item> stack;
-  uint64_t covered = 0, counted = 0;
-  auto say = [&](const std::string &what, uint64_t ref) {
-    if (why) *why = what + " (family at offset " + std::to_string(ref) + ")";
-    return false;
+  // One thread's share: its stack, the leaves it met, the first damage it found (a cache line
+  // of its own: the two threads count leaves at every family).
+  struct alignas(64) Walk {
+    std::vector<Item> stack;
+    uint64_t covered = 0, counted = 0;
+    std::string why;
   };
-  if (root_child_ == 0) {
-    covered = uint64_t{1} << (Dim * kMaxLevel);
-    counted = 1;
-  } else {
-    stack.push_back({root_child_, {0, 0, 0}, 0});
-  }
-  while (!stack.empty()) {
-    const Item it = stack.back();
-    stack.pop_back();
-    if (is_fast(it.ref) || it.ref < kHeaderBytes || (it.ref - kHeaderBytes) % slot != 0 || it.ref + sizeof(Family) > data_end)
+  std::atomic<bool> damaged{false};
+  // Checks one family, counts its leaf children into w and pushes the others onto `into`; false
+  // at damage (then w.why says what and where).
+  auto check = [&](Walk &w, const Item &it, std::vector<Item> &into) {
+    auto say = [&](const std::string &what, uint64_t ref) {
+      w.why = what + " (family at offset " + std::to_string(ref) + ")";
+      damaged = true;
+      return false;
+    };
+    if (is_fast(it.ref) || it.ref < kHeaderBytes || (it.ref - kHeaderBytes) % slot != 0 ||
+        it.ref + sizeof(Family) > data_end)
       return say("a child offset points outside the committed data", it.ref);
     const Family *f = pool_->template at<Family>(it.ref);
     const bool sealed = f->seal == seal_of(*f);
@@ -186,15 +190,65 @@ bool Octree<Dim>::intact(std::string *why) const {
         return say("a family is not where its parent's index says", it.ref);
     for (int c = 0; c < kChildren; ++c) {
       if (f->child[c] == 0) {
-        covered += uint64_t{1} << (Dim * (kMaxLevel - f->level));
-        ++counted;
+        w.covered += uint64_t{1} << (Dim * (kMaxLevel - f->level));
+        ++w.counted;
         continue;
       }
       Item kid{f->child[c], {f->coord[0], f->coord[1], f->coord[2]}, f->level};
       for (int d = 0; d < Dim; ++d) kid.coord[d] += ((c >> d) & 1) ? size : 0;
-      stack.push_back(kid);
+      into.push_back(kid);
+    }
+    return true;
+  };
+  // The subtree under one item, depth first; stops early when the other thread found damage.
+  auto walk = [&](Walk &w, const Item &top) {
+    w.stack.assign(1, top);
+    for (uint64_t n = 0; !w.stack.empty(); ++n) {
+      const Item it = w.stack.back();
+      w.stack.pop_back();
+      if (!check(w, it, w.stack)) return false;
+      if ((n & 4095) == 4095 && damaged.load(std::memory_order_relaxed)) return false;
+    }
+    return true;
+  };
+  Walk first, second;
+  uint64_t covered = 0, counted = 0;
+  bool ok = true;
+  if (root_child_ == 0) {
+    covered = uint64_t{1} << (Dim * kMaxLevel);
+    counted = 1;
+  } else if (options_.threads < 2) {
+    ok = walk(first, {root_child_, {0, 0, 0}, 0});
+  } else {
+    // On two threads: the top of the tree level by level on this one until there are kShares
+    // subtrees, then both threads take them one at a time (their sizes differ; taking them in
+    // turn keeps the two busy to the end).
+    constexpr size_t kShares = 256;
+    std::vector<Item> shares{{root_child_, {0, 0, 0}, 0}}, below;
+    while (ok && !shares.empty() && shares.size() < kShares) {
+      below.clear();
+      for (const Item &it : shares)
+        if (!(ok = check(first, it, below))) break;
+      shares.swap(below);
+    }
+    std::atomic<size_t> next{0};
+    auto take = [&](Walk &w) {
+      for (size_t i; (i = next.fetch_add(1)) < shares.size() && !damaged.load(std::memory_order_relaxed);)
+        if (!walk(w, shares[i])) return;
+    };
+    if (ok && !shares.empty()) {
+      std::thread helper([&] { take(second); });
+      take(first);
+      helper.join();
+      ok = !damaged;
     }
   }
+  if (!ok) {
+    if (why) *why = first.why.empty() ? second.why : first.why;
+    return false;
+  }
+  covered += first.covered + second.covered;
+  counted += first.counted + second.counted;
   if (covered != uint64_t{1} << (Dim * kMaxLevel)) {
     if (why) *why = "the leaves do not cover the domain exactly once";
     return false;

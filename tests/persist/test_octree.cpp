@@ -505,6 +505,50 @@ TYPED_TEST(OctreeDims, SingleByteDamageIsRefusedNeverFollowedNorReturned) {
   EXPECT_EQ(tree->checksum(), want_sum);
 }
 
+// Restore's check on two threads (the top levels on one, then subtrees taken in turn) gives the
+// same answer as on one for every single-byte damage: the same tree, or the same refusal naming
+// the same family.
+TYPED_TEST(OctreeDims, RestoreChecksOnTwoThreadsAsOnOne) {
+  constexpr int Dim = TypeParam::value;
+  const uint32_t uniform = Dim == 3 ? 4 : 6;  // hundreds of subtrees for the threads to take
+  uint64_t want_sum = 0, data_end = 0;
+  {
+    std::unique_ptr<Octree<Dim>> tree;
+    ASSERT_EQ(Octree<Dim>::create(this->path_, 16 << 20, &tree), HM_OK) << hm_last_error();
+    for (uint32_t l = 0; l < uniform; ++l) ASSERT_EQ(tree->refine([](const auto &) { return true; }), HM_OK);
+    ASSERT_EQ(tree->refine([](const auto &l) { return l.coord[0] == 0 && l.level < 8; }, true), HM_OK);
+    ASSERT_EQ(tree->persist(), HM_OK);
+    want_sum = tree->checksum();
+    data_end = tree->pool().committed_top();
+  }
+  const std::vector<char> good = read_file(this->path_);
+  // What a restore on `threads` threads gives: its code, and the tree's checksum or the refusal.
+  auto restore = [&](int threads) {
+    hm::persist::OctreeOptions o;
+    o.threads = threads;
+    std::unique_ptr<Octree<Dim>> tree;
+    const int rc = Octree<Dim>::restore(this->path_, &tree, o);
+    return std::make_pair(rc, rc == HM_OK ? std::to_string(tree->checksum()) : std::string(hm_last_error()));
+  };
+  ASSERT_EQ(restore(2), std::make_pair(int{HM_OK}, std::to_string(want_sum)));
+  std::mt19937_64 rng(77 + Dim);
+  int refused = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    std::vector<char> bad = good;
+    const uint64_t at = hm::persist::kHeaderBytes + rng() % (data_end - hm::persist::kHeaderBytes);
+    bad[at] = static_cast<char>(bad[at] ^ static_cast<char>(1 + rng() % 255));
+    write_file(this->path_, bad);
+    const auto one = restore(1);
+    ASSERT_EQ(restore(2), one) << "a flip at byte " << at;
+    if (one.first == HM_OK) {
+      ASSERT_EQ(one.second, std::to_string(want_sum)) << "a flip at byte " << at;
+    } else {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 30) << "most of the committed data is the tree";
+}
+
 // The newest root slot damaged after work went on past the last persist: the version before it
 // has had its space reused. Restore must refuse it and say so; with the slot damaged right after
 // a persist (nothing reused), the version before is intact and is restored.
