@@ -38,6 +38,7 @@ struct Options {
   std::string replica;
   bool emulate = false;
   bool census = false;
+  int threads = 1;
   std::string store = "pm";  // pm, incore or sqlite
   int snapshot_every = 10;
   std::vector<std::string> given;  // the options on the command line
@@ -60,6 +61,8 @@ const char kUsage[] =
     "  --emulate-nvbm  charge pool accesses as the emulated nvbm device (Nguyen et al. (SC'17))\n"
     "  --census        count each step's writes per family: the transformation's prediction hit\n"
     "                  rate and the most C0 could have absorbed (costs time; for measurements)\n"
+    "  --threads N     threads for 2:1 balance and the restore's check, 1 or 2 (the tree is\n"
+    "                  the same on either); default 1\n"
     "  --store S       pm (default): the persistent octree, a persist every step;\n"
     "                  incore: the tree in DRAM, a snapshot file (POOL.snap) every\n"
     "                  --snapshot-every steps (Gerris-like); sqlite: the leaves in a\n"
@@ -151,6 +154,7 @@ Options parse(int argc, char **argv) {
     else if (a == "--replica") o.replica = take();
     else if (a == "--emulate-nvbm") o.emulate = true;
     else if (a == "--census") o.census = true;
+    else if (a == "--threads") o.threads = static_cast<int>(parse_int("--threads", take(), 1, 2));
     else if (a == "--snapshot-every") o.snapshot_every = static_cast<int>(parse_int("--snapshot-every", take(), 1, 1000000));
     else if (a == "--store") {
       o.store = take();
@@ -342,6 +346,7 @@ int main(int argc, char **argv) {
   options.replica = o.replica.empty() ? nullptr : o.replica.c_str();
   options.emulate_nvbm = o.emulate;
   options.census = o.census;
+  options.threads = o.threads;
   double t_construct = 0, t_adapt = 0, t_balance = 0, t_solve = 0, t_persist = 0, t_restore = 0;
   // The baselines keep the tree in DRAM (a pool on /dev/shm that is never persisted).
   const std::string work = std::string(access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") + "/hetmem-amr-" +

@@ -49,8 +49,9 @@ typedef struct pm_options {
                               pm_inspect (a run's options, say); at most 1023 bytes. NULL: none */
   int census;              /* count each step's writes per family (a hash-table update per write)
                               for the census fields of pm_stats_t (0) */
-  int threads;             /* threads for pm_balance (1 or 2; more are used as 2; 0: 1); the
-                              balanced tree is the same on any count (1) */
+  int threads;             /* threads for pm_balance and pm_restore's check (1 or 2; more are
+                              used as 2; 0: 1); the balanced tree, and what the check accepts
+                              or refuses, are the same on any count (1) */
 } pm_options_t;
 
 /* What is at a pool's path (pm_inspect). A pool appears at its path only once its first version

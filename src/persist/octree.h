@@ -54,7 +54,8 @@ struct OctreeOptions {
   bool census = false;            // count each step's writes per family (a hash-table update per
                                   // write): the transformation's hit rate and the most C0 could
                                   // have absorbed, in stats()
-  int threads = 1;                // threads for 2:1 balance's ripple (1 or 2; more are used as 2)
+  int threads = 1;                // threads for 2:1 balance's ripple and restore's check (1 or 2;
+                                  // more are used as 2)
 };
 
 // What the tree did to the tiers since it was opened.
@@ -166,7 +167,7 @@ class Octree {
   // more than one level. Only refines, so a balanced tree is left unchanged. Its ripple runs on
   // options.threads (1 or 2) threads; the tree it makes is the same.
   int balance();
-  // The threads balance() uses from now on (options.threads at creation).
+  // The threads balance() uses from now on (options.threads at creation or restore).
   void set_threads(int threads) { options_.threads = threads; }
   // Merges C0 into C1, commits the working version (pm_persistent), frees what V(i-1) alone
   // used, sends the delta to the replica, and transforms the layout.
@@ -209,7 +210,8 @@ class Octree {
   // What restore checks, always (one pass over the committed version's families): every offset
   // inside the committed data and aligned to a slot, every level one below its parent's, every
   // family's seal intact and its stamp no newer than the version, the leaves covering the domain
-  // once and as many as recorded. False with what is wrong and where.
+  // once and as many as recorded. False with what is wrong and where. On options.threads = 2 the
+  // top levels are checked on this thread, then two threads check the subtrees below in turn.
   bool intact(std::string *why) const;
   // No two touching leaves differ by more than one level.
   bool balanced() const;

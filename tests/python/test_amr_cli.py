@@ -49,6 +49,26 @@ def test_bad_input_is_named():
     assert r.returncode == 2 and "unknown option '--frobnicate'" in r.stderr
     r = amr("--steps")
     assert r.returncode == 2 and "--steps needs a value" in r.stderr
+    r = amr("--threads", "3")
+    assert r.returncode == 2 and "--threads wants an integer in 1..2, got '3'" in r.stderr
+
+
+def test_two_threads_run_the_same_steps_and_restore_them(tmp_path):
+    """--threads 2 (balance's ripple and the restore's check on two threads) makes the same trees
+    step by step as one thread: the same leaves and the same family writes, and each run's pool
+    restores on either thread count."""
+    runs = {}
+    for threads in ("1", "2"):
+        pool, out = tmp_path / f"t{threads}.pool", tmp_path / f"t{threads}.json"
+        r = amr("--steps", "4", "--level", "7", "--threads", threads, "--pool", str(pool), "--json", str(out))
+        assert r.returncode == 0, r.stderr
+        assert "restore returned exactly the persisted tree" in r.stdout
+        runs[threads] = json.loads(out.read_text())
+        r = amr("--steps", "1", "--level", "7", "--threads", "1" if threads == "2" else "2", "--pool", str(pool),
+                "--restore")
+        assert r.returncode == 0 and "version 6 (step 4)" in r.stdout, r.stdout + r.stderr
+    assert runs["1"]["leaves"] == runs["2"]["leaves"] > 10000
+    assert runs["1"]["tiers"]["pool_writes"] == runs["2"]["tiers"]["pool_writes"]
 
 
 def test_paths_are_checked_before_the_first_step(tmp_path):
