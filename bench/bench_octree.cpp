@@ -9,6 +9,7 @@
 // DRAM page-cache figures, on a DAX mount they are persistent memory's.
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -125,19 +126,25 @@ struct LeafHash {
 struct AdaptTimes {
   double refine_s = 0, balance_s = 0, again_s = 0;
   double balance1_s = 0, balance2_s = 0;  // balance again (into mapped pages) on 1 and on 2 threads
+  uint64_t refine_top = 0;                 // the pool's top after the first refinement
 };
 
 // Refine `shape` to its level in one recursive pass (as p4est does), then balance, then coarsen to
 // the root and refine again. The leaves before balancing go to *refined, a hash of the balanced
 // tree's leaves to *hash.
-AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *hash) {
-  const auto fn = [&](const Leaf &x) {
+// The refinement predicate of `shape` to `level` for the PM-octree.
+auto refine_fn(Shape shape, int level) {
+  return [shape, level](const Leaf &x) {
     if (static_cast<int>(x.level) >= level) return false;
     constexpr double unit = 0x1p-20;  // the corner's unit (as p4est's wrapper: a multiply, no libm call)
     const double lo[3] = {x.coord[0] * unit, x.coord[1] * unit, x.coord[2] * unit};
     return refines(shape, lo, static_cast<double>(1u << (20 - x.level)) * unit,
                    octant_key(x.coord, static_cast<int>(x.level)));
   };
+}
+
+AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *hash) {
+  const auto fn = refine_fn(shape, level);
   const auto tree_hash = [&] {
     LeafHash h;
     t.leaves([&](const Leaf &l) { h.add(l.coord, static_cast<int>(l.level)); });
@@ -152,6 +159,7 @@ AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *h
   if (t.refine(fn, true) != HM_OK) die("refine");
   double t1 = bench::now();
   *refined = t.leaf_count();
+  r.refine_top = t.pool().top();
   if (t.balance() != HM_OK) die("balance");
   const double t2 = bench::now();
   r.refine_s = t1 - t0;
@@ -179,6 +187,24 @@ AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *h
   }
   t.set_threads(1);
   return r;
+}
+
+// The first refinement into a new pool whose pages up to `top` were written in before the clock
+// started (MADV_POPULATE_WRITE): what the first refinement costs without the kernel supplying
+// the pool's new pages. Returns its time; *page_us: what supplying them cost, a page.
+double refine_into_provisioned(const std::string &path, Shape shape, int level, uint64_t top, double *page_us) {
+  auto t = make(path, uint64_t{8} << 30);
+  char *base = t->pool().template at<char>(0);
+  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE (Linux 5.14)
+  double t0 = bench::now();
+  if (madvise(base, top, kPopulateWrite) != 0) die("madvise(MADV_POPULATE_WRITE)");
+  *page_us = (bench::now() - t0) * 1e6 / (static_cast<double>(top) / 4096);
+  t0 = bench::now();
+  if (t->refine(refine_fn(shape, level), true) != HM_OK) die("refine");
+  const double s = bench::now() - t0;
+  t.reset();
+  unlink(path.c_str());
+  return s;
 }
 
 // Refine around the sphere to `level`, pass by pass, then balance (the persist figures' tree).
@@ -498,7 +524,7 @@ int main(int argc, char **argv) {
     std::string notes;
     for (Shape shape : {Shape::sphere, Shape::droplet, Shape::random}) {
       const int level = shape_level(shape, a.quick);
-      std::vector<double> ref, bal, again, bal1, bal2, pref, pbal, pagain, pbal_again;
+      std::vector<double> ref, bal, again, bal1, bal2, pref, pbal, pagain, pbal_again, provisioned, page_us;
       uint64_t refined = 0, balanced = 0;
       LeafHash mine;
 #ifdef HM_HAVE_P4EST
@@ -514,8 +540,12 @@ int main(int argc, char **argv) {
           bal1.push_back(at.balance1_s);
           bal2.push_back(at.balance2_s);
           balanced = t->leaf_count();
+          t.reset();
+          unlink(pool.c_str());
+          double us = 0;
+          provisioned.push_back(refine_into_provisioned(pool, shape, level, at.refine_top, &us));
+          page_us.push_back(us);
         }
-        unlink(pool.c_str());
 #ifdef HM_HAVE_P4EST
         p = p4est_adapt(shape, level);
         pref.push_back(p.refine_s);
@@ -562,6 +592,19 @@ int main(int argc, char **argv) {
                     two_vs.high, bench::at_least(two_vs, 1.0));
       notes += line;
       verdicts.insert(verdicts.end(), {bench::at_least(one_vs, 1.0), bench::at_least(two_vs, 1.0)});
+      // The first refinement without the kernel supplying the new pool's pages (written in first).
+      const bench::Ratio provisioned_vs = bench::ratio(pref, provisioned, true);
+      std::snprintf(line, sizeof line,
+                    "  %s: first refine into a new pool's pages written in before (%.1f MiB, %.2f us a page, not "
+                    "timed) %.2f Mo/s: %.2f p4est (spread %.2f-%.2f)\n",
+                    shape_name(shape), (static_cast<double>(refined) / 7 * 128) / 1048576, bench::median(page_us),
+                    refined / bench::median(provisioned) / 1e6, provisioned_vs.value, provisioned_vs.low,
+                    provisioned_vs.high);
+      notes += line;
+      j.num("new_page_us", bench::median(page_us));
+      j.num("refine_provisioned_octants_per_s", refined / bench::median(provisioned));
+      j.num("refine_provisioned_vs_p4est", provisioned_vs.value).num("refine_provisioned_vs_p4est_low", provisioned_vs.low);
+      j.num("refine_provisioned_vs_p4est_high", provisioned_vs.high);
       j.num("balance_again_1_thread_octants_per_s", balanced / bench::median(bal1));
       j.open_array("balance_again_2_threads_s");
       for (double v : bal2) j.num("", v);
