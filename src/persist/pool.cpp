@@ -231,15 +231,18 @@ int Pool::allocate(uint64_t bytes, uint64_t *offset) {
     // Blocks for the space ahead, a chunk at a time: a full medium is an error here rather than a
     // SIGBUS at a store through the mapping. (Not its pages: mapping them in for writing would
     // dirty zeros that the next fdatasync writes out.) The chunk doubles with the backed space,
-    // from 64 KiB up to 8 MiB: on ext4, writing new pages through the mapping behind 64 KiB calls
-    // cost 1.6 us a page (median; some runs 7-9 us) against 1.0 us behind 1-8 MiB calls. On a DAX
-    // file system, whose blocks are zeroed as they are allocated, one call zeroes at most 8 MiB.
+    // from 64 KiB up to 8 MiB: on ext4, new pages written through the mapping behind 64 KiB calls
+    // cost about 1.5 times as much as behind 1-8 MiB calls, with runs several times slower. On a
+    // DAX file system, whose blocks are zeroed as they are allocated, one call zeroes at most
+    // 8 MiB. A medium without room for a chunk gives what this allocation needs, if it has that.
     constexpr uint64_t kMinChunk = uint64_t{64} << 10, kMaxChunk = uint64_t{8} << 20;
     const uint64_t chunk = std::clamp(backed_, kMinChunk, kMaxChunk);
     const uint64_t page = prim::kPageSize;
     const uint64_t from = std::max(backed_, top_) / page * page;
-    const uint64_t to = std::min(bytes_, (std::max(top_ + need, from + chunk) + page - 1) / page * page);
-    const int rc = prim::back_file(fd_, from, to - from);
+    const uint64_t least = std::min(bytes_, (top_ + need + page - 1) / page * page);
+    uint64_t to = std::min(bytes_, (std::max(top_ + need, from + chunk) + page - 1) / page * page);
+    int rc = prim::back_file(fd_, from, to - from);
+    if (rc == HM_ECAPACITY && to > least) rc = prim::back_file(fd_, from, (to = least) - from);  // the last blocks
     if (rc == HM_ECAPACITY) {
       *offset = 0;
       return fail(HM_ECAPACITY, "persistent pool '%s': its medium is full (%s could not be allocated at %s; the "

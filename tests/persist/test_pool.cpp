@@ -1,8 +1,11 @@
 // Persistent pools: versions survive reopening, commits are atomic, bad files are refused and
 // left as they are.
 #include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -173,6 +176,46 @@ TEST_F(PoolTest, OutOfSpaceBeforeAnyVersionIsDamaged) {
   pool.reset();
   ASSERT_EQ(Pool::open(path_, &pool), HM_OK);
   EXPECT_STREQ(pool->at<char>(pool->root()), "kept");
+}
+
+// A pool larger than its medium: the medium fills up to its last blocks (the chunks the pool
+// backs its new space with shrink to what an allocation needs), then the allocation that finds
+// no block is refused by name, and the committed version stays.
+TEST_F(PoolTest, AFullMediumGivesItsLastBlocksThenIsNamed) {
+  const std::string dir = path_ + ".medium";
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  if (mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=3m") != 0) {
+    rmdir(dir.c_str());
+    GTEST_SKIP() << "cannot mount a 3 MiB tmpfs here (" << std::strerror(errno) << "; needs root)";
+  }
+  const std::string path = dir + "/pool";
+  {
+    std::unique_ptr<Pool> pool;
+    ASSERT_EQ(Pool::create(path, 64 << 20, &pool), HM_OK) << hm_last_error();
+    uint64_t a = 0, got = 0;
+    ASSERT_EQ(pool->allocate(64, &a), HM_OK);
+    std::strcpy(pool->at<char>(a), "kept");
+    pool->written(pool->at<char>(a), 5);
+    ASSERT_EQ(pool->commit(a), HM_OK);
+    int rc = HM_OK;
+    uint64_t at = 0;
+    while ((rc = pool->allocate(4096, &at)) == HM_OK) {
+      std::memset(pool->at<char>(at), 1, 4096);  // every page the pool handed out can be written
+      got += 4096;
+    }
+    EXPECT_EQ(rc, HM_ECAPACITY);
+    EXPECT_NE(std::string(hm_last_error()).find("its medium is full"), std::string::npos) << hm_last_error();
+    // All of the medium but the header's 64 KiB and a page or two (tmpfs keeps some for itself).
+    EXPECT_GE(got, (uint64_t{3} << 20) - (128 << 10)) << "the medium's last blocks were used, not refused for a chunk";
+  }
+  {
+    std::unique_ptr<Pool> pool;
+    ASSERT_EQ(Pool::open(path, &pool), HM_OK) << hm_last_error();
+    EXPECT_STREQ(pool->at<char>(pool->root()), "kept");
+  }
+  unlink(path.c_str());
+  umount(dir.c_str());
+  rmdir(dir.c_str());
 }
 
 TEST_F(PoolTest, APoolAppearsAtItsPathOnlyWithItsFirstVersion) {
