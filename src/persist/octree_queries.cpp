@@ -188,16 +188,18 @@ bool Octree<Dim>::intact(std::string *why) const {
     for (int d = 0; d < Dim; ++d)
       if (f->coord[d] != it.coord[d] || f->coord[d] % (2 * size) != 0)
         return say("a family is not where its parent's index says", it.ref);
+    uint64_t leaves = 0;  // counted here, added once: w is in memory, shared with the pushes
     for (int c = 0; c < kChildren; ++c) {
       if (f->child[c] == 0) {
-        w.covered += uint64_t{1} << (Dim * (kMaxLevel - f->level));
-        ++w.counted;
+        ++leaves;
         continue;
       }
       Item kid{f->child[c], {f->coord[0], f->coord[1], f->coord[2]}, f->level};
       for (int d = 0; d < Dim; ++d) kid.coord[d] += ((c >> d) & 1) ? size : 0;
       into.push_back(kid);
     }
+    w.counted += leaves;
+    w.covered += leaves << (Dim * (kMaxLevel - f->level));
     return true;
   };
   // The subtree under one item, depth first; stops early when the other thread found damage.
