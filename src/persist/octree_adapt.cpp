@@ -8,13 +8,13 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <absl/container/flat_hash_map.h>
 #include <absl/container/flat_hash_set.h>
 
 #include "base/error.h"
+#include "base/two_threads.h"
 #include "hetmem/hetmem.h"
 
 namespace hm::persist {
@@ -470,11 +470,10 @@ int Octree<Dim>::balance() {
     // Both halves read the tree-wide sets as they stand and record into their own; then merged.
     const size_t half = order.size() / 2;
     workers[0].shared = false;
-    std::thread second([&] {
-      for (size_t i = half; i < order.size(); ++i) serve(workers[1], order[i].first, order[i].second, level);
-    });
-    for (size_t i = 0; i < half; ++i) serve(workers[0], order[i].first, order[i].second, level);
-    second.join();
+    auto serve_range = [&](Worker &w, size_t from, size_t to) {
+      for (size_t i = from; i < to; ++i) serve(w, order[i].first, order[i].second, level);
+    };
+    on_two_threads([&] { serve_range(workers[0], 0, half); }, [&] { serve_range(workers[1], half, order.size()); });
     workers[0].shared = true;
     for (Worker &w : workers) {
       for (const Leaf &leaf : w.own_roots)  // a leaf both halves split is split once

@@ -9,9 +9,9 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
 
 #include "base/error.h"
+#include "base/two_threads.h"
 #include "hetmem/hetmem.h"
 
 namespace hm::persist {
@@ -239,9 +239,7 @@ bool Octree<Dim>::intact(std::string *why) const {
         if (!walk(w, shares[i])) return;
     };
     if (ok && !shares.empty()) {
-      std::thread helper([&] { take(second); });
-      take(first);
-      helper.join();
+      on_two_threads([&] { take(first); }, [&] { take(second); });
       ok = !damaged;
     }
   }
