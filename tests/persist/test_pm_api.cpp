@@ -174,6 +174,11 @@ TEST_F(PmApi, OptionsStatsFeaturesCollectAndBalancedCoarsening) {
   EXPECT_EQ(st.gc_runs, 1u);
   EXPECT_EQ(pm_set_features(nullptr, near_origin, nullptr), HM_EINVAL);
   EXPECT_EQ(pm_stats(t, nullptr), HM_EINVAL);
+  ASSERT_EQ(pm_persistent(t), HM_OK);
+  pm_close(t);
+  // Restore's check on 2 threads (o.threads is still 2): the tree persisted last.
+  ASSERT_EQ(pm_restore_ex(path_.c_str(), &o, &t), HM_OK) << hm_last_error();
+  EXPECT_EQ(pm_leaf_count(t), balanced);
   EXPECT_EQ(pm_delete(t), HM_OK);
 }
 
