@@ -21,8 +21,6 @@
 namespace hm::persist {
 namespace {
 
-constexpr uint64_t round_up(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
-
 // Invariant checks after every operation and recovery: on in debug builds and with HM_PM_CHECK=1.
 bool checks_on() {
 #ifndef NDEBUG

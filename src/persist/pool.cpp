@@ -72,7 +72,7 @@ int Pool::create(const std::string &path, uint64_t bytes, std::unique_ptr<Pool> 
   if (bytes < 16 * kHeaderBytes)
     return fail(HM_EINVAL, "persistent pool '%s': %s is too small (at least 64 KiB)", path.c_str(),
                 format_size(bytes).c_str());
-  bytes = (bytes + kUnit - 1) / kUnit * kUnit;
+  bytes = round_up(bytes, kUnit);
   std::unique_ptr<Pool> pool(new Pool());
   pool->path_ = path;
   // A pool this one replaces stays whole, and closed to other openers, until the new one takes
@@ -221,7 +221,7 @@ Pool::~Pool() {
 }
 
 int Pool::allocate(uint64_t bytes, uint64_t *offset) {
-  uint64_t need = (bytes + kUnit - 1) / kUnit * kUnit;
+  uint64_t need = round_up(bytes, kUnit);
   if (need == 0 || top_ + need > bytes_) {
     *offset = 0;
     return fail(HM_ECAPACITY, "persistent pool '%s' is full: %s requested, %s free (the committed version is intact)",
@@ -239,8 +239,8 @@ int Pool::allocate(uint64_t bytes, uint64_t *offset) {
     const uint64_t chunk = std::clamp(backed_, kMinChunk, kMaxChunk);
     const uint64_t page = prim::kPageSize;
     const uint64_t from = std::max(backed_, top_) / page * page;
-    const uint64_t least = std::min(bytes_, (top_ + need + page - 1) / page * page);
-    uint64_t to = std::min(bytes_, (std::max(top_ + need, from + chunk) + page - 1) / page * page);
+    const uint64_t least = std::min(bytes_, round_up(top_ + need, page));
+    uint64_t to = std::min(bytes_, round_up(std::max(top_ + need, from + chunk), page));
     int rc = prim::back_file(fd_, from, to - from);
     if (rc == HM_ECAPACITY && to > least) rc = prim::back_file(fd_, from, (to = least) - from);  // the last blocks
     if (rc == HM_ECAPACITY) {

@@ -27,6 +27,8 @@ namespace hm::persist {
 
 constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kUnit = 64;
+// n rounded up to a multiple of unit.
+constexpr uint64_t round_up(uint64_t n, uint64_t unit) { return (n + unit - 1) / unit * unit; }
 
 struct RootSlot {
   uint64_t sequence;  // 0: never written
