@@ -165,10 +165,11 @@ int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out, 
 
 template <int Dim>
 const typename Octree<Dim>::Family *Octree<Dim>::read(uint64_t ref) const {
-  if (is_fast(ref)) return &fast_[ref & ~kFast];
-  ++stats_.pool_reads;
-  device_access(ref);
-  return pool_->template at<Family>(ref);
+  if (!is_fast(ref)) {
+    ++stats_.pool_reads;
+    device_access(ref);
+  }
+  return family_at(ref);
 }
 
 // With the nvbm emulation: an access to pool family `ref` reaches the device only when the
@@ -188,7 +189,7 @@ void Octree<Dim>::device_access(uint64_t ref) const {
 template <int Dim>
 void Octree<Dim>::count_write(uint64_t ref) {
   if (options_.census && !merging_) {
-    const Family *f = is_fast(ref) ? &fast_[ref & ~kFast] : pool_->template at<Family>(ref);
+    const Family *f = family_at(ref);  // the census counts, it does not read
     ++census_[hot_key(f->coord, f->level - 1)];
     ++stats_.step_writes;
     stats_.step_fast_writes += is_fast(ref) ? 1 : 0;
