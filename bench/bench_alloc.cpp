@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
   j.open().str("benchmark", "hetmem-bench-alloc").boolean("quick", quick).open_array("results");
   for (const Row &r : g_rows)
     j.open().str("name", r.name).num("value", r.value).str("reference", r.reference).num("reference_value", r.ref_value)
-        .num("ratio", r.ratio.value).num("ratio_low", r.ratio.low).num("ratio_high", r.ratio.high)
+        .ratio("ratio", r.ratio)
         .str("unit", r.unit).str("target", r.target).str("verdict", r.verdict).close();
   j.close().close();
   std::string path = args.get("--json", bench::results_path("hetmem-bench-alloc.json"));

@@ -605,8 +605,7 @@ int main(int argc, char **argv) {
       notes += line;
       j.num("new_page_us", bench::median(page_us));
       j.num("refine_provisioned_octants_per_s", refined / bench::median(provisioned));
-      j.num("refine_provisioned_vs_p4est", provisioned_vs.value).num("refine_provisioned_vs_p4est_low", provisioned_vs.low);
-      j.num("refine_provisioned_vs_p4est_high", provisioned_vs.high);
+      j.ratio("refine_provisioned_vs_p4est", provisioned_vs);
       j.num("balance_again_1_thread_octants_per_s", balanced / bench::median(bal1));
       j.open_array("balance_again_2_threads_s");
       for (double v : bal2) j.num("", v);
@@ -614,15 +613,10 @@ int main(int argc, char **argv) {
       j.str("balanced_hash", std::to_string(mine.h) + " " + std::to_string(mine.n));
       j.num("balance_again_2_threads_octants_per_s", balanced / bench::median(bal2));
       j.num("p4est_balance_again_octants_per_s", p.balanced / bench::median(pbal_again));
-      j.num("balance_2_threads_vs_1", threads_vs.value).num("balance_2_threads_vs_1_low", threads_vs.low);
-      j.num("balance_2_threads_vs_1_high", threads_vs.high).num("balance_2_threads_vs_p4est", two_vs.value);
-      j.num("balance_2_threads_vs_p4est_low", two_vs.low).num("balance_2_threads_vs_p4est_high", two_vs.high);
+      j.ratio("balance_2_threads_vs_1", threads_vs).ratio("balance_2_threads_vs_p4est", two_vs);
       j.num("p4est_refine_octants_per_s", pr).num("p4est_balance_octants_per_s", pb).boolean("same_tree_as_p4est", same);
-      j.num("p4est_refine_again_octants_per_s", pa).num("refine_again_vs_p4est", again_vs.value);
-      j.num("refine_again_vs_p4est_low", again_vs.low).num("refine_again_vs_p4est_high", again_vs.high);
-      j.num("refine_vs_p4est", refine_vs.value).num("refine_vs_p4est_low", refine_vs.low);
-      j.num("refine_vs_p4est_high", refine_vs.high).num("balance_vs_p4est", balance_vs.value);
-      j.num("balance_vs_p4est_low", balance_vs.low).num("balance_vs_p4est_high", balance_vs.high);
+      j.num("p4est_refine_again_octants_per_s", pa).ratio("refine_again_vs_p4est", again_vs);
+      j.ratio("refine_vs_p4est", refine_vs).ratio("balance_vs_p4est", balance_vs);
       j.str("refine_verdict", rv).str("balance_verdict", bv);
 #else
       std::printf("  %-8s %5d %10llu %10llu %12.2f %11s %12.2f %11s %12.2f %11s %9s\n", shape_name(shape), level,
@@ -827,11 +821,10 @@ int main(int argc, char **argv) {
     }
     // The restore on 1 thread under the plain keys, on 2 threads under "two_threads".
     auto ratios = [&](const Against &r) {
-      j.num("speedup", r.warm.value).num("speedup_low", r.warm.low).num("speedup_high", r.warm.high);
+      j.ratio("speedup", r.warm);
       j.num("speedup_cold", r.cold.value).str("verdict", bench::at_least(r.warm, 20));
       if (have_p4est) {
-        j.num("vs_p8est_load", r.p4_warm.value).num("vs_p8est_load_low", r.p4_warm.low);
-        j.num("vs_p8est_load_high", r.p4_warm.high).num("vs_p8est_load_cold", r.p4_cold.value);
+        j.ratio("vs_p8est_load", r.p4_warm).num("vs_p8est_load_cold", r.p4_cold.value);
         j.str("vs_p8est_load_verdict", bench::at_least(r.p4_warm, 10));
       }
     };

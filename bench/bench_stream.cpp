@@ -126,8 +126,8 @@ int main(int argc, char **argv) {
     std::printf("%-8d %16.0f %16.0f %9.3fx %13s %7.0f%%  %s\n", h, staging / 1e6, nt / 1e6, ratio.value,
                 (std::to_string(ratio.low).substr(0, 5) + "-" + std::to_string(ratio.high).substr(0, 5)).c_str(),
                 100 * bench::median(busy), verdict.c_str());
-    j.open().num("helpers", h).num("staging_mbps", staging / 1e6).num("nt_copy_mbps", nt / 1e6).num("ratio", ratio.value)
-        .num("ratio_low", ratio.low).num("ratio_high", ratio.high).num("helper_busy", bench::median(busy))
+    j.open().num("helpers", h).num("staging_mbps", staging / 1e6).num("nt_copy_mbps", nt / 1e6).ratio("ratio", ratio)
+        .num("helper_busy", bench::median(busy))
         .str("verdict", verdict).close();
   }
   j.close().boolean("all_met", all_met).close();

@@ -108,6 +108,10 @@ class Json {
     return raw(key, quoted);
   }
   Json &boolean(const std::string &key, bool v) { return raw(key, v ? "true" : "false"); }
+  // A ratio with its spread: `key`, `key`_low and `key`_high.
+  Json &ratio(const std::string &key, const Ratio &r) {
+    return num(key, r.value).num(key + "_low", r.low).num(key + "_high", r.high);
+  }
   const std::string &text() const { return out_; }
   bool write(const std::string &path) const {
     if (path == "-") {
