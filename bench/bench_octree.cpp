@@ -8,6 +8,7 @@
 // Pools and snapshots go to --dir (default $TMPDIR); on an ordinary file system the figures are
 // DRAM page-cache figures, on a DAX mount they are persistent memory's.
 #include <fcntl.h>
+#include <malloc.h>
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -127,6 +128,7 @@ struct AdaptTimes {
   double refine_s = 0, balance_s = 0, again_s = 0;
   double balance1_s = 0, balance2_s = 0;  // balance again (into mapped pages) on 1 and on 2 threads
   uint64_t refine_top = 0;                 // the pool's top after the first refinement
+  long refine_faults = 0;                  // pages the kernel supplied during the first refinement
 };
 
 // The refinement predicate of `shape` to `level` for the PM-octree.
@@ -155,9 +157,11 @@ AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *h
       die("coarsen to the root");
   };
   AdaptTimes r;
+  const long faults = bench::minor_faults();
   double t0 = bench::now();
   if (t.refine(fn, true) != HM_OK) die("refine");
   double t1 = bench::now();
+  r.refine_faults = bench::minor_faults() - faults;
   *refined = t.leaf_count();
   r.refine_top = t.pool().top();
   if (t.balance() != HM_OK) die("balance");
@@ -248,9 +252,13 @@ int p8_refine(p8est_t *, p4est_topidx_t, p8est_quadrant_t *q) {
 int p8_coarsen_all(p8est_t *, p4est_topidx_t, p8est_quadrant_t *[]) { return 1; }
 
 // p4est on the same tree: recursive refinement with the same predicate, then full balance, then
-// recursive coarsening to the root and the same refinement again.
+// recursive coarsening to the root and the same refinement again. The first refinement goes into
+// memory new to the process, as the PM-octree's goes into a new pool's pages: the heap's free pages
+// (what an earlier tree left) go back to the kernel first, or p4est's first refinement of a small
+// tree after a large one would find its memory mapped (no page faults) and ours would not.
 struct P4estRun {
   double refine_s, balance_s, again_s, balance_again_s;
+  long refine_faults;  // pages the kernel supplied during the first refinement
   uint64_t refined, balanced;
   LeafHash hash;
 };
@@ -260,9 +268,12 @@ P4estRun p4est_adapt(Shape shape, int level) {
   p8est_connectivity_t *conn = p8est_connectivity_new_unitcube();
   p8est_t *p = p8est_new(sc_MPI_COMM_WORLD, conn, 0, nullptr, nullptr);
   P4estRun r{};
+  malloc_trim(0);
+  const long faults = bench::minor_faults();
   double t0 = bench::now();
   p8est_refine(p, 1, p8_refine, nullptr);
   double t1 = bench::now();
+  r.refine_faults = bench::minor_faults() - faults;
   r.refined = static_cast<uint64_t>(p->global_num_quadrants);
   p8est_balance(p, P8EST_CONNECT_FULL, nullptr);
   r.balance_s = bench::now() - t1;
@@ -527,6 +538,7 @@ int main(int argc, char **argv) {
       const int level = shape_level(shape, a.quick);
       std::vector<double> ref, bal, again, bal1, bal2, pref, pbal, pagain, pbal_again, provisioned, page_us;
       uint64_t refined = 0, balanced = 0, provisioned_bytes = 0;
+      std::vector<double> faults, pfaults;  // pages supplied during the first refinements
       LeafHash mine;
 #ifdef HM_HAVE_P4EST
       P4estRun p{};
@@ -540,6 +552,7 @@ int main(int argc, char **argv) {
           again.push_back(at.again_s);
           bal1.push_back(at.balance1_s);
           bal2.push_back(at.balance2_s);
+          faults.push_back(static_cast<double>(at.refine_faults));
           balanced = t->leaf_count();
           t.reset();
           unlink(pool.c_str());
@@ -554,6 +567,7 @@ int main(int argc, char **argv) {
         pbal.push_back(p.balance_s);
         pagain.push_back(p.again_s);
         pbal_again.push_back(p.balance_again_s);
+        pfaults.push_back(static_cast<double>(p.refine_faults));
 #endif
       }
       const double rr = refined / bench::median(ref), br = balanced / bench::median(bal);
@@ -594,18 +608,17 @@ int main(int argc, char **argv) {
                     two_vs.high, bench::at_least(two_vs, 1.0));
       notes += line;
       verdicts.insert(verdicts.end(), {bench::at_least(one_vs, 1.0), bench::at_least(two_vs, 1.0)});
-      // The first refinement without the kernel supplying the new pool's pages (written in first).
-      const bench::Ratio provisioned_vs = bench::ratio(pref, provisioned, true);
+      // The first refinements' new pages, and ours without the kernel supplying them (written in first).
       std::snprintf(line, sizeof line,
-                    "  %s: first refine into a new pool's pages written in before (%.1f MiB, %.2f us a page, not "
-                    "timed) %.2f Mo/s: %.2f p4est (spread %.2f-%.2f)\n",
-                    shape_name(shape), static_cast<double>(provisioned_bytes) / 1048576, bench::median(page_us),
-                    refined / bench::median(provisioned) / 1e6, provisioned_vs.value, provisioned_vs.low,
-                    provisioned_vs.high);
+                    "  %s: first refine's new pages (minor faults) PM-octree %.0f, p4est %.0f; into a new pool's pages "
+                    "written in before (%.1f MiB, %.2f us a page, not timed) %.2f Mo/s\n",
+                    shape_name(shape), bench::median(faults), bench::median(pfaults),
+                    static_cast<double>(provisioned_bytes) / 1048576, bench::median(page_us),
+                    refined / bench::median(provisioned) / 1e6);
       notes += line;
       j.num("new_page_us", bench::median(page_us));
       j.num("refine_provisioned_octants_per_s", refined / bench::median(provisioned));
-      j.ratio("refine_provisioned_vs_p4est", provisioned_vs);
+      j.num("refine_new_pages", bench::median(faults)).num("p4est_refine_new_pages", bench::median(pfaults));
       j.num("balance_again_1_thread_octants_per_s", balanced / bench::median(bal1));
       j.open_array("balance_again_2_threads_s");
       for (double v : bal2) j.num("", v);
@@ -631,9 +644,10 @@ int main(int argc, char **argv) {
     j.close();
 #ifdef HM_HAVE_P4EST
     std::printf("%s  same tree: the balanced trees' leaves (corner, level) hashed in Morton order and compared\n"
-                "  refine: into a new pool (its pages new to the page cache) or p4est's heap; again: the same refinement\n"
-                "  after coarsening to the root, into pages the first one mapped (as a simulation's later steps); balance\n"
-                "  again: after that refinement, the PM-octree on 1 and on 2 threads (each checked to make the same tree)\n",
+                "  refine: into memory new to each, a new pool (its pages new to the page cache) or p4est's heap after\n"
+                "  malloc_trim(0) gave its free pages back; again: the same refinement after coarsening to the root,\n"
+                "  into pages the first one mapped (as a simulation's later steps); balance again: after that\n"
+                "  refinement, the PM-octree on 1 and on 2 threads (each checked to make the same tree)\n",
                 notes.c_str());
     std::printf("  all adapt targets (balance >= 1.0x on 1 and 2 threads and refine >= 1.5x p4est 2.2 in every round, same\n"
                 "  trees): %s (p4est on one MPI rank here; `hetmem bench octree` adds it on 2 ranks)\n\n",

@@ -1,6 +1,7 @@
 // A small benchmark harness: repetitions, medians, and output as a table (stdout) and JSON
 // (a file). Figures are compared as ratios inside one run: these machines are shared and noisy.
 #pragma once
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -17,6 +18,13 @@ inline double now() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// The process's minor page faults so far: pages the kernel supplied (or mapped) on first touch.
+inline long minor_faults() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
 }
 
 inline double median(std::vector<double> v) {
