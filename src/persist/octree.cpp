@@ -40,7 +40,7 @@ template <int Dim>
 Octree<Dim>::Octree(std::unique_ptr<Pool> pool, const OctreeOptions &options)
     : pool_(std::move(pool)),
       options_(options),
-      slots_(*pool_, round_up(std::max(sizeof(Family), sizeof(Top)), kUnit)) {
+      slots_(*pool_, kSlotBytes) {
   set_hot({Leaf{{0, 0, 0}, 0, 0}});  // until the first transformation, all of the tree
 }
 

@@ -230,6 +230,9 @@ class Octree {
 
  private:
   static constexpr uint64_t kFast = ChildRef::kFastRef;
+  // A slot holds a family or the root object. A constant, so that checking a reference's place
+  // is a mask, not a division (restore checks every committed family's).
+  static constexpr uint64_t kSlotBytes = round_up(std::max(sizeof(Family), sizeof(Top)), kUnit);
   Octree(std::unique_ptr<Pool> pool, const OctreeOptions &options);
   // A 64-bit sum of the object's words, each times its own odd constant: any change to a single
   // word (so any flipped byte or bit) changes it.

@@ -148,29 +148,28 @@ uint64_t Octree<Dim>::checksum() const {
 
 template <int Dim>
 bool Octree<Dim>::intact(std::string *why) const {
-  const uint64_t version = pool_->sequence(), data_end = pool_->committed_top(), slot = slots_.slot_bytes();
+  const uint64_t version = pool_->sequence(), data_end = pool_->committed_top();
   struct Item {
     uint64_t ref;
     uint32_t coord[3];
     uint32_t level;  // the parent octant's level
   };
-  // One thread's share: its stack, the leaves it met, the first damage it found (a cache line
-  // of its own: the two threads count leaves at every family).
+  // One thread's share: the leaves it met, the families it checked, the first damage it found (a
+  // cache line of its own: the two threads count leaves at every family).
   struct alignas(64) Walk {
-    std::vector<Item> stack;
-    uint64_t covered = 0, counted = 0;
+    uint64_t covered = 0, counted = 0, families = 0;
     std::string why;
   };
   std::atomic<bool> damaged{false};
-  // Checks one family, counts its leaf children into w and pushes the others onto `into`; false
+  // The family at `it` checked (its place, stamp, seal, level and corner): the family, or null
   // at damage (then w.why says what and where).
-  auto check = [&](Walk &w, const Item &it, std::vector<Item> &into) {
-    auto say = [&](const std::string &what, uint64_t ref) {
+  auto check = [&](Walk &w, const Item &it) -> const Family * {
+    auto say = [&](const std::string &what, uint64_t ref) -> const Family * {
       w.why = what + " (family at offset " + std::to_string(ref) + ")";
       damaged = true;
-      return false;
+      return nullptr;
     };
-    if (is_fast(it.ref) || it.ref < kHeaderBytes || (it.ref - kHeaderBytes) % slot != 0 ||
+    if (is_fast(it.ref) || it.ref < kHeaderBytes || (it.ref - kHeaderBytes) % kSlotBytes != 0 ||
         it.ref + sizeof(Family) > data_end)
       return say("a child offset points outside the committed data", it.ref);
     const Family *f = pool_->template at<Family>(it.ref);
@@ -188,29 +187,31 @@ bool Octree<Dim>::intact(std::string *why) const {
     for (int d = 0; d < Dim; ++d)
       if (f->coord[d] != it.coord[d] || f->coord[d] % (2 * size) != 0)
         return say("a family is not where its parent's index says", it.ref);
-    uint64_t leaves = 0;  // counted here, added once: w is in memory, shared with the pushes
-    for (int c = 0; c < kChildren; ++c) {
-      if (f->child[c] == 0) {
-        ++leaves;
-        continue;
-      }
-      Item kid{f->child[c], {f->coord[0], f->coord[1], f->coord[2]}, f->level};
-      for (int d = 0; d < Dim; ++d) kid.coord[d] += ((c >> d) & 1) ? size : 0;
-      into.push_back(kid);
-    }
+    return f;
+  };
+  // Child c's item (its family's reference, corner and parent level).
+  auto child_item = [](const Family *f, int c) {
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    Item kid{f->child[c], {f->coord[0], f->coord[1], f->coord[2]}, f->level};
+    for (int d = 0; d < Dim; ++d) kid.coord[d] += ((c >> d) & 1) ? size : 0;
+    return kid;
+  };
+  // Leaves among a family's children, counted into w.
+  auto count_leaves = [](Walk &w, const Family *f, uint64_t leaves) {
     w.counted += leaves;
     w.covered += leaves << (Dim * (kMaxLevel - f->level));
-    return true;
   };
-  // The subtree under one item, depth first; stops early when the other thread found damage.
-  auto walk = [&](Walk &w, const Item &top) {
-    w.stack.assign(1, top);
-    for (uint64_t n = 0; !w.stack.empty(); ++n) {
-      const Item it = w.stack.back();
-      w.stack.pop_back();
-      if (!check(w, it, w.stack)) return false;
-      if ((n & 4095) == 4095 && damaged.load(std::memory_order_relaxed)) return false;
+  // The subtree under one item, depth first in child order (recursion: at most kMaxLevel deep,
+  // and the families' fields stay in registers); stops early when the other thread found damage.
+  auto walk = [&](auto &self, Walk &w, const Item &it) -> bool {
+    const Family *f = check(w, it);
+    if (f == nullptr || ((++w.families & 4095) == 0 && damaged.load(std::memory_order_relaxed))) return false;
+    uint64_t leaves = 0;
+    for (int c = 0; c < kChildren; ++c) {
+      if (f->child[c] == 0) ++leaves;
+      else if (!self(self, w, child_item(f, c))) return false;
     }
+    count_leaves(w, f, leaves);
     return true;
   };
   Walk first, second;
@@ -220,7 +221,7 @@ bool Octree<Dim>::intact(std::string *why) const {
     covered = uint64_t{1} << (Dim * kMaxLevel);
     counted = 1;
   } else if (options_.threads < 2) {
-    ok = walk(first, {root_child_, {0, 0, 0}, 0});
+    ok = walk(walk, first, {root_child_, {0, 0, 0}, 0});
   } else {
     // On two threads: the top of the tree level by level on this one until there are kShares
     // subtrees, then both threads take them one at a time (their sizes differ; taking them in
@@ -229,14 +230,22 @@ bool Octree<Dim>::intact(std::string *why) const {
     std::vector<Item> shares{{root_child_, {0, 0, 0}, 0}}, below;
     while (ok && !shares.empty() && shares.size() < kShares) {
       below.clear();
-      for (const Item &it : shares)
-        if (!(ok = check(first, it, below))) break;
+      for (const Item &it : shares) {
+        const Family *f = check(first, it);
+        if (!(ok = f != nullptr)) break;
+        uint64_t leaves = 0;
+        for (int c = 0; c < kChildren; ++c) {
+          if (f->child[c] == 0) ++leaves;
+          else below.push_back(child_item(f, c));
+        }
+        count_leaves(first, f, leaves);
+      }
       shares.swap(below);
     }
     std::atomic<size_t> next{0};
     auto take = [&](Walk &w) {
       for (size_t i; (i = next.fetch_add(1)) < shares.size() && !damaged.load(std::memory_order_relaxed);)
-        if (!walk(w, shares[i])) return;
+        if (!walk(walk, w, shares[i])) return;
     };
     if (ok && !shares.empty()) {
       on_two_threads([&] { take(first); }, [&] { take(second); });
@@ -272,7 +281,7 @@ bool Octree<Dim>::valid(std::string *why) const {
   };
   auto in_range = [&](uint64_t ref) {
     if (is_fast(ref)) return (ref & ~kFast) < fast_cap_ && fast_live_[ref & ~kFast] != 0;
-    return ref >= kHeaderBytes && (ref - kHeaderBytes) % slots_.slot_bytes() == 0 && ref + sizeof(Family) <= pool_->top();
+    return ref >= kHeaderBytes && (ref - kHeaderBytes) % kSlotBytes == 0 && ref + sizeof(Family) <= pool_->top();
   };
   std::function<void(uint64_t, const uint32_t *, uint32_t)> check = [&](uint64_t ref, const uint32_t *coord, uint32_t level) {
     if (!in_range(ref)) return bad("a child offset points outside the pool's data");
