@@ -221,12 +221,14 @@ def test_octree_benchmark_quick(tmp_path):
         if "same_tree_as_p4est" in tree:  # p4est built in
             assert tree["same_tree_as_p4est"], f"{tree['tree']}: the same balanced tree as p4est's"
             assert tree["balance_again_2_threads_octants_per_s"] > 0
+            # Both first refinements go into memory new to them: neither finds its pages mapped.
+            assert tree["refine_new_pages"] > 0 and tree["p4est_refine_new_pages"] > 0, tree["tree"]
     for name, ranks in figures["balance_on_ranks"].items():  # p4est on 2 MPI ranks, where mpirun is
         assert ranks["same_tree"], f"{name}: p4est on 2 ranks balances to the same tree"
         assert ranks["verdict"] in ("MET", "NOT MET", "cannot tell") and len(ranks["p4est_balance_s"]) == 5
     assert set(figures["per_step"]) == {"PM-octree (nvbm emulated)", "in-core + snapshot every 10",
                                         "SQLite B-tree (Etree-like)"}
-    assert "dynamic transformation" in r.stdout
+    assert "dynamic transformation" in r.stdout and "C0 merged out " in r.stdout
     for shape, t in figures["transformation"].items():
         # The census: the features' prediction (the interface one step ahead) is what the step writes.
         assert t["step_writes"] > 0 and 0 < t["c0_share_bound"] <= 1, shape
