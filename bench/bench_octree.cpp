@@ -488,11 +488,30 @@ int main(int argc, char **argv) {
   if (a.dir.empty()) a.dir = std::getenv("TMPDIR") && *std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
   const std::string base = a.dir + "/hetmem-bench-octree-" + std::to_string(getpid());
   const std::string pool = base + ".pool", pool2 = base + ".loaded.pool", snap = base + ".snap";
+  // MPI and p4est, for what uses p4est. A restart child of the PM-octree or the snapshot runs
+  // without them, as a code that does not use MPI would (Open MPI's initialisation starts
+  // helper threads and hooks the process's memory calls).
+  const auto start_p4est = [&] {
 #ifdef HM_HAVE_P4EST
-  sc_MPI_Init(&argc, &argv);
-  sc_init(sc_MPI_COMM_WORLD, 0, 0, nullptr, SC_LP_SILENT);
-  p4est_init(nullptr, SC_LP_SILENT);
+    sc_MPI_Init(&argc, &argv);
+    sc_init(sc_MPI_COMM_WORLD, 0, 0, nullptr, SC_LP_SILENT);
+    p4est_init(nullptr, SC_LP_SILENT);
 #endif
+  };
+  const auto stop_p4est = [] {
+#ifdef HM_HAVE_P4EST
+    sc_finalize();
+    sc_MPI_Finalize();
+#endif
+  };
+  if (!a.child.empty()) {
+    const bool p4est = a.child[0] == "p4est";
+    if (p4est) start_p4est();
+    int rc = restart_child(a.child[0], a.child[1], a.child[2], std::strtoull(a.child[3].c_str(), nullptr, 10));
+    if (p4est) stop_p4est();
+    return rc;
+  }
+  start_p4est();
   if (!a.ranks.empty()) {
     int rc = 2;
 #ifdef HM_HAVE_P4EST
@@ -503,18 +522,9 @@ int main(int argc, char **argv) {
     } else {
       rc = p4est_balance_ranks(shape, std::atoi(a.ranks[1].c_str()), std::max(1, std::atoi(a.ranks[2].c_str())));
     }
-    sc_finalize();
-    sc_MPI_Finalize();
+    stop_p4est();
 #else
     std::fprintf(stderr, "--p4est-balance: p4est is not built in\n");
-#endif
-    return rc;
-  }
-  if (!a.child.empty()) {
-    int rc = restart_child(a.child[0], a.child[1], a.child[2], std::strtoull(a.child[3].c_str(), nullptr, 10));
-#ifdef HM_HAVE_P4EST
-    sc_finalize();
-    sc_MPI_Finalize();
 #endif
     return rc;
   }
@@ -852,9 +862,6 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "hetmem-bench-octree: cannot write '%s'\n", a.json.c_str());
     return 1;
   }
-#ifdef HM_HAVE_P4EST
-  sc_finalize();
-  sc_MPI_Finalize();
-#endif
+  stop_p4est();
   return 0;
 }
