@@ -772,6 +772,9 @@ int main(int argc, char **argv) {
     if (p4est_restart_file(p4, u, fraction) != leaves) die("the p4est tree differs from the PM tree");
     have_p4est = true;
 #endif
+    // The files written above reach the disk first: write-back running beside a timed restart
+    // would take its time from whichever side it fell on.
+    sync();
     // Each restart in a new process; warm: the files as the writer left them in the page cache;
     // cold: their pages dropped first (the device is read). Three of each, interleaved; medians.
     struct Case {
