@@ -489,8 +489,8 @@ int main(int argc, char **argv) {
   const std::string base = a.dir + "/hetmem-bench-octree-" + std::to_string(getpid());
   const std::string pool = base + ".pool", pool2 = base + ".loaded.pool", snap = base + ".snap";
   // MPI and p4est, for what uses p4est. A restart child of the PM-octree or the snapshot runs
-  // without them, as a code that does not use MPI would (Open MPI's initialisation starts
-  // helper threads and hooks the process's memory calls).
+  // without them, as a code that does not use MPI would (Open MPI's singleton start-up had run
+  // beside the timed restore).
   const auto start_p4est = [&] {
 #ifdef HM_HAVE_P4EST
     sc_MPI_Init(&argc, &argv);
