@@ -196,23 +196,24 @@ bool Octree<Dim>::intact(std::string *why) const {
     for (int d = 0; d < Dim; ++d) kid.coord[d] += ((c >> d) & 1) ? size : 0;
     return kid;
   };
-  // Leaves among a family's children, counted into w.
-  auto count_leaves = [](Walk &w, const Family *f, uint64_t leaves) {
+  // A checked family's children in order: its leaves counted into w, `inner` called with each
+  // child family's item; false as soon as `inner` is.
+  auto children = [&](Walk &w, const Family *f, auto &&inner) -> bool {
+    uint64_t leaves = 0;
+    for (int c = 0; c < kChildren; ++c) {
+      if (f->child[c] == 0) ++leaves;
+      else if (!inner(child_item(f, c))) return false;
+    }
     w.counted += leaves;
     w.covered += leaves << (Dim * (kMaxLevel - f->level));
+    return true;
   };
   // The subtree under one item, depth first in child order (recursion: at most kMaxLevel deep,
   // and the families' fields stay in registers); stops early when the other thread found damage.
   auto walk = [&](auto &self, Walk &w, const Item &it) -> bool {
     const Family *f = check(w, it);
     if (f == nullptr || ((++w.families & 4095) == 0 && damaged.load(std::memory_order_relaxed))) return false;
-    uint64_t leaves = 0;
-    for (int c = 0; c < kChildren; ++c) {
-      if (f->child[c] == 0) ++leaves;
-      else if (!self(self, w, child_item(f, c))) return false;
-    }
-    count_leaves(w, f, leaves);
-    return true;
+    return children(w, f, [&](const Item &kid) { return self(self, w, kid); });
   };
   Walk first, second;
   uint64_t covered = 0, counted = 0;
@@ -233,12 +234,10 @@ bool Octree<Dim>::intact(std::string *why) const {
       for (const Item &it : shares) {
         const Family *f = check(first, it);
         if (!(ok = f != nullptr)) break;
-        uint64_t leaves = 0;
-        for (int c = 0; c < kChildren; ++c) {
-          if (f->child[c] == 0) ++leaves;
-          else below.push_back(child_item(f, c));
-        }
-        count_leaves(first, f, leaves);
+        children(first, f, [&](const Item &kid) {
+          below.push_back(kid);
+          return true;
+        });
       }
       shares.swap(below);
     }
