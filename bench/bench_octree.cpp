@@ -157,6 +157,7 @@ AdaptTimes adapt(Tree &t, Shape shape, int level, uint64_t *refined, LeafHash *h
       die("coarsen to the root");
   };
   AdaptTimes r;
+  malloc_trim(0);  // the heap's free pages back, as before p4est's first refinement
   const long faults = bench::minor_faults();
   double t0 = bench::now();
   if (t.refine(fn, true) != HM_OK) die("refine");
@@ -254,8 +255,9 @@ int p8_coarsen_all(p8est_t *, p4est_topidx_t, p8est_quadrant_t *[]) { return 1; 
 // p4est on the same tree: recursive refinement with the same predicate, then full balance, then
 // recursive coarsening to the root and the same refinement again. The first refinement goes into
 // memory new to the process, as the PM-octree's goes into a new pool's pages: the heap's free pages
-// (what an earlier tree left) go back to the kernel first, or p4est's first refinement of a small
-// tree after a large one would find its memory mapped (no page faults) and ours would not.
+// (what an earlier tree left) go back to the kernel first (before both sides' first refinements),
+// or p4est's first refinement of a small tree after a large one would find its memory mapped (no
+// page faults) and ours would not.
 struct P4estRun {
   double refine_s, balance_s, again_s, balance_again_s;
   long refine_faults;  // pages the kernel supplied during the first refinement
@@ -633,6 +635,12 @@ int main(int argc, char **argv) {
       j.open_array("balance_again_2_threads_s");
       for (double v : bal2) j.num("", v);
       j.close();
+      j.open_array("refine_s");  // the first refinement, round by round (ours, then p4est's)
+      for (double v : ref) j.num("", v);
+      j.close();
+      j.open_array("p4est_refine_s");
+      for (double v : pref) j.num("", v);
+      j.close();
       j.str("balanced_hash", std::to_string(mine.h) + " " + std::to_string(mine.n));
       j.num("balance_again_2_threads_octants_per_s", balanced / bench::median(bal2));
       j.num("p4est_balance_again_octants_per_s", p.balanced / bench::median(pbal_again));
@@ -654,8 +662,9 @@ int main(int argc, char **argv) {
     j.close();
 #ifdef HM_HAVE_P4EST
     std::printf("%s  same tree: the balanced trees' leaves (corner, level) hashed in Morton order and compared\n"
-                "  refine: into memory new to each, a new pool (its pages new to the page cache) or p4est's heap after\n"
-                "  malloc_trim(0) gave its free pages back; again: the same refinement after coarsening to the root,\n"
+                "  refine: into memory new to each, a new pool (its pages new to the page cache; 2 MiB folios where the\n"
+                "  file system offers them) or p4est's heap, each process's heap first giving its free pages back\n"
+                "  (malloc_trim(0)); again: the same refinement after coarsening to the root,\n"
                 "  into pages the first one mapped (as a simulation's later steps); balance again: after that\n"
                 "  refinement, the PM-octree on 1 and on 2 threads (each checked to make the same tree)\n",
                 notes.c_str());

@@ -25,7 +25,7 @@ constexpr OptionSpec kOptions[] = {
     {Option::kHugetlbPool, "HM_HUGETLB_POOL", "0",
      "bytes of 2 MiB hugetlb pages reserved at start for allocations of 2 MiB or more (first fit)"},
     {Option::kHugetlb1G, "HM_HUGETLB_1G", "0", "bytes of 1 GiB hugetlb pages reserved at start for allocations of 1 GiB or more"},
-    {Option::kThp, "HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free"},
+    {Option::kThp, "HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free, and on persistent pools' mappings"},
     {Option::kEmul, "HM_EMUL", "1", "1: charge the emulated tier's delay; 0: emulated tiers behave as DRAM"},
     {Option::kPolicy, "HM_POLICY", "first-touch",
      "placement policy for object classes (hm_class_alloc); `hetmem policies` lists them"},

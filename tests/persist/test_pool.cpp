@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <vector>
 
+#include "base/options.h"
 #include "hetmem/hetmem.h"
 #include "persist/pool.h"
 #include "../support.h"
@@ -34,6 +36,19 @@ struct Recorder : hm::persist::PersistObserver {
   }
   void on_fence() override { events.push_back("fence"); }
 };
+
+// The VmFlags of the mapping that holds `address` in /proc/self/smaps ("" if none does).
+std::string vm_flags_at(const void *address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) inside = lo <= at && at < hi;
+    else if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
 
 class PoolTest : public ::testing::Test {
  protected:
@@ -300,4 +315,19 @@ TEST_F(PoolTest, InspectNamesWhatIsNotAPool) {
   spit(path_, std::vector<char>(100, 'x'));
   EXPECT_EQ(Pool::inspect(path_, &info), HM_EFORMAT);
   EXPECT_NE(std::string(hm_last_error()).find("truncated"), std::string::npos) << hm_last_error();
+}
+
+TEST_F(PoolTest, APoolIsMappedWithTransparentHugePagesUnlessTurnedOff) {
+  // MADV_HUGEPAGE shows as "hg" in the mapping's VmFlags; HM_THP=0 leaves the mapping without it.
+  for (const char *thp : {"1", "0"}) {
+    hm::option_set("HM_THP", thp);
+    std::unique_ptr<Pool> pool;
+    ASSERT_EQ(Pool::create(path_, 4 << 20, &pool), HM_OK) << hm_last_error();
+    const std::string flags = vm_flags_at(pool->at<char>(0));
+    ASSERT_NE(flags, "") << "no mapping holds the pool";
+    EXPECT_EQ(flags.find(" hg") != std::string::npos, std::string(thp) == "1") << "HM_THP=" << thp << ": " << flags;
+    pool.reset();
+    unlink(path_.c_str());
+  }
+  hm::option_set("HM_THP", "1");
 }
