@@ -532,8 +532,19 @@ int main(int argc, char **argv) {
   }
   bench::Json j;
   j.open().str("benchmark", "hetmem-bench-octree").str("directory", a.dir).boolean("quick", a.quick);
-  std::printf("hetmem-bench-octree: pools in %s (%s)\n\n", a.dir.c_str(),
+  std::printf("hetmem-bench-octree: pools in %s (%s)\n", a.dir.c_str(),
               "not emulated: the pool's file system sets the speed");
+  // Pools map with 2 MiB folios where the file system offers them; in a VM whose host takes back
+  // free 2 MiB blocks, a round that draws its folios from such blocks is slower (on a 2-core VM:
+  // the sphere's first refinement 56-84 ms against 17 in 7 of 25 rounds; none with reporting off).
+  const int reporting = bench::free_page_reporting_order();
+  j.num("free_page_reporting_order", reporting);
+  if (reporting >= 0 && reporting <= 9)
+    std::printf("  this VM reports free memory in blocks of 2^%d pages to its host (virtio-balloon free page\n"
+                "  reporting): a 2 MiB folio taken from such a block faults in the host on first touch, so single\n"
+                "  rounds that make new pool pages can be slower by tens of ms (the spreads show them)\n",
+                reporting);
+  std::printf("\n");
 
   // 1. Refine and balance throughput on three trees, PM-octree and p4est runs interleaved (one of
   // each per round, so that both see the same machine), the balanced trees compared leaf by leaf.
