@@ -534,12 +534,16 @@ int main(int argc, char **argv) {
   j.open().str("benchmark", "hetmem-bench-octree").str("directory", a.dir).boolean("quick", a.quick);
   std::printf("hetmem-bench-octree: pools in %s (%s)\n", a.dir.c_str(),
               "not emulated: the pool's file system sets the speed");
-  // Pools map with 2 MiB folios where the file system offers them; in a VM whose host takes back
-  // free 2 MiB blocks, a round that draws its folios from such blocks is slower (on a 2-core VM:
-  // the sphere's first refinement 56-84 ms against 17 in 7 of 25 rounds; none with reporting off).
+  // With HM_PM_THP=1 pools map 2 MiB folios where the file system offers them; in a VM whose
+  // host takes back free 2 MiB blocks, a round that draws its folios from such blocks is slower
+  // (on a 2-core VM: the sphere's first refinement 56-84 ms against 17 in 7 of 25 rounds; none
+  // with reporting off).
+  char pm_thp[8] = "0";
+  hm_option_get("HM_PM_THP", pm_thp, sizeof pm_thp, nullptr, 0);
   const int reporting = bench::free_page_reporting_order();
-  j.num("free_page_reporting_order", reporting);
-  if (reporting >= 0 && reporting <= 9)
+  j.num("free_page_reporting_order", reporting).str("pm_thp", pm_thp);
+  if (std::strcmp(pm_thp, "1") == 0) std::printf("  pools mapped with 2 MiB folios (HM_PM_THP=1)\n");
+  if (std::strcmp(pm_thp, "1") == 0 && reporting >= 0 && reporting <= 9)
     std::printf("  this VM reports free memory in blocks of 2^%d pages to its host (virtio-balloon free page\n"
                 "  reporting): a 2 MiB folio taken from such a block faults in the host on first touch, so single\n"
                 "  rounds that make new pool pages can be slower by tens of ms (the spreads show them)\n",
@@ -673,9 +677,9 @@ int main(int argc, char **argv) {
     j.close();
 #ifdef HM_HAVE_P4EST
     std::printf("%s  same tree: the balanced trees' leaves (corner, level) hashed in Morton order and compared\n"
-                "  refine: into memory new to each, a new pool (its pages new to the page cache; 2 MiB folios where the\n"
-                "  file system offers them) or p4est's heap, each process's heap first giving its free pages back\n"
-                "  (malloc_trim(0)); again: the same refinement after coarsening to the root,\n"
+                "  refine: into memory new to each, a new pool (its pages new to the page cache) or p4est's heap,\n"
+                "  each process's heap first giving its free pages back (malloc_trim(0)); again: the same\n"
+                "  refinement after coarsening to the root,\n"
                 "  into pages the first one mapped (as a simulation's later steps); balance again: after that\n"
                 "  refinement, the PM-octree on 1 and on 2 threads (each checked to make the same tree)\n",
                 notes.c_str());

@@ -25,7 +25,7 @@ constexpr OptionSpec kOptions[] = {
     {Option::kHugetlbPool, "HM_HUGETLB_POOL", "0",
      "bytes of 2 MiB hugetlb pages reserved at start for allocations of 2 MiB or more (first fit)"},
     {Option::kHugetlb1G, "HM_HUGETLB_1G", "0", "bytes of 1 GiB hugetlb pages reserved at start for allocations of 1 GiB or more"},
-    {Option::kThp, "HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free, and on persistent pools' mappings"},
+    {Option::kThp, "HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free"},
     {Option::kEmul, "HM_EMUL", "1", "1: charge the emulated tier's delay; 0: emulated tiers behave as DRAM"},
     {Option::kPolicy, "HM_POLICY", "first-touch",
      "placement policy for object classes (hm_class_alloc); `hetmem policies` lists them"},
@@ -62,6 +62,8 @@ constexpr OptionSpec kOptions[] = {
      "16 bytes): a primary and the server then prove to each other that they hold it"},
     {Option::kPmCheck, "HM_PM_CHECK", "0", "1: persistent octrees validate every family when restored (slower; bounds are always "
      "checked)"},
+    {Option::kPmThp, "HM_PM_THP", "0", "1: map persistent pools with madvise(MADV_HUGEPAGE): a new pool's first writes fault once per "
+     "2 MiB, but on a page-cache file every persist writes back whole 2 MiB folios (no effect on DAX)"},
     {Option::kMemkind, "HM_MEMKIND", "", "hetmem's libmemkind: KIND=ROLE_OR_TIER overrides of the kind table, e.g. "
      "HBW=emul:cxl,DAX_KMEM=capacity (docs/memkind.md)"},
 };

@@ -38,6 +38,7 @@ enum class Option : int {
   kRules,
   kReplicaKey,
   kPmCheck,
+  kPmThp,
   kMemkind,
   kCount
 };

@@ -56,17 +56,17 @@ int Pool::map(int fd, uint64_t bytes) {
   int rc = prim::map_file(fd, bytes, true, &p, &synced);
   if (rc != HM_OK) return rc;
   base_ = static_cast<char *>(p);
-  // Page-cache pools in 2 MiB folios where the file system offers them (ext4, XFS; tmpfs only
-  // when mounted huge=always or within_size, as allocate() preallocates its pages through no
-  // mapping that could take the advice): a new pool's first writes then fault once per 2 MiB
-  // instead of once per 4 KiB page (a random tree's first refinement: 1,590 faults down to 4,
-  // about 1.6 times as fast). The cost, on a page-cache pool: a store into a clean folio dirties
-  // all of it, so a persist writes back whole 2 MiB folios. Measured on ext4 with hetmem-amr: at
-  // level 9 (336 thousand leaves, 20 steps) the same bytes reach the disk either way; at level 7
-  // (97 thousand, 30 steps) 136 against 21 MB, a persist 3.2 against 2.7 ms; at 12 million
-  // octants persists take as long. On DAX there is no page cache. HM_THP=0 turns it off.
-  long thp = 1;
-  if (option_int(Option::kThp, &thp) != HM_OK || thp != 0) prim::advise_huge(base_, bytes, true);
+  // With HM_PM_THP=1, 2 MiB folios where the file system offers them (ext4, XFS; tmpfs only when
+  // mounted huge=always or within_size, as allocate() preallocates its pages through no mapping
+  // that could take the advice). Not by default: a new pool's first writes then fault once per
+  // 2 MiB instead of once per 4 KiB page (a random tree's first refinement: 1,590 faults down to
+  // 4, about 1.6 times as fast), but a store into a clean folio dirties all of it, so every later
+  // persist writes back whole 2 MiB folios. Measured on ext4: ten persists of a local refinement
+  // of a 1.8 million-leaf tree 107 against 19 MB to the disk and 38-47 against 18 ms; hetmem-amr
+  // at level 7, 136 against 21 MB over 30 steps. A first refinement happens once, persists every
+  // step. On DAX there is no page cache (the file system maps 2 MiB pages itself).
+  long thp = 0;
+  if (option_int(Option::kPmThp, &thp) == HM_OK && thp != 0) prim::advise_huge(base_, bytes, true);
   map_sync_ = synced;
   bytes_ = bytes;
   return HM_OK;

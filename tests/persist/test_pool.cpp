@@ -317,21 +317,21 @@ TEST_F(PoolTest, InspectNamesWhatIsNotAPool) {
   EXPECT_NE(std::string(hm_last_error()).find("truncated"), std::string::npos) << hm_last_error();
 }
 
-TEST_F(PoolTest, APoolIsMappedWithTransparentHugePagesUnlessTurnedOff) {
-  // MADV_HUGEPAGE shows as "hg" in the mapping's VmFlags; HM_THP=0 leaves a page-cache mapping
-  // without it. A DAX file system marks its mappings itself (ext4 and XFS set the flag on every
-  // DAX mapping), so there only the "1" half can be checked.
+TEST_F(PoolTest, APoolIsMappedWithTransparentHugePagesOnlyWhenAsked) {
+  // MADV_HUGEPAGE shows as "hg" in the mapping's VmFlags: HM_PM_THP=1 sets it, the default (0)
+  // leaves a page-cache mapping without it. A DAX file system marks its mappings itself (ext4 and
+  // XFS set the flag on every DAX mapping), so there only the "1" half can be checked.
   for (const char *thp : {"1", "0"}) {
-    hm::option_set("HM_THP", thp);
+    hm::option_set("HM_PM_THP", thp);
     std::unique_ptr<Pool> pool;
     ASSERT_EQ(Pool::create(path_, 4 << 20, &pool), HM_OK) << hm_last_error();
     const std::string flags = vm_flags_at(pool->at<char>(0));
     ASSERT_NE(flags, "") << "no mapping holds the pool";
     const bool huge = flags.find(" hg") != std::string::npos;
-    if (std::string(thp) == "1") EXPECT_TRUE(huge) << "HM_THP=1: " << flags;
-    else if (!pool->map_sync()) EXPECT_FALSE(huge) << "HM_THP=0: " << flags;
+    if (std::string(thp) == "1") EXPECT_TRUE(huge) << "HM_PM_THP=1: " << flags;
+    else if (!pool->map_sync()) EXPECT_FALSE(huge) << "HM_PM_THP=0: " << flags;
     pool.reset();
     unlink(path_.c_str());
   }
-  hm::option_set("HM_THP", "1");
+  hm::option_set("HM_PM_THP", "0");
 }
