@@ -62,7 +62,7 @@ int Pool::map(int fd, uint64_t bytes) {
   // 2 MiB instead of once per 4 KiB page (a random tree's first refinement: 1,590 faults down to
   // 4, about 1.6 times as fast), but a store into a clean folio dirties all of it, so every later
   // persist writes back whole 2 MiB folios. Measured on ext4: ten persists of a local refinement
-  // of a 1.8 million-leaf tree 107 against 19 MB to the disk and 38-47 against 18 ms; hetmem-amr
+  // of a 1.8 million-leaf tree 107 against 19 MB to the disk and 37-47 against 16-18 ms; hetmem-amr
   // at level 7, 136 against 21 MB over 30 steps. A first refinement happens once, persists every
   // step. On DAX there is no page cache (the file system maps 2 MiB pages itself).
   long thp = 0;
