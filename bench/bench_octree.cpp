@@ -538,12 +538,13 @@ int main(int argc, char **argv) {
   // host takes back free 2 MiB blocks, a round that draws its folios from such blocks is slower
   // (on a 2-core VM: the sphere's first refinement 56-84 ms against 17 in 7 of 25 rounds; none
   // with reporting off).
-  char pm_thp[8] = "0";
+  char pm_thp[32] = "0";
   hm_option_get("HM_PM_THP", pm_thp, sizeof pm_thp, nullptr, 0);
+  const bool huge_pools = std::atol(pm_thp) != 0;  // as the pool reads it: any non-zero number
   const int reporting = bench::free_page_reporting_order();
-  j.num("free_page_reporting_order", reporting).str("pm_thp", pm_thp);
-  if (std::strcmp(pm_thp, "1") == 0) std::printf("  pools mapped with 2 MiB folios (HM_PM_THP=1)\n");
-  if (std::strcmp(pm_thp, "1") == 0 && reporting >= 0 && reporting <= 9)
+  j.num("free_page_reporting_order", reporting).boolean("pm_thp", huge_pools);
+  if (huge_pools) std::printf("  pools mapped with 2 MiB folios (HM_PM_THP=%s)\n", pm_thp);
+  if (huge_pools && reporting >= 0 && reporting <= 9)
     std::printf("  this VM reports free memory in blocks of 2^%d pages to its host (virtio-balloon free page\n"
                 "  reporting): a 2 MiB folio taken from such a block faults in the host on first touch, so single\n"
                 "  rounds that make new pool pages can be slower by tens of ms (the spreads show them)\n",

@@ -5,10 +5,30 @@
 #include <hetmem/hetmem.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 namespace hm_test {
+
+// The smaps block (header line and fields) of the mapping that contains addr; "" if none does.
+inline std::string smaps_of(const void *addr) {
+  std::ifstream in("/proc/self/smaps");
+  std::string line, block;
+  bool inside = false;
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  while (std::getline(in, line)) {
+    unsigned long lo, hi;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's header line
+      if (inside) break;
+      inside = a >= lo && a < hi;
+    }
+    if (inside) block += line + "\n";
+  }
+  return block;
+}
 
 inline std::string temp_path(const std::string &stem) {
   const char *dir = std::getenv("TMPDIR");

@@ -13,22 +13,7 @@
 
 namespace {
 
-// The smaps block of the mapping that contains addr.
-std::string smaps_of(const void *addr) {
-  std::ifstream in("/proc/self/smaps");
-  std::string line, block;
-  bool inside = false;
-  auto a = reinterpret_cast<uintptr_t>(addr);
-  while (std::getline(in, line)) {
-    unsigned long lo, hi;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {  // a mapping's header line
-      if (inside) break;
-      inside = a >= lo && a < hi;
-    }
-    if (inside) block += line + "\n";
-  }
-  return block;
-}
+using hm_test::smaps_of;
 
 // Reserves `pages` free huge pages of `page_size` for the test when the kernel has too few (root
 // only), and gives the machine its old setting back afterwards.

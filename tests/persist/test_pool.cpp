@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <vector>
@@ -36,19 +35,6 @@ struct Recorder : hm::persist::PersistObserver {
   }
   void on_fence() override { events.push_back("fence"); }
 };
-
-// The VmFlags of the mapping that holds `address` in /proc/self/smaps ("" if none does).
-std::string vm_flags_at(const void *address) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto at = reinterpret_cast<uintptr_t>(address);
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) inside = lo <= at && at < hi;
-    else if (inside && line.rfind("VmFlags:", 0) == 0) return line;
-  }
-  return "";
-}
 
 class PoolTest : public ::testing::Test {
  protected:
@@ -325,11 +311,16 @@ TEST_F(PoolTest, APoolIsMappedWithTransparentHugePagesOnlyWhenAsked) {
     hm::option_set("HM_PM_THP", thp);
     std::unique_ptr<Pool> pool;
     ASSERT_EQ(Pool::create(path_, 4 << 20, &pool), HM_OK) << hm_last_error();
-    const std::string flags = vm_flags_at(pool->at<char>(0));
-    ASSERT_NE(flags, "") << "no mapping holds the pool";
+    const std::string smaps = hm_test::smaps_of(pool->at<char>(0));
+    const size_t vm_flags = smaps.find("VmFlags:");
+    ASSERT_NE(vm_flags, std::string::npos) << "no mapping with VmFlags holds the pool:\n" << smaps;
+    const std::string flags = smaps.substr(vm_flags, smaps.find('\n', vm_flags) - vm_flags);
     const bool huge = flags.find(" hg") != std::string::npos;
-    if (std::string(thp) == "1") EXPECT_TRUE(huge) << "HM_PM_THP=1: " << flags;
-    else if (!pool->map_sync()) EXPECT_FALSE(huge) << "HM_PM_THP=0: " << flags;
+    if (std::string(thp) == "1") {
+      EXPECT_TRUE(huge) << "HM_PM_THP=1: " << flags;
+    } else if (!pool->map_sync()) {
+      EXPECT_FALSE(huge) << "HM_PM_THP=0: " << flags;
+    }
     pool.reset();
     unlink(path_.c_str());
   }
