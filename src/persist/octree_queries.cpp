@@ -208,12 +208,40 @@ bool Octree<Dim>::intact(std::string *why) const {
     w.covered += leaves << (Dim * (kMaxLevel - f->level));
     return true;
   };
-  // The subtree under one item, depth first in child order (recursion: at most kMaxLevel deep,
-  // and the families' fields stay in registers); stops early when the other thread found damage.
-  auto walk = [&](auto &self, Walk &w, const Item &it) -> bool {
-    const Family *f = check(w, it);
-    if (f == nullptr || ((++w.families & 4095) == 0 && damaged.load(std::memory_order_relaxed))) return false;
-    return children(w, f, [&](const Item &kid) { return self(self, w, kid); });
+  // The subtree under family `ref`, the children of the octant at corner `at` one level below
+  // `level`, depth first in child order (recursion: at most kMaxLevel deep). Every condition
+  // check() tests is folded into one flag, so a sound family costs one branch; check() runs only
+  // to say what failed (the corner's alignment needs no test here: the root's is 0 and a child's
+  // follows from its parent's). Branching on each condition made restore at 10^7 octants a
+  // quarter slower (0.050 against 0.038 s). Stops early when the other thread found damage.
+  auto walk = [&](auto &self, Walk &w, uint64_t ref, const uint32_t *at, uint32_t level) -> bool {
+    bool bad = is_fast(ref) || ref < kHeaderBytes || (ref - kHeaderBytes) % kSlotBytes != 0 ||
+               ref + sizeof(Family) > data_end;
+    const Family *f = bad ? nullptr : pool_->template at<Family>(ref);
+    if (!bad) {
+      bad = (f->seal != seal_of(*f)) | (f->stamp > version) | (f->level != level + 1) |
+            (f->level > static_cast<uint32_t>(kMaxLevel));
+      for (int d = 0; d < Dim; ++d) bad |= f->coord[d] != at[d];
+    }
+    if (bad) {
+      check(w, Item{ref, {at[0], at[1], Dim == 3 ? at[2] : 0}, level});
+      return false;
+    }
+    if ((++w.families & 4095) == 0 && damaged.load(std::memory_order_relaxed)) return false;
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    uint64_t leaves = 0;
+    for (int c = 0; c < kChildren; ++c) {
+      if (f->child[c] == 0) {
+        ++leaves;
+        continue;
+      }
+      uint32_t kid[3] = {f->coord[0], f->coord[1], f->coord[2]};
+      for (int d = 0; d < Dim; ++d) kid[d] += ((c >> d) & 1) ? size : 0;
+      if (!self(self, w, f->child[c], kid, f->level)) return false;
+    }
+    w.counted += leaves;
+    w.covered += leaves << (Dim * (kMaxLevel - f->level));
+    return true;
   };
   Walk first, second;
   uint64_t covered = 0, counted = 0;
@@ -222,7 +250,8 @@ bool Octree<Dim>::intact(std::string *why) const {
     covered = uint64_t{1} << (Dim * kMaxLevel);
     counted = 1;
   } else if (options_.threads < 2) {
-    ok = walk(walk, first, {root_child_, {0, 0, 0}, 0});
+    const uint32_t origin[3] = {0, 0, 0};
+    ok = walk(walk, first, root_child_, origin, 0);
   } else {
     // On two threads: the top of the tree level by level on this one until there are kShares
     // subtrees, then both threads take them one at a time (their sizes differ; taking them in
@@ -244,7 +273,7 @@ bool Octree<Dim>::intact(std::string *why) const {
     std::atomic<size_t> next{0};
     auto take = [&](Walk &w) {
       for (size_t i; (i = next.fetch_add(1)) < shares.size() && !damaged.load(std::memory_order_relaxed);)
-        if (!walk(walk, w, shares[i])) return;
+        if (!walk(walk, w, shares[i].ref, shares[i].coord, shares[i].level)) return;
     };
     if (ok && !shares.empty()) {
       on_two_threads([&] { take(first); }, [&] { take(second); });
