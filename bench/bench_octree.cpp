@@ -49,6 +49,7 @@ struct Args {
   bool quick = false;
   bool restart_only = false;  // only the restart figures (the slowest to change, quickest to rerun)
   bool adapt_only = false;    // only the refine and balance figures against p4est
+  bool no_p4est = false;      // with restart_only: no p8est_load and no MPI (a guest without an MPI runtime)
   std::vector<std::string> ranks;  // --p4est-balance SHAPE LEVEL ROUNDS (run under mpirun)
   std::string json;  // default: results/hetmem-bench-octree.json in the build tree
   std::string dir;
@@ -471,6 +472,7 @@ int main(int argc, char **argv) {
     if (s == "--quick") a.quick = true;
     else if (s == "--restart-only") a.restart_only = true;
     else if (s == "--adapt-only") a.adapt_only = true;
+    else if (s == "--no-p4est") a.no_p4est = true;
     else if (s == "--p4est-balance" && i + 3 < argc) a.ranks.assign(argv + i + 1, argv + i + 4), i += 3;
     else if (s == "--json" && i + 1 < argc) a.json = argv[++i];
     else if (s == "--dir" && i + 1 < argc) a.dir = argv[++i];
@@ -478,12 +480,17 @@ int main(int argc, char **argv) {
     else {
       const bool help = s == "--help" || s == "-h";
       if (!help) std::fprintf(stderr, "unknown option '%s'\n", s.c_str());
-      std::fprintf(help ? stdout : stderr, "usage: hetmem-bench-octree [--quick] [--restart-only | --adapt-only] [--json FILE] [--dir DIR]\n");
+      std::fprintf(help ? stdout : stderr, "usage: hetmem-bench-octree [--quick] [--restart-only [--no-p4est] | --adapt-only] [--json FILE] "
+                   "[--dir DIR]\n");
       return help ? 0 : 2;
     }
   }
   if (a.restart_only && a.adapt_only) {
     std::fprintf(stderr, "--restart-only and --adapt-only exclude each other\n");
+    return 2;
+  }
+  if (a.no_p4est && !a.restart_only) {
+    std::fprintf(stderr, "--no-p4est goes with --restart-only (refine and balance are measured against p4est)\n");
     return 2;
   }
   if (a.json.empty()) a.json = bench::results_path("hetmem-bench-octree.json");
@@ -513,7 +520,7 @@ int main(int argc, char **argv) {
     if (p4est) stop_p4est();
     return rc;
   }
-  start_p4est();
+  if (!a.no_p4est) start_p4est();
   if (!a.ranks.empty()) {
     int rc = 2;
 #ifdef HM_HAVE_P4EST
@@ -790,12 +797,13 @@ int main(int argc, char **argv) {
     if (t->save_snapshot(snap) != HM_OK) die("snapshot");
     const double save_s = bench::now() - t0;
     t.reset();
-    t.reset();
     const std::string p4 = base + ".p8est";
     bool have_p4est = false;
 #ifdef HM_HAVE_P4EST
-    if (p4est_restart_file(p4, u, fraction) != leaves) die("the p4est tree differs from the PM tree");
-    have_p4est = true;
+    if (!a.no_p4est) {
+      if (p4est_restart_file(p4, u, fraction) != leaves) die("the p4est tree differs from the PM tree");
+      have_p4est = true;
+    }
 #endif
     // The files written above reach the disk first: write-back running beside a timed restart
     // would take its time from whichever side it fell on.
@@ -832,8 +840,9 @@ int main(int argc, char **argv) {
     };
     std::printf("restart: %llu octants (built in %.1f s, snapshot written in %.2f s); each restart in a fresh process\n",
                 static_cast<unsigned long long>(leaves), build_s, save_s);
-    std::printf("  files: pool %.0f MiB on disk, snapshot %.0f MiB, p4est %.0f MiB\n", file_mib(pool), file_mib(snap),
-                have_p4est ? file_mib(p4) : 0.0);
+    std::printf("  files: pool %.0f MiB on disk, snapshot %.0f MiB", file_mib(pool), file_mib(snap));
+    if (have_p4est) std::printf(", p4est %.0f MiB", file_mib(p4));
+    std::printf("\n");
     std::printf("  %-40s %12s %12s\n", "", "warm cache", "cold cache");
     const char *names[6] = {"pm_restore (open, map, check every family)", "pm_restore + visit every leaf",
                             "load the snapshot + visit every leaf", "p8est_load + visit every octant",
@@ -890,6 +899,6 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "hetmem-bench-octree: cannot write '%s'\n", a.json.c_str());
     return 1;
   }
-  stop_p4est();
+  if (!a.no_p4est) stop_p4est();
   return 0;
 }
