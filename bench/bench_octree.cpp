@@ -396,18 +396,21 @@ RestartTimes run_child(const std::vector<std::string> &args) {
   return t;
 }
 
-// The child: one restart of `kind` ("pm", "pm2": its check on 2 threads, "snapshot", "p4est") from
+// The child: one restart of `kind` ("pm", "pm2": its check on 2 threads, "pmv": its check on the
+// first visit, "snapshot", "p4est") from
 // `path`; `scratch` is where a snapshot load builds its pool. Prints "open_s total_s leaves".
 int restart_child(const std::string &kind, const std::string &path, const std::string &scratch, uint64_t bytes) {
   std::unique_ptr<Tree> t;
   uint64_t n = 0;
   double t0 = bench::now(), t1 = 0;
-  if (kind == "pm" || kind == "pm2") {
+  if (kind == "pm" || kind == "pm2" || kind == "pmv") {
     hm::persist::OctreeOptions o;
     o.threads = kind == "pm2" ? 2 : 1;
+    o.check_on_first_visit = kind == "pmv";
     if (Tree::restore(path, &t, o) != HM_OK) die("restore");
     t1 = bench::now();
-    t->each_leaf([&](const Leaf &l) { n += l.value == l.value ? 1 : 0; });  // a first visit: every value read
+    // a first visit: every value read
+    if (t->each_leaf([&](const Leaf &l) { n += l.value == l.value ? 1 : 0; }) != HM_OK) die("visit");
   } else if (kind == "snapshot") {
     unlink(scratch.c_str());
     if (Tree::load_snapshot(path, scratch, bytes, &t) != HM_OK) die("load");
@@ -814,9 +817,11 @@ int main(int argc, char **argv) {
       const char *kind, *file;
     };
     const std::vector<Case> cases = {
-        {"pm", pool.c_str()}, {"pm2", pool.c_str()}, {"snapshot", snap.c_str()}, {"p4est", p4.c_str()}};
-    // [warm/cold][pm open, pm total, snapshot, p4est, pm on 2 threads open, pm on 2 threads total]
-    std::array<std::array<std::vector<double>, 6>, 2> times;
+        {"pm", pool.c_str()}, {"pm2", pool.c_str()}, {"pmv", pool.c_str()}, {"snapshot", snap.c_str()},
+        {"p4est", p4.c_str()}};
+    // [warm/cold][pm open, pm total, snapshot, p4est, pm on 2 threads open, pm on 2 threads total,
+    //             pm checking on the first visit open, total]
+    std::array<std::array<std::vector<double>, 8>, 2> times;
     for (int cold = 0; cold < 2; ++cold)
       for (int rep = 0; rep < 3; ++rep)
         for (const Case &c : cases) {
@@ -827,6 +832,7 @@ int main(int argc, char **argv) {
           auto &slot = times[static_cast<size_t>(cold)];
           if (std::string(c.kind) == "pm") slot[0].push_back(rt.open_s), slot[1].push_back(rt.total_s);
           else if (std::string(c.kind) == "pm2") slot[4].push_back(rt.open_s), slot[5].push_back(rt.total_s);
+          else if (std::string(c.kind) == "pmv") slot[6].push_back(rt.open_s), slot[7].push_back(rt.total_s);
           else if (std::string(c.kind) == "snapshot") slot[2].push_back(rt.total_s);
           else slot[3].push_back(rt.total_s);
         }
@@ -844,10 +850,11 @@ int main(int argc, char **argv) {
     if (have_p4est) std::printf(", p4est %.0f MiB", file_mib(p4));
     std::printf("\n");
     std::printf("  %-40s %12s %12s\n", "", "warm cache", "cold cache");
-    const char *names[6] = {"pm_restore (open, map, check every family)", "pm_restore + visit every leaf",
+    const char *names[8] = {"pm_restore (open, map, check every family)", "pm_restore + visit every leaf",
                             "load the snapshot + visit every leaf", "p8est_load + visit every octant",
-                            "pm_restore, the check on 2 threads", "pm_restore on 2 threads + visit"};
-    for (int w : {0, 1, 4, 5, 2, 3}) {
+                            "pm_restore, the check on 2 threads", "pm_restore on 2 threads + visit",
+                            "pm_restore, the check on the first visit", "pm_restore + first visit, checking"};
+    for (int w : {0, 1, 4, 5, 6, 7, 2, 3}) {
       if (w == 3 && !have_p4est) continue;
       std::printf("  %-40s %10.4f s %10.4f s\n", names[w], med(0, w), med(1, w));
     }
@@ -868,6 +875,7 @@ int main(int argc, char **argv) {
       return r;
     };
     const Against one = against(1, "restore + visit"), two = against(5, "restore on 2 threads + visit");
+    const Against first_visit = against(7, "restore + first visit, checking");
     unlink(pool.c_str());
     unlink(pool2.c_str());
     unlink(snap.c_str());
@@ -876,11 +884,13 @@ int main(int argc, char **argv) {
     for (int c = 0; c < 2; ++c) {
       j.open(c ? "cold" : "warm").num("restore_s", med(c, 0)).num("restore_visit_s", med(c, 1));
       j.num("restore_2_threads_s", med(c, 4)).num("restore_visit_2_threads_s", med(c, 5));
+      j.num("restore_check_on_first_visit_s", med(c, 6)).num("restore_visit_check_on_first_visit_s", med(c, 7));
       j.num("snapshot_load_visit_s", med(c, 2));
       if (have_p4est) j.num("p8est_load_visit_s", med(c, 3));
       j.close();
     }
-    // The restore on 1 thread under the plain keys, on 2 threads under "two_threads".
+    // The restore on 1 thread under the plain keys, on 2 threads under "two_threads", with the
+    // check on the first visit under "check_on_first_visit".
     auto ratios = [&](const Against &r) {
       j.ratio("speedup", r.warm);
       j.num("speedup_cold", r.cold.value).str("verdict", bench::at_least(r.warm, 20));
@@ -892,6 +902,8 @@ int main(int argc, char **argv) {
     ratios(one);
     j.open("two_threads");
     ratios(two);
+    j.close().open("check_on_first_visit");
+    ratios(first_visit);
     j.close().close();
   }
   j.close();

@@ -52,6 +52,12 @@ typedef struct pm_options {
   int threads;             /* threads for pm_balance and pm_restore's check (1 or 2; more are
                               used as 2; 0: 1); the balanced tree, and what the check accepts
                               or refuses, are the same on any count (1) */
+  int check_on_first_visit;  /* pm_restore_ex: check the families as the first pm_leaves reads
+                                them, one pass over the pool instead of two, rather than before
+                                returning; any other first call checks them all first. A damaged
+                                pool is then refused by that call and every later one with the
+                                message pm_restore gives (HM_EFORMAT); a pm_leaves that meets the
+                                damage has visited only leaves of intact families before it (0) */
 } pm_options_t;
 
 /* What is at a pool's path (pm_inspect). A pool appears at its path only once its first version
@@ -111,7 +117,8 @@ int pm_restore(const char *path, pm_octree_t **out);
  * this hetmem reads (the reason in hm_last_error()), HM_EIO when it cannot be read. */
 int pm_inspect(const char *path, pm_pool_info_t *info);
 /* pm_restore with options. With options->replica set and the pool file missing, the replica's
- * last version is copied back to `path` and restored; a replica is attached either way. */
+ * last version is copied back to `path` and restored; a replica is attached either way. With
+ * options->check_on_first_visit the families are checked by the first call that reads them. */
 int pm_restore_ex(const char *path, const pm_options_t *options, pm_octree_t **out);
 /* The application's features for the transformation: non-zero where it will work next (its
  * refine predicate for the next step, say). NULL turns sampling off. */
@@ -173,12 +180,15 @@ int pm_balance(pm_octree_t *tree);
 int pm_set_value(pm_octree_t *tree, const double *point, double value);
 /* The leaf containing `point`; HM_EINVAL when the point is outside [0, 1)^dim. */
 int pm_find(const pm_octree_t *tree, const double *point, pm_leaf_t *out);
-/* Visits the leaves in Morton order. */
+/* Visits the leaves in Morton order. HM_EFORMAT for a damaged pool restored with
+ * check_on_first_visit (the leaves before the damage were visited). */
 int pm_leaves(const pm_octree_t *tree, pm_visit_fn visit, void *arg);
 /* Visits the leaves touching `leaf` across a face, an edge or a corner. */
 int pm_neighbours(const pm_octree_t *tree, const pm_leaf_t *leaf, pm_visit_fn visit, void *arg);
+/* The leaf count the root object records (with check_on_first_visit, before the check confirms it). */
 uint64_t pm_leaf_count(const pm_octree_t *tree);
-/* A checksum of the leaves, equal for equal trees whatever their layout in the pool. */
+/* A checksum of the leaves, equal for equal trees whatever their layout in the pool; 0 for a
+ * damaged pool restored with check_on_first_visit (pm_valid then says why). */
 uint64_t pm_checksum(const pm_octree_t *tree);
 /* HM_OK when the tree is well formed; otherwise HM_EFORMAT and the reason in hm_last_error(). */
 int pm_valid(const pm_octree_t *tree);

@@ -149,11 +149,14 @@ int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out, 
   tree->root_child_ = t->child;
   tree->root_value_ = t->value;
   tree->leaves_ = t->leaves;
-  // Always: no traversal may follow a damaged offset or return a damaged value.
-  std::string why;
-  if (!tree->intact(&why))
-    return fail(HM_EFORMAT, "persistent pool '%s': %s%s", path.c_str(), which.c_str(), why.c_str());
+  // Always: no traversal may follow a damaged offset or return a damaged value. Checked here, or
+  // with check_on_first_visit by the first visit or operation (settle()); debug checks need a
+  // checked tree at once.
+  tree->check_context_ = "persistent pool '" + path + "': " + which;
+  tree->unchecked_ = true;
+  if ((!options.check_on_first_visit || checks_on()) && (rc = tree->settle()) != HM_OK) return rc;
   if ((rc = tree->setup()) != HM_OK) return rc;
+  std::string why;
   if (checks_on() && !tree->valid(&why))
     return fail(HM_EFORMAT, "persistent pool '%s': the restored tree is not valid: %s", path.c_str(), why.c_str());
   if (tree->pool_->newest_slot_damaged())

@@ -56,6 +56,9 @@ struct OctreeOptions {
                                   // have absorbed, in stats()
   int threads = 1;                // threads for 2:1 balance's ripple and restore's check (1 or 2;
                                   // more are used as 2)
+  bool check_on_first_visit = false;  // restore: check the families as the first visit of every
+                                      // leaf reads them (leaves, each_leaf), not before returning;
+                                      // see restore()
 };
 
 // What the tree did to the tiers since it was opened.
@@ -145,7 +148,12 @@ class Octree {
   static int create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out,
                     const OctreeOptions &options = {});
   // The last committed version of an existing pool (pm_restore). With options.replica set and
-  // the pool missing or unreadable, the replica is copied back first.
+  // the pool missing or unreadable, the replica is copied back first. Every committed family is
+  // checked (intact()) before any is followed or returned: before restore returns, or with
+  // options.check_on_first_visit as the first visit of every leaf reads it (one pass over the
+  // families instead of two). Any other first operation checks them all first (settle()). Damage
+  // is then refused by that operation and every later one, with the HM_EFORMAT message restore
+  // would have given; a visit that meets it has given only leaves of intact families, in order.
   static int restore(const std::string &path, std::unique_ptr<Octree> *out, const OctreeOptions &options = {});
 
   // Splits every leaf for which refine(leaf) is true (one level); children inherit the value.
@@ -186,15 +194,26 @@ class Octree {
   static int load_snapshot(const std::string &path, const std::string &pool_path, uint64_t bytes,
                            std::unique_ptr<Octree> *out, const OctreeOptions &options = {});
 
-  void leaves(const std::function<void(const Leaf &)> &visit) const;
+  // The leaves in Morton order. HM_OK, or HM_EFORMAT for a damaged pool found by a check on the
+  // first visit (restore's check_on_first_visit; the leaves before the damage were given).
+  int leaves(const std::function<void(const Leaf &)> &visit) const;
   // leaves() with any callable, inlined into the traversal (a first visit of every leaf after a
   // restart pays no indirect call per leaf).
   template <class Visit>
-  void each_leaf(Visit &&visit) const {
+  int each_leaf(Visit &&visit) const {
+    if (unchecked_) return each_leaf_checking(visit);
+    if (!damage_.empty()) return refuse_damaged();
     if (root_child_ == 0) visit(Leaf{{0, 0, 0}, 0, root_value_});
     else each_leaf_below(root_child_, visit);
     charge();
+    return HM_OK;
   }
+  // After a restore with check_on_first_visit, before anything has checked the families: checks
+  // them all now. HM_OK, or HM_EFORMAT naming the damage (then every later operation is refused
+  // with it). Every operation but a visit calls it first; the queries that return no code (find,
+  // neighbours, checksum, valid, balanced) then find nothing in a damaged tree.
+  int settle() const;
+  // As the root object records it (checked with the families).
   size_t leaf_count() const { return leaves_; }
   // The leaf containing a point in [0, 1)^Dim.
   bool find(const double *point, Leaf *out) const;
@@ -202,7 +221,7 @@ class Octree {
   // the domain is not periodic.
   void neighbours(const Leaf &leaf, const std::function<void(const Leaf &)> &visit) const;
   // A checksum of the leaves (coordinates, levels, values) in Morton order: equal for equal trees
-  // whatever the layout in the pool and the fast tier.
+  // whatever the layout in the pool and the fast tier (0 for a damaged tree, see settle()).
   uint64_t checksum() const;
   // Leaves sorted, non-overlapping and covering the domain exactly; children aligned to levels;
   // offsets inside the pool; the leaf count as recorded.
@@ -341,6 +360,75 @@ class Octree {
       else visit(child_leaf(f, c));
     }
   }
+  // Committed family `ref`, the children of the octant at corner `at` one level below `level`,
+  // with its place, stamp, seal, level and corner checked against the committed version and data
+  // end: the family, or null when any is wrong (family_problem says which). Every condition is
+  // folded into one flag, so a sound family costs one branch; the corner's alignment needs no
+  // test (the root's is 0 and a child's follows from its parent's).
+  const Family *sound_family(uint64_t ref, const uint32_t *at, uint32_t level, uint64_t version,
+                             uint64_t data_end) const {
+    bool bad = is_fast(ref) || ref < kHeaderBytes || (ref - kHeaderBytes) % kSlotBytes != 0 ||
+               ref + sizeof(Family) > data_end;
+    const Family *f = bad ? nullptr : pool_->template at<Family>(ref);
+    if (!bad) {
+      bad = (f->seal != seal_of(*f)) | (f->stamp > version) | (f->level != level + 1) |
+            (f->level > static_cast<uint32_t>(kMaxLevel));
+      for (int d = 0; d < Dim; ++d) bad |= f->coord[d] != at[d];
+    }
+    return bad ? nullptr : f;
+  }
+  // What sound_family() found wrong, and where (called when it refused the family).
+  std::string family_problem(uint64_t ref, const uint32_t *at, uint32_t level, uint64_t version,
+                             uint64_t data_end) const;
+  // What is wrong with the leaves a check counted ("" when they cover the domain once and match
+  // the root object's count).
+  std::string tally_problem(uint64_t covered, uint64_t counted) const;
+  // The first visit after a restore with check_on_first_visit: each family checked as the visit
+  // reaches it, before its leaves are given.
+  template <class Visit>
+  int each_leaf_checking(Visit &visit) const {
+    const uint64_t version = pool_->sequence(), data_end = pool_->committed_top();
+    uint64_t covered = 0, counted = 0;
+    std::string why;
+    auto walk = [&](auto &self, uint64_t ref, const uint32_t *at, uint32_t level) -> bool {
+      const Family *f = sound_family(ref, at, level, version, data_end);
+      if (f == nullptr) {
+        why = family_problem(ref, at, level, version, data_end);
+        return false;
+      }
+      ++stats_.pool_reads;
+      device_access(ref);
+      const uint32_t size = 1u << (kMaxLevel - f->level);
+      uint64_t leaves = 0;
+      for (int c = 0; c < kChildren; ++c) {
+        if (f->child[c] == 0) {
+          ++leaves;
+          visit(child_leaf(f, c));
+          continue;
+        }
+        uint32_t kid[3] = {f->coord[0], f->coord[1], f->coord[2]};
+        for (int d = 0; d < Dim; ++d) kid[d] += ((c >> d) & 1) ? size : 0;
+        if (!self(self, f->child[c], kid, f->level)) return false;
+      }
+      counted += leaves;
+      covered += leaves << (Dim * (kMaxLevel - f->level));
+      return true;
+    };
+    const uint32_t origin[3] = {0, 0, 0};
+    if (root_child_ == 0) {
+      visit(Leaf{{0, 0, 0}, 0, root_value_});
+      covered = uint64_t{1} << (Dim * kMaxLevel);
+      counted = 1;
+    } else if (walk(walk, root_child_, origin, 0)) {
+      why = tally_problem(covered, counted);
+    }
+    charge();
+    return checked(why);
+  }
+  // The end of a check (why: "" when the families are intact): HM_OK, or HM_EFORMAT with the
+  // restore's message, kept for every later operation.
+  int checked(const std::string &why) const;
+  int refuse_damaged() const;
   void touching_below(uint64_t ref, const uint32_t *lo, const uint32_t *hi,
                       const std::function<void(const Leaf &)> &visit) const;
   void mark(uint64_t ref, std::vector<bool> &live) const;
@@ -383,6 +471,11 @@ class Octree {
   // family each entry holds, by a hash of its offset.
   static constexpr uint64_t kEmulCacheBytes = uint64_t{32} << 20;  // a 32 MiB last-level cache
   mutable std::vector<uint64_t> emul_cache_;
+  // Restored with check_on_first_visit and not checked yet; the damage a check found ("": none),
+  // and what its message starts with ("persistent pool 'P': version N: ").
+  mutable bool unchecked_ = false;
+  mutable std::string damage_;
+  std::string check_context_;
 };
 
 }  // namespace hm::persist

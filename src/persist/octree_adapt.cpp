@@ -118,6 +118,7 @@ int Octree<Dim>::refine_family(uint64_t ref, const std::function<bool(const Leaf
 
 template <int Dim>
 int Octree<Dim>::refine(const std::function<bool(const Leaf &)> &fn, bool recursive) {
+  if (int rc = settle(); rc != HM_OK) return rc;
   maybe_collect();
   int rc = HM_OK;
   if (root_child_ == 0) {
@@ -185,6 +186,7 @@ int Octree<Dim>::coarsen_family(uint64_t ref, const std::function<bool(const Lea
 
 template <int Dim>
 int Octree<Dim>::coarsen(const std::function<bool(const Leaf *)> &fn, bool keep_balance, bool recursive) {
+  if (int rc = settle(); rc != HM_OK) return rc;
   maybe_collect();
   int rc = HM_OK;
   if (root_child_ == 0) return after_change(rc, "coarsen");
@@ -269,6 +271,7 @@ int Octree<Dim>::edit_leaf(const uint32_t *coord, int level, bool *found, const 
 
 template <int Dim>
 int Octree<Dim>::set_value(const double *point, double value) {
+  if (int rc = settle(); rc != HM_OK) return rc;
   uint32_t at[3] = {0, 0, 0};
   for (int d = 0; d < Dim; ++d) {
     if (!(point[d] >= 0 && point[d] < 1)) return fail(HM_EINVAL, "set_value: the point lies outside [0, 1)");
@@ -337,6 +340,7 @@ static std::array<uint32_t, (1 << Dim)> side_offsets() {
 
 template <int Dim>
 int Octree<Dim>::balance() {
+  if (int rc = settle(); rc != HM_OK) return rc;
   maybe_collect();
   if (root_child_ == 0) return after_change(HM_OK, "balance");  // one leaf
   using Want = std::pair<uint64_t, uint32_t>;  // an internal octant's corner key, its internal children (a mask)

@@ -45,6 +45,7 @@ int snapshot_dimension(const std::string &path, int *dim) {
 
 template <int Dim>
 int Octree<Dim>::save_snapshot(const std::string &path) const {
+  if (int rc = settle(); rc != HM_OK) return rc;
   std::string bytes(sizeof(SnapshotHeader), '\0');
   uint64_t n = 0;
   leaves([&](const Leaf &l) {

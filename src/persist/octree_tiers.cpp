@@ -121,6 +121,7 @@ int Octree<Dim>::merge_out_if_full() {
 
 template <int Dim>
 int Octree<Dim>::persist() {
+  if (int rc = settle(); rc != HM_OK) return rc;
   close_census();
   // Merge C0 into C1 (no garbage collection meanwhile), then the new root object.
   merging_ = true;
@@ -231,6 +232,7 @@ void Octree<Dim>::mark(uint64_t ref, std::vector<bool> &live) const {
 // and C0's homes reach is live; the rest of the pool below its top is free.
 template <int Dim>
 int Octree<Dim>::collect() {
+  if (int rc = settle(); rc != HM_OK) return rc;
   if (merging_) return HM_OK;
   std::vector<bool> live(slots_.slots_below_top(), false);
   if (pool_->root() != 0) {

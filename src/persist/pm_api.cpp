@@ -66,6 +66,7 @@ hm::persist::OctreeOptions to_options(const pm_options_t *o) {
   r.emulate_nvbm = o->emulate_nvbm != 0;
   r.census = o->census != 0;
   r.threads = o->threads == 0 ? 1 : o->threads;
+  r.check_on_first_visit = o->check_on_first_visit != 0;
   r.note = o->note ? o->note : "";
   return r;
 }
@@ -312,6 +313,7 @@ int pm_find(const pm_octree_t *t, const double *point, pm_leaf_t *out) {
   if (!t || !point || !out) return fail(HM_EINVAL, "pm_find: the tree, the point and the result must be given");
   return with(t, [&](const auto &tree) {
     typename std::remove_reference_t<decltype(tree)>::Leaf leaf{};
+    if (int rc = tree.settle(); rc != HM_OK) return rc;
     if (!tree.find(point, &leaf))
       return fail(HM_EINVAL, "pm_find: the point lies outside the unit domain [0, 1)^%d", t->dim);
     *out = to_c(leaf);
@@ -321,26 +323,26 @@ int pm_find(const pm_octree_t *t, const double *point, pm_leaf_t *out) {
 
 int pm_leaves(const pm_octree_t *t, pm_visit_fn visit, void *arg) {
   if (!t || !visit) return fail(HM_EINVAL, "pm_leaves: the tree and the visitor must be given");
-  with(t, [&](const auto &tree) {
-    tree.each_leaf([&](const auto &leaf) {
+  return with(t, [&](const auto &tree) {
+    return tree.each_leaf([&](const auto &leaf) {
       pm_leaf_t l = to_c(leaf);
       visit(&l, arg);
     });
   });
-  return HM_OK;
 }
 
 int pm_neighbours(const pm_octree_t *t, const pm_leaf_t *leaf, pm_visit_fn visit, void *arg) {
   if (!t || !leaf || !visit) return fail(HM_EINVAL, "pm_neighbours: the tree, the leaf and the visitor must be given");
   if (leaf->level > 20) return fail(HM_EINVAL, "pm_neighbours: leaf level %u is beyond the deepest level 20", leaf->level);
-  with(t, [&](const auto &tree) {
+  return with(t, [&](const auto &tree) {
     using Leaf = typename std::remove_reference_t<decltype(tree)>::Leaf;
+    if (int rc = tree.settle(); rc != HM_OK) return rc;
     tree.neighbours(from_c<Leaf>(*leaf), [&](const Leaf &n) {
       pm_leaf_t l = to_c(n);
       visit(&l, arg);
     });
+    return static_cast<int>(HM_OK);
   });
-  return HM_OK;
 }
 
 uint64_t pm_leaf_count(const pm_octree_t *t) {
