@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 namespace hm_test {
 
@@ -56,6 +58,17 @@ inline hm_tier_t tier(const char *name) {
   hm_tier_t t = -1;
   EXPECT_EQ(hm_tier_find(name, &t), HM_OK) << hm_last_error();
   return t;
+}
+
+// A file's bytes, whole ("" when it cannot be read), and a file replaced by `data`.
+inline std::vector<char> read_file(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+inline void write_file(const std::string &path, const std::vector<char> &data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
 }
 
 }  // namespace hm_test

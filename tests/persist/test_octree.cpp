@@ -448,15 +448,8 @@ void build_history(Octree<Dim> &tree) {
   }
 }
 
-std::vector<char> read_file(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const std::string &path, const std::vector<char> &data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
+using hm_test::read_file;
+using hm_test::write_file;
 
 }  // namespace
 
@@ -547,6 +540,137 @@ TYPED_TEST(OctreeDims, RestoreChecksOnTwoThreadsAsOnOne) {
     }
   }
   EXPECT_GT(refused, 30) << "most of the committed data is the tree";
+}
+
+// A restore that checks on the first visit (check_on_first_visit) accepts and refuses what the
+// check before returning does, for every single-byte damage: the first visit gives the same tree,
+// or stops with the same refusal having given only a prefix of the intact tree's leaves; every
+// later operation is refused with it and the pool file is left as it was.
+TYPED_TEST(OctreeDims, ACheckOnTheFirstVisitRefusesWhatRestoreRefuses) {
+  constexpr int Dim = TypeParam::value;
+  using Leaf = typename Octree<Dim>::Leaf;
+  auto same = [](const Leaf &a, const Leaf &b) {
+    return a.level == b.level && a.value == b.value && std::equal(a.coord, a.coord + Dim, b.coord);
+  };
+  std::vector<Leaf> good_leaves;
+  uint64_t data_end = 0;
+  {
+    std::unique_ptr<Octree<Dim>> tree;
+    ASSERT_EQ(Octree<Dim>::create(this->path_, 4 << 20, &tree), HM_OK) << hm_last_error();
+    for (uint32_t l = 0; l < (Dim == 3 ? 3u : 5u); ++l) ASSERT_EQ(tree->refine([](const auto &) { return true; }), HM_OK);
+    ASSERT_EQ(tree->refine([](const auto &l) { return l.coord[0] == 0 && l.level < 7; }, true), HM_OK);
+    uint64_t i = 0;
+    ASSERT_EQ(tree->each_leaf([&](const Leaf &) {}), HM_OK);
+    std::vector<Leaf> all;
+    tree->leaves([&](const Leaf &l) { all.push_back(l); });
+    for (const Leaf &l : all) {  // distinct values, so that a prefix names its leaves
+      double point[3];
+      for (int d = 0; d < Dim; ++d) point[d] = (l.coord[d] + 0.5) / double(1u << 20);
+      ASSERT_EQ(tree->set_value(point, 1.0 + static_cast<double>(i++)), HM_OK);
+    }
+    ASSERT_EQ(tree->persist(), HM_OK);
+    tree->leaves([&](const Leaf &l) { good_leaves.push_back(l); });
+    data_end = tree->pool().committed_top();
+  }
+  const std::vector<char> good = read_file(this->path_);
+  hm::persist::OctreeOptions lazy;
+  lazy.check_on_first_visit = true;
+  std::mt19937_64 rng(91 + Dim);
+  int refused = 0, refused_mid_visit = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    std::vector<char> bad = good;
+    const uint64_t at = hm::persist::kHeaderBytes + rng() % (data_end - hm::persist::kHeaderBytes);
+    bad[at] = static_cast<char>(bad[at] ^ static_cast<char>(1 + rng() % 255));
+    write_file(this->path_, bad);
+    std::string eager_refusal;
+    {
+      std::unique_ptr<Octree<Dim>> tree;
+      if (Octree<Dim>::restore(this->path_, &tree) != HM_OK) eager_refusal = hm_last_error();
+    }
+    std::unique_ptr<Octree<Dim>> tree;
+    ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree, lazy), HM_OK)
+        << "a flip at byte " << at << " in the families is found by the visit, not by restore: " << hm_last_error();
+    std::vector<Leaf> seen;
+    const int rc = tree->each_leaf([&](const Leaf &l) { seen.push_back(l); });
+    ASSERT_LE(seen.size(), good_leaves.size()) << "a flip at byte " << at;
+    for (size_t k = 0; k < seen.size(); ++k) ASSERT_TRUE(same(seen[k], good_leaves[k])) << "leaf " << k << ", a flip at byte " << at;
+    if (eager_refusal.empty()) {
+      ASSERT_EQ(rc, HM_OK) << "a flip at byte " << at << ": " << hm_last_error();
+      ASSERT_EQ(seen.size(), good_leaves.size()) << "a flip at byte " << at;
+      continue;
+    }
+    ++refused;
+    refused_mid_visit += seen.size() < good_leaves.size();
+    ASSERT_EQ(rc, HM_EFORMAT) << "a flip at byte " << at;
+    ASSERT_EQ(std::string(hm_last_error()), eager_refusal) << "a flip at byte " << at;
+    // Refused from then on, by the operations that write and by those that read, with the same words.
+    ASSERT_EQ(tree->refine([](const Leaf &) { return true; }), HM_EFORMAT);
+    ASSERT_EQ(std::string(hm_last_error()), eager_refusal);
+    ASSERT_EQ(tree->persist(), HM_EFORMAT);
+    ASSERT_EQ(tree->each_leaf([](const Leaf &) { ADD_FAILURE() << "a damaged tree gave a leaf"; }), HM_EFORMAT);
+    ASSERT_EQ(tree->checksum(), 0u);
+    tree.reset();
+    ASSERT_EQ(read_file(this->path_), bad) << "a refused pool is left as it was";
+  }
+  EXPECT_GT(refused, 30) << "most of the committed data is the tree";
+  EXPECT_GT(refused_mid_visit, 0) << "some damage lies past the first leaves";
+}
+
+// With check_on_first_visit, an operation other than a visit checks every family before it
+// reads or writes any: on an intact pool it works as after an ordinary restore, on a damaged one
+// it is refused with restore's message and nothing is written.
+TYPED_TEST(OctreeDims, ACheckOnTheFirstVisitIsDoneWholeByAnyOtherFirstOperation) {
+  constexpr int Dim = TypeParam::value;
+  using Leaf = typename Octree<Dim>::Leaf;
+  uint64_t want_sum = 0, data_end = 0;
+  {
+    std::unique_ptr<Octree<Dim>> tree;
+    ASSERT_EQ(Octree<Dim>::create(this->path_, 4 << 20, &tree), HM_OK) << hm_last_error();
+    for (int l = 0; l < 3; ++l) ASSERT_EQ(tree->refine([](const auto &) { return true; }), HM_OK);
+    ASSERT_EQ(tree->persist(), HM_OK);
+    want_sum = tree->checksum();
+    data_end = tree->pool().committed_top();
+  }
+  hm::persist::OctreeOptions lazy;
+  lazy.check_on_first_visit = true;
+  const double point[3] = {0.1, 0.2, 0.3};
+  {
+    std::unique_ptr<Octree<Dim>> tree;
+    ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree, lazy), HM_OK) << hm_last_error();
+    ASSERT_EQ(tree->set_value(point, 7.0), HM_OK) << hm_last_error();
+    Leaf found{};
+    ASSERT_TRUE(tree->find(point, &found));
+    EXPECT_EQ(found.value, 7.0);
+    EXPECT_NE(tree->checksum(), want_sum);
+    EXPECT_EQ(tree->each_leaf([](const Leaf &) {}), HM_OK);
+  }
+  const std::vector<char> good = read_file(this->path_);
+  // Damage a committed family near the end of the data (slot by slot from the end, the first
+  // flip restore refuses that leaves the root object intact).
+  std::vector<char> bad;
+  std::string eager_refusal;
+  for (uint64_t slot = data_end - 128; slot >= hm::persist::kHeaderBytes && eager_refusal.empty(); slot -= 128) {
+    bad = good;
+    bad[slot + 20] = static_cast<char>(bad[slot + 20] ^ 0x5A);
+    write_file(this->path_, bad);
+    std::unique_ptr<Octree<Dim>> tree;
+    if (Octree<Dim>::restore(this->path_, &tree) == HM_OK) continue;
+    const std::string refusal = hm_last_error();
+    if (Octree<Dim>::restore(this->path_, &tree, lazy) == HM_OK) eager_refusal = refusal;  // not the root object
+  }
+  ASSERT_FALSE(eager_refusal.empty());
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree, lazy), HM_OK) << hm_last_error();
+  ASSERT_EQ(tree->set_value(point, 7.0), HM_EFORMAT);
+  EXPECT_EQ(std::string(hm_last_error()), eager_refusal);
+  Leaf found{};
+  EXPECT_FALSE(tree->find(point, &found));
+  std::string why;
+  EXPECT_FALSE(tree->valid(&why));
+  EXPECT_EQ(why, eager_refusal);
+  EXPECT_EQ(tree->settle(), HM_EFORMAT);
+  tree.reset();
+  EXPECT_EQ(read_file(this->path_), bad) << "a refused pool is left as it was";
 }
 
 // The newest root slot damaged after work went on past the last persist: the version before it

@@ -242,6 +242,77 @@ TEST_F(PmApi, CxxLayerOwnsTheTreeAndThrowsWithTheMessage) {
 
 }  // namespace
 
+namespace {
+void count_leaf(const pm_leaf_t *, void *arg) { ++*static_cast<uint64_t *>(arg); }
+}  // namespace
+
+// pm_restore_ex with check_on_first_visit: a sound pool reads as after pm_restore, its first
+// pm_leaves doing the check; a damaged one is refused by the first call that reads it, and by
+// every call after, with pm_restore's message (pm_checksum: 0; the C++ layer throws it).
+TEST_F(PmApi, CheckOnTheFirstVisitGivesTheSameTreeOrTheSameRefusal) {
+  pm_options_t o;
+  pm_options_init(&o);
+  EXPECT_EQ(o.check_on_first_visit, 0) << "the check before returning is the default";
+  uint64_t sum = 0, leaves = 0;
+  {
+    pm_octree_t *t = nullptr;
+    ASSERT_EQ(pm_create(path_.c_str(), 3, 4 << 20, &t), HM_OK) << hm_last_error();
+    for (int k = 0; k < 3; ++k) ASSERT_EQ(pm_refine_ex(t, towards_origin, nullptr, PM_RECURSIVE), HM_OK);
+    ASSERT_EQ(pm_persistent(t), HM_OK);
+    sum = pm_checksum(t);
+    leaves = pm_leaf_count(t);
+    pm_close(t);
+  }
+  o.check_on_first_visit = 1;
+  pm_octree_t *t = nullptr;
+  ASSERT_EQ(pm_restore_ex(path_.c_str(), &o, &t), HM_OK) << hm_last_error();
+  uint64_t n = 0;
+  ASSERT_EQ(pm_leaves(t, count_leaf, &n), HM_OK) << hm_last_error();
+  EXPECT_EQ(n, leaves);
+  EXPECT_EQ(pm_checksum(t), sum);
+  pm_close(t);
+  // A flip in a committed family, not in the root object: one that pm_restore refuses and a
+  // restore checking on the first visit does not (slot by slot from the header).
+  const std::vector<char> good = hm_test::read_file(path_);
+  std::vector<char> bytes;
+  std::string refusal;
+  for (size_t at = hm::persist::kHeaderBytes + 40; at < good.size() && refusal.empty(); at += 128) {
+    bytes = good;
+    bytes[at] = static_cast<char>(bytes[at] ^ 0x21);
+    hm_test::write_file(path_, bytes);
+    if (pm_restore(path_.c_str(), &t) == HM_OK) {
+      pm_close(t);
+      continue;
+    }
+    const std::string why = hm_last_error();
+    if (pm_restore_ex(path_.c_str(), &o, &t) == HM_OK) refusal = why;  // else the root object
+  }
+  ASSERT_FALSE(refusal.empty()) << "no flip in a family found";
+  EXPECT_EQ(pm_leaf_count(t), leaves) << "as the root object records it";
+  n = 0;
+  EXPECT_EQ(pm_leaves(t, count_leaf, &n), HM_EFORMAT);
+  EXPECT_EQ(std::string(hm_last_error()), refusal);
+  EXPECT_LT(n, leaves);
+  const double p[3] = {0.9, 0.9, 0.9};
+  pm_leaf_t leaf{};
+  EXPECT_EQ(pm_find(t, p, &leaf), HM_EFORMAT);
+  EXPECT_EQ(pm_set_value(t, p, 1.0), HM_EFORMAT);
+  EXPECT_EQ(pm_persistent(t), HM_EFORMAT);
+  EXPECT_EQ(pm_checksum(t), 0u);
+  EXPECT_EQ(pm_valid(t), HM_EFORMAT);
+  EXPECT_TRUE(has(refusal)) << hm_last_error();
+  pm_close(t);
+  EXPECT_EQ(hm_test::read_file(path_), bytes) << "nothing written to a refused pool";
+  try {
+    auto tree = hm::PmOctree::restore(path_, &o);
+    tree.balance();
+    FAIL() << "the first call that reads a damaged pool must throw";
+  } catch (const hm::Error &e) {
+    EXPECT_EQ(e.code(), HM_EFORMAT);
+    EXPECT_NE(std::string(e.what()).find(refusal), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(PmApi, InspectAndTheNoteKeptAtCreation) {
   pm_pool_info_t info;
   ASSERT_EQ(pm_inspect(path_.c_str(), &info), HM_OK);
