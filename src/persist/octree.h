@@ -416,9 +416,9 @@ class Octree {
     };
     const uint32_t origin[3] = {0, 0, 0};
     if (root_child_ == 0) {
-      visit(Leaf{{0, 0, 0}, 0, root_value_});
       covered = uint64_t{1} << (Dim * kMaxLevel);
       counted = 1;
+      if ((why = tally_problem(covered, counted)).empty()) visit(Leaf{{0, 0, 0}, 0, root_value_});
     } else if (walk(walk, root_child_, origin, 0)) {
       why = tally_problem(covered, counted);
     }
