@@ -150,14 +150,14 @@ int Octree<Dim>::restore(const std::string &path, std::unique_ptr<Octree> *out, 
   tree->root_value_ = t->value;
   tree->leaves_ = t->leaves;
   // Always: no traversal may follow a damaged offset or return a damaged value. Checked here, or
-  // with check_on_first_visit by the first visit or operation (settle()); debug checks need a
-  // checked tree at once.
+  // with check_on_first_visit by the first visit or operation (settle(); the invariant checks
+  // then run after the first change, as after every change).
   tree->check_context_ = "persistent pool '" + path + "': " + which;
   tree->unchecked_ = true;
-  if ((!options.check_on_first_visit || checks_on()) && (rc = tree->settle()) != HM_OK) return rc;
+  if (!options.check_on_first_visit && (rc = tree->settle()) != HM_OK) return rc;
   if ((rc = tree->setup()) != HM_OK) return rc;
   std::string why;
-  if (checks_on() && !tree->valid(&why))
+  if (checks_on() && !tree->unchecked_ && !tree->valid(&why))
     return fail(HM_EFORMAT, "persistent pool '%s': the restored tree is not valid: %s", path.c_str(), why.c_str());
   if (tree->pool_->newest_slot_damaged())
     log(0, "persistent pool '%s': the newest root slot is damaged; restored the version before it (%llu), which is "
