@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <vector>
 
 #include "base/options.h"
@@ -18,15 +17,6 @@
 using hm::persist::Pool;
 
 namespace {
-
-std::vector<char> slurp(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-}
-
-void spit(const std::string &path, const std::vector<char> &data) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(data.data(), static_cast<std::streamsize>(data.size()));
-}
 
 struct Recorder : hm::persist::PersistObserver {
   std::vector<std::string> events;
@@ -96,10 +86,10 @@ TEST_F(PoolTest, ATornRootSlotFallsBackToThePreviousVersion) {
     ASSERT_EQ(pool->commit(b), HM_OK);  // slot 1, sequence 2
   }
   // Tear the newest slot: its root changes but not its checksum, as a crash mid-write would.
-  auto data = slurp(path_);
+  auto data = hm_test::read_file(path_);
   size_t slot1 = offsetof(hm::persist::PoolHeader, slots) + sizeof(hm::persist::RootSlot);
   data[slot1 + offsetof(hm::persist::RootSlot, root)] ^= 0x40;
-  spit(path_, data);
+  hm_test::write_file(path_, data);
   std::unique_ptr<Pool> pool;
   ASSERT_EQ(Pool::open(path_, &pool), HM_OK);
   EXPECT_EQ(pool->sequence(), 1u);
@@ -131,13 +121,13 @@ TEST_F(PoolTest, BadFilesAreRefusedAndLeftAsTheyAre) {
     ASSERT_EQ(Pool::create(path_, 1 << 20, &pool), HM_OK);
     ASSERT_EQ(pool->commit(0), HM_OK);
   }
-  const auto good = slurp(path_);
+  const auto good = hm_test::read_file(path_);
   auto expect_refused = [&](std::vector<char> bytes, int code, const char *words) {
-    spit(path_, bytes);
+    hm_test::write_file(path_, bytes);
     std::unique_ptr<Pool> pool;
     EXPECT_EQ(Pool::open(path_, &pool), code) << words;
     EXPECT_NE(std::string(hm_last_error()).find(words), std::string::npos) << hm_last_error();
-    EXPECT_EQ(slurp(path_), bytes) << "a refused pool is not modified";
+    EXPECT_EQ(hm_test::read_file(path_), bytes) << "a refused pool is not modified";
   };
   auto wrong_magic = good;
   wrong_magic[0] = 'X';
@@ -252,7 +242,7 @@ TEST_F(PoolTest, ACreatorThatStopsEarlyLeavesThePathAsItWas) {
     ASSERT_EQ(Pool::create(path_, 1 << 20, &old, "old"), HM_OK);
     ASSERT_EQ(old->commit(0), HM_OK);
   }
-  const auto before = slurp(path_);
+  const auto before = hm_test::read_file(path_);
   {
     std::unique_ptr<Pool> replacing;
     ASSERT_EQ(Pool::create(path_, 2 << 20, &replacing, "new"), HM_OK);
@@ -260,7 +250,7 @@ TEST_F(PoolTest, ACreatorThatStopsEarlyLeavesThePathAsItWas) {
     EXPECT_EQ(Pool::open(path_, &other), HM_EBUSY) << "the pool being replaced is held";
     EXPECT_EQ(Pool::create(path_, 1 << 20, &other), HM_EBUSY) << "one creator at a time";
   }  // closed before its first commit, as a failed creation is
-  EXPECT_EQ(slurp(path_), before) << "the old pool is untouched";
+  EXPECT_EQ(hm_test::read_file(path_), before) << "the old pool is untouched";
   EXPECT_EQ(access(Pool::staging_path(path_).c_str(), F_OK), -1) << "the staging file is removed";
   {
     std::unique_ptr<Pool> replacing;
@@ -274,7 +264,7 @@ TEST_F(PoolTest, ACreatorThatStopsEarlyLeavesThePathAsItWas) {
 
 TEST_F(PoolTest, AStagingFileLeftByAKilledCreatorIsTakenOver) {
   const std::string staging = Pool::staging_path(path_);
-  spit(staging, std::vector<char>(3 << 20, 'x'));  // what a creator killed mid-way leaves
+  hm_test::write_file(staging, std::vector<char>(3 << 20, 'x'));  // what a creator killed mid-way leaves
   hm::persist::PoolInfo info;
   ASSERT_EQ(Pool::inspect(path_, &info), HM_OK);
   EXPECT_EQ(info.state, hm::persist::PoolInfo::State::creating);
@@ -288,17 +278,17 @@ TEST_F(PoolTest, AStagingFileLeftByAKilledCreatorIsTakenOver) {
     ASSERT_EQ(pool->commit(a), HM_OK);
   }
   EXPECT_EQ(access(staging.c_str(), F_OK), -1);
-  EXPECT_EQ(slurp(path_).size(), 1u << 20);
+  EXPECT_EQ(hm_test::read_file(path_).size(), 1u << 20);
 }
 
 TEST_F(PoolTest, InspectNamesWhatIsNotAPool) {
   hm::persist::PoolInfo info;
   ASSERT_EQ(Pool::inspect(path_, &info), HM_OK);
   EXPECT_EQ(info.state, hm::persist::PoolInfo::State::missing);
-  spit(path_, std::vector<char>(8192, 'x'));
+  hm_test::write_file(path_, std::vector<char>(8192, 'x'));
   EXPECT_EQ(Pool::inspect(path_, &info), HM_EFORMAT);
   EXPECT_NE(std::string(hm_last_error()).find("wrong magic"), std::string::npos) << hm_last_error();
-  spit(path_, std::vector<char>(100, 'x'));
+  hm_test::write_file(path_, std::vector<char>(100, 'x'));
   EXPECT_EQ(Pool::inspect(path_, &info), HM_EFORMAT);
   EXPECT_NE(std::string(hm_last_error()).find("truncated"), std::string::npos) << hm_last_error();
 }

@@ -18,11 +18,6 @@
 
 namespace {
 
-std::vector<char> slurp(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-}
-
 // Counts records by type (counts[0]: records whose CRC-32 fails); stops at the first whose length
 // does not fit.
 std::vector<int> record_types(const std::vector<char> &data) {
@@ -114,7 +109,7 @@ TEST(Profile, RecordsApiAllocationsPhasesAndIterations) {
   std::thread after(work, 100);
   after.join();
   ASSERT_EQ(hm_profile_stop(), HM_OK);
-  auto data = slurp(path);
+  auto data = hm_test::read_file(path);
   ASSERT_GE(data.size(), sizeof(hm::trace::FileHeader));
   EXPECT_EQ(std::memcmp(data.data(), hm::trace::kMagic, 8), 0);
   auto counts = record_types(data);
