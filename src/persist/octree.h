@@ -383,47 +383,62 @@ class Octree {
   // What is wrong with the leaves a check counted ("" when they cover the domain once and match
   // the root object's count).
   std::string tally_problem(uint64_t covered, uint64_t counted) const;
+  // What a check counted: the leaves met, the share of the domain they cover (in units of the
+  // finest octant), and the first damage found ("" for none).
+  struct Tally {
+    uint64_t covered = 0, counted = 0;
+    std::string why;
+  };
+  // The committed subtree under family `ref` (the children of the octant at corner `at` one level
+  // below `level`), checked depth first in child order (recursion: at most kMaxLevel deep): each
+  // family with sound_family(), then next(ref) (false: stop here), then leaf(leaf) for each of its
+  // leaves and the same for each child family. False at damage (t.why says what and where) or
+  // when next() stopped it.
+  template <class Next, class OnLeaf>
+  bool check_below(Tally &t, uint64_t ref, const uint32_t *at, uint32_t level, uint64_t version,
+                   uint64_t data_end, Next &next, OnLeaf &leaf) const {
+    const Family *f = sound_family(ref, at, level, version, data_end);
+    if (f == nullptr) {
+      t.why = family_problem(ref, at, level, version, data_end);
+      return false;
+    }
+    if (!next(ref)) return false;
+    const uint32_t size = 1u << (kMaxLevel - f->level);
+    uint64_t leaves = 0;
+    for (int c = 0; c < kChildren; ++c) {
+      if (f->child[c] == 0) {
+        ++leaves;
+        leaf(child_leaf(f, c));
+        continue;
+      }
+      uint32_t kid[3] = {f->coord[0], f->coord[1], f->coord[2]};
+      for (int d = 0; d < Dim; ++d) kid[d] += ((c >> d) & 1) ? size : 0;
+      if (!check_below(t, f->child[c], kid, f->level, version, data_end, next, leaf)) return false;
+    }
+    t.counted += leaves;
+    t.covered += leaves << (Dim * (kMaxLevel - f->level));
+    return true;
+  }
   // The first visit after a restore with check_on_first_visit: each family checked as the visit
   // reaches it, before its leaves are given.
   template <class Visit>
   int each_leaf_checking(Visit &visit) const {
-    const uint64_t version = pool_->sequence(), data_end = pool_->committed_top();
-    uint64_t covered = 0, counted = 0;
-    std::string why;
-    auto walk = [&](auto &self, uint64_t ref, const uint32_t *at, uint32_t level) -> bool {
-      const Family *f = sound_family(ref, at, level, version, data_end);
-      if (f == nullptr) {
-        why = family_problem(ref, at, level, version, data_end);
-        return false;
-      }
+    Tally t;
+    auto next = [&](uint64_t ref) {  // counted and charged as the visit's read()
       ++stats_.pool_reads;
       device_access(ref);
-      const uint32_t size = 1u << (kMaxLevel - f->level);
-      uint64_t leaves = 0;
-      for (int c = 0; c < kChildren; ++c) {
-        if (f->child[c] == 0) {
-          ++leaves;
-          visit(child_leaf(f, c));
-          continue;
-        }
-        uint32_t kid[3] = {f->coord[0], f->coord[1], f->coord[2]};
-        for (int d = 0; d < Dim; ++d) kid[d] += ((c >> d) & 1) ? size : 0;
-        if (!self(self, f->child[c], kid, f->level)) return false;
-      }
-      counted += leaves;
-      covered += leaves << (Dim * (kMaxLevel - f->level));
       return true;
     };
     const uint32_t origin[3] = {0, 0, 0};
     if (root_child_ == 0) {
-      covered = uint64_t{1} << (Dim * kMaxLevel);
-      counted = 1;
-      if ((why = tally_problem(covered, counted)).empty()) visit(Leaf{{0, 0, 0}, 0, root_value_});
-    } else if (walk(walk, root_child_, origin, 0)) {
-      why = tally_problem(covered, counted);
+      t.covered = uint64_t{1} << (Dim * kMaxLevel);
+      t.counted = 1;
+      if ((t.why = tally_problem(t.covered, t.counted)).empty()) visit(Leaf{{0, 0, 0}, 0, root_value_});
+    } else if (check_below(t, root_child_, origin, 0, pool_->sequence(), pool_->committed_top(), next, visit)) {
+      t.why = tally_problem(t.covered, t.counted);
     }
     charge();
-    return checked(why);
+    return checked(t.why);
   }
   // The end of a check (why: "" when the families are intact): HM_OK, or HM_EFORMAT with the
   // restore's message, kept for every later operation.
