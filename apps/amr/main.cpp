@@ -333,6 +333,19 @@ int fail(const char *what) {
   return 1;
 }
 
+// The sqlite baseline's step: the tree's leaves written to the database; false once the error
+// is reported.
+bool store_leaves(amr::SqliteStore &db, const pm_octree_t *tree) {
+  std::vector<amr::StoredLeaf> leaves;
+  if (amr::stored_leaves(tree, &leaves) != HM_OK) {
+    fail("sqlite");
+    return false;
+  }
+  if (db.apply(leaves) >= 0) return true;
+  std::fprintf(stderr, "hetmem-amr: sqlite: %s\n", db.error().c_str());
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -359,7 +372,12 @@ int main(int argc, char **argv) {
   bool construct = true;
   auto t0 = Clock::now();
   if (o.restore) {
-    if (pm_restore_ex(o.pool.c_str(), &options, &tree) != HM_OK) return fail("--restore");
+    // The run's first operation is a refinement, which checks every family first anyway: checked
+    // before restore returns, damage is named as the restore's.
+    options.check_on_first_visit = 0;
+    const int rc = pm_restore_ex(o.pool.c_str(), &options, &tree);
+    options.check_on_first_visit = 1;
+    if (rc != HM_OK) return fail("--restore");
     if (o.was_given("--dim") && pm_dim(tree) != o.dim) {
       std::fprintf(stderr, "hetmem-amr: the pool holds a %dD tree; run with --dim %d\n", pm_dim(tree), pm_dim(tree));
       pm_close(tree);
@@ -403,10 +421,7 @@ int main(int argc, char **argv) {
     if (pm_refine_ex(tree, refine_fn, &in, PM_RECURSIVE) != HM_OK) return fail("construct");
     if (pm_balance(tree) != HM_OK) return fail("construct");
     if (pm && pm_persistent(tree) != HM_OK) return fail("construct");
-    if (o.store == "sqlite" && db.apply(amr::stored_leaves(tree)) < 0) {
-      std::fprintf(stderr, "hetmem-amr: sqlite: %s\n", db.error().c_str());
-      return 1;
-    }
+    if (o.store == "sqlite" && !store_leaves(db, tree)) return 1;
     t_construct = since(t0);
     const std::string around = o.droplet ? "the droplet and jet" : std::to_string(o.spheres) + " sphere(s)";
     std::printf("constructed a %dD tree to level %d around %s: %llu leaves in %.3f s\n", o.dim, o.level, around.c_str(),
@@ -432,7 +447,7 @@ int main(int argc, char **argv) {
     // sub-cycles against the next coarser one.
     t = Clock::now();
     solve.touched.clear();
-    pm_leaves(tree, collect_fine, &solve);
+    if (pm_leaves(tree, collect_fine, &solve) != HM_OK) return fail("solve");
     for (int sweep = 0; sweep < 2; ++sweep)
       for (const pm_leaf_t &l : solve.touched) {
         double c[3] = {0, 0, 0};
@@ -448,8 +463,7 @@ int main(int argc, char **argv) {
         if (pm_snapshot_save(tree, snapshot.c_str()) != HM_OK) return fail("snapshot");
         snapshot_sum = pm_checksum(tree);
       }
-    } else if (db.apply(amr::stored_leaves(tree)) < 0) {
-      std::fprintf(stderr, "hetmem-amr: sqlite: %s\n", db.error().c_str());
+    } else if (!store_leaves(db, tree)) {
       return 1;
     }
     t_persist += since(t);
@@ -483,7 +497,8 @@ int main(int argc, char **argv) {
       pm_delete(loaded);
     }
   } else {
-    const std::vector<amr::StoredLeaf> now = amr::stored_leaves(tree);
+    std::vector<amr::StoredLeaf> now;
+    if (amr::stored_leaves(tree, &now) != HM_OK) return fail("restore");
     pm_delete(tree);
     std::vector<amr::StoredLeaf> back;
     auto t = Clock::now();

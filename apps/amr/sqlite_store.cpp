@@ -25,12 +25,11 @@ void collect(const pm_leaf_t *l, void *arg) {
 
 }  // namespace
 
-std::vector<StoredLeaf> stored_leaves(const pm_octree_t *tree) {
-  std::vector<StoredLeaf> leaves;
-  leaves.reserve(pm_leaf_count(tree));
-  Collect c{pm_dim(tree), &leaves};
-  pm_leaves(tree, collect, &c);  // Morton order already
-  return leaves;
+int stored_leaves(const pm_octree_t *tree, std::vector<StoredLeaf> *out) {
+  out->clear();
+  out->reserve(pm_leaf_count(tree));
+  Collect c{pm_dim(tree), out};
+  return pm_leaves(tree, collect, &c);  // Morton order already
 }
 
 SqliteStore::~SqliteStore() {

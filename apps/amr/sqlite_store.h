@@ -17,8 +17,8 @@ struct StoredLeaf {
   double value;
 };
 
-// The tree's leaves in Morton order, keyed for the store.
-std::vector<StoredLeaf> stored_leaves(const pm_octree_t *tree);
+// The tree's leaves in Morton order, keyed for the store, into *out. HM_OK, or pm_leaves' error.
+int stored_leaves(const pm_octree_t *tree, std::vector<StoredLeaf> *out);
 
 class SqliteStore {
  public:

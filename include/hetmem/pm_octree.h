@@ -53,11 +53,12 @@ typedef struct pm_options {
                               used as 2; 0: 1); the balanced tree, and what the check accepts
                               or refuses, are the same on any count (1) */
   int check_on_first_visit;  /* pm_restore_ex: check the families as the first pm_leaves reads
-                                them, one pass over the pool instead of two, rather than before
-                                returning; any other first call checks them all first. A damaged
-                                pool is then refused by that call and every later one with the
-                                message pm_restore gives (HM_EFORMAT); a pm_leaves that meets the
-                                damage has visited only leaves of intact families before it (0) */
+                                them, one pass over the pool instead of two; any other first call
+                                checks them all first. A damaged pool is then refused by that call
+                                and every later one with the message a check before returning
+                                gives (HM_EFORMAT); a pm_leaves that meets the damage has visited
+                                only leaves of intact families before it. 0: pm_restore_ex checks
+                                every family before it returns and refuses damage itself (1) */
 } pm_options_t;
 
 /* What is at a pool's path (pm_inspect). A pool appears at its path only once its first version
@@ -110,7 +111,11 @@ int pm_create(const char *path, int dim, uint64_t bytes, pm_octree_t **out);
 /* pm_create with options (NULL: the defaults). HM_ENOMEM when the fast tier has no room for C0. */
 int pm_create_ex(const char *path, int dim, uint64_t bytes, const pm_options_t *options, pm_octree_t **out);
 /* Opens a pool and returns its last persisted version; the dimension is read from the pool.
- * HM_EFORMAT (not a tree pool, damaged), HM_EBUSY (open elsewhere), HM_EIO. */
+ * HM_EFORMAT (not a tree pool, a damaged header or root object), HM_EBUSY (open elsewhere),
+ * HM_EIO. The families are checked as the first pm_leaves reads them (or by any other first
+ * call): damage found there is refused by that call and every later one (HM_EFORMAT), so check
+ * what pm_leaves returns. pm_restore_ex with check_on_first_visit = 0 checks them before it
+ * returns. */
 int pm_restore(const char *path, pm_octree_t **out);
 /* Reads the header of the pool at `path` without opening it (a pool open elsewhere can be
  * inspected). HM_OK with info->state saying what is there; HM_EFORMAT when the file is not a pool
@@ -118,7 +123,7 @@ int pm_restore(const char *path, pm_octree_t **out);
 int pm_inspect(const char *path, pm_pool_info_t *info);
 /* pm_restore with options. With options->replica set and the pool file missing, the replica's
  * last version is copied back to `path` and restored; a replica is attached either way. With
- * options->check_on_first_visit the families are checked by the first call that reads them. */
+ * options->check_on_first_visit = 0 every family is checked before it returns. */
 int pm_restore_ex(const char *path, const pm_options_t *options, pm_octree_t **out);
 /* The application's features for the transformation: non-zero where it will work next (its
  * refine predicate for the next step, say). NULL turns sampling off. */
@@ -180,15 +185,18 @@ int pm_balance(pm_octree_t *tree);
 int pm_set_value(pm_octree_t *tree, const double *point, double value);
 /* The leaf containing `point`; HM_EINVAL when the point is outside [0, 1)^dim. */
 int pm_find(const pm_octree_t *tree, const double *point, pm_leaf_t *out);
-/* Visits the leaves in Morton order. HM_EFORMAT for a damaged pool restored with
- * check_on_first_visit (the leaves before the damage were visited). */
+/* Visits the leaves in Morton order. HM_EFORMAT for a damaged pool found by the check on the
+ * first visit after pm_restore (the leaves before the damage were visited). */
+#if defined(__GNUC__)
+__attribute__((warn_unused_result))
+#endif
 int pm_leaves(const pm_octree_t *tree, pm_visit_fn visit, void *arg);
 /* Visits the leaves touching `leaf` across a face, an edge or a corner. */
 int pm_neighbours(const pm_octree_t *tree, const pm_leaf_t *leaf, pm_visit_fn visit, void *arg);
-/* The leaf count the root object records (with check_on_first_visit, before the check confirms it). */
+/* The leaf count the root object records (after pm_restore, before the first visit confirms it). */
 uint64_t pm_leaf_count(const pm_octree_t *tree);
 /* A checksum of the leaves, equal for equal trees whatever their layout in the pool; 0 for a
- * damaged pool restored with check_on_first_visit (pm_valid then says why). */
+ * damaged pool (pm_valid then says why). */
 uint64_t pm_checksum(const pm_octree_t *tree);
 /* HM_OK when the tree is well formed; otherwise HM_EFORMAT and the reason in hm_last_error(). */
 int pm_valid(const pm_octree_t *tree);

@@ -56,9 +56,9 @@ struct OctreeOptions {
                                   // have absorbed, in stats()
   int threads = 1;                // threads for 2:1 balance's ripple and restore's check (1 or 2;
                                   // more are used as 2)
-  bool check_on_first_visit = false;  // restore: check the families as the first visit of every
-                                      // leaf reads them (leaves, each_leaf), not before returning;
-                                      // see restore()
+  bool check_on_first_visit = true;  // restore: check the families as the first visit of every
+                                     // leaf reads them (leaves, each_leaf), one pass over the pool;
+                                     // false: before restore returns (two passes); see restore()
 };
 
 // What the tree did to the tiers since it was opened.
@@ -148,12 +148,14 @@ class Octree {
   static int create(const std::string &path, uint64_t bytes, std::unique_ptr<Octree> *out,
                     const OctreeOptions &options = {});
   // The last committed version of an existing pool (pm_restore). With options.replica set and
-  // the pool missing or unreadable, the replica is copied back first. Every committed family is
-  // checked (intact()) before any is followed or returned: before restore returns, or with
-  // options.check_on_first_visit as the first visit of every leaf reads it (one pass over the
-  // families instead of two). Any other first operation checks them all first (settle()). Damage
-  // is then refused by that operation and every later one, with the HM_EFORMAT message restore
-  // would have given; a visit that meets it has given only leaves of intact families, in order.
+  // the pool missing or unreadable, the replica is copied back first. Restore checks the header
+  // and the root object; every committed family is checked (intact()) before any is followed or
+  // returned. By default (options.check_on_first_visit) the first visit of every leaf checks them
+  // as it reads them (one pass over the families instead of two), and any other first operation
+  // checks them all first (settle()): damage is then refused by that operation and every later
+  // one, with the HM_EFORMAT message a check before returning gives; a visit that meets it has
+  // given only leaves of intact families, in order. With check_on_first_visit false, restore
+  // checks every family before it returns and refuses damage itself.
   static int restore(const std::string &path, std::unique_ptr<Octree> *out, const OctreeOptions &options = {});
 
   // Splits every leaf for which refine(leaf) is true (one level); children inherit the value.
@@ -194,24 +196,22 @@ class Octree {
   static int load_snapshot(const std::string &path, const std::string &pool_path, uint64_t bytes,
                            std::unique_ptr<Octree> *out, const OctreeOptions &options = {});
 
-  // The leaves in Morton order. HM_OK, or HM_EFORMAT for a damaged pool found by a check on the
-  // first visit (restore's check_on_first_visit; the leaves before the damage were given).
-  int leaves(const std::function<void(const Leaf &)> &visit) const;
+  // The leaves in Morton order. HM_OK, or HM_EFORMAT for a damaged pool found by the check on the
+  // first visit after a restore (the leaves before the damage were given).
+  [[nodiscard]] int leaves(const std::function<void(const Leaf &)> &visit) const;
   // leaves() with any callable, inlined into the traversal (a first visit of every leaf after a
   // restart pays no indirect call per leaf).
   template <class Visit>
-  int each_leaf(Visit &&visit) const {
+  [[nodiscard]] int each_leaf(Visit &&visit) const {
     if (unchecked_) return each_leaf_checking(visit);
     if (!damage_.empty()) return refuse_damaged();
-    if (root_child_ == 0) visit(Leaf{{0, 0, 0}, 0, root_value_});
-    else each_leaf_below(root_child_, visit);
-    charge();
+    each_settled_leaf(visit);
     return HM_OK;
   }
-  // After a restore with check_on_first_visit, before anything has checked the families: checks
-  // them all now. HM_OK, or HM_EFORMAT naming the damage (then every later operation is refused
-  // with it). Every operation but a visit calls it first; the queries that return no code (find,
-  // neighbours, checksum, valid, balanced) then find nothing in a damaged tree.
+  // After a restore that checks on the first visit, before anything has checked the families:
+  // checks them all now. HM_OK, or HM_EFORMAT naming the damage (then every later operation is
+  // refused with it). Every operation but a visit calls it first; the queries that return no code
+  // (find, neighbours, checksum, valid, balanced) then find nothing in a damaged tree.
   int settle() const;
   // As the root object records it (checked with the families).
   size_t leaf_count() const { return leaves_; }
@@ -419,8 +419,15 @@ class Octree {
     t.covered += leaves << (Dim * (kMaxLevel - f->level));
     return true;
   }
-  // The first visit after a restore with check_on_first_visit: each family checked as the visit
-  // reaches it, before its leaves are given.
+  // Every leaf in Morton order, once settle() has found the families intact.
+  template <class Visit>
+  void each_settled_leaf(Visit &&visit) const {
+    if (root_child_ == 0) visit(Leaf{{0, 0, 0}, 0, root_value_});
+    else each_leaf_below(root_child_, visit);
+    charge();
+  }
+  // The first visit after a restore that checks on the first visit: each family checked as the
+  // visit reaches it, before its leaves are given.
   template <class Visit>
   int each_leaf_checking(Visit &visit) const {
     Tally t;
@@ -486,7 +493,7 @@ class Octree {
   // family each entry holds, by a hash of its offset.
   static constexpr uint64_t kEmulCacheBytes = uint64_t{32} << 20;  // a 32 MiB last-level cache
   mutable std::vector<uint64_t> emul_cache_;
-  // Restored with check_on_first_visit and not checked yet; the damage a check found ("": none),
+  // Restored to be checked on the first visit and not checked yet; the damage a check found ("": none),
   // and what its message starts with ("persistent pool 'P': version N: ").
   mutable bool unchecked_ = false;
   mutable std::string damage_;

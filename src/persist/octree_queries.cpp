@@ -138,7 +138,7 @@ template <int Dim>
 uint64_t Octree<Dim>::checksum() const {
   if (settle() != HM_OK) return 0;
   uint64_t h = 1469598103934665603ull;
-  leaves([&](const Leaf &l) {
+  each_settled_leaf([&](const Leaf &l) {
     unsigned char bytes[4 * Dim + 4 + 8];
     std::memcpy(bytes, l.coord, 4 * Dim);
     std::memcpy(bytes + 4 * Dim, &l.level, 4);
@@ -355,7 +355,7 @@ template <int Dim>
 bool Octree<Dim>::balanced() const {
   if (settle() != HM_OK) return false;
   bool ok = true;
-  leaves([&](const Leaf &l) {
+  each_settled_leaf([&](const Leaf &l) {
     if (!ok) return;
     neighbours(l, [&](const Leaf &n) { ok &= n.level + 1 >= l.level && l.level + 1 >= n.level; });
   });

@@ -48,7 +48,7 @@ int Octree<Dim>::save_snapshot(const std::string &path) const {
   if (int rc = settle(); rc != HM_OK) return rc;
   std::string bytes(sizeof(SnapshotHeader), '\0');
   uint64_t n = 0;
-  leaves([&](const Leaf &l) {
+  each_settled_leaf([&](const Leaf &l) {
     SnapshotLeaf r{{l.coord[0], l.coord[1], l.coord[2]}, l.level, l.value};
     bytes.append(reinterpret_cast<const char *>(&r), sizeof r);
     ++n;

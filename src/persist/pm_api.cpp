@@ -102,6 +102,7 @@ void pm_options_init(pm_options_t *o) {
   o->transform = d.transform;
   o->t_transform = d.t_transform;
   o->threads = d.threads;
+  o->check_on_first_visit = d.check_on_first_visit;
 }
 
 int pm_create(const char *path, int dim, uint64_t bytes, pm_octree_t **out) {

@@ -131,7 +131,7 @@ bool touch(const typename Octree<Dim>::Leaf &a, const typename Octree<Dim>::Leaf
 template <int Dim>
 int unbalanced_pairs(const Octree<Dim> &tree) {
   std::vector<typename Octree<Dim>::Leaf> all;
-  tree.leaves([&](const auto &l) { all.push_back(l); });
+  EXPECT_EQ(tree.leaves([&](const auto &l) { all.push_back(l); }), HM_OK);
   int bad = 0;
   for (size_t i = 0; i < all.size(); ++i)
     for (size_t j = i + 1; j < all.size(); ++j)
@@ -159,7 +159,7 @@ TYPED_TEST(OctreeDims, NeighboursAreExactlyTheTouchingLeaves) {
   ASSERT_EQ(Octree<Dim>::create(this->path_, 64 << 20, &tree), HM_OK);
   ASSERT_EQ(advance(*tree, 3), HM_OK);
   std::vector<typename Octree<Dim>::Leaf> all;
-  tree->leaves([&](const auto &l) { all.push_back(l); });
+  ASSERT_EQ(tree->leaves([&](const auto &l) { all.push_back(l); }), HM_OK);
   ASSERT_GT(all.size(), 50u);
   size_t checked = 0, most = 0;
   for (size_t i = 0; i < all.size(); i += 7, ++checked) {
@@ -451,11 +451,19 @@ void build_history(Octree<Dim> &tree) {
 using hm_test::read_file;
 using hm_test::write_file;
 
+// Restore's options with every family checked before it returns, not on the first visit.
+hm::persist::OctreeOptions check_before_returning(int threads = 1) {
+  hm::persist::OctreeOptions o;
+  o.check_on_first_visit = false;
+  o.threads = threads;
+  return o;
+}
+
 }  // namespace
 
-// Random single-byte flips in the committed data: restore either returns exactly the persisted
-// tree (the byte was not part of it) or refuses with HM_EFORMAT; it never crashes and never
-// returns a different tree. Run by CTest with HM_PM_CHECK=1 and again with HM_PM_CHECK=0.
+// Random single-byte flips in the committed data: restore and its first visit either return
+// exactly the persisted tree (the byte was not part of it) or refuse with HM_EFORMAT; they never
+// crash and never return a different tree. Run by CTest with HM_PM_CHECK=1 and again with HM_PM_CHECK=0.
 TYPED_TEST(OctreeDims, SingleByteDamageIsRefusedNeverFollowedNorReturned) {
   constexpr int Dim = TypeParam::value;
   uint64_t want_sum = 0, data_end = 0;
@@ -479,14 +487,17 @@ TYPED_TEST(OctreeDims, SingleByteDamageIsRefusedNeverFollowedNorReturned) {
     write_file(this->path_, bad);
     std::unique_ptr<Octree<Dim>> tree;
     int rc = Octree<Dim>::restore(this->path_, &tree);
+    size_t visited = 0;
+    if (rc == HM_OK) rc = tree->leaves([&](const auto &) { ++visited; });  // the first visit checks
     if (rc == HM_OK) {
-      size_t visited = 0;
-      tree->leaves([&](const auto &) { ++visited; });
       ASSERT_EQ(tree->checksum(), want_sum) << "a flip at byte " << at << " gave a different tree";
       ASSERT_EQ(visited, want_leaves);
       ++identical;
     } else {
       ASSERT_EQ(rc, HM_EFORMAT) << hm_last_error();
+      if (tree) {
+        ASSERT_EQ(tree->checksum(), 0u) << "a damaged tree is refused from then on";
+      }
       ++refused;
     }
   }
@@ -517,10 +528,8 @@ TYPED_TEST(OctreeDims, RestoreChecksOnTwoThreadsAsOnOne) {
   const std::vector<char> good = read_file(this->path_);
   // What a restore on `threads` threads gives: its code, and the tree's checksum or the refusal.
   auto restore = [&](int threads) {
-    hm::persist::OctreeOptions o;
-    o.threads = threads;
     std::unique_ptr<Octree<Dim>> tree;
-    const int rc = Octree<Dim>::restore(this->path_, &tree, o);
+    const int rc = Octree<Dim>::restore(this->path_, &tree, check_before_returning(threads));
     return std::make_pair(rc, rc == HM_OK ? std::to_string(tree->checksum()) : std::string(hm_last_error()));
   };
   ASSERT_EQ(restore(2), std::make_pair(int{HM_OK}, std::to_string(want_sum)));
@@ -542,8 +551,8 @@ TYPED_TEST(OctreeDims, RestoreChecksOnTwoThreadsAsOnOne) {
   EXPECT_GT(refused, 30) << "most of the committed data is the tree";
 }
 
-// A restore that checks on the first visit (check_on_first_visit) accepts and refuses what the
-// check before returning does, for every single-byte damage: the first visit gives the same tree,
+// A restore that checks on the first visit (the default) accepts and refuses what the check
+// before returning does, for every single-byte damage: the first visit gives the same tree,
 // or stops with the same refusal having given only a prefix of the intact tree's leaves; every
 // later operation is refused with it and the pool file is left as it was.
 TYPED_TEST(OctreeDims, ACheckOnTheFirstVisitRefusesWhatRestoreRefuses) {
@@ -562,19 +571,17 @@ TYPED_TEST(OctreeDims, ACheckOnTheFirstVisitRefusesWhatRestoreRefuses) {
     uint64_t i = 0;
     ASSERT_EQ(tree->each_leaf([&](const Leaf &) {}), HM_OK);
     std::vector<Leaf> all;
-    tree->leaves([&](const Leaf &l) { all.push_back(l); });
+    ASSERT_EQ(tree->leaves([&](const Leaf &l) { all.push_back(l); }), HM_OK);
     for (const Leaf &l : all) {  // distinct values, so that a prefix names its leaves
       double point[3];
       for (int d = 0; d < Dim; ++d) point[d] = (l.coord[d] + 0.5) / double(1u << 20);
       ASSERT_EQ(tree->set_value(point, 1.0 + static_cast<double>(i++)), HM_OK);
     }
     ASSERT_EQ(tree->persist(), HM_OK);
-    tree->leaves([&](const Leaf &l) { good_leaves.push_back(l); });
+    ASSERT_EQ(tree->leaves([&](const Leaf &l) { good_leaves.push_back(l); }), HM_OK);
     data_end = tree->pool().committed_top();
   }
   const std::vector<char> good = read_file(this->path_);
-  hm::persist::OctreeOptions lazy;
-  lazy.check_on_first_visit = true;
   std::mt19937_64 rng(91 + Dim);
   int refused = 0, refused_mid_visit = 0;
   for (int trial = 0; trial < 120; ++trial) {
@@ -585,10 +592,10 @@ TYPED_TEST(OctreeDims, ACheckOnTheFirstVisitRefusesWhatRestoreRefuses) {
     std::string eager_refusal;
     {
       std::unique_ptr<Octree<Dim>> tree;
-      if (Octree<Dim>::restore(this->path_, &tree) != HM_OK) eager_refusal = hm_last_error();
+      if (Octree<Dim>::restore(this->path_, &tree, check_before_returning()) != HM_OK) eager_refusal = hm_last_error();
     }
     std::unique_ptr<Octree<Dim>> tree;
-    ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree, lazy), HM_OK)
+    ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_OK)
         << "a flip at byte " << at << " in the families is found by the visit, not by restore: " << hm_last_error();
     std::vector<Leaf> seen;
     const int rc = tree->each_leaf([&](const Leaf &l) { seen.push_back(l); });
@@ -616,8 +623,8 @@ TYPED_TEST(OctreeDims, ACheckOnTheFirstVisitRefusesWhatRestoreRefuses) {
   EXPECT_GT(refused_mid_visit, 0) << "some damage lies past the first leaves";
 }
 
-// With check_on_first_visit, an operation other than a visit checks every family before it
-// reads or writes any: on an intact pool it works as after an ordinary restore, on a damaged one
+// With the check on the first visit, an operation other than a visit checks every family before
+// it reads or writes any: on an intact pool it works as after an ordinary restore, on a damaged one
 // it is refused with restore's message and nothing is written.
 TYPED_TEST(OctreeDims, ACheckOnTheFirstVisitIsDoneWholeByAnyOtherFirstOperation) {
   constexpr int Dim = TypeParam::value;
@@ -631,12 +638,10 @@ TYPED_TEST(OctreeDims, ACheckOnTheFirstVisitIsDoneWholeByAnyOtherFirstOperation)
     want_sum = tree->checksum();
     data_end = tree->pool().committed_top();
   }
-  hm::persist::OctreeOptions lazy;
-  lazy.check_on_first_visit = true;
   const double point[3] = {0.1, 0.2, 0.3};
   {
     std::unique_ptr<Octree<Dim>> tree;
-    ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree, lazy), HM_OK) << hm_last_error();
+    ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_OK) << hm_last_error();
     ASSERT_EQ(tree->set_value(point, 7.0), HM_OK) << hm_last_error();
     Leaf found{};
     ASSERT_TRUE(tree->find(point, &found));
@@ -654,13 +659,13 @@ TYPED_TEST(OctreeDims, ACheckOnTheFirstVisitIsDoneWholeByAnyOtherFirstOperation)
     bad[slot + 20] = static_cast<char>(bad[slot + 20] ^ 0x5A);
     write_file(this->path_, bad);
     std::unique_ptr<Octree<Dim>> tree;
-    if (Octree<Dim>::restore(this->path_, &tree) == HM_OK) continue;
+    if (Octree<Dim>::restore(this->path_, &tree, check_before_returning()) == HM_OK) continue;
     const std::string refusal = hm_last_error();
-    if (Octree<Dim>::restore(this->path_, &tree, lazy) == HM_OK) eager_refusal = refusal;  // not the root object
+    if (Octree<Dim>::restore(this->path_, &tree) == HM_OK) eager_refusal = refusal;  // not the root object
   }
   ASSERT_FALSE(eager_refusal.empty());
   std::unique_ptr<Octree<Dim>> tree;
-  ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree, lazy), HM_OK) << hm_last_error();
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree), HM_OK) << hm_last_error();
   ASSERT_EQ(tree->set_value(point, 7.0), HM_EFORMAT);
   EXPECT_EQ(std::string(hm_last_error()), eager_refusal);
   Leaf found{};
@@ -690,11 +695,11 @@ TYPED_TEST(OctreeDims, ADamagedNewestRootSlotNeverReturnsAReusedVersion) {
       // its alone, freed by this persist and the first slots the next work takes.
       ASSERT_EQ(tree->refine([](const auto &leaf) { return leaf.level < 4u; }), HM_OK);
       std::vector<std::array<double, 3>> points;
-      tree->leaves([&](const auto &leaf) {
+      ASSERT_EQ(tree->leaves([&](const auto &leaf) {
         const double h = 0.5 / (1u << 20);
         points.push_back({leaf.coord[0] / double(1u << 20) + h, leaf.coord[1] / double(1u << 20) + h,
                           leaf.coord[2] / double(1u << 20) + h});
-      });
+      }), HM_OK);
       for (auto &p : points) ASSERT_EQ(tree->set_value(p.data(), 1.0), HM_OK);
       ASSERT_EQ(tree->persist(), HM_OK);
       if (work_after) {
@@ -709,6 +714,7 @@ TYPED_TEST(OctreeDims, ADamagedNewestRootSlotNeverReturnsAReusedVersion) {
     write_file(this->path_, data);
     std::unique_ptr<Octree<Dim>> tree;
     int rc = Octree<Dim>::restore(this->path_, &tree);
+    if (rc == HM_OK) rc = tree->settle();  // the families, checked on the first operation
     if (work_after) {
       ASSERT_EQ(rc, HM_EFORMAT) << "the version before the damaged slot has had its space reused";
       const std::string msg = hm_last_error();

@@ -246,13 +246,15 @@ namespace {
 void count_leaf(const pm_leaf_t *, void *arg) { ++*static_cast<uint64_t *>(arg); }
 }  // namespace
 
-// pm_restore_ex with check_on_first_visit: a sound pool reads as after pm_restore, its first
-// pm_leaves doing the check; a damaged one is refused by the first call that reads it, and by
-// every call after, with pm_restore's message (pm_checksum: 0; the C++ layer throws it).
+// pm_restore checks the families on the first visit (the default): a sound pool reads as after
+// a check before returning (check_on_first_visit = 0), its first pm_leaves doing the check; a
+// damaged one is refused by the first call that reads it, and by every call after, with the
+// message the check before returning gives (pm_checksum: 0; the C++ layer throws it).
 TEST_F(PmApi, CheckOnTheFirstVisitGivesTheSameTreeOrTheSameRefusal) {
-  pm_options_t o;
-  pm_options_init(&o);
-  EXPECT_EQ(o.check_on_first_visit, 0) << "the check before returning is the default";
+  pm_options_t before_returning;
+  pm_options_init(&before_returning);
+  EXPECT_EQ(before_returning.check_on_first_visit, 1) << "the check on the first visit is the default";
+  before_returning.check_on_first_visit = 0;
   uint64_t sum = 0, leaves = 0;
   {
     pm_octree_t *t = nullptr;
@@ -263,16 +265,15 @@ TEST_F(PmApi, CheckOnTheFirstVisitGivesTheSameTreeOrTheSameRefusal) {
     leaves = pm_leaf_count(t);
     pm_close(t);
   }
-  o.check_on_first_visit = 1;
   pm_octree_t *t = nullptr;
-  ASSERT_EQ(pm_restore_ex(path_.c_str(), &o, &t), HM_OK) << hm_last_error();
+  ASSERT_EQ(pm_restore(path_.c_str(), &t), HM_OK) << hm_last_error();
   uint64_t n = 0;
   ASSERT_EQ(pm_leaves(t, count_leaf, &n), HM_OK) << hm_last_error();
   EXPECT_EQ(n, leaves);
   EXPECT_EQ(pm_checksum(t), sum);
   pm_close(t);
-  // A flip in a committed family, not in the root object: one that pm_restore refuses and a
-  // restore checking on the first visit does not (slot by slot from the header).
+  // A flip in a committed family, not in the root object: one that a check before returning
+  // refuses and pm_restore does not (slot by slot from the header).
   const std::vector<char> good = hm_test::read_file(path_);
   std::vector<char> bytes;
   std::string refusal;
@@ -280,12 +281,12 @@ TEST_F(PmApi, CheckOnTheFirstVisitGivesTheSameTreeOrTheSameRefusal) {
     bytes = good;
     bytes[at] = static_cast<char>(bytes[at] ^ 0x21);
     hm_test::write_file(path_, bytes);
-    if (pm_restore(path_.c_str(), &t) == HM_OK) {
+    if (pm_restore_ex(path_.c_str(), &before_returning, &t) == HM_OK) {
       pm_close(t);
       continue;
     }
     const std::string why = hm_last_error();
-    if (pm_restore_ex(path_.c_str(), &o, &t) == HM_OK) refusal = why;  // else the root object
+    if (pm_restore(path_.c_str(), &t) == HM_OK) refusal = why;  // else the root object
   }
   ASSERT_FALSE(refusal.empty()) << "no flip in a family found";
   EXPECT_EQ(pm_leaf_count(t), leaves) << "as the root object records it";
@@ -304,7 +305,7 @@ TEST_F(PmApi, CheckOnTheFirstVisitGivesTheSameTreeOrTheSameRefusal) {
   pm_close(t);
   EXPECT_EQ(hm_test::read_file(path_), bytes) << "nothing written to a refused pool";
   try {
-    auto tree = hm::PmOctree::restore(path_, &o);
+    auto tree = hm::PmOctree::restore(path_);
     tree.balance();
     FAIL() << "the first call that reads a damaged pool must throw";
   } catch (const hm::Error &e) {

@@ -257,9 +257,9 @@ TYPED_TEST(Tiers, TheNvbmEmulationChargesWhatTheCacheModelMisses) {
   ASSERT_EQ(Octree<Dim>::restore(this->path_, &tree, o), HM_OK);
   const uint64_t before = tree->stats().emul_charged_ns;
   uint64_t leaves = 0;
-  tree->leaves([&](const Leaf &) { ++leaves; });
+  ASSERT_EQ(tree->leaves([&](const Leaf &) { ++leaves; }), HM_OK);
   const uint64_t first = tree->stats().emul_charged_ns - before;
-  tree->leaves([&](const Leaf &) { ++leaves; });
+  ASSERT_EQ(tree->leaves([&](const Leaf &) { ++leaves; }), HM_OK);
   const uint64_t second = tree->stats().emul_charged_ns - before - first;
   EXPECT_EQ(leaves, 2 * tree->leaf_count());
   EXPECT_GT(first, 0u) << "the first visit reads every family from the device";

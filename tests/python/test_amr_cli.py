@@ -105,6 +105,25 @@ def test_restore_refuses_missing_pool_and_other_dimension(tmp_path):
     assert r.returncode == 2 and "holds a 2D tree; run with --dim 2" in r.stderr
 
 
+def test_restore_refuses_a_damaged_family_by_name_and_leaves_the_pool_as_it_was(tmp_path):
+    """A flipped byte in a committed family (past the 4 KiB header and the root object): --restore
+    refuses before any step, naming the pool and the family, and writes nothing."""
+    pool = tmp_path / "amr.pool"
+    r = amr("--dim", "2", "--steps", "2", "--level", "5", "--pool", str(pool), "--pool-mib", "2", "--progress", "0")
+    assert r.returncode == 0, r.stderr
+    with open(pool, "r+b") as f:
+        f.seek(4096 + 128 * 5 + 20)  # the sixth 128-byte slot: a family of this tree
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x5A]))
+    damaged = pool.read_bytes()
+    r = amr("--restore", "--steps", "1", "--pool", str(pool))
+    assert r.returncode == 1, r.stdout
+    assert "hetmem-amr: --restore: persistent pool" in r.stderr and "a family fails its seal" in r.stderr, r.stderr
+    assert "step" not in r.stdout
+    assert pool.read_bytes() == damaged
+
+
 def test_a_long_run_reuses_pool_space(tmp_path):
     # 100 steps of a 22,000-leaf tree fit in 2 MiB: each persist frees what only the previous
     # version used, so the pool holds about two versions, not a hundred.
