@@ -27,7 +27,9 @@ class PmOctree {
     check(pm_create_ex(path.c_str(), dim, bytes, options, &t));
     return PmOctree(t);
   }
-  // The last persisted version of an existing pool (or of its replica, see pm_restore_ex).
+  // The last persisted version of an existing pool (or of its replica, see pm_restore_ex). Its
+  // families are checked by the first call that reads them, which throws HM_EFORMAT on damage
+  // (options->check_on_first_visit = 0: checked here).
   static PmOctree restore(const std::string &path, const pm_options_t *options = nullptr) {
     pm_octree_t *t = nullptr;
     check(pm_restore_ex(path.c_str(), options, &t));
