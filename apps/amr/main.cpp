@@ -374,10 +374,9 @@ int main(int argc, char **argv) {
   if (o.restore) {
     // The run's first operation is a refinement, which checks every family first anyway: checked
     // before restore returns, damage is named as the restore's.
-    options.check_on_first_visit = 0;
-    const int rc = pm_restore_ex(o.pool.c_str(), &options, &tree);
-    options.check_on_first_visit = 1;
-    if (rc != HM_OK) return fail("--restore");
+    pm_options_t checked_now = options;
+    checked_now.check_on_first_visit = 0;
+    if (pm_restore_ex(o.pool.c_str(), &checked_now, &tree) != HM_OK) return fail("--restore");
     if (o.was_given("--dim") && pm_dim(tree) != o.dim) {
       std::fprintf(stderr, "hetmem-amr: the pool holds a %dD tree; run with --dim %d\n", pm_dim(tree), pm_dim(tree));
       pm_close(tree);
