@@ -60,6 +60,7 @@ class Outcome:
     status: int | None
     seconds: float
     why: str = ""
+    cpu_seconds: float = 0.0  # refusals: the CPU time the refusal took
 
 
 # -- the targets: a valid base input and what can be mutated in it -----------------------------------
@@ -232,6 +233,32 @@ def _locate(name: str) -> str:
 
 # -- running and judging a case -------------------------------------------------------------------------
 
+def _run_measured(argv: list[str], cwd: str, env: dict, time_limit: float) -> tuple[int | None, str, str, float, float]:
+    """Runs argv: (status or None when stopped at the limit, stdout, stderr, wall seconds, CPU seconds).
+    The CPU time is the process's own (and its waited-for children's), from wait4: what a refusal
+    costs does not grow when other work shares the machine, as wall time does."""
+    out_path, err_path = Path(cwd, ".fuzz.out"), Path(cwd, ".fuzz.err")
+    t0 = time.monotonic()
+    with out_path.open("w") as out, err_path.open("w") as err:
+        p = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+    status: int | None = None
+    while True:
+        pid, raw, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            status = os.waitstatus_to_exitcode(raw)
+            break
+        if time.monotonic() - t0 > time_limit:
+            os.killpg(p.pid, signal.SIGKILL)
+            _, _, usage = os.wait4(p.pid, 0)
+            break
+        time.sleep(0.002)
+    p.returncode = status if status is not None else -signal.SIGKILL  # reaped here, not by Popen
+    seconds = time.monotonic() - t0
+    read = lambda path: path.read_text(errors="replace")  # noqa: E731
+    return status, read(out_path), read(err_path), seconds, usage.ru_utime + usage.ru_stime
+
+
 def run_case(case: Case, time_limit: float) -> Outcome:
     with tempfile.TemporaryDirectory(prefix="hetmem-fuzz-") as tmp:
         for name, text in case.files.items():
@@ -242,21 +269,17 @@ def run_case(case: Case, time_limit: float) -> Outcome:
         argv = case.argv
         if case.started and shutil.which("stdbuf") and case.target != "mg":
             argv = ["stdbuf", "-oL", "-eL", *argv]  # the start line reaches us before a time limit
-        t0 = time.monotonic()
-        p = subprocess.Popen(argv, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, errors="replace", start_new_session=True)
-        try:
-            out, err = p.communicate(timeout=time_limit)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            out, err = p.communicate()
-            timed_out = True
-        seconds = time.monotonic() - t0
-    return judge(case, None if timed_out else p.returncode, out, err, seconds, time_limit)
+        status, out, err, seconds, cpu = _run_measured(argv, tmp, env, time_limit)
+    return judge(case, status, out, err, seconds, time_limit, cpu_seconds=cpu)
 
 
-def judge(case: Case, status: int | None, out: str, err: str, seconds: float, limit: float) -> Outcome:
+# A refusal comes before any real work: at most this much CPU time (the program's own, so that a
+# busy machine does not turn a prompt refusal into a finding; wall time is reported beside it).
+REFUSAL_CPU_S = 1.0
+
+
+def judge(case: Case, status: int | None, out: str, err: str, seconds: float, limit: float,
+          cpu_seconds: float | None = None) -> Outcome:
     lines = [l for l in err.splitlines() if l.strip() and "warning:" not in l]
     if case.expect_output is not None:   # the preload library in a program it must not break
         if status == 0 and out == case.expect_output:
@@ -272,15 +295,16 @@ def judge(case: Case, status: int | None, out: str, err: str, seconds: float, li
         return Outcome(case, "ran", status, seconds)
     if status == 2:
         problems = []
-        if seconds > 1.0:
-            problems.append(f"refused after {seconds:.2f} s")
+        cpu = seconds if cpu_seconds is None else cpu_seconds
+        if cpu > REFUSAL_CPU_S:
+            problems.append(f"refused after {cpu:.2f} s of CPU time ({seconds:.2f} s wall)")
         if len(lines) != 1:
             problems.append(f"{len(lines)} lines on standard error")
         if lines and case.key.lower() not in err.lower():
             problems.append(f"the message does not name {case.key}")
         if problems:
             return Outcome(case, "FINDING", status, seconds, "; ".join(problems) + f": {' | '.join(lines[:3])}")
-        return Outcome(case, "refused", status, seconds, lines[0])
+        return Outcome(case, "refused", status, seconds, lines[0], cpu)
     if status == 1 and lines and (not case.started or case.started in out):
         return Outcome(case, "stopped", status, seconds, lines[-1])
     return Outcome(case, "FINDING", status, seconds, f"status {status}: {' | '.join(lines[:3])}")
@@ -318,6 +342,8 @@ def summary(outcomes: list[Outcome]) -> dict:
         "stopped": [{"target": o.case.target, "mutation": o.case.what, "message": o.why}
                     for o in outcomes if o.verdict == "stopped"],
         "slowest_refusal_s": round(max((o.seconds for o in outcomes if o.verdict == "refused"), default=0.0), 3),
+        "slowest_refusal_cpu_s": round(max((o.cpu_seconds for o in outcomes if o.verdict == "refused"),
+                                           default=0.0), 3),
     }
 
 

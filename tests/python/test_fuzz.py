@@ -46,4 +46,4 @@ def test_every_mutated_input_runs_or_is_refused_at_once():
             assert row["ran"] == CASES // len(fuzz.TARGETS)
         else:
             assert row["refused"] > 0, f"{target}: no case was refused: the mutations do not reach its checks"
-    assert result["slowest_refusal_s"] < 1.0
+    assert result["slowest_refusal_cpu_s"] < fuzz.REFUSAL_CPU_S
