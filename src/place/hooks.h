@@ -9,7 +9,15 @@
 
 // Loads and installs placement rules; on error writes "FILE:LINE:COL: what" to error.
 HM_HOOK_API int hm_rules_install(const char *path, char *error, size_t error_len);
-// 0: the C library, 1: a tier (*tier), 2: huge pages, 3: an object class (*tier is the class).
-HM_HOOK_API int hm_rules_decide(size_t size, const void *caller, int *tier);
+// Where the rules send one allocation.
+typedef enum hm_rules_target {
+  HM_RULES_LIBC = 0,   // no rule matched, or `-> libc`: the C library
+  HM_RULES_TIER = 1,   // a tier or role: *tier is the tier
+  HM_RULES_HUGE = 2,   // huge pages on the fast tier
+  HM_RULES_CLASS = 3,  // a plan's object class, placed by the policy: *tier is the class
+} hm_rules_target_t;
+HM_HOOK_API hm_rules_target_t hm_rules_decide(size_t size, const void *caller, int *tier);
+// Forgets the per-call-site answers (the preload library calls it when a module is unloaded).
+HM_HOOK_API void hm_rules_forget_sites(void);
 // Lists on fd the class rules (a plan's sites) no allocation matched.
 HM_HOOK_API void hm_rules_report_unused(int fd);

@@ -21,7 +21,7 @@ namespace hm::place {
 namespace {
 
 std::vector<Rule> *g_rules = nullptr;
-std::atomic<uint64_t> *g_matches = nullptr;  // per rule
+std::atomic<bool> *g_matched = nullptr;  // per rule: has an allocation matched it
 std::string *g_rules_file = nullptr;
 bool g_need_caller = false;
 
@@ -89,15 +89,73 @@ void resolve_functions() {
   }
 }
 
-bool site_matches(const Rule &rule, const void *caller) {
+bool site_matches(const Rule &rule, const char *path, uintptr_t base, uintptr_t caller) {
+  const size_t n = std::strlen(path), m = rule.text.size();
+  const bool module_ok = (n >= m && std::memcmp(path + n - m, rule.text.data(), m) == 0);
+  return module_ok && caller - base == rule.offset;
+}
+
+constexpr size_t kNoCallerRule = SIZE_MAX;
+
+// The first rule that depends on the caller (function or site) that `caller` matches, or
+// kNoCallerRule: one dladdr for the call site, not one per rule.
+size_t first_caller_rule(uintptr_t caller) {
   const char *path = nullptr;
   uintptr_t base = 0;
-  if (!prim::object_at(caller, &path, &base)) return false;
-  std::string name = path;
-  bool module_ok = name == rule.text || (name.size() >= rule.text.size() &&
-                                         name.compare(name.size() - rule.text.size(), rule.text.size(), rule.text) == 0);
-  return module_ok && reinterpret_cast<uintptr_t>(caller) - base == rule.offset;
+  const bool located = caller && prim::object_at(reinterpret_cast<const void *>(caller), &path, &base);
+  for (size_t i = 0; i < g_rules->size(); ++i) {
+    const Rule &r = (*g_rules)[i];
+    if (r.kind == Rule::kFunction) {
+      for (const auto &span : (*g_ranges)[i].spans)
+        if (caller >= span.first && caller < span.second) return i;
+    } else if (r.kind == Rule::kSite && located && site_matches(r, path, base, caller)) {
+      return i;
+    }
+  }
+  return kNoCallerRule;
 }
+
+// What first_caller_rule answered for each call site seen, so that an allocation pays a hash
+// lookup instead of a symbol lookup (a program allocates from a few thousand sites, millions of
+// times). Lock-free open addressing: one word per site, (caller << 16) | (rule + 1), 0xffff for
+// "no caller rule", written once with a compare-and-swap; a full neighbourhood or an address or
+// rule index that does not fit is answered without the table.
+class SiteCache {
+ public:
+  static constexpr size_t kSlots = size_t{1} << 16;
+  static constexpr int kProbes = 32;
+  static constexpr uint64_t kNone = 0xffff;
+
+  size_t lookup(uintptr_t caller) {
+    if ((caller >> 48) != 0 || g_rules->size() >= kNone) return first_caller_rule(caller);
+    size_t h = (caller * 0x9E3779B97F4A7C15ull) >> (64 - 16);
+    for (int probe = 0; probe < kProbes; ++probe, h = (h + 1) & (kSlots - 1)) {
+      uint64_t word = slots_[h].load(std::memory_order_acquire);
+      if (word == 0) {
+        const size_t rule = first_caller_rule(caller);
+        const uint64_t mine = (uint64_t{caller} << 16) | (rule == kNoCallerRule ? kNone : rule + 1);
+        if (slots_[h].compare_exchange_strong(word, mine, std::memory_order_acq_rel)) return rule;
+        if ((word >> 16) == caller) return rule;  // another thread wrote the same answer
+        continue;
+      }
+      if ((word >> 16) == caller) {
+        const uint64_t v = word & 0xffff;
+        return v == kNone ? kNoCallerRule : v - 1;
+      }
+    }
+    return first_caller_rule(caller);
+  }
+
+  // A module was unloaded: another may be mapped where it was, so every answer is asked again.
+  void forget() {
+    for (auto &slot : slots_) slot.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<uint64_t> slots_[kSlots] = {};
+};
+
+SiteCache *g_sites = nullptr;
 
 }  // namespace
 
@@ -259,11 +317,18 @@ int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *e
 
 void install(std::vector<Rule> rules) {
   g_rules = new std::vector<Rule>(std::move(rules));
-  g_matches = new std::atomic<uint64_t>[g_rules->size() + 1]();
+  g_matched = new std::atomic<bool>[g_rules->size() + 1]();
   g_need_caller = false;
   for (const Rule &r : *g_rules)
     if (r.kind == Rule::kFunction || r.kind == Rule::kSite) g_need_caller = true;
-  if (g_need_caller) resolve_functions();
+  if (g_need_caller) {
+    resolve_functions();
+    g_sites = new SiteCache();
+  }
+}
+
+void forget_sites() {
+  if (g_sites) g_sites->forget();
 }
 
 bool installed() { return g_rules && !g_rules->empty(); }
@@ -273,7 +338,7 @@ std::vector<std::string> unused_class_rules() {
   if (!g_rules) return out;
   for (size_t i = 0; i < g_rules->size(); ++i) {
     const Rule &r = (*g_rules)[i];
-    if (r.target != Rule::kClass || g_matches[i].load() != 0) continue;
+    if (r.target != Rule::kClass || g_matched[i].load()) continue;
     std::string line = (g_rules_file ? *g_rules_file : std::string("rules")) + ":" + std::to_string(r.line) + ": " +
                        r.target_name + " -> class " + class_kind_name(static_cast<hm_class_kind_t>(r.class_kind));
     if (r.class_kind == HM_CLASS_HOT) line += " " + std::to_string(r.priority);
@@ -285,6 +350,8 @@ std::vector<std::string> unused_class_rules() {
 Decision decide(size_t size, const void *caller) {
   Decision d;
   if (!g_rules) return d;
+  size_t caller_rule = kNoCallerRule;
+  bool caller_known = false;
   for (size_t i = 0; i < g_rules->size(); ++i) {
     const Rule &r = (*g_rules)[i];
     bool match = false;
@@ -294,16 +361,18 @@ Decision decide(size_t size, const void *caller) {
       case Rule::kSizeAbove: match = size > r.size; break;
       case Rule::kSizeAtMost: match = size <= r.size; break;
       case Rule::kSizeBelow: match = size < r.size; break;
-      case Rule::kFunction: {
-        auto a = reinterpret_cast<uintptr_t>(caller);
-        for (const auto &span : (*g_ranges)[i].spans)
-          if (a >= span.first && a < span.second) match = true;
+      case Rule::kFunction:
+      case Rule::kSite:
+        if (!caller_known) {
+          caller_rule = g_sites->lookup(reinterpret_cast<uintptr_t>(caller));
+          caller_known = true;
+        }
+        match = caller_rule == i;
         break;
-      }
-      case Rule::kSite: match = caller && site_matches(r, caller); break;
     }
     if (match) {
-      g_matches[i].fetch_add(1, std::memory_order_relaxed);
+      // Only "never matched" is reported: a flag, not a counter every thread increments.
+      if (!g_matched[i].load(std::memory_order_relaxed)) g_matched[i].store(true, std::memory_order_relaxed);
       d.target = r.target;
       d.tier = r.tier;
       return d;
@@ -345,16 +414,18 @@ int hm_rules_check(const char *path, char *error, size_t error_len) { return loa
 
 int hm_rules_install(const char *path, char *error, size_t error_len) { return load_file(path, true, error, error_len); }
 
-int hm_rules_decide(size_t size, const void *caller, int *tier) {
+hm_rules_target_t hm_rules_decide(size_t size, const void *caller, int *tier) {
   hm::place::Decision d = hm::place::decide(size, caller);
   if (tier) *tier = d.tier;
   switch (d.target) {
-    case hm::place::Rule::kTier: return 1;
-    case hm::place::Rule::kHuge: return 2;
-    case hm::place::Rule::kClass: return 3;
-    default: return 0;
+    case hm::place::Rule::kTier: return HM_RULES_TIER;
+    case hm::place::Rule::kHuge: return HM_RULES_HUGE;
+    case hm::place::Rule::kClass: return HM_RULES_CLASS;
+    default: return HM_RULES_LIBC;
   }
 }
+
+void hm_rules_forget_sites(void) { hm::place::forget_sites(); }
 
 void hm_rules_report_unused(int fd) {
   std::vector<std::string> unused = hm::place::unused_class_rules();

@@ -46,8 +46,11 @@ struct Decision {
 // Installs rules for decide(); not thread-safe against concurrent decide() (done at start-up).
 void install(std::vector<Rule> rules);
 bool installed();
-// Where an allocation of `size` bytes made from `caller` goes (counted per rule).
+// Where an allocation of `size` bytes made from `caller` goes. Function and site rules are matched
+// once per call site (one dladdr), then answered from a table keyed by the caller's address.
 Decision decide(size_t size, const void *caller);
+// Forgets what was decided per call site (a module was unloaded; another may take its addresses).
+void forget_sites();
 // The class rules (a plan's sites) that no allocation matched so far, one line each
 // ("FILE:LINE: site ./app+0x51c0 -> class hot 90"); empty when every one occurred.
 std::vector<std::string> unused_class_rules();

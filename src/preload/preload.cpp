@@ -121,12 +121,13 @@ void *place(size_t size, size_t align, bool zero, const void *caller) {
   if (hm_mode_depth() > 0) return hm_tier_alloc(hm_mode_current(), size, align, flags);
   if (g_rules) {
     int tier = -1;
-    int target = hm_rules_decide(size, caller, &tier);
-    if (target == 1) return hm_tier_alloc(tier, size, align, flags);
-    if (target == 2) return hm_alloc(HM_FAST, size, align, flags | HM_HUGE);
-    if (target == 3) {  // a plan's class: where the policy puts it; the C library if it refuses
-      void *p = hm_class_alloc(tier, size, align, zero ? HM_ZERO : 0u);
-      if (p) return p;
+    switch (hm_rules_decide(size, caller, &tier)) {
+      case HM_RULES_TIER: return hm_tier_alloc(tier, size, align, flags);
+      case HM_RULES_HUGE: return hm_alloc(HM_FAST, size, align, flags | HM_HUGE);
+      case HM_RULES_CLASS:  // a plan's class: where the policy puts it; the C library if it refuses
+        if (void *p = hm_class_alloc(tier, size, align, zero ? HM_ZERO : 0u)) return p;
+        break;
+      case HM_RULES_LIBC: break;
     }
   }
   if (g_profiling && size >= g_large && align <= 4096) {
@@ -615,6 +616,19 @@ HM_EXPORT void _exit(int status) {
 }
 
 HM_EXPORT void _Exit(int status) { _exit(status); }
+
+// A module unloaded may leave its addresses to another one: the rules' answers per call site are
+// forgotten and asked again.
+HM_EXPORT int dlclose(void *handle) {
+  static auto real = real_exec<int (*)(void *)>("dlclose");
+  if (!real) {
+    errno = ENOSYS;
+    return -1;
+  }
+  int rc = real(handle);
+  if (rc == 0 && g_rules) hm_rules_forget_sites();
+  return rc;
+}
 
 HM_EXPORT int execl(const char *path, const char *arg, ...) {
   const char *argv[kMaxExecArgs + 1];

@@ -2,6 +2,11 @@
 
 #include "hetmem/hetmem.h"
 #include "place/rules.h"
+#include "prim/prim.h"
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
 #include "../support.h"
 
 using hm::place::Rule;
@@ -65,5 +70,66 @@ TEST(Rules, DecideFirstMatchWins) {
   EXPECT_EQ(d.tier, hm_test::tier("fast"));
   EXPECT_EQ(hm::place::decide(size_t{600} << 10, nullptr).target, Rule::kHuge);
   EXPECT_EQ(hm::place::decide(100, nullptr).target, Rule::kLibc);
+  unlink(path.c_str());
+}
+
+namespace {
+// Three functions of this test program that stand for call sites: their addresses are callers.
+extern "C" __attribute__((noinline)) int hm_rules_test_site_a(int x) { return x * 3 + 1; }
+extern "C" __attribute__((noinline)) int hm_rules_test_marker_b(int x) { return x * 5 + 2; }
+extern "C" __attribute__((noinline)) int hm_rules_test_elsewhere_c(int x) { return x * 7 + 3; }
+
+const void *address_of(int (*fn)(int)) { return reinterpret_cast<const void *>(fn); }
+}  // namespace
+
+// Site and function rules are matched once per call site and then answered from the per-site
+// table: the first rule in file order still wins, size rules still apply per allocation, and
+// forgetting the table (a module unloaded) gives the same answers again.
+TEST(Rules, SiteAndFunctionRulesAreDecidedOncePerCallSiteInFileOrder) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:cxl"), HM_OK);
+  const void *a = address_of(hm_rules_test_site_a), *b = address_of(hm_rules_test_marker_b),
+             *c = address_of(hm_rules_test_elsewhere_c);
+  const char *module = nullptr;
+  uintptr_t base = 0;
+  ASSERT_TRUE(hm::prim::object_at(a, &module, &base));
+  char site[512];
+  std::snprintf(site, sizeof site, "%s+0x%lx", module,
+                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(a) - base));
+  std::string path = hm_test::temp_path("sites.rules");
+  const std::string text =
+      "size >= 64M -> capacity\nsite " + std::string(site) + " -> fast\nfunction hm_rules_test_marker_b -> huge\n";
+  hm_test::write_file(path, std::vector<char>(text.begin(), text.end()));
+  std::vector<Rule> rules;
+  std::string error;
+  ASSERT_EQ(hm::place::load_rules(path, &rules, &error), HM_OK) << error;
+  hm::place::install(rules);
+  for (int round = 0; round < 3; ++round) {  // first sight, then the table, then after forgetting
+    SCOPED_TRACE(round);
+    EXPECT_EQ(hm::place::decide(100, a).target, Rule::kTier);
+    EXPECT_EQ(hm::place::decide(100, a).tier, hm_test::tier("fast"));
+    EXPECT_EQ(hm::place::decide(size_t{100} << 20, a).tier, hm_test::tier("capacity")) << "a size rule first";
+    EXPECT_EQ(hm::place::decide(100, b).target, Rule::kHuge);
+    EXPECT_EQ(hm::place::decide(100, c).target, Rule::kLibc);
+    EXPECT_EQ(hm::place::decide(100, nullptr).target, Rule::kLibc);
+    if (round == 1) hm::place::forget_sites();
+  }
+  // Many call sites from two threads at once, none of them in the table: every answer as on one.
+  constexpr int kSites = 4096;
+  std::vector<Rule::Target> expected(kSites);
+  for (int i = 0; i < kSites; ++i) expected[i] = hm::place::decide(100, static_cast<const char *>(c) + i).target;
+  hm::place::forget_sites();
+  std::atomic<int> wrong{0};
+  auto decide_many = [&](int salt) {
+    for (int i = 0; i < 20000; ++i) {
+      const int at = (i * 7 + salt) % kSites;
+      if (hm::place::decide(100, static_cast<const char *>(c) + at).target != expected[at] ||
+          hm::place::decide(100, a).target != Rule::kTier)
+        wrong.fetch_add(1);
+    }
+  };
+  std::thread other(decide_many, 1);
+  decide_many(2);
+  other.join();
+  EXPECT_EQ(wrong.load(), 0);
   unlink(path.c_str());
 }
