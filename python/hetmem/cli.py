@@ -260,7 +260,9 @@ def _launch(cmd: list[str], env: dict) -> int:
 
 
 def _preload_env(extra: dict) -> dict:
-    env = dict(os.environ)
+    # HM_PROFILE_ROOT_PID marks the run's first process; one left by an enclosing run would make
+    # this program a child of that one.
+    env = {k: v for k, v in os.environ.items() if k != "HM_PROFILE_ROOT_PID"}
     preload = find_preload()
     env["LD_PRELOAD"] = preload + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
     env.update(extra)
@@ -319,6 +321,28 @@ def _mpi_rank() -> int | None:
     return None
 
 
+# Programs whose work is done by the processes they start.
+LAUNCHERS = {"mpirun", "mpiexec", "orterun", "prterun", "srun", "aprun", "jsrun", "flux", "Rscript", "env",
+             "nohup", "time", "timeout", "numactl", "taskset", "xargs", "parallel"}
+
+
+def _launcher_kind(cmd: list[str]) -> str:
+    """"an MPI launcher" / "a launcher" / "a script" when `cmd` starts other programs to do its work,
+    else ""."""
+    if not cmd:
+        return ""
+    name = os.path.basename(cmd[0])
+    if name in LAUNCHERS:
+        return "an MPI launcher" if name in ("mpirun", "mpiexec", "orterun", "prterun", "srun", "aprun", "jsrun") \
+            else "a launcher"
+    path = cmd[0] if "/" in cmd[0] else shutil.which(cmd[0])
+    try:
+        with open(path or "", "rb") as f:
+            return "a script" if f.read(2) == b"#!" else ""
+    except OSError:
+        return ""
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
     trace = os.path.abspath(args.output or f"hetmem-{os.path.basename(cmd[0]) if cmd else 'trace'}.hmtrace")
@@ -328,6 +352,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     iteration = _iteration_env(args, cmd)
     if iteration is None:
         return 2
+    launcher = _launcher_kind(cmd)
+    if launcher and not args.children:
+        print(f"hetmem: warning: {cmd[0]} is {launcher}: only it is profiled, not the program it starts; "
+              "give --children to follow every process it starts"
+              + (" (or start hetmem on each rank: mpirun -np N hetmem profile -- PROGRAM)"
+                 if launcher == "an MPI launcher" else ""), file=sys.stderr)
     env = _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
                         "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0",
                         **iteration})

@@ -51,8 +51,9 @@ constexpr OptionSpec kOptions[] = {
     {Option::kProfileDepth, "HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)"},
     {Option::kProfileLarge, "HM_PROFILE_LARGE", "256K", "objects at least this large get their own mapping and per-phase referenced bytes"},
     {Option::kProfileChildren, "HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded"},
-    {Option::kProfileRootPid, "HM_PROFILE_ROOT_PID", "", "set by the preload library: the process whose trace is TRACE; every other "
-     "process of the run (forked or exec'd, with HM_PROFILE_CHILDREN=1) writes TRACE.PID"},
+    {Option::kProfileRootPid, "HM_PROFILE_ROOT_PID", "", "set by the preload library: the run's first process (and what it execs), whose "
+     "trace is TRACE and which alone writes the run summary and names unused plan sites; every other process of the "
+     "run (forked or exec'd, with HM_PROFILE_CHILDREN=1) writes TRACE.PID"},
     {Option::kIterationWindow, "HM_ITERATION_WINDOW", "0.1", "preload library: seconds per inferred iteration of a program that marks none "
      "(0: none; see HM_ITERATION_AT)"},
     {Option::kIterationAt, "HM_ITERATION_AT", "", "preload library: a function (its symbol) whose every entry ends an inferred iteration, "

@@ -5,8 +5,8 @@
 //
 // Robustness (heaptrack, mimalloc alloc-override.c): a static buffer answers dlsym's own calloc
 // during bootstrap; a thread-local flag stops recursion; a fork child drops the parent's buffers;
-// exec'd programs are not preloaded unless asked; any internal failure disables the shim, which
-// then passes every call through.
+// a profile does not follow exec'd programs unless asked (placement does); any internal failure
+// disables the shim, which then passes every call through.
 #include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
@@ -61,6 +61,9 @@ bool g_enabled = true;
 bool g_profiling = false;
 bool g_rules = false;
 bool g_children = false;
+// The run's first process, or a program it exec'd (the same pid): it alone writes the run summary
+// and names the plan sites that never occurred (a shell's or a launcher's children run other code).
+bool g_root = false;
 // Iterations inferred by time windows: the window thread's emulated-tier charges are owed by the
 // program and paid by its threads here, at their allocator calls.
 bool g_owing = false;
@@ -210,6 +213,7 @@ void remove_self_from_ld_preload() {
 }
 
 void child_after_fork() {
+  g_root = false;  // a forked child is not the run's program, until it execs one (then preloaded anew)
   if (g_profiling) hm_profile_after_fork(g_children);
   g_profiling = hm_profile_active() != 0;
 }
@@ -283,7 +287,13 @@ __attribute__((constructor)) void start_up() {
     }
     g_started = true;
     g_children = option("HM_PROFILE_CHILDREN") == "1";
-    if (!g_children) remove_self_from_ld_preload();  // exec'd programs are not preloaded
+    // A profile is the program's own unless children are followed; placement follows every
+    // program the run execs (Rscript execs R; a script or launcher execs the real program).
+    if (!g_children && !trace.empty()) remove_self_from_ld_preload();
+    const std::string root_pid = option("HM_PROFILE_ROOT_PID");
+    const bool first_process = root_pid.empty();
+    g_root = first_process || root_pid == std::to_string(getpid());
+    if (first_process) setenv("HM_PROFILE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
     g_large = size_option("HM_PROFILE_LARGE", g_large);
     if (!rules.empty()) {
       char error[512] = {};
@@ -295,9 +305,7 @@ __attribute__((constructor)) void start_up() {
       // Any program exec'd with --children (by a followed child, or by the first process itself)
       // writes TRACE.PID, never over the first trace.
       std::string path = trace;
-      if (option("HM_PROFILE_ROOT_PID").empty()) {
-        setenv("HM_PROFILE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
-      } else {
+      if (!first_process) {
         // A forked child that then execs keeps its pid: its trace up to the exec is TRACE.PID,
         // the exec'd program's TRACE.PID.2 (.3 after a second exec, ...).
         path += "." + std::to_string(getpid());
@@ -327,8 +335,8 @@ __attribute__((destructor)) void shut_down() {
   if (*g_inferred && !hm_iteration_inferred()) g_inferred = "";  // the program marked its own
   hm_iteration_infer_stop();  // the last iteration's sample and charges, before the summary
   g_owing = false;
-  if (g_rules) hm_rules_report_unused(2);
-  if (g_summary) {
+  if (g_rules && g_root) hm_rules_report_unused(2);
+  if (g_summary && g_root) {
     char extra[200];
     snprintf(extra, sizeof extra, "{\"seconds\": %.9f, \"cpu_seconds\": %.9f, \"iterations_inferred\": \"%s\"}",
              seconds_since(CLOCK_MONOTONIC, g_start_wall), seconds_since(CLOCK_PROCESS_CPUTIME_ID, g_start_cpu),

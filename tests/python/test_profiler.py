@@ -334,6 +334,32 @@ def test_whole_heap_to_capacity(tmp_path):
     assert set(dict(line.split() for line in r.stdout.splitlines()).values()) == {"emul:cxl"}
 
 
+def test_placement_follows_a_program_that_a_launcher_execs(tmp_path):
+    """Rscript execs R, a job script execs the code: the rules apply to the program the launcher
+    starts (the preload library stays in LD_PRELOAD), and a launcher's own short-lived children
+    do not report the plan's sites as unused."""
+    rules = tmp_path / "all.rules"
+    rules.write_text("all -> capacity\n")
+    launcher = tmp_path / "launcher.sh"
+    launcher.write_text(f"#!/bin/sh\n/bin/true\nexec {PROGRAMS / 'prog_rules_probe'}\n")
+    launcher.chmod(0o755)
+    r = hetmem("run", "--rules", str(rules), "--", str(launcher), env_extra={"HM_TIERS": "capacity=emul:cxl"})
+    assert r.returncode == 0, r.stderr
+    assert set(dict(line.split() for line in r.stdout.splitlines()).values()) == {"emul:cxl"}, r.stdout
+
+
+def test_profiling_a_launcher_without_its_children_is_warned_about(tmp_path):
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\nexec /bin/true\n")
+    script.chmod(0o755)
+    r = hetmem("profile", "-o", str(tmp_path / "t.hmtrace"), "--", str(script))
+    assert r.returncode == 0 and "job.sh is a script: only it is profiled" in r.stderr, r.stderr
+    r = hetmem("profile", "-o", str(tmp_path / "u.hmtrace"), "--children", "--", str(script))
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    r = hetmem("profile", "-o", str(tmp_path / "v.hmtrace"), "--", "/bin/true")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("text,where", [
     ("size >= 2M -> capacity\nsize => 4M -> fast\n", ":2:6: expected a comparison"),
     ("size >= lots -> fast\n", ":1:9: expected a size"),
