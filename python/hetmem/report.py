@@ -188,6 +188,11 @@ def analyse(trace: Trace, top: int = 10) -> dict:
     # A block that realloc moves lives on at its new address: the move is not the object's end.
     moved = (free_idx >= 0) & (ev["fn"][np.maximum(free_idx, 0)] == REALLOC_FN)
     short = (free_idx >= 0) & (f_iter == a_iter) & ~moved
+    # What an object weighs in its site's class: its bytes times its lifetime (to the end of the
+    # trace when never freed). A container's growth copies are many and short-lived, but the bytes
+    # of the one it keeps live the whole run: the site is not temporary.
+    t_end = int(ev["time_ns"].max(initial=0)) if len(ev) else 0
+    byte_life = a_size.astype(np.float64) * np.maximum(np.where(f_time >= 0, f_time, t_end) - a_time, 1)
     inference = inferred_iterations(trace)
 
     # Figure 1: allocations and frees per iteration.
@@ -275,6 +280,8 @@ def analyse(trace: Trace, top: int = 10) -> dict:
             "peak_bytes": peak_live(a_time[m], a_size[m], f_time[m]),
             "largest": int(a_size[m].max(initial=0)),
             "short_lived_fraction": float(short[m].mean()) if m.any() else 0.0,
+            "short_lived_byte_share": float(byte_life[m & short].sum() / byte_life[m].sum())
+            if m.any() and byte_life[m].sum() > 0 else 0.0,
             "stacks": int(sum(1 for s, gg in group_of.items() if gg == g)),
             "function": where["function"], "file": where["file"], "line": where["line"],
             "module": where["module"],
@@ -326,8 +333,9 @@ def analyse(trace: Trace, top: int = 10) -> dict:
             continue
         shares = np.array([ref / size for ref, size in site_windows.get(r["site"], {}).values() if size])
         evidence = [f"{r['count']} allocation(s), largest {r['largest'] / MiB:.1f} MiB, peak {r['peak_bytes'] / MiB:.1f} MiB",
-                    f"{100 * r['short_lived_fraction']:.0f}% freed within their {inference['unit']}"]
-        if r["short_lived_fraction"] >= 0.8:
+                    f"{100 * r['short_lived_fraction']:.0f}% freed within their {inference['unit']}, holding "
+                    f"{100 * r['short_lived_byte_share']:.0f}% of its bytes x lifetime"]
+        if r["short_lived_byte_share"] >= 0.8:
             cls = "temporary"
         elif not len(shares):
             cls = "unknown"

@@ -45,7 +45,8 @@ def make_plan(tmp_path, program):
 
 
 @pytest.mark.parametrize("program,kinds", [
-    ("prog_plan_probe", {"field": "hot", "particles": "streaming", "log": "cold", "temporary": "temporary"}),
+    ("prog_plan_probe", {"field": "hot", "particles": "streaming", "log": "cold", "temporary": "temporary",
+                         "pairlist": "hot"}),
     ("prog_plan_probe_f", {"field": "hot", "particles": "streaming", "log": "cold"}),
 ])
 def test_a_plan_from_a_profile_places_each_site_where_its_class_goes(tmp_path, program, kinds):
@@ -55,6 +56,9 @@ def test_a_plan_from_a_profile_places_each_site_where_its_class_goes(tmp_path, p
     sites = [line for line in text.splitlines() if line.startswith("site ")]
     for kind in set(kinds.values()):
         assert any(f"-> class {kind}" in s for s in sites), f"no {kind} site in the plan:\n{text}"
+    if "pairlist" in kinds:  # classed by its bytes and their lifetime, not by its count of allocations
+        grown = [s for s in sites if "# grow (" in s]
+        assert len(grown) == 1 and "-> class hot" in grown[0], f"the grown pair list is not hot:\n{text}"
     # 64 MiB of fast memory: the hot field fits, streamed and cold data go to the capacity tier.
     r = hetmem("run", "--plan", str(plan), "--", str(PROGRAMS / program),
                env_extra={**TIERS, "HM_FAST_BUDGET": "64M"})
