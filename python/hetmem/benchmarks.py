@@ -55,6 +55,9 @@ BENCHMARKS: list[Benchmark] = [
               "pool", _module("bench_mg")),
     Benchmark("memkind", "hetmem's libmemkind against memkind 1.14, OpenMP's default allocator with it loaded, numpy "
               "arrays with hetmem's allocator against numpy's own", _module("bench_memkind")),
+    Benchmark("overhead", "what hetmem's machinery costs a program it cannot speed up, every tier DRAM: the "
+              "real-program suite plain, under its plan, its rules and profiled; the hetmem command's start-up",
+              _module("bench_overhead", console=True)),
     Benchmark("fields", "FDB5's POSIX store against the hetmem store: GiB/s archived, flush latency, consumers' "
               "latency and cost, on tmpfs and disk; hetmem-mg's workflow with 2 product generators",
               _module("bench_fields")),

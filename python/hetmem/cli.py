@@ -321,6 +321,16 @@ def _mpi_rank() -> int | None:
     return None
 
 
+def _profile_env(args: argparse.Namespace, cmd: list[str], trace: str) -> dict | int:
+    """The environment of `hetmem profile`, or the exit status after saying what is wrong."""
+    iteration = _iteration_env(args, cmd)
+    if iteration is None:
+        return 2
+    return _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
+                         "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0",
+                         **iteration})
+
+
 # Programs whose work is done by the processes they start.
 LAUNCHERS = {"mpirun", "mpiexec", "orterun", "prterun", "srun", "aprun", "jsrun", "flux", "Rscript", "env",
              "nohup", "time", "timeout", "numactl", "taskset", "xargs", "parallel"}
@@ -349,18 +359,15 @@ def cmd_profile(args: argparse.Namespace) -> int:
     rank = _mpi_rank()
     if rank is not None:
         trace += f".rank{rank}"  # mpirun -np N hetmem profile ...: one trace per rank
-    iteration = _iteration_env(args, cmd)
-    if iteration is None:
-        return 2
     launcher = _launcher_kind(cmd)
     if launcher and not args.children:
         print(f"hetmem: warning: {cmd[0]} is {launcher}: only it is profiled, not the program it starts; "
               "give --children to follow every process it starts"
               + (" (or start hetmem on each rank: mpirun -np N hetmem profile -- PROGRAM)"
                  if launcher == "an MPI launcher" else ""), file=sys.stderr)
-    env = _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
-                        "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0",
-                        **iteration})
+    env = _profile_env(args, cmd, trace)
+    if isinstance(env, int):
+        return env
     before = _file_state(trace)  # a trace left from an earlier run must not pass for this one's
     started = time.time() - 1
     rc = _launch(cmd, env)
@@ -424,6 +431,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    env = _run_env(args, cmd)
+    return env if isinstance(env, int) else _launch(cmd, env)
+
+
+def launch_environment(argv: list[str]) -> tuple[list[str], dict]:
+    """The program and the environment that `hetmem run ...` or `hetmem profile ...` (argv without
+    "hetmem") would start it with, without starting it: for measuring the machinery alone."""
+    args = build_parser().parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    if args.command == "run":
+        env = _run_env(args, cmd)
+    elif args.command == "profile":
+        env = _profile_env(args, cmd, os.path.abspath(args.output or "hetmem.hmtrace"))
+    else:
+        raise HetmemError(f"hetmem {args.command} does not start a program")
+    if isinstance(env, int):
+        raise HetmemError(f"hetmem {' '.join(argv)}: refused (status {env})")
+    return cmd, env
+
+
+def _run_env(args: argparse.Namespace, cmd: list[str]) -> dict | int:
+    """The environment of `hetmem run`, or the exit status after saying what is wrong."""
     extra = {}
     if args.plan and args.rules:
         print("hetmem: give --rules or --plan, not both (a plan is a rules file with class targets)", file=sys.stderr)
@@ -452,7 +481,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     iteration = _iteration_env(args, cmd)
     if iteration is None:
         return 2
-    return _launch(cmd, _preload_env({**extra, **iteration}))
+    return _preload_env({**extra, **iteration})
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -116,3 +116,24 @@ def test_rules_and_plan_together_are_refused(tmp_path):
     plan.write_text("all -> class cold\n")
     r = hetmem("run", "--plan", str(plan), "--rules", str(plan), "--", "true")
     assert r.returncode == 2 and "not both" in r.stderr
+
+
+def test_the_environment_a_plan_runs_in_is_the_one_the_command_gives(tmp_path):
+    """`hetmem bench overhead` measures the machinery alone by starting programs with the
+    environment `hetmem run` would give them (cli.launch_environment): the same placement."""
+    sys.path.insert(0, str(ROOT / "python"))
+    from hetmem.cli import launch_environment
+    _, plan = make_plan(tmp_path, PROGRAMS / "prog_plan_probe")
+    saved = dict(os.environ)
+    os.environ.update(TIERS)
+    try:
+        cmd, env = launch_environment(["run", "--plan", str(plan), "--", str(PROGRAMS / "prog_plan_probe")])
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert env["HM_RULES"] == str(plan) and env["HM_POLICY"] == "hetmem-static" and "libhetmem_preload" in env["LD_PRELOAD"]
+    direct = subprocess.run(cmd, capture_output=True, text=True, env={**env, "HM_FAST_BUDGET": "64M"}, timeout=300)
+    through = hetmem("run", "--plan", str(plan), "--", *cmd, env_extra={**TIERS, "HM_FAST_BUDGET": "64M"})
+    assert direct.returncode == 0 and through.returncode == 0, direct.stderr + through.stderr
+    assert placed(direct.stdout) == placed(through.stdout), (direct.stdout, through.stdout)
+    assert placed(direct.stdout)["particles"] == "capacity"

@@ -1,0 +1,168 @@
+"""`hetmem bench overhead`: what hetmem's own machinery costs a program that it cannot speed up.
+
+Every tier is DRAM (the capacity tier is an emulated one with emulation off, HM_EMUL=0), so any
+difference from the plain program is hetmem's cost, not placement's.
+
+1. The real-program suite (python/hetmem/real_programs.py), each program plain, under its plan
+   (`run --plan`), with the whole heap on the capacity tier (`run --rules`) and profiled
+   (`profile`). The programs are started with exactly the environment the `hetmem` command would
+   give them (`cli.launch_environment`), not through the command, so that the machinery is
+   measured alone; the command's own start-up (a Python interpreter, a fixed cost) is row 2. An
+   MPI program runs `hetmem` on each rank, so its rows include that start-up.
+   Rounds alternate the modes in a rotating order; each ratio is paired by round, with its spread.
+   Targets: `run --plan` and `run --rules` at most 1.03x the plain run, `profile` at most 1.10x;
+   MET only when the whole spread meets it.
+2. The `hetmem` command's start-up: `hetmem run -- /bin/true` against `/bin/true`, in seconds.
+
+Not measured here yet: numpy's handler (see `hetmem bench memkind`), memkind's kinds and OpenMP's
+allocators against Debian's (`hetmem bench memkind`), the PIC code's policies with an unlimited
+budget and `hetmem` against `hetmem-static` (`hetmem compare`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import real_programs as rp
+from .cli import launch_environment
+from .verdicts import at_most, ratio
+
+TARGETS = {"plan": 1.03, "rules": 1.03, "profile": 1.10}
+# DRAM everywhere: the capacity tier is emulated with its charge off, so it is DRAM that hetmem
+# accounts as a second tier.
+DRAM_ONLY = {"HM_TIERS": "capacity=emul:cxl", "HM_EMUL": "0"}
+
+
+def _hetmem_argv(mode: str, work: Path, tag: str) -> list[str]:
+    if mode == "profile":
+        return ["profile", "-o", str(work / f"{tag}.hmtrace")]
+    if mode == "rules":
+        return ["run", "--rules", str(work / "all-capacity.rules")]
+    return ["run", "--plan", str(work / "own.plan")]
+
+
+def _command(program: rp.Program, mode: str, work: Path, tag: str, base_env: dict) -> tuple[list[str], dict]:
+    """The program's command and environment in `mode`, as the hetmem command would start it."""
+    plain = [a for a in program.command if a != "{hetmem}"]
+    if mode == "plain":
+        return plain, base_env
+    if program.per_rank:  # hetmem started on each rank by the MPI launcher: through the command
+        return rp.command(program, mode, work, tag), base_env
+    saved = dict(os.environ)
+    try:  # the command builds its environment from this process's
+        os.environ.clear()
+        os.environ.update(base_env)
+        _, env = launch_environment(_hetmem_argv(mode, work, tag) + ["--"] + plain)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return plain, env
+
+
+def _time(cmd: list[str], env: dict, cwd: Path, timeout: float = 600) -> tuple[float, int, str]:
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return time.monotonic() - t0, r.returncode, r.stderr
+
+
+def real_programs(rounds: int, tmp: Path, say) -> dict:
+    modes = ("plain", "plan", "rules", "profile")
+    rows = []
+    for program in rp.PROGRAMS:
+        if program.missing():
+            rows.append({"program": program.name, "skipped": program.missing()})
+            continue
+        work = tmp / program.name
+        rp.prepare(program, work)
+        base_env = rp.environment({**DRAM_ONLY, **program.env})
+        # The plan from a profile of its own (not timed).
+        profiled = rp.run_once(program, "profile", work, "profile0")
+        made = rp.make_plan(program, work, rp.traces_of(work, "profile0")[0]) if profiled.status == 0 else None
+        if made is None or made.returncode != 0:
+            rows.append({"program": program.name, "skipped": "no plan could be made: "
+                         + (made.stderr.strip()[-200:] if made else profiled.stderr.strip()[-200:])})
+            continue
+        seconds: dict[str, list[float]] = {m: [] for m in modes}
+        problems = []
+        for rnd in range(rounds):
+            order = modes[rnd % len(modes):] + modes[:rnd % len(modes)]
+            for mode in order:
+                cmd, env = _command(program, mode, work, f"bench-{mode}{rnd}", base_env)
+                s, status, err = _time(cmd, env, work)
+                if status != 0:
+                    problems.append(f"{mode} round {rnd + 1}: status {status}: {err.strip()[-200:]}")
+                seconds[mode].append(s)
+        row = {"program": program.name, "seconds": seconds, "problems": problems,
+               "through": "the hetmem command on each rank (its start-up included)" if program.per_rank
+               else "the environment the hetmem command gives (its start-up not included)"}
+        for mode in ("plan", "rules", "profile"):
+            r = ratio(seconds[mode], seconds["plain"], paired=True)
+            row[mode] = {**r.as_dict(), "target": TARGETS[mode], "verdict": at_most(r, TARGETS[mode])}
+        say(f"  {program.name}: plain {statistics.median(seconds['plain']):.3f} s, "
+            + ", ".join(f"{m} {row[m]['ratio']:.3f}x ({row[m]['verdict']})" for m in ("plan", "rules", "profile")))
+        rows.append(row)
+    return {"rounds": rounds, "rows": rows}
+
+
+def command_start_up(rounds: int) -> dict:
+    """Seconds the `hetmem` command adds before the program starts (its Python interpreter)."""
+    hetmem = [sys.executable, "-m", "hetmem", "run", "--"]
+    env = rp.environment(DRAM_ONLY)
+    plain, wrapped = [], []
+    for _ in range(rounds):
+        plain.append(_time(["/bin/true"], env, Path.cwd())[0])
+        wrapped.append(_time(hetmem + ["/bin/true"], env, Path.cwd())[0])
+    return {"plain_s": statistics.median(plain), "hetmem_run_s": statistics.median(wrapped),
+            "added_s": statistics.median(wrapped) - statistics.median(plain),
+            "spread_s": [min(wrapped) - max(plain), max(wrapped) - min(plain)]}
+
+
+def main(out: str, quick: bool, console) -> int:
+    from rich.table import Table
+    rounds = 3 if quick else 7
+    say = console.print
+    say(f"hetmem bench overhead: every tier DRAM (emulation off), {rounds} alternating rounds")
+    with tempfile.TemporaryDirectory(prefix="hetmem-overhead-") as tmp:
+        suite = real_programs(rounds, Path(tmp), say)
+    start = command_start_up(rounds * 2)
+    table = Table(title="The machinery alone on real programs (time / plain time, paired by round; DRAM only)",
+                  title_justify="left")
+    for col in ("program", "plain s", "run --plan", "run --rules", "profile"):
+        table.add_column(col)
+    verdicts = []
+    for row in suite["rows"]:
+        if "skipped" in row:
+            table.add_row(row["program"], "skipped", row["skipped"][:60], "", "")
+            continue
+        if row["problems"]:
+            table.add_row(row["program"], "FAILED", row["problems"][0][:60], "", "")
+            continue
+        cells = []
+        for mode in ("plan", "rules", "profile"):
+            m = row[mode]
+            verdicts.append(m["verdict"])
+            cells.append(f"{m['ratio']:.3f}x ({m['spread'][0]:.2f}-{m['spread'][1]:.2f}) "
+                         f"<= {m['target']}: {m['verdict']}")
+        table.add_row(row["program"], f"{statistics.median(row['seconds']['plain']):.3f}", *cells)
+    console.print(table)
+    console.print(f"the hetmem command's own start-up: {start['added_s']:.3f} s per run "
+                  f"(spread {start['spread_s'][0]:.3f}-{start['spread_s'][1]:.3f} s; a fixed cost, not per "
+                  "allocation; not in the ratios above)")
+    problems = [p for row in suite["rows"] for p in row.get("problems", [])]
+    for p in problems:
+        console.print(f"problem: {p}")
+    result = {"benchmark": "overhead", "tiers": "DRAM only (emulated capacity tier, HM_EMUL=0)",
+              "real_programs": suite, "command_start_up": start,
+              "met": "NOT MET" if "NOT MET" in verdicts or problems else
+              ("MET" if verdicts and all(v == "MET" for v in verdicts) else "cannot tell")}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=1) + "\n")
+    console.print(f"overall: {result['met']} -- {out}")
+    return 1 if result["met"] == "NOT MET" else 0
