@@ -11,9 +11,12 @@
 // finds, every page once as a read: the prediction for that row follows that documented model,
 // and the "device" column shows what the declared model would charge).
 //
-//   hetmem-validate-emul [--size-mib N] [--reps N] [--tolerance F] [--json PATH]
+//   hetmem-validate-emul [--size-mib N] [--reps N] [--tolerance F] [--exit-status median|spread] [--json PATH]
 // Exit status: 0 when every row's median is within the tolerance, 1 when one is not, 2 on bad input; each
 // row also says MET (every round within), NOT MET (none) or cannot tell (the tolerance within the spread).
+// With --exit-status spread, 1 only when a row is NOT MET: every round outside the tolerance, a model
+// error no load explains (the test suite's check, which other work on the machine must not fail: a
+// busy machine widens the rounds' spread, it does not move every round one way).
 #include <hetmem/hetmem.h>
 #include <omp.h>
 
@@ -176,8 +179,9 @@ struct Row {
 int main(int argc, char **argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   bench::Args args(argc, argv,
-                   "usage: hetmem-validate-emul [--size-mib N] [--reps N] [--tolerance F] [--json PATH]",
-                   {"--size-mib", "--reps", "--tolerance", "--json"}, {});
+                   "usage: hetmem-validate-emul [--size-mib N] [--reps N] [--tolerance F] [--exit-status median|spread] "
+                   "[--json PATH]",
+                   {"--size-mib", "--reps", "--tolerance", "--exit-status", "--json"}, {});
   // Every phase instance is sampled here: the sampled rows measure the sampler, not its rate.
   setenv("HM_SAMPLE_BUDGET", "1", 0);
   if (hm_init() != HM_OK) {
@@ -187,6 +191,11 @@ int main(int argc, char **argv) {
   size_t mib = std::strtoul(args.get("--size-mib", "128").c_str(), nullptr, 10);
   int reps = std::atoi(args.get("--reps", "7").c_str());
   double tolerance = std::strtod(args.get("--tolerance", "0.10").c_str(), nullptr);
+  const std::string exit_status = args.get("--exit-status", "median");
+  if (exit_status != "median" && exit_status != "spread") {
+    std::fprintf(stderr, "hetmem-validate-emul: --exit-status %s: give median or spread\n", exit_status.c_str());
+    return 2;
+  }
   std::string json_path = args.get("--json", bench::results_path("hetmem-validate-emul.json"));
   if (mib < 4 || mib > 4096 || reps < 1 || !(tolerance > 0)) {
     std::fprintf(stderr, "hetmem-validate-emul: --size-mib must be 4..4096, --reps >= 1, --tolerance > 0\n");
@@ -281,12 +290,13 @@ int main(int argc, char **argv) {
   }
   free_arrays(&base);
 
-  int failed = 0, met = 0;
+  int failed = 0, met = 0, not_met = 0;
   std::printf("\n%-12s %-24s %-9s %9s %9s %9s %9s %8s %17s %8s\n", "tier", "kernel", "access", "DRAM ms", "emul ms",
               "measured", "predicted", "error", "error spread", "device");
   for (const Row &r : rows) {
     failed += !r.ok;
     met += r.verdict == "MET";
+    not_met += r.verdict == "NOT MET";
     char spread[40];
     std::snprintf(spread, sizeof spread, "%+.1f%%..%+.1f%%", 100 * r.error_low, 100 * r.error_high);
     std::printf("%-12s %-24s %-9s %9.2f %9.2f %8.2fx %8.2fx %+7.1f%% %17s %7.2fx%s\n", r.tier.c_str(), r.kernel.c_str(),
@@ -312,5 +322,9 @@ int main(int argc, char **argv) {
   j.close().close();
   if (!j.write(json_path)) std::fprintf(stderr, "hetmem-validate-emul: cannot write %s\n", json_path.c_str());
   else if (json_path != "-") std::printf("results: %s\n", json_path.c_str());
+  if (exit_status == "spread") {
+    std::printf("exit status by the spread: %d row(s) NOT MET in every round\n", not_met);
+    return not_met ? 1 : 0;
+  }
   return failed ? 1 : 0;
 }
