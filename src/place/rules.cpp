@@ -122,17 +122,23 @@ size_t first_caller_rule(uintptr_t caller) {
 // rule index that does not fit is answered without the table.
 class SiteCache {
  public:
-  static constexpr size_t kSlots = size_t{1} << 16;
+  static constexpr int kSlotBits = 16;
+  static constexpr size_t kSlots = size_t{1} << kSlotBits;
   static constexpr int kProbes = 32;
   static constexpr uint64_t kNone = 0xffff;
 
   size_t lookup(uintptr_t caller) {
     if ((caller >> 48) != 0 || g_rules->size() >= kNone) return first_caller_rule(caller);
-    size_t h = (caller * 0x9E3779B97F4A7C15ull) >> (64 - 16);
+    size_t h = (caller * 0x9E3779B97F4A7C15ull) >> (64 - kSlotBits);
+    bool decided = false;  // asked once, however many slots another thread takes first
+    size_t rule = kNoCallerRule;
     for (int probe = 0; probe < kProbes; ++probe, h = (h + 1) & (kSlots - 1)) {
       uint64_t word = slots_[h].load(std::memory_order_acquire);
       if (word == 0) {
-        const size_t rule = first_caller_rule(caller);
+        if (!decided) {
+          rule = first_caller_rule(caller);
+          decided = true;
+        }
         const uint64_t mine = (uint64_t{caller} << 16) | (rule == kNoCallerRule ? kNone : rule + 1);
         if (slots_[h].compare_exchange_strong(word, mine, std::memory_order_acq_rel)) return rule;
         if ((word >> 16) == caller) return rule;  // another thread wrote the same answer
@@ -143,7 +149,7 @@ class SiteCache {
         return v == kNone ? kNoCallerRule : v - 1;
       }
     }
-    return first_caller_rule(caller);
+    return decided ? rule : first_caller_rule(caller);
   }
 
   // A module was unloaded: another may be mapped where it was, so every answer is asked again.
