@@ -146,14 +146,18 @@ def test_a_producer_killed_at_any_moment_leaves_every_flushed_field_whole_and_no
     kills = with_flushed = 0
     for i in range(100):
         first = 100 * i
-        p = run_writer(config, "hmtk", first, 50, 3)
+        p = run_writer(config, "hmtk", first, 50, 3, "--linger")
         assert p.stdout.readline().strip() == "ready"
         early = []
         if i % 2:
-            # Half the kills come after a first flush, however slow the machine is today, so that
-            # flushed steps are checked in every run; the others at any moment from the start.
-            early.append(p.stdout.readline())
-        time.sleep(rng.uniform(0.0, 0.25))
+            # Half the kills come after some flushes, counted rather than timed so that the kill lands
+            # inside the work however fast or slow the machine is today; the others at any moment
+            # from the start (a writer that finished lingers, so every kill is a kill).
+            for _ in range(rng.randrange(1, 45)):
+                early.append(p.stdout.readline())
+            time.sleep(rng.uniform(0.0, 0.01))
+        else:
+            time.sleep(rng.uniform(0.0, 0.25))
         p.send_signal(signal.SIGKILL)
         out = "".join(early) + p.communicate(timeout=30)[0]
         kills += p.returncode == -signal.SIGKILL

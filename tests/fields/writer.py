@@ -1,14 +1,15 @@
 """A producer for the tests: archives `levels` fields of each step into FDB through pyfdb, flushes
 after each step and then prints `flushed STEP` (so a test knows what must be durable and visible).
 
-    writer.py CONFIG EXPVER FIRST_STEP STEPS LEVELS N [--hold SECONDS]
+    writer.py CONFIG EXPVER FIRST_STEP STEPS LEVELS N [--hold SECONDS] [--linger]
 
 --hold: after archiving each step, print `archived STEP` and wait before flushing (a reader checks
-the step is not visible meanwhile). The fields' values are a function of (expver, step, level), so a
+the step is not visible meanwhile). --linger: after the last step, print `done` and keep the database
+open until killed (a test that kills the producer always finds it alive, however fast the machine). The fields' values are a function of (expver, step, level), so a
 reader can re-encode what must be there and compare bit for bit (field_bytes).
 """
 
-import sys
+import argparse
 import time
 
 import numpy as np
@@ -28,10 +29,16 @@ def field_bytes(expver: str, step: int, level: int, n: int) -> bytes:
 
 
 def main() -> None:
-    config, expver, first, steps, levels, n = sys.argv[1:7]
-    first, steps, levels, n = int(first), int(steps), int(levels), int(n)
-    hold = float(sys.argv[8]) if len(sys.argv) > 8 and sys.argv[7] == "--hold" else 0.0
-    fdb = fields.open_fdb(config)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("config")
+    ap.add_argument("expver")
+    for name in ("first", "steps", "levels", "n"):
+        ap.add_argument(name, type=int)
+    ap.add_argument("--hold", type=float, default=0.0)
+    ap.add_argument("--linger", action="store_true")
+    a = ap.parse_args()
+    expver, first, steps, levels, n, hold = a.expver, a.first, a.steps, a.levels, a.n, a.hold
+    fdb = fields.open_fdb(a.config)
     field_bytes(expver, first, 1, n)  # ecCodes initialises on first use: "ready" means writing starts now
     print("ready", flush=True)
     for step in range(first, first + steps):
@@ -42,6 +49,10 @@ def main() -> None:
             time.sleep(hold)
         fdb.flush()
         print(f"flushed {step}", flush=True)
+    if a.linger:
+        print("done", flush=True)
+        while True:
+            time.sleep(3600)
 
 
 if __name__ == "__main__":
