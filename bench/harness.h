@@ -21,6 +21,14 @@ inline double now() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// CPU time of every thread of the process so far, in seconds (a kernel on N threads that had N
+// cores to itself spends N times its wall time).
+inline double cpu_time() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 // The process's minor page faults so far: pages the kernel supplied (or mapped) on first touch.
 inline long minor_faults() {
   rusage ru{};

@@ -121,6 +121,10 @@ struct LoadedObject {
 void for_each_loaded_object(void (*fn)(const LoadedObject &, void *), void *ctx);
 // The object holding `addr` (dladdr): its path and load base. false when none does.
 bool object_at(const void *addr, const char **path, uintptr_t *base);
+// A library loaded on first use (dlopen, kept for the process's life) and one of its functions:
+// nullptr (and dlerror's text in *why when given) when either is missing.
+void *library_open(const char *soname, std::string *why = nullptr);
+void *library_symbol(void *library, const char *name, std::string *why = nullptr);
 
 // TCP byte streams (replicas on another host). HM_OK or HM_EIO (errno's text in *why when given).
 int tcp_connect(const std::string &host, int port, int *fd, std::string *why = nullptr);

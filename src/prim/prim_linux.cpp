@@ -668,6 +668,22 @@ bool object_at(const void *addr, const char **path, uintptr_t *base) {
   return true;
 }
 
+void *library_open(const char *soname, std::string *why) {
+  void *library = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (!library && why) *why = dlerror();
+  return library;
+}
+
+void *library_symbol(void *library, const char *name, std::string *why) {
+  dlerror();
+  void *symbol = dlsym(library, name);
+  if (!symbol && why) {
+    const char *e = dlerror();
+    *why = e ? e : std::string(name) + " is null";
+  }
+  return symbol;
+}
+
 const char *env(const char *name) { return getenv(name); }
 
 uint64_t hugetlb_free_pages(size_t page_size) {

@@ -15,8 +15,19 @@ namespace {
 constexpr double kMiBps = 1.048576;  // hwloc reports MiB/s; hetmem uses MB/s
 
 void from_hwloc(std::vector<NodeInfo> &nodes) {
+  // What hwloc adds to the kernel's sysfs tells nodes apart (DAX and NVM subtypes, memory
+  // attributes per initiator). With one node there is nothing to tell apart, and starting hwloc
+  // (about 3 ms, most of it loading its I/O plugins) would be paid by every process that the
+  // preload library starts in: a build or a shell script runs thousands.
+  if (nodes.size() < 2) return;
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo) != 0) return;
+  // Only the NUMA nodes and their attributes are read: no caches or I/O objects, and no probing
+  // that rebinds the process's threads while the program may be running.
+  hwloc_topology_set_cache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_icache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  hwloc_topology_set_flags(topo, HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING);
   if (hwloc_topology_load(topo) != 0) {
     hwloc_topology_destroy(topo);
     return;

@@ -135,6 +135,17 @@ def test_a_program_linking_libhetmem_needs_only_libhetmem():
     assert [n for n in needed if not n.startswith(("libhetmem", "libc.so"))] == [], needed
 
 
+def test_libhetmem_loads_openssl_only_when_a_replica_handshake_needs_it():
+    # Every process the preload library starts in loads libhetmem's dependencies: libcrypto, which
+    # only the replica protocol uses, is loaded by the first handshake instead.
+    lib = BUILD / "libhetmem.so.0"
+    if not lib.exists():
+        pytest.skip(f"{lib} not built")
+    needed = _needed(lib)
+    assert any(n.startswith("libnuma") for n in needed), needed
+    assert [n for n in needed if n.startswith(("libcrypto", "libssl"))] == [], needed
+
+
 # System calls and the C library's file and environment functions: only src/prim/ calls them
 # (and the preload library, whose job is to stand between a program and the C library, and the
 # compat libraries, which stand in for memkind and are built apart from the layers).
