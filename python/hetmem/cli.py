@@ -202,7 +202,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         workload = workloads.workload_for(rest)  # the PIC code, or an application by name: mg preset=W ...
     policies = compare.policy_order() if args.policies == "all" else [p.strip() for p in args.policies.split(",") if p.strip()]
     budget = compare.parse_size(args.budget) if args.budget else None
-    threads = args.threads or os.cpu_count() or 1
+    # An unchanged program keeps its own thread settings (GROMACS refuses an OMP_NUM_THREADS that
+    # differs from its -nt) unless --threads is given; the reference codes run on every core.
+    threads = args.threads or (None if args.plan else os.cpu_count() or 1)
     tiers = args.tiers or os.environ.get("HM_TIERS") or "capacity=emul:optane"
     sweeps = [compare.parse_counts(text, name, high) if text else None
               for text, name, high in ((args.sweep_helpers, "--sweep-helpers", 16),
@@ -590,7 +592,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--budget", help="fast budget in bytes (512M, 1G, ...) instead of a fraction")
     cp.add_argument("--iterations", type=int, default=6, help="iterations (steps) per run, at least 2")
     cp.add_argument("--repeat", type=int, default=1, help="repetitions of each policy, interleaved (median)")
-    cp.add_argument("--threads", type=int, help="OpenMP threads (default: all cores)")
+    cp.add_argument("--threads", type=int, help="OpenMP threads, OMP_NUM_THREADS (default: all cores; with --plan, "
+                    "the program's own setting is left alone)")
     cp.add_argument("--tiers", help="HM_TIERS for the runs (default: $HM_TIERS, else capacity=emul:optane)")
     cp.add_argument("--out", default="hetmem-compare", help="directory for compare.json, compare.html, PNG plots")
     cp.add_argument("--plan", help="compare an unchanged program with this plan instead of the PIC code: "

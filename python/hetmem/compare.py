@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import tempfile
@@ -57,12 +58,41 @@ def policy_order() -> list[str]:
     return ["all-fast"] + [n for n in names if n != "all-fast"]
 
 
-def _run(workload, policy: str, budget: int | None, iterations: int, threads: int, tiers: str, tmp: str,
+_ERROR_LINE = re.compile(r"\b(error|fatal)\b\s*:", re.I)  # "Fatal error:", "hetmem-pic: error: ..."
+_ERROR_WORDS = re.compile(r"error|fatal|abort|exception|cannot|can't|failed|refus|invalid|not found|denied", re.I)
+
+
+def failure_reason(stderr: str, status: int) -> str:
+    """What a failed run's stderr says, in a line: the last line that announces an error ('Fatal
+    error:', 'error: ...') with the two after it (GROMACS gives the reason on the lines after
+    'Fatal error:' and ends with a row of dashes); else the last line that names a failure; else the
+    last line. Rows of punctuation, blank lines and hetmem's calibration warning are skipped."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    lines = [line for line in lines if re.search(r"\w", line) and "warning: emulated-tier charges" not in line]
+    how = f"killed by signal {-status}" if status < 0 else f"exit status {status}"
+    if not lines:
+        return f"{how}, no run summary and nothing but blank or ruled lines on stderr"
+    strong = [i for i, line in enumerate(lines) if _ERROR_LINE.search(line)]
+    weak = [i for i, line in enumerate(lines) if _ERROR_WORDS.search(line)]
+    if strong:
+        quoted = lines[strong[-1]:strong[-1] + 3]
+    else:
+        quoted = [lines[weak[-1] if weak else -1]]
+    text = " ".join(quoted).removeprefix("hetmem-pic: ").removeprefix("hetmem: ")
+    if len(text) > 400:
+        text = text[:397] + "..."
+    return text + (f" ({how})" if status else "")
+
+
+def _run(workload, policy: str, budget: int | None, iterations: int, threads: int | None, tiers: str, tmp: str,
          tag: str, extra_env: dict | None = None) -> dict:
+    """One run under `policy`; threads None leaves the program's OMP_NUM_THREADS as it is."""
     summary = os.path.join(tmp, f"{tag}.json")
     env = {k: v for k, v in os.environ.items()
            if k not in ("HM_POLICY", "HM_FAST_BUDGET", "HM_TIERS", "HM_HELPERS", "HM_PREFETCH_DISTANCE")}
-    env.update(HM_POLICY=policy, HM_TIERS=tiers, OMP_NUM_THREADS=str(threads))
+    env.update(HM_POLICY=policy, HM_TIERS=tiers)
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
     env.update(extra_env or {})
     if budget:
         env["HM_FAST_BUDGET"] = str(budget)
@@ -70,9 +100,7 @@ def _run(workload, policy: str, budget: int | None, iterations: int, threads: in
     env.update(extra)
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0 or not os.path.exists(summary):
-        lines = [line for line in r.stderr.strip().splitlines() if "warning: emulated-tier charges" not in line]
-        why = (lines or [f"exit status {r.returncode}, no run summary"])[-1]
-        return {"policy": policy, "skipped": why.removeprefix("hetmem-pic: ").removeprefix("hetmem: ")}
+        return {"policy": policy, "skipped": failure_reason(r.stderr, r.returncode)}
     with open(summary) as f:
         doc = json.load(f)
     doc["policy"] = policy

@@ -129,6 +129,35 @@ def test_an_unchanged_program_with_a_plan_is_compared_too(tmp_path):
     assert rows["hetmem-static"]["seconds_per_iteration"] > 0
 
 
+def test_an_unchanged_program_keeps_its_thread_setting_and_a_refusal_is_quoted(tmp_path, monkeypatch):
+    """compare --plan leaves OMP_NUM_THREADS as the program's environment has it (GROMACS refuses one
+    that differs from its -nt); with --threads it is set, and a run that fails says why in the
+    program's own words, not its last line (a row of dashes)."""
+    programs = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build")) / "tests" / "programs"
+    plan = tmp_path / "p.plan"
+    plan.write_text("all -> class cold\n")
+    script = tmp_path / "picky.sh"
+    script.write_text('#!/bin/sh\nif [ "$OMP_NUM_THREADS" != 3 ]; then\n'
+                      '  echo "-----------" >&2; echo "Fatal error:" >&2\n'
+                      '  echo "OMP_NUM_THREADS ($OMP_NUM_THREADS) differs from -nt 3" >&2; echo "" >&2\n'
+                      '  echo "see the documentation" >&2; echo "-----------" >&2; exit 1\nfi\n'
+                      f'exec {programs / "prog_plan_probe"}\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    out = tmp_path / "c"
+    r = hetmem("compare", "--plan", str(plan), "--policies", "all-fast,hetmem-static", "--iterations", "2",
+               "--out", str(out), "--", str(script))
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = {p["policy"]: p for p in json.loads((out / "compare.json").read_text())["policies"]}
+    assert all("skipped" not in row for row in rows.values()), rows
+    r = hetmem("compare", "--plan", str(plan), "--policies", "all-fast,hetmem-static", "--iterations", "2",
+               "--threads", "2", "--out", str(out), "--", str(script))
+    rows = {p["policy"]: p for p in json.loads((out / "compare.json").read_text())["policies"]} if r.returncode == 0 \
+        else {}
+    said = r.stdout + r.stderr + json.dumps(rows)
+    assert "Fatal error: OMP_NUM_THREADS (2) differs from -nt 3" in said, said
+
+
 def test_a_plan_without_a_program_is_refused(tmp_path):
     plan = tmp_path / "p.plan"
     plan.write_text("all -> class cold\n")
