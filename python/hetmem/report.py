@@ -175,6 +175,28 @@ def peak_live(times_alloc, sizes, times_free) -> int:
     return int(np.cumsum(d[order]).max(initial=0))
 
 
+
+# A class resting on fewer samples than this, or on samples from the run's first START_SHARE only,
+# says so: a short run with the default budget may be sampled only while it starts up, when its
+# steady-state arrays are not yet in use.
+MIN_SAMPLES = 3
+START_SHARE = 0.1
+
+
+def _sampling_doubt(sampled: list[dict], span: tuple[int, int], unit: str) -> str | None:
+    """Why a site's class may not describe its steady state, or None."""
+    hint = "(a longer run, --iteration-at, or a larger HM_SAMPLE_BUDGET samples more)"
+    if len(sampled) < MIN_SAMPLES:
+        return f"few samples: {len(sampled)} sampled {unit}(s) saw it, fewer than {MIN_SAMPLES} {hint}"
+    first, last = span
+    if last > first:
+        latest = max(p["begin_ns"] for p in sampled)
+        if latest - first < START_SHARE * (last - first):
+            return (f"start-up only: every sample that saw it came from the run's first "
+                    f"{100 * START_SHARE:.0f}% {hint}")
+    return None
+
+
 def analyse(trace: Trace, top: int = 10) -> dict:
     ev = trace.events
     sym = Symbolizer(trace.modules)
@@ -328,6 +350,7 @@ def analyse(trace: Trace, top: int = 10) -> dict:
             acc[1] += size
     classes = []
     threshold = trace.large_threshold or MiB
+    run_span = (min((p["begin_ns"] for p in trace.phases), default=0), max((p["end_ns"] for p in trace.phases), default=0))
     for r in sorted(sites.values(), key=lambda r: -r["peak_bytes"]):
         if r["largest"] < threshold:
             continue
@@ -344,6 +367,10 @@ def analyse(trace: Trace, top: int = 10) -> dict:
         else:
             evidence.append(f"{100 * float(shares.mean()):.0f}% of its bytes referenced per sampled "
                             f"{inference['unit']} (min {100 * float(shares.min()):.0f}%, {len(shares)} sample(s))")
+            doubt = _sampling_doubt([trace.phases[k] for k in site_windows.get(r["site"], {})], run_span,
+                                    inference["unit"])
+            if doubt:
+                evidence.append(doubt)
             if shares.max() < 0.05:
                 cls = "cold"
             elif float(np.median(shares)) >= 0.5:

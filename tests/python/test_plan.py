@@ -137,3 +137,14 @@ def test_the_environment_a_plan_runs_in_is_the_one_the_command_gives(tmp_path):
     assert direct.returncode == 0 and through.returncode == 0, direct.stderr + through.stderr
     assert placed(direct.stdout) == placed(through.stdout), (direct.stdout, through.stdout)
     assert placed(direct.stdout)["particles"] == "capacity"
+
+
+def test_a_class_that_rests_on_few_or_start_up_samples_says_so():
+    from hetmem.report import MIN_SAMPLES, _sampling_doubt
+    span = (0, 100_000)
+    steady = [{"begin_ns": t} for t in (5_000, 40_000, 90_000)]
+    assert _sampling_doubt(steady, span, "iteration") is None
+    few = _sampling_doubt(steady[:MIN_SAMPLES - 1], span, "iteration")
+    assert few.startswith("few samples: 2 sampled iteration(s)") and "HM_SAMPLE_BUDGET" in few
+    early = _sampling_doubt([{"begin_ns": t} for t in (0, 3_000, 9_000)], span, "iteration")
+    assert early.startswith("start-up only: every sample that saw it came from the run's first 10%")
