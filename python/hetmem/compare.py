@@ -184,7 +184,7 @@ def _phase_seconds(doc: dict, phase: str) -> float:
 
 
 def _sweep(workload, policy: str, budget: int | None, setting: str, values: list[int], iterations: int, repeat: int,
-           threads: int, tiers: str, tmp: str, advance) -> tuple[list[dict], list[dict]]:
+           threads: int | None, tiers: str, tmp: str, advance) -> tuple[list[dict], list[dict]]:
     """Runs `policy` with the environment variable `setting` at each value, repetitions interleaved
     (half the comparison's, at least one); returns the points (median seconds per iteration of
     SWEEP_PHASE) and the runs' summaries."""
@@ -241,7 +241,7 @@ def prefetch_sweep(points: list[dict], docs: list[dict]) -> dict:
 
 
 def run(workload, policies: list[str], fraction: float, budget: int | None, iterations: int,
-        repeat: int, threads: int, tiers: str, out_dir: str, console, helpers: list[int] | None = None,
+        repeat: int, threads: int | None, tiers: str, out_dir: str, console, helpers: list[int] | None = None,
         distances: list[int] | None = None) -> dict:
     """Runs `workload` (PicWorkload or PlanWorkload) under every policy and reports; returns the result.
     `helpers` and `distances` add Figure 12's and Figure 11's sweeps (the PIC code only)."""
