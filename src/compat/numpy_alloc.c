@@ -7,7 +7,9 @@
 #define NPY_NO_DEPRECATED_API NPY_1_22_API_VERSION
 #include <hetmem/hetmem.h>
 #include <numpy/arrayobject.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Arrays of at least this many bytes get a mapping of their own, so that hetmem.move() can move
@@ -17,7 +19,71 @@
 typedef struct {
   int is_class; /* 0: a tier handle; 1: an object class */
   int id;
+  int slot; /* its small-array cache in each thread (0..CACHE_HANDLERS-1), -1: none */
 } Place;
+
+/* Small arrays: each thread keeps a few freed blocks per size and handler, as numpy's own handler
+ * keeps its npy_alloc_cache (blocks below 1024 bytes, a handful per size): an array of a few bytes
+ * is made and dropped in a tight loop of Python code, and what numpy pays there is a cache hit,
+ * not an allocator call. The blocks stay on the handler's tier (and counted in use there). Per
+ * thread, not under the GIL, since numpy does not promise to hold it when it allocates; a thread's
+ * blocks go back to hetmem when it ends. While a trace is written the cache is not used, so that
+ * every array is an allocation in the trace. */
+#define CACHE_MAX_BYTES 1024
+#define CACHE_GRAIN 16
+#define CACHE_BUCKETS (CACHE_MAX_BYTES / CACHE_GRAIN)
+#define CACHE_DEPTH 8
+#define CACHE_HANDLERS 16
+
+typedef struct {
+  void *block[CACHE_DEPTH];
+  int count;
+} Bucket;
+
+typedef struct {
+  Bucket *by_handler[CACHE_HANDLERS]; /* CACHE_BUCKETS buckets each, made on first use */
+} ThreadCache;
+
+static _Thread_local ThreadCache *t_cache;
+static pthread_key_t g_cache_key;
+static pthread_once_t g_cache_once = PTHREAD_ONCE_INIT;
+static int g_next_slot; /* handlers are made with the GIL held */
+
+static void cache_release(void *value) {
+  ThreadCache *tc = value;
+  for (int h = 0; h < CACHE_HANDLERS; ++h) {
+    if (!tc->by_handler[h]) continue;
+    for (int b = 0; b < CACHE_BUCKETS; ++b)
+      for (int i = 0; i < tc->by_handler[h][b].count; ++i) hm_free(tc->by_handler[h][b].block[i]);
+    free(tc->by_handler[h]);
+  }
+  free(tc);
+}
+
+static void cache_key_create(void) {
+  if (pthread_key_create(&g_cache_key, cache_release) != 0) g_next_slot = CACHE_HANDLERS; /* no caches */
+}
+
+/* The calling thread's buckets for a handler; NULL when it has none and none can be made. */
+static Bucket *cache_of(const Place *p) {
+  if (p->slot < 0) return NULL;
+  if (!t_cache) {
+    pthread_once(&g_cache_once, cache_key_create);
+    ThreadCache *tc = calloc(1, sizeof *tc);
+    if (!tc || pthread_setspecific(g_cache_key, tc) != 0) {
+      free(tc);
+      return NULL;
+    }
+    t_cache = tc;
+  }
+  Bucket **b = &t_cache->by_handler[p->slot];
+  if (!*b) *b = calloc(CACHE_BUCKETS, sizeof **b);
+  return *b;
+}
+
+/* The bucket for a size, or -1 when it is not cached; a cached block holds the bucket's whole
+ * size (allocations are rounded up to it), so any block of a bucket serves any size of it. */
+static int bucket_of(size_t size) { return size <= CACHE_MAX_BYTES ? (int)((size + CACHE_GRAIN - 1) / CACHE_GRAIN) - 1 : -1; }
 
 static void *place_alloc(const Place *p, size_t size, unsigned flags) {
   if (size == 0) size = 1;
@@ -53,22 +119,42 @@ static void *named_alloc(const Place *p, size_t size, unsigned flags) {
   return ptr;
 }
 
-static void *h_malloc(void *ctx, size_t size) { return named_alloc(ctx, size, HM_PREFERRED); }
+static void *cached_alloc(const Place *p, size_t size, unsigned flags) {
+  int b = size ? bucket_of(size) : 0;
+  if (b < 0 || hm_profile_active()) return named_alloc(p, size, flags);
+  Bucket *buckets = cache_of(p);
+  if (buckets && buckets[b].count > 0) {
+    void *ptr = buckets[b].block[--buckets[b].count];
+    if (flags & HM_ZERO) memset(ptr, 0, size);
+    return ptr;
+  }
+  return named_alloc(p, (size_t)(b + 1) * CACHE_GRAIN, flags);
+}
+
+static void *h_malloc(void *ctx, size_t size) { return cached_alloc(ctx, size, HM_PREFERRED); }
 
 static void *h_calloc(void *ctx, size_t count, size_t size) {
   size_t bytes;
   if (__builtin_mul_overflow(count, size, &bytes)) return NULL;
-  return named_alloc(ctx, bytes, HM_PREFERRED | HM_ZERO);
+  return cached_alloc(ctx, bytes, HM_PREFERRED | HM_ZERO);
 }
 
 static void *h_realloc(void *ctx, void *ptr, size_t size) {
   if (!ptr) return h_malloc(ctx, size);
-  return hm_realloc(ptr, size ? size : 1); /* keeps the tier */
+  int b = size ? bucket_of(size) : 0;
+  /* A size that may later be cached is rounded up to its bucket (keeps the tier). */
+  return hm_realloc(ptr, b >= 0 ? (size_t)(b + 1) * CACHE_GRAIN : size);
 }
 
 static void h_free(void *ctx, void *ptr, size_t size) {
-  (void)ctx;
-  (void)size;
+  int b = size ? bucket_of(size) : 0;
+  if (ptr && b >= 0 && !hm_profile_active()) {
+    Bucket *buckets = cache_of(ctx);
+    if (buckets && buckets[b].count < CACHE_DEPTH) {
+      buckets[b].block[buckets[b].count++] = ptr;
+      return;
+    }
+  }
   hm_free(ptr);
 }
 
@@ -95,6 +181,7 @@ static PyObject *make_handler(PyObject *self, PyObject *args) {
   }
   place->is_class = is_class;
   place->id = id;
+  place->slot = g_next_slot < CACHE_HANDLERS ? g_next_slot++ : -1;
   snprintf(h->name, sizeof h->name, "hetmem %s", name);
   h->version = 1;
   h->allocator.ctx = place;

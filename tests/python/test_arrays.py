@@ -4,6 +4,7 @@ moves at the same address, classes, and bad names refused with the known ones li
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -133,3 +134,34 @@ def test_the_profiler_names_an_array_by_the_python_line_that_made_it(tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stderr
     assert f"site {prog}" not in plan.read_text(), "a named site is not a rule target"
+
+
+def test_small_arrays_reuse_a_block_of_their_tier_and_a_thread_gives_its_blocks_back():
+    """The handler keeps a few freed small blocks per size and thread (as numpy's own handler
+    does): a small array dropped and made again gets the same block, on the same tier; a thread
+    that ends returns its blocks to hetmem."""
+    def churn(out):
+        with ha.placed("capacity"):
+            a = np.empty(7, dtype=np.uint8)
+            first = a.ctypes.data
+            del a
+            b = np.zeros(5, dtype=np.uint8)     # same 16-byte bucket, zeroed although reused
+            out.append((first, b.ctypes.data, ha.tier_of(b), int(b.sum())))
+            kept = [np.empty(n, dtype=np.uint8) for n in range(1, 1025)]
+            out.append(in_use("emul:optane"))
+            del kept, b
+
+    before = in_use("emul:optane")
+    seen = []
+    t = threading.Thread(target=churn, args=(seen,))
+    t.start()
+    t.join()
+    first, again, tier, total = seen[0]
+    assert again == first and tier == "emul:optane" and total == 0
+    assert seen[1] - before >= sum(range(1, 1025)), "the small arrays were on the tier"
+    # Thread.join returns when Python is done with the thread, a moment before the C library runs
+    # the thread's key destructors (which give the blocks back).
+    deadline = time.monotonic() + 10
+    while in_use("emul:optane") != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert in_use("emul:optane") == before, "the thread's cached blocks went back to hetmem when it ended"
