@@ -276,7 +276,7 @@ int main(int argc, char **argv) {
       }
       for (int k = 0; k < kKernels; ++k) {
         if (!declare && k == kTriad2) continue;  // the sampler charges on the phase's thread only
-        std::vector<double> td, te;
+        std::vector<double> td, te, all_d, all_e;  // the rounds judged; every round
         const Kernel kernel = static_cast<Kernel>(k);
         run_mode(kernel, base, declare);  // warm up both
         run_mode(kernel, m, declare);
@@ -303,6 +303,8 @@ int main(int argc, char **argv) {
           share = 1;
           double d = measure(base), e = measure(m);
           lowest_share = std::min(lowest_share, share);
+          all_d.push_back(d);
+          all_e.push_back(e);
           if (share < kMinCoreShare) {
             ++left_out;
             continue;
@@ -310,13 +312,12 @@ int main(int argc, char **argv) {
           td.push_back(d);
           te.push_back(e);
         }
-        if (td.empty()) {
-          Row row{info.name, kNames[k], declare ? "declared" : "sampled", 0, 0, 0, 0, 0, 0, 0, 0, kNotJudged, true};
-          row.core_share = lowest_share;
-          row.rounds_left_out = left_out;
-          rows.push_back(row);
-          std::printf("  %-12s %-24s %-8s%s\n", info.name, kNames[k], row.mode.c_str(), row.note().c_str());
-          continue;
+        // A row none of whose rounds had its cores still shows what those rounds measured (its
+        // figures are not judged).
+        const bool judged = !td.empty();
+        if (!judged) {
+          td = all_d;
+          te = all_e;
         }
         double d = bench::median(td), e = bench::median(te);
         double extra = model_extra_ns(*profile, cal, static_cast<Kernel>(k), n, !declare) * 1e-9;
@@ -329,8 +330,9 @@ int main(int argc, char **argv) {
         const bench::Ratio r = bench::ratio(te, td);  // measured slowdown, with the spread of the rounds
         row.error_low = r.low / row.predicted - 1;
         row.error_high = r.high / row.predicted - 1;
-        row.verdict = bench::between(r, (1 - tolerance) * row.predicted, (1 + tolerance) * row.predicted);
-        row.ok = std::fabs(row.error) <= tolerance;
+        row.verdict = judged ? bench::between(r, (1 - tolerance) * row.predicted, (1 + tolerance) * row.predicted)
+                             : kNotJudged;
+        row.ok = !judged || std::fabs(row.error) <= tolerance;
         rows.push_back(row);
         std::printf("  %-12s %-24s %-8s measured %6.2fx predicted %6.2fx error %+6.1f%% (%+.1f%% to %+.1f%%)%s\n",
                     info.name, kNames[k], row.mode.c_str(), row.measured, row.predicted, 100 * row.error,
@@ -348,11 +350,6 @@ int main(int argc, char **argv) {
     failed += !r.ok;
     met += r.verdict == "MET";
     not_met += r.verdict == "NOT MET";
-    if (r.verdict == kNotJudged) {
-      std::printf("%-12s %-24s %-9s %s\n", r.tier.c_str(), r.kernel.c_str(), r.mode.c_str(), r.note().c_str() + 2);
-      not_judged += 1;
-      continue;
-    }
     char spread[40];
     std::snprintf(spread, sizeof spread, "%+.1f%%..%+.1f%%", 100 * r.error_low, 100 * r.error_high);
     std::printf("%-12s %-24s %-9s %9.2f %9.2f %8.2fx %8.2fx %+7.1f%% %17s %7.2fx%s\n", r.tier.c_str(), r.kernel.c_str(),

@@ -13,10 +13,12 @@ difference from the plain program is hetmem's cost, not placement's.
    Targets: `run --plan` and `run --rules` at most 1.03x the plain run, `profile` at most 1.10x;
    MET only when the whole spread meets it.
 2. The `hetmem` command's start-up: `hetmem run -- /bin/true` against `/bin/true`, in seconds.
+3. The interfaces codes already use (python/hetmem/bench_memkind.py): memkind's kinds against
+   Debian's memkind 1.14 (at most 1.0x), OpenMP's default allocator with hetmem's libmemkind loaded
+   (at most 1.05x), numpy's handler against numpy's own at 8 B to 1 GiB (at most 1.05x).
 
-Not measured here yet: numpy's handler (see `hetmem bench memkind`), memkind's kinds and OpenMP's
-allocators against Debian's (`hetmem bench memkind`), the PIC code's policies with an unlimited
-budget and `hetmem` against `hetmem-static` (`hetmem compare`).
+Not measured here yet: the PIC code's policies with an unlimited budget and `hetmem` against
+`hetmem-static` (`hetmem compare`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import bench_memkind
 from . import real_programs as rp
 from .cli import launch_environment
 from .verdicts import at_most, ratio
@@ -155,11 +158,15 @@ def main(out: str, quick: bool, console) -> int:
     console.print(f"the hetmem command's own start-up: {start['added_s']:.3f} s per run "
                   f"(spread {start['spread_s'][0]:.3f}-{start['spread_s'][1]:.3f} s; a fixed cost, not per "
                   "allocation; not in the ratios above)")
+    say("The interfaces codes already use (ns per allocation; DRAM only)")
+    interfaces = bench_memkind.measure(rounds)
+    bench_memkind.report(interfaces, say)
+    verdicts += [interfaces[f"{part}_verdict"] for part in ("memkind", "openmp", "numpy")]
     problems = [p for row in suite["rows"] for p in row.get("problems", [])]
     for p in problems:
         console.print(f"problem: {p}")
     result = {"benchmark": "overhead", "tiers": "DRAM only (emulated capacity tier, HM_EMUL=0)",
-              "real_programs": suite, "command_start_up": start,
+              "real_programs": suite, "command_start_up": start, "interfaces": interfaces,
               "met": "NOT MET" if "NOT MET" in verdicts or problems else
               ("MET" if verdicts and all(v == "MET" for v in verdicts) else "cannot tell")}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
