@@ -22,18 +22,23 @@ typedef struct {
   int slot; /* its small-array cache in each thread (0..CACHE_HANDLERS-1), -1: none */
 } Place;
 
-/* Small arrays: each thread keeps a few freed blocks per size and handler, as numpy's own handler
- * keeps its npy_alloc_cache (blocks below 1024 bytes, a handful per size): an array of a few bytes
- * is made and dropped in a tight loop of Python code, and what numpy pays there is a cache hit,
- * not an allocator call. The blocks stay on the handler's tier (and counted in use there). Per
- * thread, not under the GIL, since numpy does not promise to hold it when it allocates; a thread's
- * blocks go back to hetmem when it ends. While a trace is written the cache is not used, so that
- * every array is an allocation in the trace. */
+/* Arrays made and dropped in a loop: each thread keeps a few freed blocks per handler. Small ones
+ * (below 1024 bytes, a few per 16-byte size) as numpy's own handler keeps its npy_alloc_cache: an
+ * array of a few bytes costs numpy a cache hit, not an allocator call. Scratch arrays of 64 KiB to
+ * 4 MiB (each a mapping of its own, so that it can move) as the C library's malloc reuses its heap
+ * for them: a few per thread, 16 MiB at most, reused by the same page count. The blocks stay on
+ * the handler's tier (and counted in use there). Per thread, not under the GIL, since numpy does
+ * not promise to hold it when it allocates; a thread's blocks go back to hetmem when it ends. While
+ * a trace is written the caches are not used, so that every array is an allocation in the trace. */
 #define CACHE_MAX_BYTES 1024
 #define CACHE_GRAIN 16
 #define CACHE_BUCKETS (CACHE_MAX_BYTES / CACHE_GRAIN)
 #define CACHE_DEPTH 8
 #define CACHE_HANDLERS 16
+#define SCRATCH_MAX_BYTES ((size_t)4 << 20)
+#define SCRATCH_DEPTH 4
+#define SCRATCH_TOTAL ((size_t)16 << 20)
+#define PAGE_BYTES ((size_t)4096)
 
 typedef struct {
   void *block[CACHE_DEPTH];
@@ -41,10 +46,22 @@ typedef struct {
 } Bucket;
 
 typedef struct {
-  Bucket *by_handler[CACHE_HANDLERS]; /* CACHE_BUCKETS buckets each, made on first use */
+  void *block[SCRATCH_DEPTH];
+  size_t bytes[SCRATCH_DEPTH]; /* whole pages; 0: an empty entry */
+  size_t total;
+} Scratch;
+
+typedef struct {
+  Bucket buckets[CACHE_BUCKETS];
+  Scratch scratch;
+} HandlerCache;
+
+typedef struct {
+  HandlerCache *by_handler[CACHE_HANDLERS]; /* made on first use */
 } ThreadCache;
 
-static _Thread_local ThreadCache *t_cache;
+/* One pointer: the static TLS a loaded module may use holds it (no __tls_get_addr per array). */
+static __thread ThreadCache *t_cache __attribute__((tls_model("initial-exec")));
 static pthread_key_t g_cache_key;
 static pthread_once_t g_cache_once = PTHREAD_ONCE_INIT;
 static int g_next_slot; /* handlers are made with the GIL held */
@@ -52,10 +69,13 @@ static int g_next_slot; /* handlers are made with the GIL held */
 static void cache_release(void *value) {
   ThreadCache *tc = value;
   for (int h = 0; h < CACHE_HANDLERS; ++h) {
-    if (!tc->by_handler[h]) continue;
+    HandlerCache *c = tc->by_handler[h];
+    if (!c) continue;
     for (int b = 0; b < CACHE_BUCKETS; ++b)
-      for (int i = 0; i < tc->by_handler[h][b].count; ++i) hm_free(tc->by_handler[h][b].block[i]);
-    free(tc->by_handler[h]);
+      for (int i = 0; i < c->buckets[b].count; ++i) hm_free(c->buckets[b].block[i]);
+    for (int i = 0; i < SCRATCH_DEPTH; ++i)
+      if (c->scratch.bytes[i]) hm_free(c->scratch.block[i]);
+    free(c);
   }
   free(tc);
 }
@@ -64,8 +84,8 @@ static void cache_key_create(void) {
   if (pthread_key_create(&g_cache_key, cache_release) != 0) g_next_slot = CACHE_HANDLERS; /* no caches */
 }
 
-/* The calling thread's buckets for a handler; NULL when it has none and none can be made. */
-static Bucket *cache_of(const Place *p) {
+/* The calling thread's caches for a handler; NULL when it has none and none can be made. */
+static HandlerCache *cache_of(const Place *p) {
   if (p->slot < 0) return NULL;
   if (!t_cache) {
     pthread_once(&g_cache_once, cache_key_create);
@@ -76,9 +96,14 @@ static Bucket *cache_of(const Place *p) {
     }
     t_cache = tc;
   }
-  Bucket **b = &t_cache->by_handler[p->slot];
-  if (!*b) *b = calloc(CACHE_BUCKETS, sizeof **b);
-  return *b;
+  HandlerCache **c = &t_cache->by_handler[p->slot];
+  if (!*c) *c = calloc(1, sizeof **c);
+  return *c;
+}
+
+/* A scratch-sized request in whole pages, or 0 when it is not cached. */
+static size_t scratch_bytes(size_t size) {
+  return size >= MOVABLE_BYTES && size <= SCRATCH_MAX_BYTES ? (size + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1) : 0;
 }
 
 /* The bucket for a size, or -1 when it is not cached; a cached block holds the bucket's whole
@@ -121,14 +146,23 @@ static void *named_alloc(const Place *p, size_t size, unsigned flags) {
 
 static void *cached_alloc(const Place *p, size_t size, unsigned flags) {
   int b = size ? bucket_of(size) : 0;
-  if (b < 0 || hm_profile_active()) return named_alloc(p, size, flags);
-  Bucket *buckets = cache_of(p);
-  if (buckets && buckets[b].count > 0) {
-    void *ptr = buckets[b].block[--buckets[b].count];
-    if (flags & HM_ZERO) memset(ptr, 0, size);
-    return ptr;
+  size_t pages = b < 0 ? scratch_bytes(size) : 0;
+  if ((b < 0 && !pages) || hm_profile_active()) return named_alloc(p, size, flags);
+  HandlerCache *c = cache_of(p);
+  void *ptr = NULL;
+  if (c && b >= 0 && c->buckets[b].count > 0) {
+    ptr = c->buckets[b].block[--c->buckets[b].count];
+  } else if (c && pages) {
+    for (int i = 0; i < SCRATCH_DEPTH && !ptr; ++i)
+      if (c->scratch.bytes[i] == pages) {
+        ptr = c->scratch.block[i];
+        c->scratch.bytes[i] = 0;
+        c->scratch.total -= pages;
+      }
   }
-  return named_alloc(p, (size_t)(b + 1) * CACHE_GRAIN, flags);
+  if (!ptr) return named_alloc(p, b >= 0 ? (size_t)(b + 1) * CACHE_GRAIN : pages, flags);
+  if (flags & HM_ZERO) memset(ptr, 0, size);
+  return ptr;
 }
 
 static void *h_malloc(void *ctx, size_t size) { return cached_alloc(ctx, size, HM_PREFERRED); }
@@ -142,19 +176,36 @@ static void *h_calloc(void *ctx, size_t count, size_t size) {
 static void *h_realloc(void *ctx, void *ptr, size_t size) {
   if (!ptr) return h_malloc(ctx, size);
   int b = size ? bucket_of(size) : 0;
-  /* A size that may later be cached is rounded up to its bucket (keeps the tier). */
-  return hm_realloc(ptr, b >= 0 ? (size_t)(b + 1) * CACHE_GRAIN : size);
+  size_t pages = b < 0 ? scratch_bytes(size) : 0;
+  /* A size that may later be cached is rounded up as the cache rounds it (keeps the tier). */
+  return hm_realloc(ptr, b >= 0 ? (size_t)(b + 1) * CACHE_GRAIN : pages ? pages : size);
+}
+
+/* Keeps a freed block in the thread's cache when there is room; false otherwise. */
+static int cache_keep(const Place *p, void *ptr, size_t size) {
+  int b = size ? bucket_of(size) : 0;
+  size_t pages = b < 0 ? scratch_bytes(size) : 0;
+  if ((b < 0 && !pages) || hm_profile_active()) return 0;
+  HandlerCache *c = cache_of(p);
+  if (!c) return 0;
+  if (b >= 0) {
+    if (c->buckets[b].count >= CACHE_DEPTH) return 0;
+    c->buckets[b].block[c->buckets[b].count++] = ptr;
+    return 1;
+  }
+  if (c->scratch.total + pages > SCRATCH_TOTAL) return 0;
+  for (int i = 0; i < SCRATCH_DEPTH; ++i)
+    if (!c->scratch.bytes[i]) {
+      c->scratch.block[i] = ptr;
+      c->scratch.bytes[i] = pages;
+      c->scratch.total += pages;
+      return 1;
+    }
+  return 0;
 }
 
 static void h_free(void *ctx, void *ptr, size_t size) {
-  int b = size ? bucket_of(size) : 0;
-  if (ptr && b >= 0 && !hm_profile_active()) {
-    Bucket *buckets = cache_of(ctx);
-    if (buckets && buckets[b].count < CACHE_DEPTH) {
-      buckets[b].block[buckets[b].count++] = ptr;
-      return;
-    }
-  }
+  if (ptr && cache_keep(ctx, ptr, size)) return;
   hm_free(ptr);
 }
 
