@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 
 from .compare_report import (ALL_FAST_TARGET, WARPX_PM_FULL_VS, WARPX_PM_STATIC_VS, all_fast_target, charged_share,
-                             iteration_times, phase_name, size_text, steady, targets, text_tables, whole_run, write)
+                             iteration_times, phase_name, phase_seconds, size_text, steady, targets, text_tables,
+                             whole_run, write)
 from .lib import HetmemError, query
 from .workloads import PicWorkload
 
@@ -137,7 +138,7 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
             "charged_share": statistics.median(charged_share(d) for d in ok),
             "cpu_seconds_per_iteration": statistics.median(cpu) if cpu else None,  # None: not measured
             "cpu_runs": cpu,
-            "phase_seconds_per_iteration": {phase_name(k): v["seconds"] / steps for k, v in rep["phases"].items()},
+            "phase_seconds_per_iteration": phase_seconds(rep),
             "fast_budget": fast.get("budget", 0),
             "fast_high_water": fast.get("high_water", 0),
             "charged_seconds_per_iteration": cap.get("charged_s", 0.0) / steps,
@@ -179,8 +180,7 @@ SWEEP_PHASE = "gather+push+deposit"  # the PIC code's streamed and prefetched ph
 
 
 def _phase_seconds(doc: dict, phase: str) -> float:
-    steps = max(1, len(iteration_times(doc)))
-    return doc.get("phases", {}).get(phase, {}).get("seconds", float("nan")) / steps
+    return phase_seconds(doc).get(phase, float("nan"))
 
 
 def _sweep(workload, policy: str, budget: int | None, setting: str, values: list[int], iterations: int, repeat: int,

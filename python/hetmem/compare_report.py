@@ -72,6 +72,19 @@ def steady(doc: dict, key: str = "step_seconds") -> float:
     return statistics.median(steps[1:] if len(steps) > 1 else steps)
 
 
+def phase_seconds(doc: dict) -> dict[str, float]:
+    """Seconds per iteration of each phase, over the same iterations as `steady`: the median of
+    each phase's per-iteration times after the first when the run recorded them (a mechanism
+    tried in the first iterations and withdrawn then weighs on the phase as on the iteration);
+    else its total over the iterations."""
+    per_iteration = doc.get("iteration_phase_seconds") or {}
+    if per_iteration and not whole_run(doc):
+        return {phase_name(name): statistics.median(times[1:] if len(times) > 1 else times)
+                for name, times in per_iteration.items() if times}
+    steps = max(1, len(iteration_times(doc)))
+    return {phase_name(k): v["seconds"] / steps for k, v in doc.get("phases", {}).items()}
+
+
 def phase_name(name: str) -> str:
     """A phase as the user named it: an inferred iteration's function demangled."""
     if name.startswith("iteration (at ") and name.endswith(")"):
@@ -189,12 +202,42 @@ def helper_outcome(m: dict) -> str:
                 f"{m['t_inplace'] * 1e3:.2f} ms at home, so tiles stay at home")
     return "tiles kept at home (staging would not pay)"
 
+def mechanism_outcomes(row: dict) -> list[str]:
+    """Each mechanism of a hetmem run: applied, declined (why) or withdrawn (what was measured)."""
+    out = []
+    static = row["placement"].get("static")
+    if static:
+        out.append(f"static placement applied (settled after iteration {static['iteration']}: {static['promoted']} "
+                   f"in, {static['demoted']} out" + (f"; {static['problem']}" if static.get("problem") else "") + ")")
+    pf = row["placement"].get("prefetch")
+    if pf:
+        if pf["fast_fraction"] >= 0.999:
+            out.append("prefetch declined (every hot object is on the fast tier)")
+        else:
+            ks = ", ".join(f"k = {p['k']}" for p in pf["phases"]) or "no phase"
+            out.append(f"prefetch applied ({ks})")
+    for m in row["placement"].get("streaming", {}).get("helper_models", []):
+        seen = m.get("t_staged_seen", 0)
+        if m["stage"]:
+            out.append(f"staging applied in '{m['phase']}' ({m['helpers']} helper(s))")
+        elif seen:
+            out.append(f"staging withdrawn in '{m['phase']}' (measured: {seen * 1e3:.2f} ms an interval staged "
+                       f"against {m['t_inplace'] * 1e3:.2f} ms at home)")
+        else:
+            out.append(f"staging declined in '{m['phase']}' (predicted {m['t_predicted'] * 1e3:.2f} ms an interval "
+                       f"staged against {m['t_inplace'] * 1e3:.2f} ms at home)")
+    return out
+
+
 def model_lines(result: dict) -> list[str]:
     """What the helper and prefetch models saw and chose in the hetmem run (the median one)."""
     lines = []
     row = next((r for r in result["policies"] if r["policy"] == "hetmem" and "skipped" not in r), None)
     if not row:
         return lines
+    outcomes = mechanism_outcomes(row)
+    if outcomes:
+        lines.append("hetmem's mechanisms: " + "; ".join(outcomes))
     st = row["placement"].get("streaming", {})
     for m in st.get("helper_models", []):
         lines.append(f"helper model, phase '{m['phase']}': {m['helpers']} helper(s) [{m['binding']}]; per interval "

@@ -51,6 +51,11 @@ def test_every_policy_runs_and_the_report_says_what_was_emulated(tmp_path):
     model = streaming["helper_models"][0]
     assert model["phase"] == "gather+push+deposit" and model["helpers"] >= 1 and model["t_comp"] > 0
     assert "helper model, phase 'gather+push+deposit'" in r.stdout and "hetmem vs all-fast" in r.stdout
+    # Each mechanism says what became of it, and the per-phase times are over the same iterations
+    # as the time per iteration (phases inside an iteration never add up to more than it).
+    assert "hetmem's mechanisms: static placement applied" in r.stdout and "staging " in r.stdout
+    for name, row in rows.items():
+        assert sum(row["phase_seconds_per_iteration"].values()) <= 1.01 * row["seconds_per_iteration"], name
     assert rows["reactive"]["placement"]["reactive"]["rounds"] >= 1
     for name in ("compare.html", "policies.png", "phases.png", "figure7.png"):
         assert (out / name).stat().st_size > 1000, name
