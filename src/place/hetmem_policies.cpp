@@ -6,6 +6,7 @@
 #include "base/options.h"
 #include "place/mechanisms.h"
 #include "place/spaces.h"
+#include "place/stream.h"
 
 namespace hm::place {
 namespace {
@@ -42,7 +43,10 @@ class HetmemStatic : public Policy {
       case HM_CLASS_TEMPORARY: return {fast_tier(), HM_PREFERRED};
       case HM_CLASS_HOT: return {fast_tier(), HM_PREFERRED | HM_MOVABLE};
       case HM_CLASS_STREAMING:
-        return {spaces().sized() && spaces().free_room() >= r.size ? fast_tier() : capacity_tier(), HM_PREFERRED};
+        if (spaces().sized()) return {spaces().free_room() >= r.size ? fast_tier() : capacity_tier(), HM_PREFERRED};
+        // Until the spaces are sized: at home on the capacity tier, movable into the room that
+        // hot objects leave (static_placement.cpp).
+        return {capacity_tier(), HM_PREFERRED | (r.size >= kMovableStreamed ? HM_MOVABLE : 0u)};
       default: return {capacity_tier(), HM_PREFERRED};
     }
   }
@@ -70,7 +74,10 @@ class Hetmem final : public HetmemStatic {
     return "hetmem-static + prefetch + streamed tiles staged through the migration space by helper threads";
   }
   Placement place(const Request &r) const override {
-    if (r.kind == HM_CLASS_STREAMING) return {capacity_tier(), HM_PREFERRED};
+    // Streamed objects live at home on the capacity tier for staging, unless the helper model
+    // declined staging everywhere: then as static placement places them.
+    if (r.kind == HM_CLASS_STREAMING && !(spaces().sized() && staging_declined()))
+      return {capacity_tier(), HM_PREFERRED | (r.size >= kMovableStreamed ? HM_MOVABLE : 0u)};
     return HetmemStatic::place(r);
   }
   std::vector<Mechanism *> mechanisms() const override {

@@ -35,6 +35,11 @@ struct Placement {
   unsigned flags;  // HM_PREFERRED or HM_STRICT, plus HM_MOVABLE when the object may move later
 };
 
+// Streamed objects at least this large get mappings of their own (HM_MOVABLE) under static
+// placement, so that the room hot objects leave on the fast tier can take them when the spaces
+// are sized; smaller ones would waste most of a page each.
+constexpr uint64_t kMovableStreamed = uint64_t{64} << 10;
+
 // A mechanism of the placement runtime. Every registered mechanism is reset at each initialisation
 // of the library; those the active policy names are then activated. Observers a mechanism installs
 // live as long as the process (the alloc layer cannot remove them), so they ask active() on every

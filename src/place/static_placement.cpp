@@ -2,6 +2,7 @@
 // the temporaries needed at their peak; at its end the spaces are sized and hot objects moved,
 // at the same addresses, so that the free space holds the highest priorities.
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <vector>
@@ -68,6 +69,41 @@ bool split_boundary(const Object &o, uint64_t room, int fast, int cap, hm_placem
   st->split = 1;
   st->split_fast_bytes = fast_bytes;
   return true;
+}
+
+// Streamed objects made before the spaces were sized live on the capacity tier; the room hot
+// objects leave in the free space takes them, in allocation order, as it takes streamed objects
+// made after (a fast tier that holds the whole footprint then holds them all, as first-touch
+// would). Under a policy that stages streamed data through the migration space they stay home
+// unless every one of them fits (staging then has nothing to hide), until the helper model has
+// declined staging everywhere (then they are placed as static placement places them); with
+// HM_HELPERS set (staging asked for, as the helper sweeps do) they stay home.
+void promote_streamed(int fast, int cap, hm_placement_stats_t *st) {
+  if (fast < 0 || cap < 0) return;
+  std::vector<Object> streamed;
+  uint64_t total = 0;
+  for (const Object &o : live_objects())
+    if (o.kind == HM_CLASS_STREAMING && o.tier == cap && o.tail_tier < 0 && o.size >= kMovableStreamed) {
+      streamed.push_back(o);
+      total += o.size;
+    }
+  if (streamed.empty()) return;
+  if (streaming_mechanism().active()) {
+    int rc = HM_OK;
+    if (helpers_override(&rc) >= 0) return;  // HM_HELPERS: staging asked for, homes stay home
+    if (!staging_declined() && total > spaces().free_room()) return;
+  }
+  std::sort(streamed.begin(), streamed.end(), [](const Object &a, const Object &b) { return a.seq < b.seq; });
+  for (const Object &o : streamed) {
+    if (!spaces().reserve(HM_SPACE_FREE, o.size)) break;
+    if (hm_move(o.ptr, fast) == HM_OK && object_moved(o.ptr, fast, true)) {
+      ++st->promoted;
+      st->promoted_bytes += o.size;
+    } else {
+      spaces().release(HM_SPACE_FREE, o.size);
+      ++st->unmovable;
+    }
+  }
 }
 
 void settle(uint32_t iteration) {
@@ -142,9 +178,10 @@ void settle(uint32_t iteration) {
   // The boundary object on the capacity tier brings its last pages into the room left.
   if (boundary < hot.size() && !boundary_on_fast) split_boundary(hot[boundary], left, fast, cap, &st);
   spaces().size_free(free_budget);
+  promote_streamed(fast, cap, &st);
   st.settle_seconds = static_cast<double>(prim::now_ns() - t0) * 1e-9;
   st.settled = 1;
-  log(2, "hetmem-static: settled after iteration %u: %llu hot objects in (%s), %llu out (%s), %llu could not move%s",
+  log(2, "hetmem-static: settled after iteration %u: %llu objects in (%s), %llu out (%s), %llu could not move%s",
       iteration, static_cast<unsigned long long>(st.promoted), format_size(st.promoted_bytes).c_str(),
       static_cast<unsigned long long>(st.demoted), format_size(st.demoted_bytes).c_str(),
       static_cast<unsigned long long>(st.unmovable), st.split ? ", one split at the boundary" : "");
@@ -152,11 +189,31 @@ void settle(uint32_t iteration) {
   g_stats = st;
 }
 
+// Streamed objects left at home for staging that the helper model then declined (or withdrew):
+// placed as static placement places them, between two iterations (no sweep is running then, so
+// no helper copies a tile while it moves). Once per run.
+std::atomic<bool> g_streamed_after_decline{false};
+
+void place_streamed_after_decline() {
+  if (g_streamed_after_decline.exchange(true)) return;
+  hm_placement_stats_t st{};
+  promote_streamed(fast_tier(), capacity_tier(), &st);
+  std::lock_guard<std::mutex> lock(g_stats_mutex);
+  g_stats.promoted += st.promoted;
+  g_stats.promoted_bytes += st.promoted_bytes;
+  g_stats.unmovable += st.unmovable;
+}
+
 class SettleObserver final : public PhaseObserver {
  public:
   void iteration_begun(uint32_t iteration) override {
-    if (!static_placement_mechanism().active() || spaces().sized() || iteration < 1) return;
-    settle(iteration);
+    if (!static_placement_mechanism().active() || iteration < 1) return;
+    if (!spaces().sized()) {
+      settle(iteration);
+      return;
+    }
+    if (streaming_mechanism().active() && !g_streamed_after_decline.load() && staging_declined())
+      place_streamed_after_decline();
   }
 };
 
@@ -199,6 +256,7 @@ class StaticPlacement final : public Mechanism {
   void reset() override {
     std::lock_guard<std::mutex> lock(g_stats_mutex);
     g_stats = hm_placement_stats_t{};
+    g_streamed_after_decline.store(false);
   }
   int activate(std::string *) override {
     add_phase_observer_once<SettleObserver>();

@@ -53,6 +53,7 @@ bool staging_wanted() {
          spaces().budget(HM_SPACE_MIGRATION) >= 3 * prim::kPageSize;
 }
 
+bool staging_declined() { return engine().declined.load(std::memory_order_acquire); }
 
 // Allocates the staging slots once the migration space is sized (the engine's lock held).
 int ensure_staging(Engine &e) {
@@ -169,6 +170,7 @@ int decide(hm_stream_t *s, double t_comp, double t_home, bool *stage) {
   {
     std::lock_guard<std::mutex> lock(e.mutex);
     e.decisions[s->phase] = d;
+    e.decisions_changed();
   }
   log(2, "streaming: phase '%s': %d helper(s) (%s); interval %.3f ms staged, %.3f ms at home, copy %.3f ms, "
       "%.3f ms predicted: %s", s->phase.c_str(), d.choice.helpers, d.overridden ? "HM_HELPERS" : d.choice.binding.c_str(),
@@ -196,6 +198,7 @@ void check_decision(hm_stream_t *s) {
   d.t_staged_seen = interval;
   if (interval < d.t_inplace) return;
   d.stage = false;
+  e.decisions_changed();
   log(1, "streaming: phase '%s': a staged sweep took %.3f ms an interval against %.3f ms at home (the model "
       "predicted %.3f ms): its tiles stay at home from now on", s->phase.c_str(), interval * 1e3, d.t_inplace * 1e3,
       d.choice.t_predicted * 1e3);
@@ -260,6 +263,7 @@ class Streaming final : public Mechanism {
     {
       std::lock_guard<std::mutex> lock(e.mutex);
       e.decisions.clear();
+      e.decisions_changed();
     }
     copy_bandwidth_forget();
   }

@@ -50,6 +50,15 @@ struct Engine {
   std::vector<hm_stream_t *> streams;  // live
   hm_stream_t *sweeping = nullptr;
   std::map<std::string, PhaseDecision> decisions;
+  // What staging_declined() answers, kept beside the decisions (under the lock) so that it is read
+  // without the lock: static placement asks between iterations, under the phase lock, which a
+  // sweep takes while it holds this one.
+  std::atomic<bool> declined{false};
+  void decisions_changed() {
+    bool all_home = !decisions.empty();
+    for (const auto &kv : decisions) all_home = all_home && !kv.second.stage;
+    declined.store(all_home, std::memory_order_release);
+  }
 };
 
 Engine &engine();
@@ -58,6 +67,9 @@ Engine &engine();
 int helpers_override(int *rc);
 // Whether a sweep stages its batches: under a policy that streams, once the spaces are sized.
 bool staging_wanted();
+// Whether the helper model has decided for at least one phase and, for every phase it decided,
+// that tiles stay at home (declined, or withdrawn after a staged sweep was timed).
+bool staging_declined();
 // Allocates the staging slots once the migration space is sized (the engine's lock held).
 int ensure_staging(Engine &e);
 void release_staging(Engine &e);
