@@ -466,15 +466,24 @@ def _run_env(args: argparse.Namespace, cmd: list[str]) -> dict | int:
         args.rules = args.plan
         # A plan's classes are placed by static placement unless another policy is asked for.
         args.policy = args.policy or os.environ.get("HM_POLICY") or "hetmem-static"
-    if args.policy:
-        error = Library().check_policy(args.policy)
+    # The environment's own options as the library reads them (HM_TIERS, sizes and budgets, then
+    # HM_POLICY): a typo is refused here, not ignored by a program that never asks hetmem.
+    try:
+        lib = Library()
+    except HetmemError as exc:
+        print(f"hetmem: {exc}", file=sys.stderr)
+        return 2
+    policy = args.policy or os.environ.get("HM_POLICY")
+    if policy:
+        error = lib.check_policy(policy)
         if error:
-            print(f"hetmem: {error}", file=sys.stderr)
+            print(f"hetmem: {error}" + ("" if args.policy else " (HM_POLICY in the environment)"), file=sys.stderr)
             return 2
+    if args.policy:
         extra["HM_POLICY"] = args.policy
     if args.rules:
         rules = os.path.abspath(args.rules)
-        error = Library().check_rules(rules)
+        error = lib.check_rules(rules)
         if error:
             print(f"hetmem: {error}", file=sys.stderr)
             return 2

@@ -182,3 +182,19 @@ def test_policies_are_the_librarys_and_each_can_be_selected():
     assert [n for n in names if query("check_policy", n) is not None] == []
     refusal = query("check_policy", "no-such-policy")
     assert refusal and all(n in refusal for n in names)
+
+
+def test_run_refuses_a_mistyped_option_in_the_environment_instead_of_running_without_it(tmp_path):
+    """`hetmem run -- PROGRAM` with a typo in HM_TIERS, a budget or HM_POLICY: refused with the
+    library's message (exit 2) before the program starts, as `profile` and `run --plan` refuse
+    them; the program would otherwise run without the placement the user asked for."""
+    marker = tmp_path / "ran"
+    program = ["sh", "-c", f"touch {marker}"]
+    for env, said in (({"HM_TIERS": "capacity=emul:optan"}, "unknown emulation profile 'optan'"),
+                      ({"HM_FAST_BUDGET": "2Q"}, "HM_FAST_BUDGET='2Q'"),
+                      ({"HM_POLICY": "nope"}, "'nope' is not a policy")):
+        r = run("run", "--", *program, env_extra=env)
+        assert r.returncode == 2 and said in r.stderr, (env, r.stderr)
+        assert not marker.exists(), f"{env}: the program ran"
+    r = run("run", "--", *program)
+    assert r.returncode == 0 and marker.exists(), r.stderr
