@@ -99,7 +99,10 @@ def _run(workload, policy: str, budget: int | None, iterations: int, threads: in
         env["HM_FAST_BUDGET"] = str(budget)
     cmd, extra = workload.command(iterations, tmp, tag, summary)
     env.update(extra)
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    except OSError as exc:  # the program cannot be started
+        return {"policy": policy, "skipped": f"{cmd[0]}: {exc.strerror}"}
     if r.returncode != 0 or not os.path.exists(summary):
         return {"policy": policy, "skipped": failure_reason(r.stderr, r.returncode)}
     with open(summary) as f:

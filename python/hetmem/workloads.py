@@ -9,6 +9,7 @@ and one row in WORKLOADS (the first word of `hetmem compare`'s workload argument
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -53,6 +54,8 @@ class PlanWorkload:
         self.iteration_env = iteration_env or {}
         if not cmd:
             raise HetmemError("--plan needs a program: hetmem compare --plan PLAN -- PROGRAM ARGS")
+        if not shutil.which(cmd[0]):
+            raise HetmemError(f"{cmd[0]}: program not found (or not executable)")
         self.plan = os.path.abspath(plan)
         # Checked in a child process: libhetmem (its libunwind) loaded into this one would break the
         # C++ exceptions of libraries imported after it (matplotlib's, for the plots).

@@ -168,6 +168,8 @@ def test_a_plan_without_a_program_is_refused(tmp_path):
     plan.write_text("all -> class cold\n")
     r = hetmem("compare", "--plan", str(plan), "--out", str(tmp_path / "c"))
     assert r.returncode == 2 and "needs a program" in r.stderr
+    r = hetmem("compare", "--plan", str(plan), "--out", str(tmp_path / "c"), "--", str(tmp_path / "nonexistent"))
+    assert r.returncode == 2 and "program not found" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_policies_plot_shows_every_repetition_and_no_label_overlaps():
