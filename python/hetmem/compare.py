@@ -19,7 +19,9 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .compare_report import (ALL_FAST_TARGET, WARPX_PM_FULL_VS, WARPX_PM_STATIC_VS, all_fast_target, charged_share,
@@ -266,10 +268,21 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
             TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
         task = progress.add_task("all-fast (footprint)", total=total)
+        done, started = [0], time.monotonic()
+
+        def advance(description: str) -> None:
+            """One run done: the bar on a terminal, a line in a batch job's log (no bar there)."""
+            progress.update(task, description=description)
+            progress.advance(task)
+            done[0] += 1
+            if not console.is_terminal:
+                print(f"hetmem compare: {done[0]}/{total} runs done, the last {description} "
+                      f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+
         reference = _run(workload, "all-fast", None, iterations, threads, tiers, tmp, "reference")
         if "skipped" in reference:
             raise HetmemError(f"the all-fast reference run failed: {reference['skipped']}")
-        progress.advance(task)
+        advance("all-fast (footprint)")
         footprint = _footprint(reference)
         fast_budget = budget or int(fraction * footprint)
         if fast_budget >= footprint:
@@ -284,11 +297,8 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
                 progress.update(task, description=f"{policy} (repetition {rep + 1}/{repeat})")
                 b = None if policy == "all-fast" else fast_budget
                 runs[policy].append(_run(workload, policy, b, iterations, threads, tiers, tmp, f"{policy}-{rep}"))
-                progress.advance(task)
+                advance(f"{policy} (repetition {rep + 1}/{repeat})")
 
-        def advance(description):
-            progress.update(task, description=description)
-            progress.advance(task)
         if helpers:
             sweeps["helpers"] = _sweep(workload, "hetmem", fast_budget, "HM_HELPERS", helpers, iterations, repeat,
                                        threads, tiers, tmp, advance)

@@ -60,6 +60,9 @@ def test_every_policy_runs_and_the_report_says_what_was_emulated(tmp_path):
     for name in ("compare.html", "policies.png", "phases.png", "figure7.png"):
         assert (out / name).stat().st_size > 1000, name
     assert "emulated" in (out / "compare.html").read_text()
+    # Not on a terminal (a batch job's log): a line per run on stderr, as the bar would show.
+    runs = [line for line in r.stderr.splitlines() if line.startswith("hetmem compare: ")]
+    assert runs and runs[-1].startswith(f"hetmem compare: {len(runs)}/{len(runs)} runs done"), r.stderr
 
 
 def test_the_helper_and_prefetch_sweeps_mark_the_models_choice(tmp_path):
