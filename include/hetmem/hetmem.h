@@ -76,6 +76,14 @@ void hm_finalize(void);
  * not initialise hetmem: before hm_init it reads the environment as hm_init will.
  * Returns HM_EINVAL for an unknown name. */
 int hm_option_get(const char *name, char *value, size_t value_len, char *source, size_t source_len);
+/* Whether `value` is a value option `name` accepts (its kind: a size, 0 or 1, a number in its
+ * range), as hm_init checks the environment: HM_OK, else HM_EFORMAT with "NAME='value': what is
+ * expected" as hm_last_error() (HM_EINVAL for an unknown name). Does not initialise hetmem. */
+int hm_option_check(const char *name, const char *value);
+/* The effective value of a numeric option as a number: bytes for a size, 0 or 1 for a switch, NaN
+ * for an integer option left unset (empty). HM_EFORMAT (message as above) for a malformed value,
+ * HM_EINVAL for an unknown or a text option. Does not initialise hetmem. */
+int hm_option_number(const char *name, double *value);
 /* Reads a size as the options read it ("2G", "512MiB", "1.5k", "4096": K, M, G, T, binary) into
  * *bytes. HM_EINVAL, with hm_last_error() naming what is wrong, for anything else. Does not start
  * the runtime: a program may use it to compute options before hm_init. */

@@ -289,8 +289,9 @@ def _iteration_env(args: argparse.Namespace, cmd: list[str]) -> dict | None:
     saying why) when --iteration-at names a function that cannot be hooked."""
     extra = {}
     if getattr(args, "window", None) is not None:
-        if not (0 <= args.window <= 3600):
-            print(f"hetmem: --window {args.window}: seconds between 0 (no windows) and 3600", file=sys.stderr)
+        error = Library(init=False).check_option("HM_ITERATION_WINDOW", repr(args.window))
+        if error:  # the range is the library's (base/options.cpp)
+            print(f"hetmem: --window {args.window}: {error}", file=sys.stderr)
             return None
         extra["HM_ITERATION_WINDOW"] = repr(args.window)
     if getattr(args, "iteration_at", None):

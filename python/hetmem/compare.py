@@ -139,6 +139,7 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
             "policy": policy,
             "seconds_per_iteration": median,
             "runs": times,
+            "failed": [d["skipped"] for d in docs if "skipped" in d],  # repetitions that did not finish
             "spread": [min(times), max(times)],
             "charged_share": statistics.median(charged_share(d) for d in ok),
             "cpu_seconds_per_iteration": statistics.median(cpu) if cpu else None,  # None: not measured
@@ -206,6 +207,8 @@ def _sweep(workload, policy: str, budget: int | None, setting: str, values: list
         if ok:
             points.append({"value": v, "seconds": statistics.median(_phase_seconds(d, SWEEP_PHASE) for d in ok)})
             docs += ok
+        else:  # every run at this value failed: said, not left out
+            points.append({"value": v, "seconds": None, "failed": runs[v][0]["skipped"]})
     return points, docs
 
 
@@ -221,8 +224,9 @@ def helper_sweep(result: dict, points: list[dict]) -> dict:
             sw["model"] = m["helpers"] if m["stage"] else None
             sw["model_decision"] = f"{m['helpers']} helper(s)" if m["stage"] else "no staging"
             sw["model_seconds"] = own
-            best = min([p["seconds"] for p in points] + [own])
-            sw["best"] = next((p["value"] for p in points if p["seconds"] == best), None)
+            measured = [p for p in points if p["seconds"] is not None]
+            best = min([p["seconds"] for p in measured] + [own])
+            sw["best"] = next((p["value"] for p in measured if p["seconds"] == best), None)
             sw["model_vs_best"] = own / best
     return sw
 
@@ -233,12 +237,13 @@ def prefetch_sweep(points: list[dict], docs: list[dict]) -> dict:
     sw = {"policy": "hetmem-static+prefetch", "phase": SWEEP_PHASE, "setting": "HM_PREFETCH_DISTANCE",
           "points": points, "tier_note": "every object on the fast tier (DRAM): real prefetch, no emulation"}
     ks = [p["k"] for d in docs for p in d["placement"].get("prefetch", {}).get("phases", []) if p["phase"] == SWEEP_PHASE]
-    if ks and points:
+    measured = [p for p in points if p["seconds"] is not None]
+    if ks and measured:
         k = statistics.median_low(ks)
         sw["model"] = k
-        best = min(points, key=lambda p: p["seconds"])
+        best = min(measured, key=lambda p: p["seconds"])
         sw["best"] = best["value"]
-        at = next((p["seconds"] for p in points if p["value"] == k), None)
+        at = next((p["seconds"] for p in measured if p["value"] == k), None)
         if at is not None:
             sw["model_seconds"] = at
             sw["model_vs_best"] = at / best["seconds"]

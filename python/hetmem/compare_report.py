@@ -278,6 +278,9 @@ def text_tables(result: dict) -> str:
                          f"{'-':>11} {'-':>8}  skipped: {r['skipped']}")
             continue
         note = "no fast budget (upper bound)" if r["policy"] == "all-fast" else ""
+        if r.get("failed"):
+            note = (note + "; " if note else "") + (f"{len(r['failed'])} of {len(r['failed']) + len(r['runs'])} runs "
+                                                    f"failed: {r['failed'][0]}")
         spread = f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}"
         lines.append(f"{r['policy']:<22} {r['seconds_per_iteration']:>11.4f} {spread:>17} "
                      f"{r.get('vs_hetmem_static', 0):>7.3f}x {r.get('vs_all_fast', 0):>8.3f}x "
@@ -339,6 +342,9 @@ def text_tables(result: dict) -> str:
         if sw:
             lines.append(f"{title} ({sw['policy']}, {sw['phase']} s/iteration, {sw['setting']}):")
             for p in sw["points"]:
+                if p["seconds"] is None:
+                    lines.append(f"  {sw['setting']}={p['value']:<3} failed: {p['failed']}")
+                    continue
                 mark = " <- model" if p["value"] == sw.get("model") else ""
                 mark += " (best)" if p["value"] == sw.get("best") else ""
                 lines.append(f"  {sw['setting']}={p['value']:<3} {p['seconds']:.4f}{mark}")
@@ -425,8 +431,8 @@ def plots(result: dict) -> dict[str, bytes]:
         if not sw:
             continue
         fig, ax = plt.subplots(figsize=(6, 3.2))
-        xs = [p["value"] for p in sw["points"]]
-        ax.plot(xs, [p["seconds"] for p in sw["points"]], "o-")
+        measured = [p for p in sw["points"] if p["seconds"] is not None]
+        ax.plot([p["value"] for p in measured], [p["seconds"] for p in measured], "o-")
         if sw.get("model") is not None:
             ax.axvline(sw["model"], color="red", linestyle="--", label=f"model: {sw['model']}")
             ax.legend(fontsize=8)

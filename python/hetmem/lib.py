@@ -217,6 +217,7 @@ class Library:
         c.hm_option_get.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
                                     ctypes.c_size_t]
         c.hm_rules_check.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+        c.hm_option_check.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
         c.hm_calibration_get.argtypes = [ctypes.POINTER(_Calibration)]
         c.hm_policy_select.argtypes = [ctypes.c_char_p]
         c.hm_calibration_problem.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -292,6 +293,13 @@ class Library:
     def check_policy(self, name: str) -> str | None:
         """None if `name` is a placement policy, else the message listing the policies."""
         if self._c.hm_policy_select(name.encode()) == 0:
+            return None
+        return self.last_error()
+
+    def check_option(self, name: str, value: str) -> str | None:
+        """None if `value` is a value the option accepts (the library's own check, as hm_init
+        makes it), else the message: NAME='value': what is expected."""
+        if self._c.hm_option_check(name.encode(), value.encode()) == 0:
             return None
         return self.last_error()
 

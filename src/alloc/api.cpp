@@ -112,6 +112,24 @@ int hm_size_parse(const char *text, uint64_t *bytes) {
   })
 }
 
+int hm_option_check(const char *name, const char *value) {
+  HM_GUARD_INT({
+    Option id;
+    if (!option_find(name, &id)) return fail(HM_EINVAL, "unknown option '%s' (see `hetmem options`)", name ? name : "(null)");
+    if (!value) return fail(HM_EINVAL, "hm_option_check: value is NULL");
+    return option_check(id, value);
+  })
+}
+
+int hm_option_number(const char *name, double *value) {
+  HM_GUARD_INT({
+    Option id;
+    if (!option_find(name, &id)) return fail(HM_EINVAL, "unknown option '%s' (see `hetmem options`)", name ? name : "(null)");
+    if (!value) return fail(HM_EINVAL, "hm_option_number: value is NULL");
+    return option_number(id, value);
+  })
+}
+
 int hm_option_get(const char *name, char *value, size_t value_len, char *source, size_t source_len) {
   HM_GUARD_INT({
     // Reads the environment if nothing has yet; never initialises the tiers (the preload library

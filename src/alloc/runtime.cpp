@@ -59,6 +59,7 @@ int init_locked() {
   options_load();
   long verbose = 0, emul = 1, thp = 1;
   int rc;
+  if ((rc = options_check()) != HM_OK) return rc;
   if ((rc = option_int(Option::kVerbose, &verbose)) != HM_OK) return rc;
   set_log_level(static_cast<int>(verbose));
   if ((rc = option_int(Option::kEmul, &emul)) != HM_OK) return rc;

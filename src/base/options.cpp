@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <atomic>
@@ -18,53 +19,53 @@ constexpr OptionSpec kOptions[] = {
     {Option::kTiers, "HM_TIERS", "",
      "role=tier list, e.g. fast=dram,capacity=emul:optane,persistent=file:/var/tmp/hm.pool; "
      "overrides discovery for the roles it names"},
-    {Option::kFastBudget, "HM_FAST_BUDGET", "0", "bytes of the fast tier this process may hold (0 = unlimited), e.g. 2G"},
-    {Option::kCapacityBudget, "HM_CAPACITY_BUDGET", "0", "bytes of the capacity tier this process may hold (0 = unlimited)"},
-    {Option::kPersistentBudget, "HM_PERSISTENT_BUDGET", "0", "bytes of the persistent tier this process may hold (0 = unlimited)"},
-    {Option::kPoolSize, "HM_POOL_SIZE", "1G", "size of a file: pool created without an explicit size (file:PATH:SIZE)"},
+    {Option::kFastBudget, "HM_FAST_BUDGET", "0", "bytes of the fast tier this process may hold (0 = unlimited), e.g. 2G", OptionKind::kSize},
+    {Option::kCapacityBudget, "HM_CAPACITY_BUDGET", "0", "bytes of the capacity tier this process may hold (0 = unlimited)", OptionKind::kSize},
+    {Option::kPersistentBudget, "HM_PERSISTENT_BUDGET", "0", "bytes of the persistent tier this process may hold (0 = unlimited)", OptionKind::kSize},
+    {Option::kPoolSize, "HM_POOL_SIZE", "1G", "size of a file: pool created without an explicit size (file:PATH:SIZE)", OptionKind::kSize},
     {Option::kHugetlbPool, "HM_HUGETLB_POOL", "0",
-     "bytes of 2 MiB hugetlb pages reserved at start for allocations of 2 MiB or more (first fit)"},
-    {Option::kHugetlb1G, "HM_HUGETLB_1G", "0", "bytes of 1 GiB hugetlb pages reserved at start for allocations of 1 GiB or more"},
-    {Option::kThp, "HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free"},
-    {Option::kEmul, "HM_EMUL", "1", "1: charge the emulated tier's delay; 0: emulated tiers behave as DRAM"},
+     "bytes of 2 MiB hugetlb pages reserved at start for allocations of 2 MiB or more (first fit)", OptionKind::kSize},
+    {Option::kHugetlb1G, "HM_HUGETLB_1G", "0", "bytes of 1 GiB hugetlb pages reserved at start for allocations of 1 GiB or more", OptionKind::kSize},
+    {Option::kThp, "HM_THP", "1", "1: madvise(MADV_HUGEPAGE) on allocations of 2 MiB or more when no hugetlb page is free", OptionKind::kSwitch},
+    {Option::kEmul, "HM_EMUL", "1", "1: charge the emulated tier's delay; 0: emulated tiers behave as DRAM", OptionKind::kSwitch},
     {Option::kPolicy, "HM_POLICY", "first-touch",
      "placement policy for object classes (hm_class_alloc); `hetmem policies` lists them"},
     {Option::kMigrationSpace, "HM_MIGRATION_SPACE", "0",
      "hetmem-static and hetmem: bytes of the fast tier kept as the migration space (staging slots for streamed "
      "tiles; 0: none under hetmem-static; under hetmem 24 times the largest tile, at least 4 MiB, at most an "
-     "eighth of the fast budget)"},
+     "eighth of the fast budget)", OptionKind::kSize},
     {Option::kHelpers, "HM_HELPERS", "", "helper threads that stage streamed tiles (0..max(8, 2 x CPUs); empty: the helper model "
-     "decides per phase)"},
+     "decides per phase)", OptionKind::kInteger, 0, 4096},
     {Option::kPrefetchDistance, "HM_PREFETCH_DISTANCE", "", "units (particles) ahead that kernels prefetch field data (0..64, 0: none; empty: "
-     "the prefetch model decides per phase under hetmem-static+prefetch and hetmem)"},
+     "the prefetch model decides per phase under hetmem-static+prefetch and hetmem)", OptionKind::kInteger, 0, 64},
     {Option::kSampleBudget, "HM_SAMPLE_BUDGET", "0.01",
      "fraction of the run time the referenced-page sampler (profiler, emulated tier) may cost; "
-     "the first instance of every phase is sampled regardless"},
+     "the first instance of every phase is sampled regardless", OptionKind::kFraction},
     {Option::kCalibration, "HM_CALIBRATION", "", "calibration cache file (default $XDG_CACHE_HOME/hetmem/calibration or ~/.cache/...)"},
-    {Option::kNtThreshold, "HM_NT_THRESHOLD", "8M", "copies at least this large use non-temporal stores"},
-    {Option::kRetain, "HM_RETAIN", "256M", "freed large mappings kept per tier for reuse before being returned to the OS"},
+    {Option::kNtThreshold, "HM_NT_THRESHOLD", "8M", "copies at least this large use non-temporal stores", OptionKind::kSize},
+    {Option::kRetain, "HM_RETAIN", "256M", "freed large mappings kept per tier for reuse before being returned to the OS", OptionKind::kSize},
     {Option::kDefaultRole, "HM_DEFAULT_ROLE", "fast", "role used by hm_malloc outside any hm_mode_push scope"},
-    {Option::kVerbose, "HM_VERBOSE", "0", "0: quiet; 1: log failures; 2: log discovery and decisions"},
+    {Option::kVerbose, "HM_VERBOSE", "0", "0: quiet; 1: log failures; 2: log discovery and decisions", OptionKind::kInteger, 0, 3},
     {Option::kProfile, "HM_PROFILE", "", "preload library: write a heap/phase trace to this file (set by `hetmem profile`)"},
     {Option::kSummary, "HM_SUMMARY", "", "preload library: write the run summary (JSON: tiers, classes, spaces, phases, iteration "
      "times) to this file at exit (set by `hetmem compare --plan`)"},
-    {Option::kProfileDepth, "HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)"},
-    {Option::kProfileLarge, "HM_PROFILE_LARGE", "256K", "objects at least this large get their own mapping and per-phase referenced bytes"},
-    {Option::kProfileChildren, "HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded"},
+    {Option::kProfileDepth, "HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)", OptionKind::kInteger, 0, 32},
+    {Option::kProfileLarge, "HM_PROFILE_LARGE", "256K", "objects at least this large get their own mapping and per-phase referenced bytes", OptionKind::kSize},
+    {Option::kProfileChildren, "HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded", OptionKind::kSwitch},
     {Option::kProfileRootPid, "HM_PROFILE_ROOT_PID", "", "set by the preload library: the run's first process (and what it execs), whose "
      "trace is TRACE and which alone writes the run summary and names unused plan sites; every other process of the "
      "run (forked or exec'd, with HM_PROFILE_CHILDREN=1) writes TRACE.PID"},
     {Option::kIterationWindow, "HM_ITERATION_WINDOW", "0.1", "preload library: seconds per inferred iteration of a program that marks none "
-     "(0: none; see HM_ITERATION_AT)"},
+     "(0: none; see HM_ITERATION_AT)", OptionKind::kNumber, 0, 3600},
     {Option::kIterationAt, "HM_ITERATION_AT", "", "preload library: a function (its symbol) whose every entry ends an inferred iteration, "
      "in place of time windows (set by `hetmem profile/run --iteration-at`)"},
     {Option::kRules, "HM_RULES", "", "preload library: placement rules file (set by `hetmem run --rules`)"},
     {Option::kReplicaKey, "HM_REPLICA_KEY", "", "key file shared with a hetmem-replica server started with --key (owner-only, at least "
      "16 bytes): a primary and the server then prove to each other that they hold it"},
     {Option::kPmCheck, "HM_PM_CHECK", "0", "1: persistent octrees validate every family when restored (slower; bounds are always "
-     "checked)"},
+     "checked)", OptionKind::kSwitch},
     {Option::kPmThp, "HM_PM_THP", "0", "1: map persistent pools with madvise(MADV_HUGEPAGE): a new pool's first writes fault once per "
-     "2 MiB, but on a page-cache file every persist writes back whole 2 MiB folios (no effect on DAX)"},
+     "2 MiB, but on a page-cache file every persist writes back whole 2 MiB folios (no effect on DAX)", OptionKind::kSwitch},
     {Option::kMemkind, "HM_MEMKIND", "", "hetmem's libmemkind: KIND=ROLE_OR_TIER overrides of the kind table, e.g. "
      "HBW=emul:cxl,DAX_KMEM=capacity (docs/memkind.md)"},
 };
@@ -124,6 +125,12 @@ const std::string *option_text(const char *name, OptionSource *source) {
   int i = index_of(name);
   if (i < 0) return nullptr;
   return &option_text(static_cast<Option>(i), source);
+}
+
+bool option_find(const char *name, Option *id) {
+  const int i = name ? index_of(name) : -1;
+  if (i >= 0) *id = static_cast<Option>(i);
+  return i >= 0;
 }
 
 void option_set(const char *name, const std::string &value) {
@@ -209,6 +216,80 @@ std::string format_size(uint64_t b) {
   char buf[32];
   snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
   return buf;
+}
+
+namespace {
+
+// The value of `text` for a numeric kind, or the reason it is not one.
+bool parse_number(const OptionSpec &spec, const std::string &text, double *value, std::string *why) {
+  char *end = nullptr;
+  switch (spec.kind) {
+    case OptionKind::kText: return true;
+    case OptionKind::kSize: {
+      uint64_t bytes = 0;
+      if (!parse_size(text, &bytes, why)) return false;
+      *value = static_cast<double>(bytes);
+      return true;
+    }
+    case OptionKind::kSwitch:
+      if (text == "0" || text == "1") {
+        *value = text == "1" ? 1 : 0;
+        return true;
+      }
+      *why = "expected 0 or 1";
+      return false;
+    case OptionKind::kFraction:
+    case OptionKind::kInteger:
+    case OptionKind::kNumber: {
+      const double lo = spec.kind == OptionKind::kFraction ? 0 : spec.lo;
+      const double hi = spec.kind == OptionKind::kFraction ? 1 : spec.hi;
+      if (text.empty() && spec.kind == OptionKind::kInteger && !*spec.default_value) {
+        *value = std::nan("");  // unset: the component decides
+        return true;
+      }
+      double v = spec.kind == OptionKind::kInteger ? static_cast<double>(std::strtol(text.c_str(), &end, 10))
+                                                   : std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0' || !(v >= lo && v <= hi)) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "expected %s from %g to %g%s",
+                      spec.kind == OptionKind::kInteger ? "an integer" : "a number", lo, hi,
+                      spec.kind == OptionKind::kFraction ? " (0.01 = 1%)" : "");
+        *why = buf;
+        return false;
+      }
+      *value = v;
+      return true;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int option_check(Option id, const std::string &text) {
+  const OptionSpec &spec = kOptions[static_cast<int>(id)];
+  double ignored = 0;
+  std::string why;
+  if (!parse_number(spec, text, &ignored, &why))
+    return fail(HM_EFORMAT, "%s='%s': %s", spec.name, text.c_str(), why.c_str());
+  return HM_OK;
+}
+
+int options_check() {
+  for (int i = 0; i < kCount; ++i) {
+    const Option id = static_cast<Option>(i);
+    if (int rc = option_check(id, option_text(id)); rc != HM_OK) return rc;
+  }
+  return HM_OK;
+}
+
+int option_number(Option id, double *value) {
+  const OptionSpec &spec = kOptions[static_cast<int>(id)];
+  const std::string &text = option_text(id);
+  std::string why;
+  if (spec.kind == OptionKind::kText) return fail(HM_EINVAL, "%s is not a numeric option", spec.name);
+  if (!parse_number(spec, text, value, &why)) return fail(HM_EFORMAT, "%s='%s': %s", spec.name, text.c_str(), why.c_str());
+  return HM_OK;
 }
 
 }  // namespace hm

@@ -43,11 +43,24 @@ enum class Option : int {
   kCount
 };
 
+// What an option's text must be; hm_init refuses a value that is not (naming the variable, the
+// text and what it expects), so that code reading a checked option parses it without a fallback.
+enum class OptionKind : uint8_t {
+  kText,      // anything (names, paths, lists parsed by their own layer)
+  kSize,      // bytes: "2G", "512MiB", "4096"
+  kSwitch,    // 0 or 1
+  kInteger,   // an integer from lo to hi; empty when the default is empty (unset)
+  kNumber,    // a decimal number from lo to hi
+  kFraction,  // a number from 0 to 1
+};
+
 struct OptionSpec {
   Option id;
   const char *name;
   const char *default_value;
   const char *doc;
+  OptionKind kind = OptionKind::kText;
+  double lo = 0, hi = 0;  // kInteger and kNumber
 };
 
 enum class OptionSource { kDefault, kEnvironment, kApi };
@@ -63,6 +76,8 @@ const char *option_name(Option id);  // "HM_FAST_BUDGET"
 const std::string &option_text(Option id, OptionSource *source = nullptr);
 // The same by name, for the C API (hm_option_get); nullptr for an unknown name.
 const std::string *option_text(const char *name, OptionSource *source = nullptr);
+// The option called `name`; false for an unknown name.
+bool option_find(const char *name, Option *id);
 void option_set(const char *name, const std::string &value);  // records source "api"
 const char *option_source_name(OptionSource s);
 
@@ -74,5 +89,14 @@ int option_int(Option id, long *value);
 // Reads a number in [0, 1]; HM_EFORMAT naming the variable otherwise.
 int option_fraction(Option id, double *value);
 std::string format_size(uint64_t bytes);
+
+// HM_OK when `text` is a value option `id` accepts (its kind and range), else HM_EFORMAT with
+// "NAME='text': what is expected" as the last error.
+int option_check(Option id, const std::string &text);
+// Checks every option's effective value (hm_init, before it reads any).
+int options_check();
+// A checked numeric option's value: bytes for a size, 0/1 for a switch; NaN for an empty
+// (unset) integer. HM_EFORMAT as option_check for a malformed one.
+int option_number(Option id, double *value);
 
 }  // namespace hm

@@ -230,11 +230,10 @@ std::string option(const char *name) {
   return value;
 }
 
-// A size option already validated by hm_init ("1M", "4096").
-uint64_t size_option(const char *name, uint64_t def) {
-  uint64_t bytes = 0;
-  std::string v = option(name);
-  return !v.empty() && hm_size_parse(v.c_str(), &bytes) == HM_OK && bytes ? bytes : def;
+// A numeric option, checked by hm_init (a size in bytes, a switch 0/1, a number in its range).
+double number_option(const char *name) {
+  double v = 0;
+  return hm_option_number(name, &v) == HM_OK ? v : 0;
 }
 
 void iteration_entered() {
@@ -260,7 +259,7 @@ void infer_iterations() {
     }
     say("--iteration-at: no call to hook, time windows used instead", hooked.detail);
   }
-  double window = atof(option("HM_ITERATION_WINDOW").c_str());
+  const double window = number_option("HM_ITERATION_WINDOW");
   if (!(window > 0)) return;
   if (hm_iteration_infer_start("iteration (window)", window) == HM_OK) {
     g_owing = true;
@@ -286,7 +285,7 @@ __attribute__((constructor)) void start_up() {
       return;
     }
     g_started = true;
-    g_children = option("HM_PROFILE_CHILDREN") == "1";
+    g_children = number_option("HM_PROFILE_CHILDREN") == 1;
     // A profile is the program's own unless children are followed; placement follows every
     // program the run execs (Rscript execs R; a script or launcher execs the real program).
     if (!g_children && !trace.empty()) remove_self_from_ld_preload();
@@ -294,14 +293,14 @@ __attribute__((constructor)) void start_up() {
     const bool first_process = root_pid.empty();
     g_root = first_process || root_pid == std::to_string(getpid());
     if (first_process) setenv("HM_PROFILE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
-    g_large = size_option("HM_PROFILE_LARGE", g_large);
+    if (const double large = number_option("HM_PROFILE_LARGE"); large > 0) g_large = static_cast<uint64_t>(large);
     if (!rules.empty()) {
       char error[512] = {};
       if (hm_rules_install(rules.c_str(), error, sizeof error) == HM_OK) g_rules = true;
       else say("rules not applied", error);
     }
     if (!trace.empty()) {
-      int depth = atoi(option("HM_PROFILE_DEPTH").c_str());
+      const int depth = static_cast<int>(number_option("HM_PROFILE_DEPTH"));
       // Any program exec'd with --children (by a followed child, or by the first process itself)
       // writes TRACE.PID, never over the first trace.
       std::string path = trace;

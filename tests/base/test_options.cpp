@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "base/options.h"
 #include "hetmem/hetmem.h"
 #include "../support.h"
@@ -75,4 +77,48 @@ TEST(Options, UnknownDefaultRoleIsAnError) {
   EXPECT_EQ(hm_test::configure("", "HM_DEFAULT_ROLE", "fastest"), HM_EFORMAT);
   EXPECT_NE(std::string(hm_last_error()).find("HM_DEFAULT_ROLE"), std::string::npos);
   ASSERT_EQ(hm_test::configure(""), HM_OK);
+}
+
+// Every numeric option is checked by hm_init against its kind and range, naming the variable, the
+// text and what it expects: a malformed value never becomes 0 in the code that reads it.
+TEST(Options, EveryNumericOptionIsCheckedByInitWithItsRange) {
+  struct Case {
+    const char *name, *value, *expected;
+  } cases[] = {{"HM_ITERATION_WINDOW", "abc", "expected a number from 0 to 3600"},
+               {"HM_ITERATION_WINDOW", "7200", "expected a number from 0 to 3600"},
+               {"HM_PROFILE_DEPTH", "40", "expected an integer from 0 to 32"},
+               {"HM_PROFILE_LARGE", "1Q", "unknown unit 'Q'"},
+               {"HM_THP", "yes", "expected 0 or 1"},
+               {"HM_SAMPLE_BUDGET", "2", "expected a number from 0 to 1"},
+               {"HM_PREFETCH_DISTANCE", "x", "expected an integer from 0 to 64"}};
+  for (const Case &c : cases) {
+    EXPECT_EQ(hm_test::configure("", c.name, c.value), HM_EFORMAT) << c.name << "=" << c.value;
+    const std::string msg = hm_last_error();
+    EXPECT_NE(msg.find(std::string(c.name) + "='" + c.value + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.expected), std::string::npos) << msg;
+    unsetenv(c.name);
+  }
+  EXPECT_EQ(hm_test::configure(""), HM_OK);
+}
+
+TEST(Options, TheLibraryAnswersWhetherAValueIsValidAndWhatANumericOptionIs) {
+  EXPECT_EQ(hm_option_check("HM_ITERATION_WINDOW", "0.25"), HM_OK);
+  EXPECT_EQ(hm_option_check("HM_ITERATION_WINDOW", "-1"), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("HM_ITERATION_WINDOW='-1'"), std::string::npos);
+  EXPECT_EQ(hm_option_check("HM_NOPE", "1"), HM_EINVAL);
+  EXPECT_EQ(hm_option_check("HM_TIERS", "anything at all"), HM_OK) << "text options are checked where they are parsed";
+  double v = 0;
+  setenv("HM_PROFILE_LARGE", "1M", 1);
+  setenv("HM_HELPERS", "", 1);
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+  ASSERT_EQ(hm_option_number("HM_PROFILE_LARGE", &v), HM_OK);
+  EXPECT_EQ(v, 1 << 20);
+  ASSERT_EQ(hm_option_number("HM_ITERATION_WINDOW", &v), HM_OK);
+  EXPECT_DOUBLE_EQ(v, 0.1) << "the default";
+  ASSERT_EQ(hm_option_number("HM_HELPERS", &v), HM_OK);
+  EXPECT_TRUE(std::isnan(v)) << "an integer option left empty: unset";
+  EXPECT_EQ(hm_option_number("HM_TIERS", &v), HM_EINVAL) << "not a numeric option";
+  unsetenv("HM_PROFILE_LARGE");
+  unsetenv("HM_HELPERS");
+  EXPECT_EQ(hm_test::configure(""), HM_OK);
 }

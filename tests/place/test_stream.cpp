@@ -203,12 +203,13 @@ TEST_F(Stream, HelperCountOutOfRangeNamesTheRange) {
   const std::string why = hm_last_error();
   EXPECT_NE(why.find("HM_HELPERS=999"), std::string::npos) << why;
   EXPECT_NE(why.find("between 0 and"), std::string::npos) << why;
-  setenv("HM_HELPERS", "two", 1);
+  // Not an integer at all: refused when hetmem starts, as every numeric option is.
   hm_stream_destroy(s_);
   s_ = nullptr;
-  start("hetmem", "two");
-  EXPECT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_EFORMAT);
-  EXPECT_NE(std::string(hm_last_error()).find("expected an integer"), std::string::npos) << hm_last_error();
+  setenv("HM_HELPERS", "two", 1);
+  EXPECT_EQ(hm_test::configure("capacity=emul:optane"), HM_EFORMAT);
+  EXPECT_NE(std::string(hm_last_error()).find("HM_HELPERS='two': expected an integer"), std::string::npos)
+      << hm_last_error();
 }
 
 // Kernels on two threads acquire and release tiles of one batch at once.
@@ -487,9 +488,11 @@ TEST(PrefetchModel, TheDistanceFollowsThePolicyThePlacementAndTheOverride) {
   ASSERT_EQ(hm_policy_select("first-touch"), HM_OK);
   EXPECT_EQ(hm_prefetch_distance("push", 50), 7) << "the override applies under any policy";
   setenv("HM_PREFETCH_DISTANCE", "99", 1);
-  ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
-  EXPECT_EQ(hm_prefetch_distance("push", 50), 0) << "out of range: prefetch off, with a message";
+  EXPECT_EQ(hm_test::configure("capacity=emul:optane"), HM_EFORMAT) << "out of range: refused when hetmem starts";
+  EXPECT_NE(std::string(hm_last_error()).find("HM_PREFETCH_DISTANCE='99': expected an integer from 0 to 64"),
+            std::string::npos) << hm_last_error();
   unsetenv("HM_PREFETCH_DISTANCE");
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
   hm_free(fast_part);
   hm_free(slow_part);
   hm_test::configure("");

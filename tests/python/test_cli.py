@@ -192,9 +192,12 @@ def test_run_refuses_a_mistyped_option_in_the_environment_instead_of_running_wit
     program = ["sh", "-c", f"touch {marker}"]
     for env, said in (({"HM_TIERS": "capacity=emul:optan"}, "unknown emulation profile 'optan'"),
                       ({"HM_FAST_BUDGET": "2Q"}, "HM_FAST_BUDGET='2Q'"),
-                      ({"HM_POLICY": "nope"}, "'nope' is not a policy")):
+                      ({"HM_POLICY": "nope"}, "'nope' is not a policy"),
+                      ({"HM_ITERATION_WINDOW": "abc"}, "HM_ITERATION_WINDOW='abc': expected a number from 0 to 3600")):
         r = run("run", "--", *program, env_extra=env)
         assert r.returncode == 2 and said in r.stderr, (env, r.stderr)
         assert not marker.exists(), f"{env}: the program ran"
+    r = run("run", "--window", "9999", "--", *program)
+    assert r.returncode == 2 and "expected a number from 0 to 3600" in r.stderr and not marker.exists(), r.stderr
     r = run("run", "--", *program)
     assert r.returncode == 0 and marker.exists(), r.stderr
