@@ -273,7 +273,7 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
             TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
         task = progress.add_task("all-fast (footprint)", total=total)
-        done, started = [0], time.monotonic()
+        done, planned, started = [0], [total], time.monotonic()
 
         def advance(description: str) -> None:
             """One run done: the bar on a terminal, a line in a batch job's log (no bar there)."""
@@ -281,7 +281,7 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
             progress.advance(task)
             done[0] += 1
             if not console.is_terminal:
-                print(f"hetmem compare: {done[0]}/{total} runs done, the last {description} "
+                print(f"hetmem compare: {done[0]}/{planned[0]} runs done, the last {description} "
                       f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
 
         reference = _run(workload, "all-fast", None, iterations, threads, tiers, tmp, "reference")
@@ -315,7 +315,8 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
             # may differ) does not move it off the points measured.
             k = prefetch_sweep(points, docs).get("model")
             if k is not None and k not in distances:
-                progress.update(task, total=total + max(1, repeat // 2))
+                planned[0] += max(1, repeat // 2)
+                progress.update(task, total=planned[0])
                 more, _ = _sweep(workload, "hetmem-static+prefetch", None, "HM_PREFETCH_DISTANCE", [k],
                                  iterations, repeat, threads, tiers, tmp, advance)
                 points = sorted(points + more, key=lambda p: p["value"])
