@@ -100,6 +100,17 @@ int Spaces::size(uint64_t fast_budget, uint64_t migration, uint64_t *free_budget
   return rc;
 }
 
+uint64_t Spaces::give_to_free(hm_space_t space) {
+  if (space == HM_SPACE_FREE) return 0;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Counters &c = s_[space];
+  const uint64_t b = c.budget.load(std::memory_order_relaxed), u = c.in_use.load(std::memory_order_relaxed);
+  const uint64_t give = b > u ? b - u : 0;
+  c.budget.fetch_sub(give, std::memory_order_relaxed);
+  s_[HM_SPACE_FREE].budget.fetch_add(give, std::memory_order_relaxed);
+  return give;
+}
+
 void Spaces::size_free(uint64_t budget) {
   std::lock_guard<std::mutex> lock(mutex_);
   // What hot objects still hold on the fast tier (objects that could not move) stays accounted:

@@ -36,6 +36,9 @@ class Spaces {
   // then). HM_EBUDGET with the numbers in *why when the first three do not fit.
   int size(uint64_t fast_budget, uint64_t migration, uint64_t *free_budget, std::string *why);
   void size_free(uint64_t budget);
+  // Gives what `space` holds no object in (its budget less its bytes in use) to the free space:
+  // the migration space once staging is declined everywhere. Returns the bytes given.
+  uint64_t give_to_free(hm_space_t space);
   bool sized() const { return sized_.load(std::memory_order_acquire); }
   uint64_t in_use(hm_space_t space) const { return s_[space].in_use.load(std::memory_order_relaxed); }
   uint64_t budget(hm_space_t space) const { return s_[space].budget.load(std::memory_order_relaxed); }

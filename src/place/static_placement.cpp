@@ -212,7 +212,8 @@ class SettleObserver final : public PhaseObserver {
       settle(iteration);
       return;
     }
-    if (streaming_mechanism().active() && !g_streamed_after_decline.load() && staging_declined())
+    if (streaming_mechanism().active() && !g_streamed_after_decline.load() && staging_declined() &&
+        migration_returned())
       place_streamed_after_decline();
   }
 };

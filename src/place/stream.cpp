@@ -54,6 +54,7 @@ bool staging_wanted() {
 }
 
 bool staging_declined() { return engine().declined.load(std::memory_order_acquire); }
+bool migration_returned() { return engine().migration_returned.load(std::memory_order_acquire); }
 
 // Allocates the staging slots once the migration space is sized (the engine's lock held).
 int ensure_staging(Engine &e) {
@@ -264,6 +265,7 @@ class Streaming final : public Mechanism {
       std::lock_guard<std::mutex> lock(e.mutex);
       e.decisions.clear();
       e.decisions_changed();
+      e.migration_returned.store(false);
     }
     copy_bandwidth_forget();
   }

@@ -54,6 +54,9 @@ struct Engine {
   // without the lock: static placement asks between iterations, under the phase lock, which a
   // sweep takes while it holds this one.
   std::atomic<bool> declined{false};
+  // Once declined everywhere, the next sweep frees the staging slots and gives the migration
+  // space's budget to the free space (static placement then fills it between two iterations).
+  std::atomic<bool> migration_returned{false};
   void decisions_changed() {
     bool all_home = !decisions.empty();
     for (const auto &kv : decisions) all_home = all_home && !kv.second.stage;
@@ -70,6 +73,8 @@ bool staging_wanted();
 // Whether the helper model has decided for at least one phase and, for every phase it decided,
 // that tiles stay at home (declined, or withdrawn after a staged sweep was timed).
 bool staging_declined();
+// Whether, staging declined everywhere, the migration space has been given to the free space.
+bool migration_returned();
 // Allocates the staging slots once the migration space is sized (the engine's lock held).
 int ensure_staging(Engine &e);
 void release_staging(Engine &e);
