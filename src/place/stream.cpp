@@ -222,7 +222,17 @@ int end_sweep(hm_stream_t *s) {
   s->active = false;
   std::lock_guard<std::mutex> lock(e.mutex);
   e.sweeping = nullptr;
+  return_migration_if_declined(e);  // nothing is in flight now
   return HM_OK;
+}
+
+void return_migration_if_declined(Engine &e) {
+  if (!e.declined.load() || e.migration_returned.load()) return;
+  release_staging(e);
+  const uint64_t given = spaces().give_to_free(HM_SPACE_MIGRATION);
+  e.migration_returned.store(true);
+  log(2, "streaming: staging declined in every phase: the migration space's %s returned to the free space",
+      format_size(given).c_str());
 }
 
 

@@ -85,6 +85,10 @@ void stage_in(hm_stream_t *s, size_t index);
 // Returns the helper count decided; *stage says whether staging pays.
 int decide(hm_stream_t *s, double t_comp, double t_home, bool *stage);
 int end_sweep(hm_stream_t *s);
+// Staging declined in every phase and no sweep running (the engine's lock held): the staging
+// slots go and the migration space's room returns to the free space, once, for static placement
+// to fill between two iterations.
+void return_migration_if_declined(Engine &e);
 
 // The largest tile of the live streams of a class (the migration space's default follows it).
 uint64_t largest_streamed_tile();

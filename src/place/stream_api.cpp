@@ -119,15 +119,7 @@ int hm_stream_sweep(hm_stream_t *s, size_t first, size_t last) {
       return fail(HM_EBUSY, "hm_stream_sweep: another sweep is running in this process (one at a time: end it with "
                   "hm_stream_next returning 0 or hm_stream_sweep_end)");
     s->phase = open_phase_name();
-    // Staging declined for every phase (no sweep is running now): the slots go, and the
-    // migration space's room returns to the free space for static placement to fill.
-    if (e.declined.load() && !e.migration_returned.load()) {
-      release_staging(e);
-      const uint64_t given = spaces().give_to_free(HM_SPACE_MIGRATION);
-      e.migration_returned.store(true);
-      log(2, "streaming: staging declined in every phase: the migration space's %s returned to the free space",
-          format_size(given).c_str());
-    }
+    return_migration_if_declined(e);  // no sweep is running now
     auto known = e.decisions.find(s->phase);
     bool staged = s->cls >= 0 && staging_wanted() && (known == e.decisions.end() || known->second.stage);
     if (staged) {
