@@ -95,7 +95,8 @@ void promote_streamed(int fast, int cap, hm_placement_stats_t *st) {
   }
   std::sort(streamed.begin(), streamed.end(), [](const Object &a, const Object &b) { return a.seq < b.seq; });
   for (const Object &o : streamed) {
-    if (!spaces().reserve(HM_SPACE_FREE, o.size)) break;
+    // Room first: a reservation that fails counts as the free space overflowing, which this is not.
+    if (spaces().free_room() < o.size || !spaces().reserve(HM_SPACE_FREE, o.size)) break;
     if (hm_move(o.ptr, fast) == HM_OK && object_moved(o.ptr, fast, true)) {
       ++st->promoted;
       st->promoted_bytes += o.size;

@@ -154,6 +154,7 @@ TEST_F(Spaces, TheRoomHotObjectsLeaveTakesStreamedObjectsInAllocationOrder) {
     }
     EXPECT_EQ(ps.promoted, expected);
     EXPECT_LE(space(HM_SPACE_FREE).in_use, space(HM_SPACE_FREE).budget);
+    EXPECT_EQ(space(HM_SPACE_FREE).overflows, 0u) << "a streamed object that does not fit is no overflow";
     for (char *t : tiles) hm_free(t);
     hm_free(h);
     EXPECT_EQ(space(HM_SPACE_FREE).in_use, 0u) << "frees leave the space";
