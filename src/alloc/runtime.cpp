@@ -66,7 +66,7 @@ int init_locked() {
   emul_set_enabled(emul != 0);
   if ((rc = option_int(Option::kThp, &thp)) != HM_OK) return rc;
   g_alloc_settings.thp = thp != 0;
-  if ((rc = option_fraction(Option::kSampleBudget, &g_alloc_settings.sample_budget)) != HM_OK) return rc;
+  if ((rc = option_number(Option::kSampleBudget, &g_alloc_settings.sample_budget)) != HM_OK) return rc;
   uint64_t nt = 0, pool_2m = 0, pool_1g = 0, dummy = 0;
   if ((rc = option_size(Option::kNtThreshold, &nt)) != HM_OK) return rc;
   set_nt_threshold(nt);

@@ -37,7 +37,8 @@ constexpr OptionSpec kOptions[] = {
     {Option::kHelpers, "HM_HELPERS", "", "helper threads that stage streamed tiles (0..max(8, 2 x CPUs); empty: the helper model "
      "decides per phase)", OptionKind::kInteger, 0, 4096},
     {Option::kPrefetchDistance, "HM_PREFETCH_DISTANCE", "", "units (particles) ahead that kernels prefetch field data (0..64, 0: none; empty: "
-     "the prefetch model decides per phase under hetmem-static+prefetch and hetmem)", OptionKind::kInteger, 0, 64},
+     "the prefetch model decides per phase under hetmem-static+prefetch and hetmem)", OptionKind::kInteger, 0,
+     kMaxPrefetchDistance},
     {Option::kSampleBudget, "HM_SAMPLE_BUDGET", "0.01",
      "fraction of the run time the referenced-page sampler (profiler, emulated tier) may cost; "
      "the first instance of every phase is sampled regardless", OptionKind::kFraction},
@@ -49,7 +50,7 @@ constexpr OptionSpec kOptions[] = {
     {Option::kProfile, "HM_PROFILE", "", "preload library: write a heap/phase trace to this file (set by `hetmem profile`)"},
     {Option::kSummary, "HM_SUMMARY", "", "preload library: write the run summary (JSON: tiers, classes, spaces, phases, iteration "
      "times) to this file at exit (set by `hetmem compare --plan`)"},
-    {Option::kProfileDepth, "HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)", OptionKind::kInteger, 0, 32},
+    {Option::kProfileDepth, "HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)", OptionKind::kInteger, 0, kMaxProfileDepth},
     {Option::kProfileLarge, "HM_PROFILE_LARGE", "256K", "objects at least this large get their own mapping and per-phase referenced bytes", OptionKind::kSize},
     {Option::kProfileChildren, "HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded", OptionKind::kSwitch},
     {Option::kProfileRootPid, "HM_PROFILE_ROOT_PID", "", "set by the preload library: the run's first process (and what it execs), whose "
@@ -195,15 +196,6 @@ int option_int(Option id, long *value) {
   return HM_OK;
 }
 
-int option_fraction(Option id, double *value) {
-  const std::string &t = option_text(id);
-  char *end = nullptr;
-  double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || *end != '\0' || !(v >= 0 && v <= 1))
-    return fail(HM_EFORMAT, "%s='%s': expected a fraction between 0 and 1 (0.01 = 1%%)", option_name(id), t.c_str());
-  *value = v;
-  return HM_OK;
-}
 
 std::string format_size(uint64_t b) {
   const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -43,6 +43,10 @@ enum class Option : int {
   kCount
 };
 
+// Ranges an option shares with the code behind it (the table checks them, the code sizes by them).
+constexpr int kMaxProfileDepth = 32;      // HM_PROFILE_DEPTH: return addresses per call site
+constexpr int kMaxPrefetchDistance = 64;  // HM_PREFETCH_DISTANCE and the prefetch model's k: units ahead
+
 // What an option's text must be; hm_init refuses a value that is not (naming the variable, the
 // text and what it expects), so that code reading a checked option parses it without a fallback.
 enum class OptionKind : uint8_t {
@@ -86,8 +90,6 @@ bool parse_size(const std::string &text, uint64_t *bytes, std::string *error);
 // Reads a size option; on malformed text fails with HM_EFORMAT naming the variable and the text.
 int option_size(Option id, uint64_t *bytes);
 int option_int(Option id, long *value);
-// Reads a number in [0, 1]; HM_EFORMAT naming the variable otherwise.
-int option_fraction(Option id, double *value);
 std::string format_size(uint64_t bytes);
 
 // HM_OK when `text` is a value option `id` accepts (its kind and range), else HM_EFORMAT with

@@ -44,14 +44,19 @@ class HetmemStatic : public Policy {
       case HM_CLASS_HOT: return {fast_tier(), HM_PREFERRED | HM_MOVABLE};
       case HM_CLASS_STREAMING:
         if (spaces().sized()) return {spaces().free_room() >= r.size ? fast_tier() : capacity_tier(), HM_PREFERRED};
-        // Until the spaces are sized: at home on the capacity tier, movable into the room that
-        // hot objects leave (static_placement.cpp).
-        return {capacity_tier(), HM_PREFERRED | (r.size >= kMovableStreamed ? HM_MOVABLE : 0u)};
+        return streamed_at_home(r);
       default: return {capacity_tier(), HM_PREFERRED};
     }
   }
   std::vector<Mechanism *> mechanisms() const override { return {&static_placement_mechanism()}; }
   bool honours_class_interleave() const override { return true; }
+
+ protected:
+  // A streamed object at home on the capacity tier, movable (when large enough for a mapping of
+  // its own) into the room that hot objects leave when the spaces are sized (static_placement.cpp).
+  static Placement streamed_at_home(const Request &r) {
+    return {capacity_tier(), HM_PREFERRED | (r.size >= kMovableStreamed ? HM_MOVABLE : 0u)};
+  }
 };
 
 // Static placement plus the model-guided cache prefetch of field data (Ren et al. (ICS'21) §4.2).
@@ -76,8 +81,7 @@ class Hetmem final : public HetmemStatic {
   Placement place(const Request &r) const override {
     // Streamed objects live at home on the capacity tier for staging, unless the helper model
     // declined staging everywhere: then as static placement places them.
-    if (r.kind == HM_CLASS_STREAMING && !(spaces().sized() && staging_declined()))
-      return {capacity_tier(), HM_PREFERRED | (r.size >= kMovableStreamed ? HM_MOVABLE : 0u)};
+    if (r.kind == HM_CLASS_STREAMING && !(spaces().sized() && staging_declined())) return streamed_at_home(r);
     return HetmemStatic::place(r);
   }
   std::vector<Mechanism *> mechanisms() const override {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/options.h"
+
 namespace hm::place {
 
 // What the helper model knows about one phase's intervals (one batch of tiles each).
@@ -61,8 +63,8 @@ struct PrefetchSample {
 // Least squares for beta1 and beta2 given alpha (at least two distinct fractions).
 PrefetchFit fit_prefetch(const std::vector<PrefetchSample> &samples, double alpha_ns, double lat_fast_ns,
                          double lat_slow_ns);
-// Eq. 1: k = ceil(prefetch_time / time_per_unit), clamped to 1..kMaxPrefetchDistance.
-constexpr int kMaxPrefetchDistance = 64;
+// Eq. 1: k = ceil(prefetch_time / time_per_unit), clamped to 1..kMaxPrefetchDistance (base/options.h,
+// HM_PREFETCH_DISTANCE's range).
 int prefetch_distance(const PrefetchFit &fit, double fast_fraction, double lat_fast_ns, double lat_slow_ns,
                       double ns_per_unit);
 

@@ -54,8 +54,9 @@ struct Engine {
   // without the lock: static placement asks between iterations, under the phase lock, which a
   // sweep takes while it holds this one.
   std::atomic<bool> declined{false};
-  // Once declined everywhere, the next sweep frees the staging slots and gives the migration
-  // space's budget to the free space (static placement then fills it between two iterations).
+  // Once declined everywhere, the sweep that declined frees the staging slots as it ends and gives
+  // the migration space's budget to the free space (static placement then fills it between two
+  // iterations).
   std::atomic<bool> migration_returned{false};
   void decisions_changed() {
     bool all_home = !decisions.empty();

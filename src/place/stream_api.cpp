@@ -119,7 +119,6 @@ int hm_stream_sweep(hm_stream_t *s, size_t first, size_t last) {
       return fail(HM_EBUSY, "hm_stream_sweep: another sweep is running in this process (one at a time: end it with "
                   "hm_stream_next returning 0 or hm_stream_sweep_end)");
     s->phase = open_phase_name();
-    return_migration_if_declined(e);  // no sweep is running now
     auto known = e.decisions.find(s->phase);
     bool staged = s->cls >= 0 && staging_wanted() && (known == e.decisions.end() || known->second.stage);
     if (staged) {

@@ -12,6 +12,7 @@
 
 #include "alloc/hook.h"
 #include "base/error.h"
+#include "base/options.h"
 #include "hetmem/hetmem.h"
 #include "prim/prim.h"
 
@@ -24,7 +25,7 @@ std::atomic<bool> g_active{false};
 namespace {
 
 constexpr uint32_t kEventsPerBuffer = 2048;  // 64 KiB of events per block
-constexpr int kMaxDepth = 32;
+constexpr int kMaxDepth = kMaxProfileDepth;  // HM_PROFILE_DEPTH's range (base/options.h)
 constexpr uint32_t kSiteSlots = 1u << 16;
 constexpr uint64_t kBusy = 1;
 

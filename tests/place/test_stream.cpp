@@ -418,7 +418,7 @@ TEST(PrefetchModel, RegressionRecoversKnownCoefficients) {
   EXPECT_EQ(hm::place::prefetch_distance(fit, 0, lf, ls, 40), 4);
   EXPECT_EQ(hm::place::prefetch_distance(fit, 1, lf, ls, 40), 3);  // ceil((12 + 72) / 40)
   EXPECT_EQ(hm::place::prefetch_distance(fit, 1, lf, ls, 100), 1);
-  EXPECT_EQ(hm::place::prefetch_distance(fit, 0, lf, ls, 0.001), hm::place::kMaxPrefetchDistance);
+  EXPECT_EQ(hm::place::prefetch_distance(fit, 0, lf, ls, 0.001), hm::kMaxPrefetchDistance);
 }
 
 TEST(PrefetchModel, OneRatioDoesNotDetermineTwoBetas) {
