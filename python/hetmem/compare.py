@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from .compare_report import (ALL_FAST_TARGET, WARPX_PM_FULL_VS, WARPX_PM_STATIC_VS, all_fast_target, charged_share,
-                             iteration_times, phase_name, phase_seconds, size_text, steady, targets, text_tables,
-                             whole_run, write)
+                             iteration_times, measured_points, phase_name, phase_seconds, size_text, steady, targets,
+                             text_tables, whole_run, write)
 from .lib import HetmemError, query
 from .workloads import PicWorkload
 
@@ -224,7 +224,7 @@ def helper_sweep(result: dict, points: list[dict]) -> dict:
             sw["model"] = m["helpers"] if m["stage"] else None
             sw["model_decision"] = f"{m['helpers']} helper(s)" if m["stage"] else "no staging"
             sw["model_seconds"] = own
-            measured = [p for p in points if p["seconds"] is not None]
+            measured = measured_points(points)
             best = min([p["seconds"] for p in measured] + [own])
             sw["best"] = next((p["value"] for p in measured if p["seconds"] == best), None)
             sw["model_vs_best"] = own / best
@@ -237,7 +237,7 @@ def prefetch_sweep(points: list[dict], docs: list[dict]) -> dict:
     sw = {"policy": "hetmem-static+prefetch", "phase": SWEEP_PHASE, "setting": "HM_PREFETCH_DISTANCE",
           "points": points, "tier_note": "every object on the fast tier (DRAM): real prefetch, no emulation"}
     ks = [p["k"] for d in docs for p in d["placement"].get("prefetch", {}).get("phases", []) if p["phase"] == SWEEP_PHASE]
-    measured = [p for p in points if p["seconds"] is not None]
+    measured = measured_points(points)
     if ks and measured:
         k = statistics.median_low(ks)
         sw["model"] = k

@@ -191,16 +191,29 @@ def all_fast_target(result: dict) -> tuple[float, str] | None:
 
 
 
-def helper_outcome(m: dict) -> str:
-    """What the helper model's decision came to: staged, declined, or staged and then withdrawn
-    when a whole staged sweep took longer per interval than working at home."""
-    seen = m.get("t_staged_seen", 0)
+def staging_state(m: dict) -> str:
+    """What the helper model's decision for a phase came to: "staged", "withdrawn" (staged, then a
+    whole staged sweep took longer per interval than working at home) or "declined"."""
     if m["stage"]:
+        return "staged"
+    return "withdrawn" if m.get("t_staged_seen", 0) else "declined"
+
+
+def helper_outcome(m: dict) -> str:
+    """The helper model's decision in words (staging_state), with what was measured."""
+    seen = m.get("t_staged_seen", 0)
+    state = staging_state(m)
+    if state == "staged":
         return "staged" + (f" (a staged sweep then took {seen * 1e3:.2f} ms an interval)" if seen else "")
-    if seen:
+    if state == "withdrawn":
         return (f"staged, then withdrawn: a staged sweep took {seen * 1e3:.2f} ms an interval against "
                 f"{m['t_inplace'] * 1e3:.2f} ms at home, so tiles stay at home")
     return "tiles kept at home (staging would not pay)"
+
+def measured_points(points: list[dict]) -> list[dict]:
+    """A sweep's points that have a time (a value whose every run failed has none)."""
+    return [p for p in points if p["seconds"] is not None]
+
 
 def mechanism_outcomes(row: dict) -> list[str]:
     """Each mechanism of a hetmem run: applied, declined (why) or withdrawn (what was measured)."""
@@ -217,12 +230,12 @@ def mechanism_outcomes(row: dict) -> list[str]:
             ks = ", ".join(f"k = {p['k']}" for p in pf["phases"]) or "no phase"
             out.append(f"prefetch applied ({ks})")
     for m in row["placement"].get("streaming", {}).get("helper_models", []):
-        seen = m.get("t_staged_seen", 0)
-        if m["stage"]:
+        state = staging_state(m)
+        if state == "staged":
             out.append(f"staging applied in '{m['phase']}' ({m['helpers']} helper(s))")
-        elif seen:
-            out.append(f"staging withdrawn in '{m['phase']}' (measured: {seen * 1e3:.2f} ms an interval staged "
-                       f"against {m['t_inplace'] * 1e3:.2f} ms at home)")
+        elif state == "withdrawn":
+            out.append(f"staging withdrawn in '{m['phase']}' (measured: {m['t_staged_seen'] * 1e3:.2f} ms an interval "
+                       f"staged against {m['t_inplace'] * 1e3:.2f} ms at home)")
         else:
             out.append(f"staging declined in '{m['phase']}' (predicted {m['t_predicted'] * 1e3:.2f} ms an interval "
                        f"staged against {m['t_inplace'] * 1e3:.2f} ms at home)")
@@ -431,7 +444,7 @@ def plots(result: dict) -> dict[str, bytes]:
         if not sw:
             continue
         fig, ax = plt.subplots(figsize=(6, 3.2))
-        measured = [p for p in sw["points"] if p["seconds"] is not None]
+        measured = measured_points(sw["points"])
         ax.plot([p["value"] for p in measured], [p["seconds"] for p in measured], "o-")
         if sw.get("model") is not None:
             ax.axvline(sw["model"], color="red", linestyle="--", label=f"model: {sw['model']}")

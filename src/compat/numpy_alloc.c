@@ -101,14 +101,25 @@ static HandlerCache *cache_of(const Place *p) {
   return *c;
 }
 
-/* A scratch-sized request in whole pages, or 0 when it is not cached. */
-static size_t scratch_bytes(size_t size) {
-  return size >= MOVABLE_BYTES && size <= SCRATCH_MAX_BYTES ? (size + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1) : 0;
-}
+/* Where a size is cached: a small-array bucket (bucket >= 0), scratch blocks of whole pages
+ * (pages > 0), or neither. `bytes` is what is allocated for it: the bucket's or the pages' whole
+ * size, so that any cached block serves any size of its bucket or page count. */
+typedef struct {
+  int bucket;
+  size_t pages;
+  size_t bytes;
+} Cached;
 
-/* The bucket for a size, or -1 when it is not cached; a cached block holds the bucket's whole
- * size (allocations are rounded up to it), so any block of a bucket serves any size of it. */
-static int bucket_of(size_t size) { return size <= CACHE_MAX_BYTES ? (int)((size + CACHE_GRAIN - 1) / CACHE_GRAIN) - 1 : -1; }
+static Cached cached_as(size_t size) {
+  Cached c = {-1, 0, size};
+  if (size <= CACHE_MAX_BYTES) {
+    c.bucket = size ? (int)((size + CACHE_GRAIN - 1) / CACHE_GRAIN) - 1 : 0;
+    c.bytes = (size_t)(c.bucket + 1) * CACHE_GRAIN;
+  } else if (size >= MOVABLE_BYTES && size <= SCRATCH_MAX_BYTES) {
+    c.pages = c.bytes = (size + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
+  }
+  return c;
+}
 
 static void *place_alloc(const Place *p, size_t size, unsigned flags) {
   if (size == 0) size = 1;
@@ -145,22 +156,21 @@ static void *named_alloc(const Place *p, size_t size, unsigned flags) {
 }
 
 static void *cached_alloc(const Place *p, size_t size, unsigned flags) {
-  int b = size ? bucket_of(size) : 0;
-  size_t pages = b < 0 ? scratch_bytes(size) : 0;
-  if ((b < 0 && !pages) || hm_profile_active()) return named_alloc(p, size, flags);
+  const Cached k = cached_as(size);
+  if ((k.bucket < 0 && !k.pages) || hm_profile_active()) return named_alloc(p, size, flags);
   HandlerCache *c = cache_of(p);
   void *ptr = NULL;
-  if (c && b >= 0 && c->buckets[b].count > 0) {
-    ptr = c->buckets[b].block[--c->buckets[b].count];
-  } else if (c && pages) {
+  if (c && k.bucket >= 0 && c->buckets[k.bucket].count > 0) {
+    ptr = c->buckets[k.bucket].block[--c->buckets[k.bucket].count];
+  } else if (c && k.pages) {
     for (int i = 0; i < SCRATCH_DEPTH && !ptr; ++i)
-      if (c->scratch.bytes[i] == pages) {
+      if (c->scratch.bytes[i] == k.pages) {
         ptr = c->scratch.block[i];
         c->scratch.bytes[i] = 0;
-        c->scratch.total -= pages;
+        c->scratch.total -= k.pages;
       }
   }
-  if (!ptr) return named_alloc(p, b >= 0 ? (size_t)(b + 1) * CACHE_GRAIN : pages, flags);
+  if (!ptr) return named_alloc(p, k.bytes, flags);
   if (flags & HM_ZERO) memset(ptr, 0, size);
   return ptr;
 }
@@ -175,30 +185,28 @@ static void *h_calloc(void *ctx, size_t count, size_t size) {
 
 static void *h_realloc(void *ctx, void *ptr, size_t size) {
   if (!ptr) return h_malloc(ctx, size);
-  int b = size ? bucket_of(size) : 0;
-  size_t pages = b < 0 ? scratch_bytes(size) : 0;
   /* A size that may later be cached is rounded up as the cache rounds it (keeps the tier). */
-  return hm_realloc(ptr, b >= 0 ? (size_t)(b + 1) * CACHE_GRAIN : pages ? pages : size);
+  return hm_realloc(ptr, cached_as(size).bytes);
 }
 
 /* Keeps a freed block in the thread's cache when there is room; false otherwise. */
 static int cache_keep(const Place *p, void *ptr, size_t size) {
-  int b = size ? bucket_of(size) : 0;
-  size_t pages = b < 0 ? scratch_bytes(size) : 0;
-  if ((b < 0 && !pages) || hm_profile_active()) return 0;
+  const Cached k = cached_as(size);
+  if ((k.bucket < 0 && !k.pages) || hm_profile_active()) return 0;
   HandlerCache *c = cache_of(p);
   if (!c) return 0;
-  if (b >= 0) {
-    if (c->buckets[b].count >= CACHE_DEPTH) return 0;
-    c->buckets[b].block[c->buckets[b].count++] = ptr;
+  if (k.bucket >= 0) {
+    Bucket *b = &c->buckets[k.bucket];
+    if (b->count >= CACHE_DEPTH) return 0;
+    b->block[b->count++] = ptr;
     return 1;
   }
-  if (c->scratch.total + pages > SCRATCH_TOTAL) return 0;
+  if (c->scratch.total + k.pages > SCRATCH_TOTAL) return 0;
   for (int i = 0; i < SCRATCH_DEPTH; ++i)
     if (!c->scratch.bytes[i]) {
       c->scratch.block[i] = ptr;
-      c->scratch.bytes[i] = pages;
-      c->scratch.total += pages;
+      c->scratch.bytes[i] = k.pages;
+      c->scratch.total += k.pages;
       return 1;
     }
   return 0;
