@@ -146,15 +146,24 @@ int pm_snapshot_save(const pm_octree_t *tree, const char *snapshot_path);
 int pm_snapshot_load(const char *snapshot_path, const char *pool_path, uint64_t bytes, pm_octree_t **out);
 
 /* Replica server (hetmem-replica, docs/replica.md): listens on `listen` ("ADDRESS:PORT", a port
- * of 0 picks a free one; "[::1]:PORT" for IPv6) and keeps the replica of one primary at a time in
- * `pool_path`. `key_file` (NULL: none) is a shared key: every primary must prove it holds it, and
- * the server proves it in return; an address that is not loopback needs one. Calls `ready` (may be
- * NULL) with the address and port once listening, then serves until the process ends. Returns
- * only on an error before serving: HM_EINVAL (malformed `listen`), HM_EAUTH (no key for a
- * non-loopback address, a key file others can read or shorter than 16 bytes), HM_EIO. */
+ * of 0 picks a free one; "[::1]:PORT" for IPv6) and keeps the replica of its primaries in
+ * `pool_path`, serving up to 16 connections at once. Every primary must prove it holds the shared
+ * key in `key_file`, and the server proves it in return; NULL is the default key file,
+ * pm_replica_default_key(), made (32 random bytes, owner-only) if it is missing. A malformed
+ * request, a wrong key or a client too slow for its deadline ends that connection, never the
+ * server. Calls `ready` (may be NULL) with the address and port once listening, then serves until
+ * the process ends. Returns only on an error before serving: HM_EINVAL (malformed `listen`),
+ * HM_EAUTH (a key file others can read or shorter than 16 bytes, no HOME for the default one),
+ * HM_EIO. */
 typedef void (*pm_replica_ready_fn)(const char *address, int port, void *arg);
 int pm_replica_serve(const char *listen, const char *pool_path, const char *key_file, pm_replica_ready_fn ready,
                      void *arg);
+/* The same without a key: anyone who can connect may overwrite or fetch the replica. Only a
+ * loopback `listen` address is accepted (HM_EAUTH otherwise). */
+int pm_replica_serve_unauthenticated(const char *listen, const char *pool_path, pm_replica_ready_fn ready, void *arg);
+/* The default key file of servers and primaries: $HOME/.hetmem/replica.key ("" without HOME). A
+ * primary with no HM_REPLICA_KEY uses it when it exists. */
+const char *pm_replica_default_key(void);
 
 int pm_dim(const pm_octree_t *tree);
 /* The note the pool was created with ("" if none); valid until pm_close. */

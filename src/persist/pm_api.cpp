@@ -363,14 +363,32 @@ int pm_valid(const pm_octree_t *t) {
 
 }  // extern "C"
 
-int pm_replica_serve(const char *listen, const char *pool_path, const char *key_file, pm_replica_ready_fn ready,
-                     void *arg) {
+namespace {
+
+int replica_serve(const char *listen, const char *pool_path, const char *key_file, bool unauthenticated,
+                  pm_replica_ready_fn ready, void *arg) {
   try {
     return hm::persist::serve_replicas(listen ? listen : "", pool_path ? pool_path : "", key_file ? key_file : "",
-                                       [&](const std::string &address, int port) {
+                                       unauthenticated, [&](const std::string &address, int port) {
                                          if (ready) ready(address.c_str(), port, arg);
                                        });
   } catch (...) {
     return hm::fail(HM_ENOMEM, "pm_replica_serve: out of memory");
   }
+}
+
+}  // namespace
+
+int pm_replica_serve(const char *listen, const char *pool_path, const char *key_file, pm_replica_ready_fn ready,
+                     void *arg) {
+  return replica_serve(listen, pool_path, key_file, false, ready, arg);
+}
+
+int pm_replica_serve_unauthenticated(const char *listen, const char *pool_path, pm_replica_ready_fn ready, void *arg) {
+  return replica_serve(listen, pool_path, nullptr, true, ready, arg);
+}
+
+const char *pm_replica_default_key(void) {
+  static const std::string path = hm::persist::default_replica_key();
+  return path.c_str();
 }

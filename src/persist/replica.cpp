@@ -8,7 +8,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
 #include <type_traits>
 
 #include "base/error.h"
@@ -23,6 +28,17 @@ constexpr size_t kContent = 16;
 constexpr size_t kNonce = 32, kProof = 32;
 constexpr size_t kChunk = size_t{1} << 20;  // fetches stream in pieces this large
 constexpr size_t kMinKey = 16;
+constexpr const char *kDefaultKeyName = "~/.hetmem/replica.key";
+
+// What a request may ask of the server, checked before anything is allocated or written.
+constexpr uint64_t kMaxCapacity = uint64_t{1} << 50;  // the largest pool a hello may name (1 PiB)
+constexpr uint64_t kMaxRanges = uint64_t{1} << 24;    // ranges in one delta
+constexpr int kMaxConnections = 16;                   // connections served at once; more are told 'B'
+// Deadlines: a client that has not proven its key within kHandshakeSeconds, stays silent between
+// requests for kIdleSeconds, or sends (or reads) a request slower than kRequestSeconds plus one
+// second per kMinRate bytes loses its connection, so that no client holds the server.
+constexpr double kHandshakeSeconds = 10, kIdleSeconds = 300, kRequestSeconds = 30;
+constexpr double kMinRate = 1 << 20;
 
 using Proof = std::array<unsigned char, kProof>;
 
@@ -112,23 +128,37 @@ class LocalReplica final : public ReplicaSink {
   std::unique_ptr<Pool> pool_;
 };
 
-// The stream to a replica server.
+}  // namespace
+
+// The stream to a replica server (or, on the server, to a primary). Every read and write may be
+// held to a deadline; `broken()` tells a connection that failed from a request that was refused.
 class Stream {
  public:
   explicit Stream(int fd) : fd_(fd) {}
   ~Stream() {
     if (fd_ >= 0) prim::close_fd(fd_);
   }
+  // Reads and writes from now on must be done within `seconds` (0: no limit).
+  void set_deadline(double seconds) {
+    deadline_ = seconds > 0 ? prim::now_ns() + static_cast<uint64_t>(seconds * 1e9) : 0;
+  }
+  void extend_deadline(double seconds) {
+    if (deadline_) deadline_ += static_cast<uint64_t>(seconds * 1e9);
+  }
+  bool broken() const { return broken_; }
+  // Lets the peer read what was sent before the connection closes, though it was still sending.
+  void finish() { prim::finish_stream(fd_, size_t{1} << 20, prim::now_ns() + 200000000ull); }
+  bool timed_out() const { return timed_out_; }
   template <class T>
   bool put(const T &v) {
-    return prim::send_all(fd_, &v, sizeof v) == HM_OK;
+    return put_bytes(&v, sizeof v);
   }
-  bool put_bytes(const void *p, size_t n) { return prim::send_all(fd_, p, n) == HM_OK; }
+  bool put_bytes(const void *p, size_t n) { return done(prim::send_all(fd_, p, n, deadline_)); }
   template <class T>
   bool get(T *v) {
-    return prim::recv_all(fd_, v, sizeof *v) == HM_OK;
+    return get_bytes(v, sizeof *v);
   }
-  bool get_bytes(void *p, size_t n) { return prim::recv_all(fd_, p, n) == HM_OK; }
+  bool get_bytes(void *p, size_t n) { return done(prim::recv_all(fd_, p, n, deadline_)); }
   // The status of a request; on failure the server's message becomes hetmem's error.
   int status(const std::string &where) {
     int32_t rc = 0;
@@ -153,8 +183,18 @@ class Stream {
   }
 
  private:
+  bool done(int rc) {
+    if (rc == HM_OK) return true;
+    broken_ = true;
+    timed_out_ = errno == ETIMEDOUT;
+    return false;
+  }
   int fd_;
+  uint64_t deadline_ = 0;
+  bool broken_ = false, timed_out_ = false;
 };
+
+namespace {
 
 bool parse_remote(const std::string &where, std::string *host, int *port) {
   if (where.rfind("tcp://", 0) != 0) return false;
@@ -170,12 +210,17 @@ bool parse_remote(const std::string &where, std::string *host, int *port) {
   return true;
 }
 
-// The primary's key, from HM_REPLICA_KEY ("" when none is set).
-int primary_key(std::string *key) {
+// The primary's key: HM_REPLICA_KEY's file, or else the default key file when it exists (a server
+// on this host, or on a node sharing this home directory, made it). `*chosen` says whether the
+// user named it: a named key is required of the server too.
+int primary_key(std::string *key, bool *chosen) {
   key->clear();
-  const std::string &path = option_text(Option::kReplicaKey);
-  if (path.empty()) return HM_OK;
-  return load_replica_key(path, key);
+  const std::string &named = option_text(Option::kReplicaKey);
+  *chosen = !named.empty();
+  if (*chosen) return load_replica_key(named, key);
+  const std::string fallback = default_replica_key();
+  if (fallback.empty() || !prim::path_exists(fallback)) return HM_OK;
+  return load_replica_key(fallback, key);
 }
 
 // Connects and authenticates: the server greets with its mode ('A': keyed, 'O': open) and a nonce;
@@ -184,9 +229,10 @@ int primary_key(std::string *key) {
 int connect_to(const std::string &where, std::unique_ptr<Stream> *out) {
   std::string host, why, key;
   int port = 0, fd = -1;
+  bool chosen = false;
   if (!parse_remote(where, &host, &port))
     return fail(HM_EINVAL, "replica '%s': a remote replica is tcp://HOST:PORT", where.c_str());
-  if (int rc = primary_key(&key); rc != HM_OK) return rc;
+  if (int rc = primary_key(&key, &chosen); rc != HM_OK) return rc;
   if (prim::tcp_connect(host, port, &fd, &why) != HM_OK)
     return fail(HM_EIO, "replica server %s cannot be reached: %s", where.c_str(), why.c_str());
   auto s = std::make_unique<Stream>(fd);
@@ -194,14 +240,18 @@ int connect_to(const std::string &where, std::unique_ptr<Stream> *out) {
   unsigned char server_nonce[kNonce], client_nonce[kNonce];
   if (!s->get(&mode) || !s->get_bytes(server_nonce, kNonce))
     return fail(HM_EIO, "replica server %s closed the connection before greeting (not a hetmem-replica?)", where.c_str());
+  if (mode == 'B')
+    return fail(HM_EBUSY, "replica server %s is serving as many connections as it takes (%d); try again later",
+                where.c_str(), kMaxConnections);
   if (mode == 'O') {
-    if (!key.empty())
-      return fail(HM_EAUTH, "replica server %s does not check keys, but HM_REPLICA_KEY is set: start it with --key "
-                  "(a primary with a key sends only to a server that proves it holds it)", where.c_str());
+    if (chosen)
+      return fail(HM_EAUTH, "replica server %s does not check keys, but HM_REPLICA_KEY is set: start it without "
+                  "--unauthenticated (a primary with a key sends only to a server that proves it holds it)",
+                  where.c_str());
   } else if (mode == 'A') {
     if (key.empty())
-      return fail(HM_EAUTH, "replica server %s requires a key: set HM_REPLICA_KEY to the key file it was started with",
-                  where.c_str());
+      return fail(HM_EAUTH, "replica server %s requires a key: set HM_REPLICA_KEY to the key file it was started with "
+                  "(by default the server's %s)", where.c_str(), kDefaultKeyName);
     const Crypto *c = crypto();
     if (!c) return HM_EIO;
     if (c->random_bytes(client_nonce, kNonce) != 1) return fail(HM_EIO, "no random bytes for the replica handshake");
@@ -221,12 +271,39 @@ int connect_to(const std::string &where, std::unique_ptr<Stream> *out) {
   return HM_OK;
 }
 
+// The hello: the pool's content tag and capacity, answered with the replica's last version.
+int say_hello(Stream &s, const std::string &where, const Pool &primary, uint64_t *sequence) {
+  char content[kContent] = {};
+  const std::string c = primary.content();
+  std::memcpy(content, c.data(), std::min(c.size(), kContent - 1));
+  if (!s.put('H') || !s.put_bytes(content, sizeof content) || !s.put(primary.capacity()))
+    return fail(HM_EIO, "replica server %s: the connection broke", where.c_str());
+  if (int rc = s.status(where); rc != HM_OK) return rc;
+  if (!s.get(sequence)) return fail(HM_EIO, "replica server %s closed the connection", where.c_str());
+  return HM_OK;
+}
+
 class RemoteReplica final : public ReplicaSink {
  public:
   RemoteReplica(std::string where, std::unique_ptr<Stream> s, uint64_t sequence)
       : where_(std::move(where)), stream_(std::move(s)), sequence_(sequence) {}
   uint64_t sequence() const override { return sequence_; }
+  // A connection that broke (the server restarted, or closed it after a long idle time) is made
+  // again once; a replica that then lacks the version before this one gets everything below the top.
   int send(const Pool &primary, const Ranges &ranges, uint64_t root, uint64_t top, uint64_t sequence) override {
+    int rc = transmit(primary, ranges, root, top, sequence);
+    if (rc == HM_OK || !stream_->broken()) return rc;
+    std::unique_ptr<Stream> again;
+    uint64_t theirs = 0;
+    if (connect_to(where_, &again) != HM_OK || say_hello(*again, where_, primary, &theirs) != HM_OK) return rc;
+    stream_ = std::move(again);
+    sequence_ = theirs;
+    if (theirs + 1 == sequence) return transmit(primary, ranges, root, top, sequence);
+    return transmit(primary, Ranges{{kHeaderBytes, top - kHeaderBytes}}, root, top, sequence);
+  }
+
+ private:
+  int transmit(const Pool &primary, const Ranges &ranges, uint64_t root, uint64_t top, uint64_t sequence) {
     const uint32_t n = static_cast<uint32_t>(ranges.size());
     bool ok = stream_->put('D') && stream_->put(sequence) && stream_->put(root) && stream_->put(top) && stream_->put(n);
     for (size_t i = 0; ok && i < ranges.size(); ++i)
@@ -239,7 +316,6 @@ class RemoteReplica final : public ReplicaSink {
     return rc;
   }
 
- private:
   std::string where_;
   std::unique_ptr<Stream> stream_;
   uint64_t sequence_;
@@ -260,14 +336,8 @@ int ReplicaSink::open(const std::string &where, const Pool &primary, std::unique
   std::unique_ptr<Stream> s;
   int rc = connect_to(where, &s);
   if (rc != HM_OK) return rc;
-  char content[kContent] = {};
-  const std::string c = primary.content();
-  std::memcpy(content, c.data(), std::min(c.size(), kContent - 1));
-  if (!s->put('H') || !s->put_bytes(content, sizeof content) || !s->put(primary.capacity()))
-    return fail(HM_EIO, "replica server %s: the connection broke", where.c_str());
-  if ((rc = s->status(where)) != HM_OK) return rc;
   uint64_t sequence = 0;
-  if (!s->get(&sequence)) return fail(HM_EIO, "replica server %s closed the connection", where.c_str());
+  if ((rc = say_hello(*s, where, primary, &sequence)) != HM_OK) return rc;
   *out = std::make_unique<RemoteReplica>(where, std::move(s), sequence);
   return HM_OK;
 }
@@ -317,7 +387,7 @@ int ReplicaSink::fetch(const std::string &where, const std::string &path) {
   if (!s->put('F')) return fail(HM_EIO, "replica server %s: the connection broke", where.c_str());
   if ((rc = s->status(where)) != HM_OK) return rc;
   uint64_t capacity = 0, used = 0;
-  if (!s->get(&capacity) || !s->get(&used) || used > capacity || capacity > (uint64_t{1} << 50))
+  if (!s->get(&capacity) || !s->get(&used) || used > capacity || capacity > kMaxCapacity)
     return fail(HM_EIO, "replica server %s sent no pool", where.c_str());
   return write_pool_file(path, capacity, used, [&](char *to, size_t bytes) {
     return s->get_bytes(to, bytes) ? HM_OK : fail(HM_EIO, "replica server %s: the pool arrived truncated", where.c_str());
@@ -347,81 +417,210 @@ int load_replica_key(const std::string &path, std::string *key) {
   return HM_OK;
 }
 
-int serve_replica(int fd, const std::string &path, const std::string &key) {
-  Stream s(fd);
+std::string default_replica_key() {
+  const char *home = prim::env("HOME");
+  return home && *home ? std::string(home) + "/.hetmem/replica.key" : "";
+}
+
+int ensure_replica_key(const std::string &path, bool *created) {
+  *created = false;
+  if (prim::path_exists(path)) return HM_OK;
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0 && prim::make_private_dir(path.substr(0, slash)) != HM_OK)
+    return fail(HM_EIO, "cannot make the directory of the replica key file '%s': %s", path.c_str(), std::strerror(errno));
+  const Crypto *c = crypto();
+  if (!c) return HM_EIO;
+  unsigned char key[32];
+  if (c->random_bytes(key, sizeof key) != 1) return fail(HM_EIO, "no random bytes for a replica key");
+  int fd = -1;
+  if (prim::create_private_file(path, &fd) != HM_OK)
+    return fail(HM_EIO, "cannot create the replica key file '%s': %s", path.c_str(), std::strerror(errno));
+  int rc = prim::write_at(fd, key, sizeof key, 0) == HM_OK && prim::sync_fd(fd) == HM_OK ? HM_OK : HM_EIO;
+  prim::close_fd(fd);
+  if (rc != HM_OK) {
+    prim::remove_path(path);
+    return fail(HM_EIO, "cannot write the replica key file '%s'", path.c_str());
+  }
+  *created = true;
+  return HM_OK;
+}
+
+ReplicaServer::ReplicaServer(std::string path, std::string key) : path_(std::move(path)), key_(std::move(key)) {}
+ReplicaServer::~ReplicaServer() = default;
+
+// One connection: its stream, whether its hello was answered, and its scratch file for deltas.
+struct ReplicaServer::Session {
+  explicit Session(int fd) : s(fd) {}
+  ~Session() {
+    if (scratch >= 0) prim::close_fd(scratch);
+  }
+  Stream s;
+  bool greeted = false;
+  int scratch = -1;
+};
+
+namespace {
+
+// Ends a connection over a malformed request: the message goes to the peer (if it still listens)
+// and is the error the server logs.
+int refuse(Stream &s, int rc) {
+  if (s.answer(rc)) s.finish();
+  return rc;
+}
+
+// Why a connection ended without the peer closing it between requests.
+int broken(const Stream &s, const char *while_doing) {
+  return fail(HM_EIO, "the connection %s while %s", s.timed_out() ? "was too slow" : "broke", while_doing);
+}
+
+}  // namespace
+
+int ReplicaServer::serve(int fd) {
+  Session session(fd);
+  Stream &s = session.s;
+  s.set_deadline(kHandshakeSeconds);
   unsigned char server_nonce[kNonce], client_nonce[kNonce];
   const Crypto *c = crypto();
   if (!c) return HM_EIO;
   if (c->random_bytes(server_nonce, kNonce) != 1) return fail(HM_EIO, "no random bytes for the replica handshake");
-  if (!s.put(key.empty() ? 'O' : 'A') || !s.put_bytes(server_nonce, kNonce)) return HM_EIO;
-  if (!key.empty()) {
+  if (!s.put(key_.empty() ? 'O' : 'A') || !s.put_bytes(server_nonce, kNonce)) return broken(s, "greeting");
+  if (!key_.empty()) {
     Proof theirs{};
-    if (!s.get_bytes(client_nonce, kNonce) || !s.get_bytes(theirs.data(), kProof)) return HM_EIO;
-    const Proof expected = prove(*c, key, "hetmem-replica primary", server_nonce, client_nonce);
-    if (c->equal(theirs.data(), expected.data(), kProof) != 0) {
-      int rc = fail(HM_EAUTH, "the primary did not prove it holds the key (HM_REPLICA_KEY differs from --key)");
-      s.answer(rc);
-      return rc;
-    }
-    const Proof mine = prove(*c, key, "hetmem-replica server", client_nonce, server_nonce);
-    if (!s.answer(HM_OK) || !s.put_bytes(mine.data(), kProof)) return HM_EIO;
+    if (!s.get_bytes(client_nonce, kNonce) || !s.get_bytes(theirs.data(), kProof)) return broken(s, "authenticating");
+    const Proof expected = prove(*c, key_, "hetmem-replica primary", server_nonce, client_nonce);
+    if (c->equal(theirs.data(), expected.data(), kProof) != 0)
+      return refuse(s, fail(HM_EAUTH, "the primary did not prove it holds the key (HM_REPLICA_KEY differs from --key)"));
+    const Proof mine = prove(*c, key_, "hetmem-replica server", client_nonce, server_nonce);
+    if (!s.answer(HM_OK) || !s.put_bytes(mine.data(), kProof)) return broken(s, "authenticating");
   }
-  std::unique_ptr<Pool> pool;
   for (;;) {
+    s.set_deadline(kIdleSeconds);
     char request = 0;
-    if (!s.get(&request)) return HM_OK;  // the primary closed the connection
-    if (request == 'H') {
-      char content[kContent];
-      uint64_t capacity = 0;
-      if (!s.get_bytes(content, sizeof content) || !s.get(&capacity)) return HM_EIO;
-      content[kContent - 1] = '\0';
-      pool.reset();
-      int rc = open_or_create(path, content, capacity, &pool);
-      if (rc != HM_OK) pool.reset();
-      if (!s.answer(rc) || (rc == HM_OK && !s.put(pool->sequence()))) return HM_EIO;
-    } else if (request == 'D') {
-      uint64_t sequence = 0, root = 0, top = 0;
-      uint32_t n = 0;
-      if (!s.get(&sequence) || !s.get(&root) || !s.get(&top) || !s.get(&n)) return HM_EIO;
-      // The data lands in the replica's own mapping, at the primary's offsets.
-      int rc = pool ? HM_OK : fail(HM_EINVAL, "a delta came before the hello");
-      Ranges ranges;
-      for (uint32_t i = 0; i < n; ++i) {
-        uint64_t off = 0, bytes = 0;
-        if (!s.get(&off) || !s.get(&bytes)) return HM_EIO;
-        if (rc == HM_OK && (off < kHeaderBytes || bytes > pool->capacity() || off > pool->capacity() - bytes))
-          rc = fail(HM_EFORMAT, "a delta range [%llu, +%llu) lies outside the replica", static_cast<unsigned long long>(off),
-                    static_cast<unsigned long long>(bytes));
-        std::string sink;
-        char *to = nullptr;
-        if (rc == HM_OK) to = pool->at<char>(off);
-        else sink.resize(bytes), to = sink.data();
-        if (!s.get_bytes(to, bytes)) return HM_EIO;
-        if (rc == HM_OK) ranges.emplace_back(off, bytes);
-      }
-      if (rc == HM_OK) rc = apply(*pool, *pool, ranges, root, top, sequence);  // the data is in place
-      if (!s.answer(rc)) return HM_EIO;
-    } else if (request == 'F') {
-      // The used part only (header and committed data), streamed from the mapping: never the
-      // whole file, never all of it in memory.
-      std::unique_ptr<Pool> opened;
-      int rc = HM_OK;
-      if (!pool && (rc = Pool::open(path, &opened)) != HM_OK)
-        rc = fail(HM_EIO, "the replica '%s' cannot be read: %s", path.c_str(), hm_last_error());
-      const Pool *from = pool ? pool.get() : opened.get();
-      if (!s.answer(rc)) return HM_EIO;
-      if (rc != HM_OK) continue;
-      const uint64_t used = from->committed_top();
-      if (!s.put(from->capacity()) || !s.put(used)) return HM_EIO;
-      for (uint64_t at = 0; at < used; at += kChunk)
-        if (!s.put_bytes(from->at<char>(at), static_cast<size_t>(std::min<uint64_t>(kChunk, used - at)))) return HM_EIO;
-    } else {
-      return fail(HM_EFORMAT, "unknown request %d from the primary", request);
-    }
+    if (!s.get(&request)) return s.timed_out() ? broken(s, "idle") : HM_OK;  // else the primary closed it
+    s.set_deadline(kRequestSeconds);
+    int rc = HM_OK;
+    if (request == 'H') rc = hello(session);
+    else if (request == 'D') rc = session.greeted ? delta(session) : refuse(s, fail(HM_EINVAL, "a delta came before the hello"));
+    else if (request == 'F') rc = fetch(s);
+    else rc = refuse(s, fail(HM_EFORMAT, "unknown request %d", request));
+    if (rc != HM_OK) return rc;
   }
 }
 
-int serve_replicas(const std::string &listen, const std::string &path, const std::string &key_file,
+int ReplicaServer::hello(Session &session) {
+  Stream &s = session.s;
+  char content[kContent];
+  uint64_t capacity = 0;
+  if (!s.get_bytes(content, sizeof content) || !s.get(&capacity)) return broken(s, "reading a hello");
+  content[kContent - 1] = '\0';
+  if (capacity < kHeaderBytes || capacity > kMaxCapacity)
+    return refuse(s, fail(HM_EFORMAT, "a hello names a pool of %llu bytes; a replica holds %llu to %llu",
+                          static_cast<unsigned long long>(capacity), static_cast<unsigned long long>(kHeaderBytes),
+                          static_cast<unsigned long long>(kMaxCapacity)));
+  uint64_t sequence = 0;
+  int rc = HM_OK;
+  {
+    std::unique_lock lock(mutex_);
+    if (!pool_) rc = open_or_create(path_, content, capacity, &pool_);
+    else rc = matches(*pool_, content, capacity, path_);
+    if (rc == HM_OK) sequence = pool_->sequence();
+  }
+  if (rc != HM_OK) return refuse(s, rc);
+  session.greeted = true;
+  return s.answer(HM_OK) && s.put(sequence) ? HM_OK : broken(s, "answering a hello");
+}
+
+// A delta arrives whole in a nameless scratch file beside the replica before any of it reaches the
+// pool: a request that breaks off, or names a range outside the new top, leaves the replica as it
+// was. Only then, under the lock, is it copied in and committed.
+int ReplicaServer::delta(Session &session) {
+  Stream &s = session.s;
+  int &scratch = session.scratch;
+  uint64_t sequence = 0, root = 0, top = 0, capacity = 0;
+  uint32_t n = 0;
+  if (!s.get(&sequence) || !s.get(&root) || !s.get(&top) || !s.get(&n)) return broken(s, "reading a delta");
+  {
+    std::shared_lock lock(mutex_);
+    capacity = pool_->capacity();
+  }
+  if (top < kHeaderBytes || top > capacity || (root != 0 && (root < kHeaderBytes || root >= top)) || n > kMaxRanges)
+    return refuse(s, fail(HM_EFORMAT, "a delta names top %llu, root %llu and %u ranges for a replica of %llu bytes",
+                          static_cast<unsigned long long>(top), static_cast<unsigned long long>(root), n,
+                          static_cast<unsigned long long>(capacity)));
+  if (scratch < 0 && prim::create_scratch_file(scratch_dir(), &scratch) != HM_OK)
+    return refuse(s, fail(HM_EIO, "cannot make a scratch file beside the replica '%s': %s", path_.c_str(),
+                          std::strerror(errno)));
+  Ranges ranges;
+  ranges.reserve(std::min<uint64_t>(n, 4096));
+  std::string piece(kChunk, '\0');
+  uint64_t staged = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t off = 0, bytes = 0;
+    if (!s.get(&off) || !s.get(&bytes)) return broken(s, "reading a delta");
+    if (off < kHeaderBytes || off > top || bytes > top - off || bytes > capacity - staged)
+      return refuse(s, fail(HM_EFORMAT, "a delta range [%llu, +%llu) lies outside the new version (%llu..%llu)",
+                            static_cast<unsigned long long>(off), static_cast<unsigned long long>(bytes),
+                            static_cast<unsigned long long>(kHeaderBytes), static_cast<unsigned long long>(top)));
+    s.extend_deadline(static_cast<double>(bytes) / kMinRate);
+    for (uint64_t done = 0; done < bytes;) {
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(kChunk, bytes - done));
+      if (!s.get_bytes(piece.data(), take)) return broken(s, "reading a delta");
+      if (prim::write_at(scratch, piece.data(), take, staged + done) != HM_OK)
+        return refuse(s, fail(HM_EIO, "the scratch file beside the replica '%s' cannot be written (disk full?)",
+                              path_.c_str()));
+      done += take;
+    }
+    ranges.emplace_back(off, bytes);
+    staged += bytes;
+  }
+  int rc = HM_OK;
+  {
+    std::unique_lock lock(mutex_);
+    Pool &pool = *pool_;
+    rc = pool.set_top(std::max(top, pool.committed_top()));
+    uint64_t at = 0;
+    for (size_t i = 0; rc == HM_OK && i < ranges.size(); at += ranges[i].second, ++i) {
+      if (prim::read_at(scratch, pool.at<char>(ranges[i].first), ranges[i].second, at) != HM_OK)
+        rc = fail(HM_EIO, "the replica '%s' cannot take a delta (disk full?)", path_.c_str());
+      else pool.written(pool.at<char>(ranges[i].first), ranges[i].second);
+    }
+    if (rc == HM_OK) rc = pool.commit(root, sequence);
+    else pool.rollback();
+  }
+  return s.answer(rc) ? HM_OK : broken(s, "answering a delta");
+}
+
+// The used part only (header and committed data), streamed from the mapping: never the whole file,
+// never all of it in memory.
+int ReplicaServer::fetch(Stream &s) {
+  std::shared_lock lock(mutex_);
+  std::unique_ptr<Pool> opened;
+  int rc = HM_OK;
+  if (!pool_ && (rc = Pool::open(path_, &opened)) != HM_OK)
+    rc = fail(HM_EIO, "the replica '%s' cannot be read: %s", path_.c_str(), hm_last_error());
+  const Pool *from = pool_ ? pool_.get() : opened.get();
+  if (!s.answer(rc)) return broken(s, "answering a fetch");
+  if (rc != HM_OK) return HM_OK;
+  const uint64_t used = from->committed_top();
+  s.extend_deadline(static_cast<double>(used) / kMinRate);
+  if (!s.put(from->capacity()) || !s.put(used)) return broken(s, "sending the replica");
+  for (uint64_t at = 0; at < used; at += kChunk)
+    if (!s.put_bytes(from->at<char>(at), static_cast<size_t>(std::min<uint64_t>(kChunk, used - at))))
+      return broken(s, "sending the replica");
+  return HM_OK;
+}
+
+std::string ReplicaServer::scratch_dir() const {
+  const size_t slash = path_.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path_.substr(0, slash);
+}
+
+int serve_replica(int fd, const std::string &path, const std::string &key) {
+  ReplicaServer server(path, key);
+  return server.serve(fd);
+}
+
+int serve_replicas(const std::string &listen, const std::string &path, const std::string &key_file, bool unauthenticated,
                    const std::function<void(const std::string &, int)> &ready) {
   const size_t colon = listen.rfind(':');
   std::string address = colon == std::string::npos ? "" : listen.substr(0, colon);
@@ -432,25 +631,52 @@ int serve_replicas(const std::string &listen, const std::string &path, const std
     return fail(HM_EINVAL, "--listen wants ADDRESS:PORT (127.0.0.1:7070, [::1]:0, 0.0.0.0:7070), got '%s'", listen.c_str());
   if (path.empty()) return fail(HM_EINVAL, "a replica pool path is needed");
   std::string key, why;
-  if (!key_file.empty()) {
-    if (int rc = load_replica_key(key_file, &key); rc != HM_OK) return rc;
-  } else {
+  if (unauthenticated) {
+    if (!key_file.empty()) return fail(HM_EINVAL, "--unauthenticated and --key contradict each other");
     bool loopback = false;
     if (prim::is_loopback(address, &loopback, &why) != HM_OK)
       return fail(HM_EIO, "--listen %s: the address does not resolve: %s", listen.c_str(), why.c_str());
     if (!loopback)
-      return fail(HM_EAUTH, "--listen %s is reachable from other hosts: give a shared key (--key FILE, and "
-                  "HM_REPLICA_KEY=FILE on the primary), or listen on loopback (127.0.0.1)", listen.c_str());
+      return fail(HM_EAUTH, "--listen %s is reachable from other hosts: an unauthenticated server listens on loopback "
+                  "(127.0.0.1) only; leave out --unauthenticated to require a key", listen.c_str());
+  } else {
+    const std::string file = key_file.empty() ? default_replica_key() : key_file;
+    if (file.empty())
+      return fail(HM_EAUTH, "no key file: HOME is not set, so there is no default %s; give --key FILE", kDefaultKeyName);
+    bool created = false;
+    if (key_file.empty() && ensure_replica_key(file, &created) != HM_OK) return HM_EIO;
+    if (int rc = load_replica_key(file, &key); rc != HM_OK) return rc;
   }
   int listener = -1, bound = 0;
   if (prim::tcp_listen(address, static_cast<int>(port), &listener, &bound, &why) != HM_OK)
     return fail(HM_EIO, "cannot listen on %s: %s", listen.c_str(), why.c_str());
   ready(address, bound);
+  // One thread per connection, at most kMaxConnections at once; the replica pool is shared under
+  // the server's lock, and whatever happens in one connection (a malformed request, an exception)
+  // ends that connection only.
+  static ReplicaServer *server = new ReplicaServer(path, key);  // lives as long as its threads
+  static std::atomic<int> active{0};
   for (;;) {
     int fd = -1;
     if (prim::tcp_accept(listener, &fd) != HM_OK) continue;
-    if (serve_replica(fd, path, key) != HM_OK)
-      log(0, "hetmem-replica: a primary's connection ended with an error: %s", hm_last_error());
+    if (active.load() >= kMaxConnections) {
+      const char busy = 'B';
+      prim::send_all(fd, &busy, 1, prim::now_ns() + 1000000000ull);
+      prim::close_fd(fd);
+      log(0, "hetmem-replica: a connection was turned away: %d are being served", kMaxConnections);
+      continue;
+    }
+    ++active;
+    std::thread([fd] {
+      int rc = HM_OK;
+      try {
+        rc = server->serve(fd);
+      } catch (const std::exception &e) {
+        rc = fail(HM_ENOMEM, "%s", e.what());
+      }
+      if (rc != HM_OK) log(0, "hetmem-replica: a connection ended: %s", hm_last_error());
+      --active;
+    }).detach();
   }
 }
 

@@ -86,6 +86,13 @@ bool make_dirs(const std::string &path);
 // write_at (what is never written stays a hole), given its size by set_file_size, made durable by
 // sync_fd, and published by rename_path.
 int create_private_file(const std::string &path, int *fd);
+// A nameless owner-only file for reading and writing in directory `dir` (O_TMPFILE): it is gone
+// when closed, whatever happens to the process.
+int create_scratch_file(const std::string &dir, int *fd);
+// Reads `bytes` at `offset` (a short file is HM_EIO).
+int read_at(int fd, void *data, size_t bytes, uint64_t offset);
+// mkdir with owner-only permissions (0700); HM_OK when it exists already.
+int make_private_dir(const std::string &path);
 int write_at(int fd, const void *data, size_t bytes, uint64_t offset);
 // Writes `a` and then `b` at `offset` in one call (pwritev). Both writers return HM_ECAPACITY when
 // the medium is full, HM_EIO for any other failure.
@@ -137,8 +144,13 @@ int is_loopback(const std::string &host, bool *loopback, std::string *why = null
 // Whether `path` can be read by anyone but its owner (group or other permission bits).
 int readable_by_others(const std::string &path, bool *others);
 int tcp_accept(int listen_fd, int *fd);
-int send_all(int fd, const void *data, size_t bytes);  // never raises SIGPIPE
-int recv_all(int fd, void *data, size_t bytes);        // HM_EIO also when the peer closed early
+// Whole buffers over a stream. HM_EIO when the peer closed early or the connection broke; with a
+// `deadline` (now_ns() time, 0: none) also when it passes first, with errno ETIMEDOUT.
+int send_all(int fd, const void *data, size_t bytes, uint64_t deadline = 0);  // never raises SIGPIPE
+int recv_all(int fd, void *data, size_t bytes, uint64_t deadline = 0);
+// Ends the sending side of a stream, then reads and drops what the peer still sends (up to
+// `max_bytes`, until `deadline`), so that a last message reaches a peer that was still sending.
+void finish_stream(int fd, size_t max_bytes, uint64_t deadline);
 
 // Environment (the only getenv in the library).
 const char *env(const char *name);

@@ -12,6 +12,7 @@
 #include <netinet/tcp.h>
 #include <numa.h>
 #include <numaif.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <sys/file.h>
@@ -379,11 +380,28 @@ int tcp_accept(int listen_fd, int *fd) {
   return HM_OK;
 }
 
-int send_all(int fd, const void *data, size_t bytes) {
+// Waits until `fd` is ready for `events` or `deadline` (now_ns() time, 0: none) passes.
+static bool ready_by(int fd, short events, uint64_t deadline) {
+  if (deadline == 0) return true;
+  for (;;) {
+    const uint64_t now = now_ns();
+    if (now >= deadline) {
+      errno = ETIMEDOUT;
+      return false;
+    }
+    pollfd p{fd, events, 0};
+    const int n = poll(&p, 1, static_cast<int>(std::min<uint64_t>((deadline - now) / 1000000 + 1, 1u << 30)));
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return false;
+  }
+}
+
+int send_all(int fd, const void *data, size_t bytes, uint64_t deadline) {
   const char *p = static_cast<const char *>(data);
   while (bytes > 0) {
-    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
+    if (!ready_by(fd, POLLOUT, deadline)) return HM_EIO;
+    ssize_t n = send(fd, p, bytes, MSG_NOSIGNAL | (deadline ? MSG_DONTWAIT : 0));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) return HM_EIO;
     p += n;
     bytes -= static_cast<size_t>(n);
@@ -391,16 +409,27 @@ int send_all(int fd, const void *data, size_t bytes) {
   return HM_OK;
 }
 
-int recv_all(int fd, void *data, size_t bytes) {
+int recv_all(int fd, void *data, size_t bytes, uint64_t deadline) {
   char *p = static_cast<char *>(data);
   while (bytes > 0) {
-    ssize_t n = recv(fd, p, bytes, 0);
-    if (n < 0 && errno == EINTR) continue;
+    if (!ready_by(fd, POLLIN, deadline)) return HM_EIO;
+    ssize_t n = recv(fd, p, bytes, deadline ? MSG_DONTWAIT : 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) return HM_EIO;
     p += n;
     bytes -= static_cast<size_t>(n);
   }
   return HM_OK;
+}
+
+void finish_stream(int fd, size_t max_bytes, uint64_t deadline) {
+  shutdown(fd, SHUT_WR);
+  char sink[4096];
+  for (size_t dropped = 0; dropped < max_bytes && ready_by(fd, POLLIN, deadline);) {
+    const ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return;
+    if (n > 0) dropped += static_cast<size_t>(n);
+  }
 }
 
 int lock_file(int fd) {
@@ -523,6 +552,26 @@ bool make_dirs(const std::string &path) {
 int create_private_file(const std::string &path, int *fd) {
   *fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   return *fd >= 0 ? HM_OK : HM_EIO;
+}
+
+int create_scratch_file(const std::string &dir, int *fd) {
+  *fd = open(dir.c_str(), O_RDWR | O_TMPFILE | O_CLOEXEC, 0600);
+  return *fd >= 0 ? HM_OK : HM_EIO;
+}
+
+int read_at(int fd, void *data, size_t bytes, uint64_t offset) {
+  char *p = static_cast<char *>(data);
+  while (bytes > 0) {
+    ssize_t n = pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return HM_EIO;
+    p += n, offset += static_cast<uint64_t>(n), bytes -= static_cast<size_t>(n);
+  }
+  return HM_OK;
+}
+
+int make_private_dir(const std::string &path) {
+  return mkdir(path.c_str(), 0700) == 0 || errno == EEXIST ? HM_OK : HM_EIO;
 }
 
 static int write_failure() { return errno == ENOSPC || errno == EDQUOT || errno == EFBIG ? HM_ECAPACITY : HM_EIO; }

@@ -346,6 +346,11 @@ TYPED_TEST(Tiers, AReplicaThatDoesNotMatchIsRefused) {
 
 }  // namespace
 
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "persist/replica.h"
@@ -415,6 +420,11 @@ TYPED_TEST(Tiers, ARemoteReplicaGetsDeltasAndRestoresALostPool) {
 
 TYPED_TEST(Tiers, AKeyedReplicaServerAdmitsOnlyPrimariesHoldingTheKey) {
   constexpr int Dim = TypeParam::value;
+  // A home of its own: a primary without HM_REPLICA_KEY would otherwise find the user's default key.
+  const std::string home = this->path_ + ".home";
+  const char *real_home = getenv("HOME");
+  const std::string saved_home = real_home ? real_home : "";
+  setenv("HOME", home.c_str(), 1);
   const std::string served = this->path_ + ".replica", key = this->path_ + ".key", other = this->path_ + ".other";
   auto write_key = [](const std::string &path, const std::string &bytes, mode_t mode) {
     std::ofstream(path, std::ios::binary) << bytes;
@@ -477,6 +487,123 @@ TYPED_TEST(Tiers, AKeyedReplicaServerAdmitsOnlyPrimariesHoldingTheKey) {
   hm::option_set("HM_REPLICA_KEY", "");
   for (const std::string &f : {served, served + ".2", key, other, this->path_ + ".open", this->path_ + ".short"})
     unlink(f.c_str());
+  if (real_home) setenv("HOME", saved_home.c_str(), 1);
+  else unsetenv("HOME");
+}
+
+TYPED_TEST(Tiers, AReplicaServerOutlivesBadRequestsAndItsPrimaryReconnects) {
+  // One server, a thread per connection as hetmem-replica runs it. A delta that breaks off or names
+  // a range outside its version ends its own connection and leaves the replica as it was; a
+  // primary whose connection the server dropped makes it again at its next persist.
+  constexpr int Dim = TypeParam::value;
+  const std::string served = this->path_ + ".replica";
+  unlink(served.c_str());
+  hm::option_set("HM_REPLICA_KEY", "");
+  const char *real_home = getenv("HOME");
+  const std::string saved_home = real_home ? real_home : "";
+  setenv("HOME", (this->path_ + ".home").c_str(), 1);
+  auto replica = std::make_unique<hm::persist::ReplicaServer>(served, "");
+  int listener = -1, port = 0;
+  ASSERT_EQ(hm::prim::tcp_listen("127.0.0.1", 0, &listener, &port), HM_OK);
+  std::vector<std::thread> connections;
+  std::vector<int> results(16, 1), fds(16, -1);
+  std::atomic<int> accepted{0};
+  std::thread server([&] {
+    for (int c = 0; c < 5; ++c) {
+      int fd = -1;
+      if (hm::prim::tcp_accept(listener, &fd) != HM_OK) return;
+      if (c == 0) fds[c] = dup(fd);  // the primary's, for the server to drop later
+      connections.emplace_back([&, c, fd] { results[c] = replica->serve(fd); });
+      ++accepted;
+    }
+  });
+  OctreeOptions o;
+  o.replica = "tcp://127.0.0.1:" + std::to_string(port);
+  std::unique_ptr<Octree<Dim>> tree;
+  ASSERT_EQ(Octree<Dim>::create(this->path_, 4 << 20, &tree, o), HM_OK) << hm_last_error();  // connection 0
+  ASSERT_EQ(tree->refine([](const auto &) { return true; }), HM_OK);
+  ASSERT_EQ(tree->persist(), HM_OK) << hm_last_error();
+  const uint64_t sum = tree->checksum(), version = tree->version();
+
+  // A raw client: the greeting, a hello naming the tree's pool, then `request`; the answer's status.
+  auto raw = [&](const std::string &request, bool hello) {
+    int fd = -1;
+    if (hm::prim::tcp_connect("127.0.0.1", port, &fd) != HM_OK) return -1000;
+    char greeting[33];
+    int32_t status = -1000;
+    std::string out;
+    if (hello) {
+      char content[16] = {};
+      const std::string c = tree->pool().content();
+      std::memcpy(content, c.data(), c.size());
+      const uint64_t capacity = tree->pool().capacity();
+      out.push_back('H');
+      out.append(content, 16);
+      out.append(reinterpret_cast<const char *>(&capacity), 8);
+    }
+    out += request;
+    if (hm::prim::recv_all(fd, greeting, sizeof greeting) == HM_OK && hm::prim::send_all(fd, out.data(), out.size()) == HM_OK) {
+      shutdown(fd, SHUT_WR);
+      if (hello) {  // the hello's status and the replica's version
+        uint64_t seq = 0;
+        if (hm::prim::recv_all(fd, &status, 4) != HM_OK || status != HM_OK || hm::prim::recv_all(fd, &seq, 8) != HM_OK)
+          status = -2000;
+      }
+      if (status != -2000 && hm::prim::recv_all(fd, &status, 4) != HM_OK) status = -1000;
+    }
+    hm::prim::close_fd(fd);
+    return static_cast<int>(status);
+  };
+  auto delta_header = [](uint64_t top, uint32_t n) {
+    std::string d = "D";
+    const uint64_t sequence = 99, root = 0;
+    d.append(reinterpret_cast<const char *>(&sequence), 8);
+    d.append(reinterpret_cast<const char *>(&root), 8);
+    d.append(reinterpret_cast<const char *>(&top), 8);
+    d.append(reinterpret_cast<const char *>(&n), 4);
+    return d;
+  };
+  auto range = [](uint64_t off, uint64_t bytes) {
+    std::string r(reinterpret_cast<const char *>(&off), 8);
+    return r.append(reinterpret_cast<const char *>(&bytes), 8);
+  };
+  const uint64_t top = tree->pool().top();
+  // Connection 1: a delta before the hello. 2: a range past the new top. 3: a delta over all the
+  // committed data that breaks off half-way.
+  EXPECT_EQ(raw(delta_header(top, 1) + range(4096, 8), false), HM_EINVAL);
+  EXPECT_EQ(raw(delta_header(top, 1) + range(top, 1 << 20), true), HM_EFORMAT);
+  ASSERT_GT(top, 4096u + 2);
+  EXPECT_EQ(raw(delta_header(top, 1) + range(4096, top - 4096) + std::string((top - 4096) / 2, 'x'), true), -1000);
+  // Connection 4: the server drops the primary's connection; its next persist makes connection 5.
+  while (accepted.load() < 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  shutdown(fds[0], SHUT_RDWR);
+  ASSERT_EQ(tree->refine([](const auto &) { return true; }), HM_OK);
+  ASSERT_EQ(tree->persist(), HM_OK) << "the primary connects again: " << hm_last_error();
+  const uint64_t sum2 = tree->checksum(), version2 = tree->version();
+  EXPECT_NE(sum2, sum);
+  tree.reset();
+  server.join();
+  for (auto &t : connections) t.join();
+  hm::prim::close_fd(listener);
+  for (int fd : fds)
+    if (fd >= 0) hm::prim::close_fd(fd);
+  EXPECT_EQ(results[1], HM_EINVAL);
+  EXPECT_EQ(results[2], HM_EFORMAT);
+  EXPECT_EQ(results[3], HM_EIO) << "the delta that broke off";
+  replica.reset();
+  // The replica holds the primary's last version, untouched by the bad requests.
+  ASSERT_EQ(unlink(this->path_.c_str()), 0);
+  std::unique_ptr<Octree<Dim>> back;
+  OctreeOptions from_replica;
+  from_replica.replica = served;
+  ASSERT_EQ(Octree<Dim>::restore(this->path_, &back, from_replica), HM_OK) << hm_last_error();
+  EXPECT_EQ(back->checksum(), sum2);
+  EXPECT_EQ(back->version(), version2);
+  EXPECT_GT(version2, version);
+  back.reset();
+  unlink(served.c_str());
+  if (real_home) setenv("HOME", saved_home.c_str(), 1);
+  else unsetenv("HOME");
 }
 
 }  // namespace
