@@ -12,6 +12,7 @@
     hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg|unchanged [--quick] [--out PATH]
         (pic: [--ranks 1,2]; octree: [--large])
     hetmem fuzz [--cases N] [--seed S] [--targets LIST] [--time-limit S] [--out PATH]
+    hetmem fuzz-replica [--connections N] [--seed S] [--out PATH]
     hetmem demo
 """
 
@@ -180,6 +181,14 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise HetmemError("--cases wants at least 1 and --time-limit a positive number of seconds")
     out = args.out or str(results_dir() / "hetmem-fuzz.json")
     return fuzz.main(targets, args.cases, args.seed, args.time_limit, out, _console())
+
+
+def cmd_fuzz_replica(args: argparse.Namespace) -> int:
+    from . import fuzz_replica
+    if args.connections < 1:
+        raise HetmemError("--connections wants at least 1")
+    out = args.out or str(results_dir() / "hetmem-fuzz-replica.json")
+    return fuzz_replica.main(args.connections, args.seed, out, _console())
 
 
 def cmd_fields(args: argparse.Namespace) -> int:
@@ -623,6 +632,13 @@ def build_parser() -> argparse.ArgumentParser:
     fz.add_argument("--time-limit", type=float, default=5.0, help="seconds a case may run (default 5)")
     fz.add_argument("--out", help="JSON results (default: results/hetmem-fuzz.json in the build tree)")
     fz.set_defaults(func=cmd_fuzz)
+
+    fr = sub.add_parser("fuzz-replica", help="hostile connections to a keyed hetmem-replica: the server must outlive "
+                        "them with its replica unchanged (docs/replica.md)")
+    fr.add_argument("--connections", type=int, default=10000, help="hostile connections (default 10000)")
+    fr.add_argument("--seed", type=int, default=1, help="the random seed")
+    fr.add_argument("--out", help="JSON results (default: results/hetmem-fuzz-replica.json in the build tree)")
+    fr.set_defaults(func=cmd_fuzz_replica)
 
     d = sub.add_parser("demo", help="allocate on every tier, move an array, print the per-tier accounting")
     d.set_defaults(func=cmd_demo)

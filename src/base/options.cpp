@@ -61,8 +61,9 @@ constexpr OptionSpec kOptions[] = {
     {Option::kIterationAt, "HM_ITERATION_AT", "", "preload library: a function (its symbol) whose every entry ends an inferred iteration, "
      "in place of time windows (set by `hetmem profile/run --iteration-at`)"},
     {Option::kRules, "HM_RULES", "", "preload library: placement rules file (set by `hetmem run --rules`)"},
-    {Option::kReplicaKey, "HM_REPLICA_KEY", "", "key file shared with a hetmem-replica server started with --key (owner-only, at least "
-     "16 bytes): a primary and the server then prove to each other that they hold it"},
+    {Option::kReplicaKey, "HM_REPLICA_KEY", "", "key file shared with a hetmem-replica server (owner-only, at least 16 bytes): a primary "
+     "and the server prove to each other that they hold it. Unset: ~/.hetmem/replica.key when it exists, the server's "
+     "default"},
     {Option::kPmCheck, "HM_PM_CHECK", "0", "1: persistent octrees validate every family when restored (slower; bounds are always "
      "checked)", OptionKind::kSwitch},
     {Option::kPmThp, "HM_PM_THP", "0", "1: map persistent pools with madvise(MADV_HUGEPAGE): a new pool's first writes fault once per "

@@ -13,8 +13,10 @@ BUILD = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
 AMR = BUILD / "apps" / "amr" / "hetmem-amr"
 
 
-def amr(*args):
+def amr(*args, home=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
+    if home:
+        env["HOME"] = str(home)
     return subprocess.run([str(AMR), *args], capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -256,25 +258,39 @@ def test_octree_benchmark_quick(tmp_path):
 
 
 def start_replica(tmp_path, *args):
+    """hetmem-replica with a home of its own (where its default key is made)."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {**os.environ, "HOME": str(home)}
     server = subprocess.Popen([str(BUILD / "apps" / "replica" / "hetmem-replica"), "--pool",
-                               str(tmp_path / "replica.pool"), *args], stdout=subprocess.PIPE, text=True)
-    line = server.stdout.readline()
-    assert " port " in line, line
-    return server, line, "tcp://127.0.0.1:" + line.split(" port ")[1].split(",")[0]
+                               str(tmp_path / "replica.pool"), *args], stdout=subprocess.PIPE, text=True, env=env)
+    lines = [server.stdout.readline()]
+    while " port " not in lines[-1] and lines[-1]:
+        lines.append(server.stdout.readline())
+    assert " port " in lines[-1], lines
+    return server, "".join(lines), "tcp://127.0.0.1:" + lines[-1].split(" port ")[1].split(",")[0]
 
 
 def test_a_replica_on_another_host_restores_a_lost_pool(tmp_path):
-    # hetmem-replica stands in for the other host; localhost carries the deltas.
+    # hetmem-replica stands in for the other host; localhost carries the deltas. With no options it
+    # makes its default key, which a primary sharing the home directory finds by itself.
     server, line, where = start_replica(tmp_path)
+    home = tmp_path / "home"
+    key = home / ".hetmem" / "replica.key"
     try:
-        assert "listening on 127.0.0.1" in line and "this host only" in line, line
+        assert "made the key file" in line and "primaries must hold the key" in line, line
+        assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_size == 32
+        assert (home / ".hetmem").stat().st_mode & 0o777 == 0o700
         pool = tmp_path / "run.pool"
         r = amr("--steps", "5", "--level", "5", "--pool", str(pool), "--replica", where, "--progress", "0")
+        assert r.returncode == 1 and "requires a key" in r.stderr, "another home, no key: " + r.stderr
+        pool.unlink(missing_ok=True)
+        r = amr("--steps", "5", "--level", "5", "--pool", str(pool), "--replica", where, "--progress", "0", home=home)
         assert r.returncode == 0, r.stderr
         assert "KiB sent" in r.stdout
         pool.unlink()
         r = amr("--restore", "--steps", "1", "--level", "5", "--pool", str(pool), "--replica", where,
-                "--progress", "0")
+                "--progress", "0", home=home)
         assert r.returncode == 0, r.stderr
         assert ": version 7 (step 5)" in r.stdout, r.stdout
         # The fetch sent the used part only: the 1 GiB pool comes back sparse and owner-only.
@@ -284,15 +300,36 @@ def test_a_replica_on_another_host_restores_a_lost_pool(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+    # The key stays: a second start uses it rather than making another.
+    server, line, where = start_replica(tmp_path)
+    server.terminate()
+    server.wait(timeout=10)
+    assert "made the key file" not in line and str(key) in line, line
     r = amr("--steps", "1", "--pool", str(tmp_path / "other.pool"), "--replica", "tcp://127.0.0.1:1")
     assert r.returncode == 1 and "cannot be reached" in r.stderr
     replica = str(BUILD / "apps" / "replica" / "hetmem-replica")
     r = subprocess.run([replica, "--port", "70000", "--pool", "x"], capture_output=True, text=True)
     assert r.returncode == 2 and "--port wants 0..65535" in r.stderr
-    r = subprocess.run([replica, "--listen", "0.0.0.0:0", "--pool", "x"], capture_output=True, text=True)
-    assert r.returncode == 2 and "reachable from other hosts" in r.stderr and "--key" in r.stderr, r.stderr
+    r = subprocess.run([replica, "--listen", "0.0.0.0:0", "--unauthenticated", "--pool", "x"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "reachable from other hosts" in r.stderr and "--unauthenticated" in r.stderr, r.stderr
+    r = subprocess.run([replica, "--unauthenticated", "--key", "k", "--pool", "x"], capture_output=True, text=True)
+    assert r.returncode == 2 and "contradict" in r.stderr, r.stderr
     r = subprocess.run([replica, "--listen", "nonsense", "--pool", "x"], capture_output=True, text=True)
     assert r.returncode == 2 and "ADDRESS:PORT" in r.stderr
+
+
+def test_an_unauthenticated_replica_server_only_when_asked_and_only_on_loopback(tmp_path):
+    server, line, where = start_replica(tmp_path, "--unauthenticated")
+    try:
+        assert "UNAUTHENTICATED" in line and "127.0.0.1" in line, line
+        assert not (tmp_path / "home" / ".hetmem").exists(), "no key is made for a server that uses none"
+        r = amr("--steps", "2", "--level", "4", "--pool", str(tmp_path / "run.pool"), "--replica", where,
+                "--progress", "0", home=tmp_path / "nowhere")
+        assert r.returncode == 0 and "KiB sent" in r.stdout, r.stderr
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 def test_a_keyed_replica_server_on_every_interface(tmp_path):
@@ -308,7 +345,8 @@ def test_a_keyed_replica_server_on_every_interface(tmp_path):
     try:
         assert "primaries must hold the key" in line, line
         pool = tmp_path / "run.pool"
-        r = amr("--steps", "2", "--level", "4", "--pool", str(pool), "--replica", where, "--progress", "0")
+        r = amr("--steps", "2", "--level", "4", "--pool", str(pool), "--replica", where, "--progress", "0",
+                home=tmp_path / "nowhere")
         assert r.returncode == 1 and "requires a key" in r.stderr and "HM_REPLICA_KEY" in r.stderr, r.stderr
         env = {k: v for k, v in os.environ.items() if not k.startswith("HM_")}
         env["HM_REPLICA_KEY"] = str(key)

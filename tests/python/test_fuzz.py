@@ -5,7 +5,7 @@ is loaded into."""
 
 import pytest
 
-from hetmem import fuzz
+from hetmem import fuzz, fuzz_replica
 
 SEED, CASES = 20261125, 600
 
@@ -47,3 +47,18 @@ def test_every_mutated_input_runs_or_is_refused_at_once():
         else:
             assert row["refused"] > 0, f"{target}: no case was refused: the mutations do not reach its checks"
     assert result["slowest_refusal_cpu_s"] < fuzz.REFUSAL_CPU_S
+
+
+def test_the_replica_server_outlives_hostile_connections():
+    """hetmem fuzz-replica on a fixed seed: noise, wrong keys, replayed handshakes and malformed
+    requests from key holders each end their own connection; the server lives on with its replica
+    byte-identical, restorable and its memory bounded, and drops clients that stay silent."""
+    result = fuzz_replica.fuzz(1500, SEED)
+    assert not result["findings"], result["findings"]
+    assert result["alive"] and result["replica_unchanged"] and result["restored"]
+    assert result["silent_dropped"] == result["silent_clients"]
+    for kind, row in result["counts"].items():
+        assert row["connections"] > 100, kind  # every kind was drawn
+        assert row["answered"] + row["closed"] == row["connections"], kind
+    # A refusal says why: every kind but the broken-off ones is answered with an error.
+    assert result["counts"]["wrong key"]["answered"] == result["counts"]["wrong key"]["connections"]
