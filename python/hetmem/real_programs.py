@@ -83,6 +83,79 @@ SELECT count(DISTINCT s), total(length(s)) FROM t WHERE k BETWEEN 100 AND 600;
 """
 
 
+QE_SILICON = """&control
+  calculation = 'scf', prefix = 'si', outdir = './qe-scratch', pseudo_dir = './', tprnfor = .true., tstress = .true.
+/
+&system
+  ibrav = 1, celldm(1) = 10.26, nat = 8, ntyp = 1, ecutwfc = 14.0
+/
+&electrons
+  conv_thr = 1.0d-8
+/
+ATOMIC_SPECIES
+Si 28.086 Si.pz-vbc.UPF
+ATOMIC_POSITIONS crystal
+Si 0.00 0.00 0.00
+Si 0.50 0.50 0.00
+Si 0.50 0.00 0.50
+Si 0.00 0.50 0.50
+Si 0.26 0.25 0.25
+Si 0.75 0.75 0.25
+Si 0.75 0.25 0.75
+Si 0.25 0.75 0.75
+K_POINTS automatic
+2 2 2 0 0 0
+"""
+# The pseudopotential of Debian's quantum-espresso-data (an example of its EPW code).
+QE_PSEUDO = "/usr/share/doc/quantum-espresso/examples/EPW/sic/pp/Si.pz-vbc.UPF.gz"
+
+GMX_TOPOLOGY = """#include "oplsaa.ff/forcefield.itp"
+#include "oplsaa.ff/spc.itp"
+
+[ system ]
+SPC water
+
+[ molecules ]
+"""
+GMX_MINIMISE = """integrator     = steep
+nsteps         = 100
+cutoff-scheme  = Verlet
+coulombtype    = PME
+rcoulomb       = 0.9
+rvdw           = 0.9
+"""
+GMX_MD = """integrator     = md
+dt             = 0.002
+nsteps         = 100
+cutoff-scheme  = Verlet
+nstlist        = 10
+coulombtype    = PME
+rcoulomb       = 0.9
+rvdw           = 0.9
+constraints    = h-bonds
+tcoupl         = no
+gen_vel        = yes
+gen_temp       = 300
+gen_seed       = 7
+nstcalcenergy  = 50
+nstenergy      = 50
+nstlog         = 50
+"""
+
+R_SCRIPT = """set.seed(7)
+n <- 500
+a <- matrix(runif(n * n), n)
+b <- solve(crossprod(a) + diag(n), rowSums(a))        # linear algebra (BLAS, LAPACK)
+x <- rnorm(300000); y <- 3 * x + rnorm(300000)
+fit <- lm(y ~ x)                                      # a linear model on 300,000 points
+v <- numeric(0); for (i in 1:5000) v <- c(v, i)       # a vector grown element by element
+l <- lapply(1:50000, function(i) list(i, as.character(i)))  # many small objects
+s <- sort(runif(1e6))
+cat(sprintf("%.10g %.10g %.10g %d %d %.10g\\n", sum(b), coef(fit)[2], summary(fit)$r.squared, sum(v), length(l),
+            s[500000]))
+"""
+
+
 def _lines(pattern: str) -> Callable[[str], list[str]]:
     """The output lines that match `pattern` (the program's results, not its timings)."""
     rx = re.compile(pattern)
@@ -98,6 +171,19 @@ def _lammps_thermo(text: str) -> list[str]:
         elif line.startswith("Loop time"):
             inside = False
         if inside:
+            out.append(line.rstrip())
+    return out
+
+
+def _gromacs_energies(text: str) -> list[str]:
+    """mdrun's energy blocks in its log: the lines after each "Energies (kJ/mol)" up to a blank one."""
+    out, inside = [], False
+    for line in text.splitlines():
+        if "Energies (kJ/mol)" in line:
+            inside = True
+        elif inside and not line.strip():
+            inside = False
+        elif inside:
             out.append(line.rstrip())
     return out
 
@@ -120,9 +206,12 @@ class Program:
     needs: tuple[str, ...] = ()     # executables that must exist
     per_rank: bool = False  # hetmem is started on each rank (mpirun -np 2 hetmem ... -- PROGRAM)
     sites_recur: bool = False  # deterministic: every site of its plan occurs again in a planned run
+    setup: tuple[tuple[str, ...], ...] = ()  # commands that make its inputs (run once, plain, not timed)
+    results_file: str = ""  # the results are read from this file it writes instead of stdout
+    needs_files: tuple[str, ...] = ()  # files that must exist (inputs from a Debian package)
 
     def missing(self) -> str:
-        gone = [n for n in self.needs if not shutil.which(n)]
+        gone = [n for n in self.needs if not shutil.which(n)] + [f for f in self.needs_files if not Path(f).exists()]
         return f"{', '.join(gone)} not installed (Debian package {self.package}; scripts/setup.sh installs it)" \
             if gone else ""
 
@@ -163,6 +252,26 @@ PROGRAMS = [
     Program("xz", "xz-utils", "multithreaded C compression (xz -T2, 24 MB of generated text, compressed and "
             "decompressed through a pipe)",
             ["sh", "-c", "seq 1 3000000 | xz -T2 -3 -c | xz -d -c | sha256sum"], needs=("xz", "seq")),
+    Program("qe-pw", "quantum-espresso, quantum-espresso-data", "Fortran plane-wave DFT (Quantum ESPRESSO pw.x: an "
+            "8-atom silicon cell, SCF with forces and stress; FFTW, LAPACK, Fortran allocatables)",
+            ["pw.x", "-i", "si.in"], {"si.in": QE_SILICON},
+            _lines(r"^!\s+total energy|Total force|P=\s|convergence has been achieved"),
+            env={"OMP_NUM_THREADS": "1"}, needs=("pw.x",), needs_files=(QE_PSEUDO,),
+            setup=(("sh", "-c", f"zcat {QE_PSEUDO} > Si.pz-vbc.UPF"),)),
+    Program("gromacs", "gromacs", "C++ molecular dynamics (GROMACS 2022 mdrun: 4,055 SPC waters, PME, Verlet pair "
+            "lists, 100 steps on one thread, -reprod)",
+            ["gmx", "-quiet", "mdrun", "-s", "md.tpr", "-nt", "1", "-reprod", "-g", "md.log", "-e", "ener.edr",
+             "-o", "traj.trr", "-c", "out.gro", "-cpo", "state.cpt"],
+            {"topol.top": GMX_TOPOLOGY, "em.mdp": GMX_MINIMISE, "md.mdp": GMX_MD}, _gromacs_energies,
+            env={"GMX_MAXBACKUP": "-1"}, needs=("gmx",), results_file="md.log",
+            setup=(("gmx", "-quiet", "solvate", "-cs", "spc216.gro", "-box", "5", "5", "5", "-o", "water.gro",
+                    "-p", "topol.top"),
+                   ("gmx", "-quiet", "grompp", "-f", "em.mdp", "-c", "water.gro", "-p", "topol.top", "-o", "em.tpr"),
+                   ("gmx", "-quiet", "mdrun", "-s", "em.tpr", "-nt", "2", "-deffnm", "em"),
+                   ("gmx", "-quiet", "grompp", "-f", "md.mdp", "-c", "em.gro", "-p", "topol.top", "-o", "md.tpr"))),
+    Program("r", "r-base-core", "R through Rscript (a launcher that execs a shell script that execs R): linear "
+            "algebra, lm() on 300,000 points, a vector grown element by element, 50,000 small objects, a sort",
+            ["Rscript", "model.R"], {"model.R": R_SCRIPT}, needs=("Rscript",)),
 ]
 
 MODES = ("plain", "profile", "rules", "plan")
@@ -197,6 +306,12 @@ def prepare(program: Program, workdir: Path) -> None:
     (workdir / "all-capacity.rules").write_text("all -> capacity\n")
     for name, text in program.files.items():
         (workdir / name).write_text(text)
+    for step in program.setup:
+        made = subprocess.run(list(step), cwd=workdir, env=environment(program.env), capture_output=True, text=True,
+                              timeout=600)
+        if made.returncode != 0:
+            raise RuntimeError(f"{program.name}: making its input failed: {' '.join(step)}: "
+                               f"{(made.stderr or made.stdout).strip()[-500:]}")
 
 
 def command(program: Program, mode: str, workdir: Path, tag: str) -> list[str]:
@@ -229,6 +344,9 @@ def run_once(program: Program, mode: str, workdir: Path, tag: str, timeout: floa
         return Outcome(program.name, mode, -1, [], time.monotonic() - t0, f"hung: no exit within {timeout:.0f} s")
     seconds, status = time.monotonic() - t0, proc.returncode
     problem = f"killed by signal {-status if status < 0 else status - 128}" if status < 0 or status > 128 else ""
+    if program.results_file:
+        written = workdir / program.results_file
+        stdout = written.read_text(errors="replace") if written.exists() else ""
     return Outcome(program.name, mode, status, program.results(stdout), seconds, problem, stderr)
 
 
