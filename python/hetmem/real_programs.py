@@ -209,6 +209,9 @@ class Program:
     setup: tuple[tuple[str, ...], ...] = ()  # commands that make its inputs (run once, plain, not timed)
     results_file: str = ""  # the results are read from this file it writes instead of stdout
     needs_files: tuple[str, ...] = ()  # files that must exist (inputs from a Debian package)
+    # Sites its own plan must class hot or streaming (a piece of the site's function name): the
+    # arrays every step of it walks.
+    hot_sites: tuple[str, ...] = ()
 
     def missing(self) -> str:
         gone = [n for n in self.needs if not shutil.which(n)] + [f for f in self.needs_files if not Path(f).exists()]
@@ -228,7 +231,8 @@ MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2"]
 PROGRAMS = [
     Program("lammps", "lammps", "C++ molecular dynamics (LJ melt, 16384 atoms): large arrays grown with realloc, "
             "its memory report through mallinfo", ["lmp", "-in", "in.lj", "-log", "none"],
-            {"in.lj": LJ_INPUT.format(n=16, steps=40)}, _lammps_thermo, needs=("lmp",)),
+            {"in.lj": LJ_INPUT.format(n=16, steps=40)}, _lammps_thermo, needs=("lmp",),
+            hot_sites=("LAMMPS_NS::Memory::srealloc",)),
     Program("lammps-mpi", "lammps", "the same MD code over MPI (Open MPI, 2 ranks, hetmem started on each rank)",
             MPIRUN + ["{hetmem}", "lmp", "-in", "in.lj", "-log", "none"],
             {"in.lj": LJ_INPUT.format(n=16, steps=40)}, _lammps_thermo, needs=("lmp", "mpirun"), per_rank=True),
@@ -264,6 +268,7 @@ PROGRAMS = [
              "-o", "traj.trr", "-c", "out.gro", "-cpo", "state.cpt"],
             {"topol.top": GMX_TOPOLOGY, "em.mdp": GMX_MINIMISE, "md.mdp": GMX_MD}, _gromacs_energies,
             env={"GMX_MAXBACKUP": "-1"}, needs=("gmx",), results_file="md.log",
+            hot_sites=("std::vector<nbnxn_cj_t",),
             setup=(("gmx", "-quiet", "solvate", "-cs", "spc216.gro", "-box", "5", "5", "5", "-o", "water.gro",
                     "-p", "topol.top"),
                    ("gmx", "-quiet", "grompp", "-f", "em.mdp", "-c", "water.gro", "-p", "topol.top", "-o", "em.tpr"),
@@ -329,8 +334,9 @@ def command(program: Program, mode: str, workdir: Path, tag: str) -> list[str]:
     return wrap + program.command
 
 
-def run_once(program: Program, mode: str, workdir: Path, tag: str, timeout: float = 600) -> Outcome:
-    env = environment({"HM_TIERS": "capacity=emul:cxl", **program.env})
+def run_once(program: Program, mode: str, workdir: Path, tag: str, timeout: float = 600,
+             extra_env: dict | None = None) -> Outcome:
+    env = environment({"HM_TIERS": "capacity=emul:cxl", **program.env, **(extra_env or {})})
     cmd = command(program, mode, workdir, tag)
     t0 = time.monotonic()
     # A session of its own, so that a hung run is stopped whole (mpirun's ranks, make's children).
@@ -354,6 +360,16 @@ def traces_of(workdir: Path, tag: str) -> list[Path]:
     """The traces one profiled run wrote: TRACE, or TRACE.rankN for each MPI rank."""
     base = workdir / f"{tag}.hmtrace"
     return sorted(p for p in workdir.glob(f"{tag}.hmtrace*") if p == base or re.search(r"\.rank\d+$", p.name))
+
+
+def plan_classes(plan: Path) -> list[tuple[str, str]]:
+    """(class, the site's description) of each site line of a plan, commented-out ones included."""
+    out = []
+    for line in plan.read_text().splitlines():
+        m = re.match(r"#?\s*site \S+ -> class (\S+)[^#]*#\s*(.*)", line)
+        if m:
+            out.append((m.group(1), m.group(2)))
+    return out
 
 
 def make_plan(program: Program, workdir: Path, trace: Path) -> subprocess.CompletedProcess:

@@ -12,9 +12,13 @@
 namespace hm {
 namespace {
 
+constexpr uint32_t kForcedSamples = 3;  // instances a profiler gets sampled regardless of the budget
+
 // What the last sample of a phase name found, and what it cost.
 struct PhaseSample {
   bool seen = false;
+  uint32_t instances = 0;  // instances begun
+  uint32_t samples = 0;    // of them, sampled
   uint64_t undeclared[kMaxTiers] = {};  // referenced bytes of undeclared emulated memory
   uintptr_t at[kMaxTiers] = {};          // where the first such mapping starts (charge models)
   uint64_t cost_ns = 0;                 // own time plus the estimated cost to the program
@@ -118,12 +122,15 @@ SampleMode sampler_begin(uint16_t phase, bool every_phase) {
     return SampleMode::kNone;
   }
   if (g_samples.size() <= phase) g_samples.resize(phase + size_t{1});
-  const PhaseSample &ps = g_samples[phase];
+  PhaseSample &ps = g_samples[phase];
+  const uint32_t instance = ++ps.instances;
   uint64_t now = prim::now_ns();
   double allowed = sample_budget() * static_cast<double>(now - g_start_ns);
-  // The profiler needs every phase name sampled once; the emulated tier only needs its charges,
-  // which a phase never sampled yet takes from none (nothing charged) until the budget allows.
-  bool forced = profile && !ps.seen;
+  // The profiler needs every phase name sampled, and not only where a run starts (whose first
+  // window is its start-up): instances 1, 2 and 4 of each name regardless of the budget, so that
+  // a short run's steady state is sampled too. The emulated tier only needs its charges, which a
+  // phase never sampled yet takes from none (nothing charged) until the budget allows.
+  bool forced = profile && ps.samples < kForcedSamples && (instance & (instance - 1)) == 0;
   uint64_t expected = ps.seen ? ps.cost_ns : (g_stats.phases_sampled ? g_spent_ns / g_stats.phases_sampled : 0);
   if (!forced && static_cast<double>(g_spent_ns + expected) > allowed) return SampleMode::kCarried;
   clear_with_page_cost();
@@ -159,6 +166,7 @@ void sampler_end(uint16_t phase, SampleMode mode, std::vector<prim::MappingUse> 
   uint64_t inflicted = static_cast<uint64_t>(static_cast<double>(small_pages) * std::max(0.0, g_page_cost_ns));
   PhaseSample &ps = g_samples[phase];
   ps.seen = true;
+  ++ps.samples;
   std::copy(undeclared, undeclared + kMaxTiers, ps.undeclared);
   std::copy(at, at + kMaxTiers, ps.at);
   ps.cost_ns = own + inflicted;

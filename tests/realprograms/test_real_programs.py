@@ -1,8 +1,12 @@
 """Real programs none of us wrote (Debian packages) run unharmed under hetmem: plain, under `hetmem
 profile`, with the whole heap on the capacity tier (`hetmem run --rules`), and with their own plan
 (`hetmem run --plan`), several times each: the same exit status and the same results every time,
-and every trace reads. The programs and what each covers: python/hetmem/real_programs.py."""
+and every trace reads. The rules are applied (the capacity tier holds the program's heap, R's too
+though Rscript reaches it through a shell script and two execs), and the plans made with default
+options class the arrays every step walks hot. The programs and what each covers:
+python/hetmem/real_programs.py."""
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -50,9 +54,26 @@ def test_real_program_runs_unharmed_in_every_mode(program, tmp_path):
             assert result["iterations"]["how"] == "window", "a program that marks nothing gets inferred windows"
     made = rp.make_plan(program, tmp_path, rp.traces_of(tmp_path, "profile0")[0])
     assert made.returncode == 0, made.stderr
+    classes = rp.plan_classes(tmp_path / "own.plan")
+    for wanted in program.hot_sites:
+        found = [kind for kind, what in classes if wanted in what]
+        assert found and all(k in ("hot", "streaming") for k in found), \
+            f"{program.name}: its own plan classes {wanted} as {found or 'nothing'}:\n" \
+            + (tmp_path / "own.plan").read_text()
+    # The run summary is written by the run's first process at its exit: not by MPI's ranks (each
+    # is a first process), nor by dash, which ends with _exit (no destructor runs).
+    summarised = not program.per_rank and program.command[0] != "sh"
     for mode in ("rules", "plan"):
         for rep in range(REPEAT):
-            outcome = rp.run_once(program, mode, tmp_path, f"{mode}{rep}")
+            summary = tmp_path / f"{mode}{rep}.summary.json"
+            outcome = rp.run_once(program, mode, tmp_path, f"{mode}{rep}",
+                                  extra_env={"HM_SUMMARY": str(summary)} if summarised else None)
             _check(program, plain, outcome)
+            if mode == "rules" and summarised:
+                # Every allocation of the run's process goes to the capacity tier: the rules reached it.
+                tiers = json.loads(summary.read_text())["tiers"]
+                capacity = [t for t in tiers if "capacity" in t["roles"]]
+                assert capacity and capacity[0]["high_water"] > 0, \
+                    f"{program.name}: the rules placed nothing on the capacity tier: {tiers}"
             if mode == "plan" and program.sites_recur:
                 assert "never occurred" not in outcome.stderr, f"the plan's sites were not matched:\n{outcome.stderr}"
