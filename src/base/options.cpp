@@ -52,6 +52,9 @@ constexpr OptionSpec kOptions[] = {
      "times) to this file at exit (set by `hetmem compare --plan`)"},
     {Option::kProfileDepth, "HM_PROFILE_DEPTH", "8", "return addresses recorded per call site (0..32)", OptionKind::kInteger, 0, kMaxProfileDepth},
     {Option::kProfileLarge, "HM_PROFILE_LARGE", "256K", "objects at least this large get their own mapping and per-phase referenced bytes", OptionKind::kSize},
+    {Option::kProfileStackMin, "HM_PROFILE_STACK_MIN", "4K", "allocations smaller than this are recorded with their "
+     "caller's address, not a stack walk (plans place only large objects; a walk costs 100-200 ns); 0: a stack for "
+     "every allocation", OptionKind::kSize},
     {Option::kProfileChildren, "HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded", OptionKind::kSwitch},
     {Option::kProfileRootPid, "HM_PROFILE_ROOT_PID", "", "set by the preload library: the run's first process (and what it execs), whose "
      "trace is TRACE and which alone writes the run summary and names unused plan sites; every other process of the "

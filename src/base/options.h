@@ -31,6 +31,7 @@ enum class Option : int {
   kSummary,
   kProfileDepth,
   kProfileLarge,
+  kProfileStackMin,
   kProfileChildren,
   kProfileRootPid,
   kIterationWindow,

@@ -2,6 +2,7 @@
 // hetmem API itself.
 #include "alloc/runtime.h"
 #include "base/error.h"
+#include "base/options.h"
 #include "hetmem/hetmem.h"
 #include "profile/hooks.h"
 #include "profile/profiler.h"
@@ -31,6 +32,7 @@ int hm_profile_start(const char *path, int stack_depth, uint64_t large_threshold
     o.path = path;
     o.depth = stack_depth;
     o.large = large_threshold ? large_threshold : (1u << 20);
+    if ((rc = hm::option_size(hm::Option::kProfileStackMin, &o.stack_min)) != HM_OK) return rc;
     rc = hm::profile::start(o);
   } catch (...) {
     return hm::fail(HM_ENOMEM, "hm_profile_start: out of memory");

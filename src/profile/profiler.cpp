@@ -330,10 +330,19 @@ uint32_t named_site(const char *name) {
   return id;
 }
 
-uint32_t capture_site(const void *caller) {
+// The call site of an allocation of `size` bytes: a stack walk (HM_PROFILE_DEPTH frames) for one
+// at least HM_PROFILE_STACK_MIN large, the caller's return address alone for a smaller one. Plans
+// place only large objects, and nearly all of an allocation-heavy program's allocations are small
+// (Quantum ESPRESSO: 3.1 million, 0.07% of them 4 KiB or more), where the walk was most of the
+// profiler's cost.
+uint32_t capture_site(const void *caller, size_t size) {
   if (t_site_name[0]) return named_site(t_site_name);
   int depth = g_options.depth;
   if (depth <= 0) return 0;
+  if (size < g_options.stack_min && caller) {
+    const uint64_t frame = reinterpret_cast<uint64_t>(caller);
+    return intern_site(&frame, 1);
+  }
   void *raw[kMaxDepth + 16];
   int n = prim::stack_trace(raw, depth + 16);
   // Drop the profiler's and the hook's frames: everything before the hooked call's return address.
@@ -493,7 +502,7 @@ void record(trace::Op op, trace::Fn fn, const void *ptr, size_t size, const void
   if (!active()) return;
   ThreadBuffer *b = buffer();
   if (!b) return;
-  uint32_t site = op == trace::kAlloc ? capture_site(caller) : 0;
+  uint32_t site = op == trace::kAlloc ? capture_site(caller, size) : 0;
   uint64_t gen = g_generation.load(std::memory_order_relaxed);
   lock(b);
   if (b->generation != gen) {  // a buffer from before a fork or an earlier trace

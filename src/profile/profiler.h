@@ -17,6 +17,7 @@ struct Options {
   std::string path;           // the trace file
   int depth = 8;              // return addresses recorded per call site (0: none)
   uint64_t large = 1 << 20;   // objects at least this large: per-phase referenced bytes
+  uint64_t stack_min = 4096;  // smaller allocations: the caller's address only, no stack walk
 };
 
 extern std::atomic<bool> g_active;
