@@ -133,7 +133,9 @@ void flush_locked(ThreadBuffer *b) {
   }
   if (!b->zstd) b->zstd = ZSTD_createCCtx();
   size_t raw = pack_columns(b, b->columns);
-  size_t packed = b->zstd ? ZSTD_compressCCtx(b->zstd, b->packed, sizeof b->packed, b->columns, raw, 1) : 0;
+  // zstd's fast level -4: the columns are regular enough that it keeps most of level 1's ratio
+  // (a pw.x trace 4.4 MB instead of 3.9) at about half its time, which the program's threads pay.
+  size_t packed = b->zstd ? ZSTD_compressCCtx(b->zstd, b->packed, sizeof b->packed, b->columns, raw, -4) : 0;
   if (!b->zstd || ZSTD_isError(packed)) {
     disable("zstd could not compress an event block");
     b->count = 0;
