@@ -88,7 +88,8 @@ uint16_t phase_id_locked(const char *name) {
 void begin_locked(uint16_t id) {
   g_open.push_back(Open{id, g_iteration, prim::now_ns(), SampleMode::kNone});
   notify([&](PhaseObserver &o) { o.phase_begun(id); });
-  g_open.back().sample = sampler_begin(id, every_phase_wanted());
+  const bool inferred = g_inference.on && g_phases[id].name == g_inference.phase;
+  g_open.back().sample = sampler_begin(id, every_phase_wanted(), inferred);
 }
 
 void end_locked() {

@@ -12,7 +12,7 @@
 namespace hm {
 namespace {
 
-constexpr uint32_t kForcedSamples = 3;  // instances a profiler gets sampled regardless of the budget
+constexpr uint32_t kForcedInferredSamples = 3;  // inferred windows a profiler gets sampled regardless
 
 // What the last sample of a phase name found, and what it cost.
 struct PhaseSample {
@@ -114,7 +114,7 @@ void charge(const uint64_t *bytes, const uintptr_t *at) {
 
 }  // namespace
 
-SampleMode sampler_begin(uint16_t phase, bool every_phase) {
+SampleMode sampler_begin(uint16_t phase, bool every_phase, bool inferred) {
   if (g_in_flight) return SampleMode::kNested;
   bool profile = every_phase, emulation = emulation_wants();
   if (!profile && !emulation) {
@@ -126,11 +126,13 @@ SampleMode sampler_begin(uint16_t phase, bool every_phase) {
   const uint32_t instance = ++ps.instances;
   uint64_t now = prim::now_ns();
   double allowed = sample_budget() * static_cast<double>(now - g_start_ns);
-  // The profiler needs every phase name sampled, and not only where a run starts (whose first
-  // window is its start-up): instances 1, 2 and 4 of each name regardless of the budget, so that
-  // a short run's steady state is sampled too. The emulated tier only needs its charges, which a
-  // phase never sampled yet takes from none (nothing charged) until the budget allows.
-  bool forced = profile && ps.samples < kForcedSamples && (instance & (instance - 1)) == 0;
+  // The profiler needs every phase name sampled: the first instance regardless of the budget. An
+  // iteration inferred by time windows also gets instances 2 and 4, since its first is the run's
+  // start-up, and a short run would otherwise never be sampled in its steady state. The emulated
+  // tier only needs its charges, which a phase never sampled yet takes from none (nothing
+  // charged) until the budget allows.
+  const uint32_t forced_samples = inferred ? kForcedInferredSamples : 1;
+  bool forced = profile && ps.samples < forced_samples && (instance & (instance - 1)) == 0;
   uint64_t expected = ps.seen ? ps.cost_ns : (g_stats.phases_sampled ? g_spent_ns / g_stats.phases_sampled : 0);
   if (!forced && static_cast<double>(g_spent_ns + expected) > allowed) return SampleMode::kCarried;
   clear_with_page_cost();

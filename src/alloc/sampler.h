@@ -6,8 +6,9 @@
 // accessed-bit update the hardware makes slowly, worse in virtual machines); transparent huge
 // pages cost 512 times less. So phases are sampled at a bounded rate: only while the sampler's
 // estimated cost stays under HM_SAMPLE_BUDGET of the run time (counted from the library's load),
-// except that a recording profiler gets instances 1, 2 and 4 of every phase name regardless (the
-// first alone would be a run's start-up, and a short run would never be sampled again). An
+// except that a recording profiler gets the first instance of every phase name regardless, and of
+// iterations inferred by time windows instances 1, 2 and 4 (the first window is the run's
+// start-up, and a short run would never be sampled again). An
 // instance that is not sampled charges the emulated tier what the last sample of the same phase
 // name found (nothing before its first sample).
 #pragma once
@@ -27,8 +28,9 @@ enum class SampleMode : uint8_t {
 };
 
 // Both are called with the phase mutex held, in begin/end order. `every_phase`: an observer needs
-// every phase name sampled (instances 1, 2 and 4 regardless of the budget).
-SampleMode sampler_begin(uint16_t phase, bool every_phase);
+// every phase name sampled (regardless of the budget: the first instance, or instances 1, 2 and 4
+// of an `inferred` iteration).
+SampleMode sampler_begin(uint16_t phase, bool every_phase, bool inferred);
 // `mappings` receives every mapping with its referenced bytes when the instance was sampled.
 void sampler_end(uint16_t phase, SampleMode mode, std::vector<prim::MappingUse> *mappings);
 hm_sampler_stats_t sampler_stats();
