@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -550,27 +551,30 @@ int ReplicaServer::delta(Session &session) {
   if (scratch < 0 && prim::create_scratch_file(scratch_dir(), &scratch) != HM_OK)
     return refuse(s, fail(HM_EIO, "cannot make a scratch file beside the replica '%s': %s", path_.c_str(),
                           std::strerror(errno)));
-  Ranges ranges;
-  ranges.reserve(std::min<uint64_t>(n, 4096));
+  // The scratch file holds each range as offset, length and data, so that the server's memory does
+  // not grow with the number of ranges a delta claims.
   std::string piece(kChunk, '\0');
-  uint64_t staged = 0;
+  uint64_t staged = 0, written = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    uint64_t off = 0, bytes = 0;
-    if (!s.get(&off) || !s.get(&bytes)) return broken(s, "reading a delta");
+    uint64_t range[2] = {};  // offset, bytes
+    if (!s.get(&range[0]) || !s.get(&range[1])) return broken(s, "reading a delta");
+    const uint64_t off = range[0], bytes = range[1];
     if (off < kHeaderBytes || off > top || bytes > top - off || bytes > capacity - staged)
       return refuse(s, fail(HM_EFORMAT, "a delta range [%llu, +%llu) lies outside the new version (%llu..%llu)",
                             static_cast<unsigned long long>(off), static_cast<unsigned long long>(bytes),
                             static_cast<unsigned long long>(kHeaderBytes), static_cast<unsigned long long>(top)));
     s.extend_deadline(static_cast<double>(bytes) / kMinRate);
-    for (uint64_t done = 0; done < bytes;) {
+    bool stored = prim::write_at(scratch, range, sizeof range, written) == HM_OK;
+    written += sizeof range;
+    for (uint64_t done = 0; stored && done < bytes;) {
       const size_t take = static_cast<size_t>(std::min<uint64_t>(kChunk, bytes - done));
       if (!s.get_bytes(piece.data(), take)) return broken(s, "reading a delta");
-      if (prim::write_at(scratch, piece.data(), take, staged + done) != HM_OK)
-        return refuse(s, fail(HM_EIO, "the scratch file beside the replica '%s' cannot be written (disk full?)",
-                              path_.c_str()));
-      done += take;
+      stored = prim::write_at(scratch, piece.data(), take, written) == HM_OK;
+      done += take, written += take;
     }
-    ranges.emplace_back(off, bytes);
+    if (!stored)
+      return refuse(s, fail(HM_EIO, "the scratch file beside the replica '%s' cannot be written (disk full?)",
+                            path_.c_str()));
     staged += bytes;
   }
   int rc = HM_OK;
@@ -578,11 +582,13 @@ int ReplicaServer::delta(Session &session) {
     std::unique_lock lock(mutex_);
     Pool &pool = *pool_;
     rc = pool.set_top(std::max(top, pool.committed_top()));
-    uint64_t at = 0;
-    for (size_t i = 0; rc == HM_OK && i < ranges.size(); at += ranges[i].second, ++i) {
-      if (prim::read_at(scratch, pool.at<char>(ranges[i].first), ranges[i].second, at) != HM_OK)
+    for (uint64_t at = 0; rc == HM_OK && at < written;) {
+      uint64_t range[2] = {};
+      if (prim::read_at(scratch, range, sizeof range, at) != HM_OK ||
+          prim::read_at(scratch, pool.at<char>(range[0]), range[1], at + sizeof range) != HM_OK)
         rc = fail(HM_EIO, "the replica '%s' cannot take a delta (disk full?)", path_.c_str());
-      else pool.written(pool.at<char>(ranges[i].first), ranges[i].second);
+      else pool.written(pool.at<char>(range[0]), range[1]);
+      at += sizeof range + range[1];
     }
     if (rc == HM_OK) rc = pool.commit(root, sequence);
     else pool.rollback();
@@ -593,12 +599,16 @@ int ReplicaServer::delta(Session &session) {
 // The used part only (header and committed data), streamed from the mapping: never the whole file,
 // never all of it in memory.
 int ReplicaServer::fetch(Stream &s) {
-  std::shared_lock lock(mutex_);
-  std::unique_ptr<Pool> opened;
   int rc = HM_OK;
-  if (!pool_ && (rc = Pool::open(path_, &opened)) != HM_OK)
-    rc = fail(HM_EIO, "the replica '%s' cannot be read: %s", path_.c_str(), hm_last_error());
-  const Pool *from = pool_ ? pool_.get() : opened.get();
+  {
+    std::unique_lock lock(mutex_);  // a fetch before any hello opens the replica for every connection
+    if (!pool_ && Pool::open(path_, &pool_) != HM_OK) {
+      pool_.reset();
+      rc = fail(HM_EIO, "the replica '%s' cannot be read: %s", path_.c_str(), hm_last_error());
+    }
+  }
+  std::shared_lock lock(mutex_);
+  const Pool *from = pool_.get();
   if (!s.answer(rc)) return broken(s, "answering a fetch");
   if (rc != HM_OK) return HM_OK;
   const uint64_t used = from->committed_top();
@@ -658,7 +668,10 @@ int serve_replicas(const std::string &listen, const std::string &path, const std
   static std::atomic<int> active{0};
   for (;;) {
     int fd = -1;
-    if (prim::tcp_accept(listener, &fd) != HM_OK) continue;
+    if (prim::tcp_accept(listener, &fd) != HM_OK) {  // out of descriptors, say: wait for some to close
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
     if (active.load() >= kMaxConnections) {
       const char busy = 'B';
       prim::send_all(fd, &busy, 1, prim::now_ns() + 1000000000ull);
