@@ -64,6 +64,8 @@ bool g_children = false;
 // The run's first process, or a program it exec'd (the same pid): it alone writes the run summary
 // and names the plan sites that never occurred (a shell's or a launcher's children run other code).
 bool g_root = false;
+pid_t g_root_pid = 0;      // its pid: a vfork child shares g_root with it, not its pid
+bool g_finished = false;   // the run's end (the rules' report, the summary) has been written
 // Iterations inferred by time windows: the window thread's emulated-tier charges are owed by the
 // program and paid by its threads here, at their allocator calls.
 bool g_owing = false;
@@ -292,6 +294,7 @@ __attribute__((constructor)) void start_up() {
     const std::string root_pid = option("HM_PROFILE_ROOT_PID");
     const bool first_process = root_pid.empty();
     g_root = first_process || root_pid == std::to_string(getpid());
+    if (g_root) g_root_pid = getpid();
     if (first_process) setenv("HM_PROFILE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
     if (const double large = number_option("HM_PROFILE_LARGE"); large > 0) g_large = static_cast<uint64_t>(large);
     if (!rules.empty()) {
@@ -329,19 +332,27 @@ double seconds_since(clockid_t clock, const timespec &t0) {
   return static_cast<double>(now.tv_sec - t0.tv_sec) + static_cast<double>(now.tv_nsec - t0.tv_nsec) * 1e-9;
 }
 
-__attribute__((destructor)) void shut_down() {
-  Inside inside;
-  if (*g_inferred && !hm_iteration_inferred()) g_inferred = "";  // the program marked its own
-  hm_iteration_infer_stop();  // the last iteration's sample and charges, before the summary
-  g_owing = false;
-  if (g_rules && g_root) hm_rules_report_unused(2);
-  if (g_summary && g_root) {
+// What the run's first process writes at its end, once: the plan sites that never occurred and
+// the run summary. From the destructor, or from _exit, which runs none (dash ends that way).
+void finish_run() {
+  if (g_finished || !g_root || getpid() != g_root_pid) return;
+  g_finished = true;
+  if (g_rules) hm_rules_report_unused(2);
+  if (g_summary) {
     char extra[200];
     snprintf(extra, sizeof extra, "{\"seconds\": %.9f, \"cpu_seconds\": %.9f, \"iterations_inferred\": \"%s\"}",
              seconds_since(CLOCK_MONOTONIC, g_start_wall), seconds_since(CLOCK_PROCESS_CPUTIME_ID, g_start_cpu),
              g_inferred);
     if (hm_summary_write(g_summary, extra) != HM_OK) say("no run summary", hm_last_error());
   }
+}
+
+__attribute__((destructor)) void shut_down() {
+  Inside inside;
+  if (*g_inferred && !hm_iteration_inferred()) g_inferred = "";  // the program marked its own
+  hm_iteration_infer_stop();  // the last iteration's sample and charges, before the summary
+  g_owing = false;
+  finish_run();
   if (g_profiling) {
     g_profiling = false;
     hm_profile_stop();
@@ -616,6 +627,12 @@ HM_EXPORT void _exit(int status) {
   if (g_profiling && !hm_inside_hook) {  // not cleared: a vfork child shares it with its parent
     Inside inside;
     hm_profile_before_exit();
+  }
+  if (g_started && g_root && !hm_inside_hook && getpid() == g_root_pid) {
+    Inside inside;
+    if (*g_inferred && !hm_iteration_inferred()) g_inferred = "";
+    hm_iteration_infer_stop();
+    finish_run();
   }
   if (auto real = real_exec<void (*)(int)>("_exit")) real(status);
   syscall(SYS_exit_group, status);  // never returns
