@@ -166,9 +166,18 @@ def target_lines(result: dict, subject: str) -> list[str]:
         label = "full runtime" if subject == "hetmem" or baseline not in result["warpx_pm_static_vs"] else "static alone"
         paper_text = f"WarpX-PM (Ren et al., ICS'21), {label}: {figure:.2f}x" if figure else "WarpX-PM: no figure"
         cpu_text = f", {cpu[baseline][0]:.3f}x CPU" if baseline in cpu else ""
-        if blind and verdict == "MET":
-            verdict = "cannot tell"  # a margin the instrument could not have caused
-        lines.append(f"{subject} vs {baseline}: {speedup:.3f}x wall ({verdict}: faster beyond the spread; "
+        single = min(len(by[subject]["runs"]), len(by[baseline]["runs"])) < 2
+        if single:
+            verdict, why = "cannot tell", "one run each: no spread to judge by (--repeat 3 gives one)"
+        elif blind:  # a margin (or a loss) the instrument could not have caused
+            verdict, why = "cannot tell", "the emulated tier cannot show placement here (see below)"
+        elif verdict == "MET":
+            why = "faster in every repetition, beyond the spread"
+        elif verdict == "NOT MET":
+            why = "slower in every repetition"
+        else:
+            why = "the repetitions' spreads overlap"
+        lines.append(f"{subject} vs {baseline}: {speedup:.3f}x wall ({verdict}: {why}; "
                      f"{subject} {_spread_text(by[subject])}, {baseline} {_spread_text(by[baseline])})"
                      f"{cpu_text}; {paper_text} [{'emulated' if result['emulated'] else 'real'}]")
     return lines

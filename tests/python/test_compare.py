@@ -193,3 +193,37 @@ def test_policies_plot_shows_every_repetition_and_no_label_overlaps():
     assert len(boxes) == len(rows)
     for a, b in zip(boxes, boxes[1:]):
         assert not a.overlaps(b), "policy names overlap"
+
+
+def test_verdict_lines_say_why_and_never_contradict_themselves():
+    """Each 'X vs Y' line gives its verdict with the reason that fits it: beyond the spread only
+    for MET, a loss in every repetition for NOT MET, and 'cannot tell' with why otherwise (overlap,
+    a single run, an instrument that cannot see placement)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+    from hetmem import compare_report
+
+    def row(policy, runs, charged=0.0):
+        return {"policy": policy, "runs": runs, "spread": [min(runs), max(runs)],
+                "seconds_per_iteration": sorted(runs)[len(runs) // 2], "cpu_seconds_per_iteration": None,
+                "charged_share": charged}
+
+    def lines(static, others, emulated=False, fast=None):
+        pols = [row("hetmem-static", static)] + [row(p, r) for p, r in others.items()]
+        if fast:
+            pols.append(row("all-fast", fast))
+        result = {"policies": pols, "emulated": emulated, "warpx_pm_full_vs": {}, "warpx_pm_static_vs": {}}
+        return {line.split(":")[0]: line for line in compare_report.target_lines(result, "hetmem-static")}
+
+    got = lines([1.0, 1.01, 1.02], {"slow-only": [1.2, 1.21, 1.22], "first-touch": [0.9, 0.91, 0.92],
+                                    "interleave": [1.0, 1.05, 1.1]})
+    assert "(MET: faster in every repetition, beyond the spread;" in got["hetmem-static vs slow-only"]
+    assert "(NOT MET: slower in every repetition;" in got["hetmem-static vs first-touch"]
+    assert "(cannot tell: the repetitions' spreads overlap;" in got["hetmem-static vs interleave"]
+    one = lines([1.0], {"slow-only": [1.5]})
+    assert "(cannot tell: one run each: no spread to judge by" in one["hetmem-static vs slow-only"]
+    # slow-only within all-fast's spread on an emulated tier: nothing can be judged, win or loss.
+    blind = lines([1.0, 1.01, 1.02], {"slow-only": [1.03, 1.04, 1.05], "first-touch": [0.9, 0.91, 0.92]},
+                  emulated=True, fast=[1.0, 1.03, 1.06])
+    assert all("(cannot tell: the emulated tier cannot show placement here" in line for line in blind.values())
+    for line in list(got.values()) + list(one.values()) + list(blind.values()):
+        assert "cannot tell: faster" not in line and "NOT MET: faster" not in line
