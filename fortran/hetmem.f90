@@ -34,7 +34,7 @@ module hetmem
 
   public :: hm_init, hm_finalize, hm_alloc, hm_tier_alloc, hm_free, hm_usable_size, hm_mode_push, &
        hm_mode_push_tier, hm_mode_pop, hm_mode_current, hm_role_tier, hm_tier_stats, hm_tier_set_budget, &
-       hm_ptr_tier, hm_tier_find_f, hm_last_error_f, hm_policy_name_f, hm_allocate, hm_deallocate, hm_phase_begin_f, &
+       hm_ptr_tier, hm_tier_find_f, hm_last_error_f, hm_version_f, hm_policy_name_f, hm_allocate, hm_deallocate, hm_phase_begin_f, &
        hm_phase_end, hm_iteration_next, hm_access, hm_access_scattered, hm_class_define_f, hm_class_alloc, &
        hm_class_interleave
 
@@ -153,6 +153,9 @@ module hetmem
      type(c_ptr) function c_hm_last_error() bind(C, name="hm_last_error")
        import :: c_ptr
      end function c_hm_last_error
+     type(c_ptr) function c_hm_version() bind(C, name="hm_version")
+       import :: c_ptr
+     end function c_hm_version
      integer(c_size_t) function c_strlen(s) bind(C, name="strlen")
        import :: c_ptr, c_size_t
        type(c_ptr), value :: s
@@ -195,6 +198,12 @@ contains
     character(len=:), allocatable :: msg
     msg = from_c(c_hm_last_error())
   end function hm_last_error_f
+
+  !> The library's version, "MAJOR.MINOR.PATCH".
+  function hm_version_f() result(version)
+    character(len=:), allocatable :: version
+    version = from_c(c_hm_version())
+  end function hm_version_f
 
   !> The active placement policy's name ("first-touch", "hetmem-static", ...).
   function hm_policy_name_f() result(name)

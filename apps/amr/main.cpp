@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "hetmem/hetmem.h"
 #include "sqlite_store.h"
 
 namespace {
@@ -139,6 +140,9 @@ Options parse(int argc, char **argv) {
     };
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--version") {
+      std::printf("hetmem-amr %s\n", hm_version());
       std::exit(0);
     } else if (a == "--dim") o.dim = static_cast<int>(parse_int("--dim", take(), 2, 3));
     else if (a == "--steps") o.steps = static_cast<int>(parse_int("--steps", take(), 1, 1000000));

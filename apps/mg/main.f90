@@ -304,6 +304,10 @@ contains
           call usage()
           stop 0
        end if
+       if (arg == "--version") then
+          print '(a)', "hetmem-mg " // hm_version_f()
+          stop
+       end if
        eq = index(arg, "=")
        if (eq < 2) call fail("arguments are key=value, got '" // trim(arg) // "' (hetmem-mg --help)")
        key = arg(1:eq - 1)

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "hetmem/hetmem.h"
 #include "node.hpp"
 #include "openpmd.hpp"
 #include "particle_kernel.hpp"
@@ -202,8 +203,12 @@ int main(int argc, char **argv) {
                "one alone (a launcher of another MPI implementation?): start it with Open MPI's mpirun, or without "
                "a launcher");
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
-    std::fprintf(stderr, "usage: hetmem-pic INPUT [key=value ...]   (INPUT may be 'preset:NAME')\n");
+    std::fprintf(stderr, "usage: hetmem-pic INPUT [key=value ...]   (INPUT may be 'preset:NAME'); hetmem-pic --version\n");
     return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    std::printf("hetmem-pic %s\n", hm_version());
+    return 0;
   }
   std::string text, input = argv[1];
   if (input.rfind("preset:", 0) == 0) {

@@ -64,6 +64,9 @@ int main(int argc, char **argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
+    } else if (a == "--version") {
+      std::printf("hetmem-replica %s\n", hm_version());
+      return 0;
     } else if (a == "--pool" && v) {
       pool = v;
       ++i;

@@ -52,6 +52,8 @@ enum {
 
 /* Explains an error code in a few words. Never returns NULL. */
 const char *hm_strerror(int code);
+/* The library's version, "MAJOR.MINOR.PATCH" (the programs print it with --version). */
+const char *hm_version(void);
 /* The detailed message of the calling thread's most recent failure ("" if none). */
 const char *hm_last_error(void);
 /* The code of the calling thread's most recent failure (HM_OK if none). */

@@ -508,8 +508,30 @@ def _run_env(args: argparse.Namespace, cmd: list[str]) -> dict | int:
     return _preload_env({**extra, **iteration})
 
 
+def version_text() -> str:
+    """The command's version and the library it loads (which may be another build's)."""
+    from . import __version__
+    try:
+        lib = Library(init=False)
+        return f"hetmem {__version__} (libhetmem {lib.version()}, {lib.path})"
+    except HetmemError as e:
+        return f"hetmem {__version__} (libhetmem not loaded: {e})"
+
+
+class _Version(argparse.Action):
+    """--version: looks the library up only when asked."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the version of the command and its library")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hetmem", description="Heterogeneous-memory placement for simulations.")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     t = sub.add_parser("tiers", help="list the tiers of this machine and the role each plays",

@@ -209,6 +209,7 @@ class Library:
         c.hm_last_error.restype = ctypes.c_char_p
         c.hm_strerror.restype = ctypes.c_char_p
         c.hm_strerror.argtypes = [ctypes.c_int]
+        c.hm_version.restype = ctypes.c_char_p
         c.hm_tier_count.restype = ctypes.c_int
         c.hm_tier_info.argtypes = [ctypes.c_int, ctypes.POINTER(_TierInfo)]
         c.hm_tier_stats.argtypes = [ctypes.c_int, ctypes.POINTER(_TierStats)]
@@ -235,6 +236,9 @@ class Library:
 
     def last_error(self) -> str:
         return (self._c.hm_last_error() or b"").decode(errors="replace")
+
+    def version(self) -> str:
+        return self._c.hm_version().decode()
 
     def tiers(self) -> list[Tier]:
         out = []

@@ -204,3 +204,19 @@ def test_run_refuses_a_mistyped_option_in_the_environment_instead_of_running_wit
     assert r.returncode == 2 and "expected a number from 0 to 3600" in r.stderr and not marker.exists(), r.stderr
     r = run("run", "--", *program)
     assert r.returncode == 0 and marker.exists(), r.stderr
+
+
+def test_every_program_reports_the_projects_version():
+    """`--version` on the command and on each application gives the version CMake builds."""
+    import re
+    sys.path.insert(0, str(ROOT / "python"))
+    from hetmem import __version__
+    project = re.search(r"project\(hetmem VERSION (\S+)", (ROOT / "CMakeLists.txt").read_text()).group(1)
+    assert __version__ == project
+    build = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.startswith(f"hetmem {project} (libhetmem {project}, "), r.stdout + r.stderr
+    for app in ("pic/hetmem-pic", "amr/hetmem-amr", "mg/hetmem-mg", "replica/hetmem-replica"):
+        r = subprocess.run([str(build / "apps" / app), "--version"], capture_output=True, text=True)
+        name = app.split("/")[1]
+        assert r.returncode == 0 and r.stdout == f"{name} {project}\n" and not r.stderr, (app, r.stdout, r.stderr)
