@@ -663,33 +663,40 @@ int serve_replicas(const std::string &listen, const std::string &path, const std
   ready(address, bound);
   // One thread per connection, at most kMaxConnections at once; the replica pool is shared under
   // the server's lock, and whatever happens in one connection (a malformed request, an exception)
-  // ends that connection only.
-  static ReplicaServer *server = new ReplicaServer(path, key);  // lives as long as its threads
-  static std::atomic<int> active{0};
+  // ends that connection only. The server and the count are never freed: detached connection
+  // threads use them, and the loop below never ends.
+  auto *server = new ReplicaServer(path, key);
+  auto *active = new std::atomic<int>(0);
   for (;;) {
     int fd = -1;
     if (prim::tcp_accept(listener, &fd) != HM_OK) {  // out of descriptors, say: wait for some to close
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
-    if (active.load() >= kMaxConnections) {
+    if (active->load() >= kMaxConnections) {
       const char busy = 'B';
       prim::send_all(fd, &busy, 1, prim::now_ns() + 1000000000ull);
       prim::close_fd(fd);
       log(0, "hetmem-replica: a connection was turned away: %d are being served", kMaxConnections);
       continue;
     }
-    ++active;
-    std::thread([fd] {
-      int rc = HM_OK;
-      try {
-        rc = server->serve(fd);
-      } catch (const std::exception &e) {
-        rc = fail(HM_ENOMEM, "%s", e.what());
-      }
-      if (rc != HM_OK) log(0, "hetmem-replica: a connection ended: %s", hm_last_error());
-      --active;
-    }).detach();
+    ++*active;
+    try {
+      std::thread([server, active, fd] {
+        int rc = HM_OK;
+        try {
+          rc = server->serve(fd);
+        } catch (const std::exception &e) {
+          rc = fail(HM_ENOMEM, "%s", e.what());
+        }
+        if (rc != HM_OK) log(0, "hetmem-replica: a connection ended: %s", hm_last_error());
+        --*active;
+      }).detach();
+    } catch (const std::exception &e) {  // no thread for it: this connection is refused, not the server
+      --*active;
+      prim::close_fd(fd);
+      log(0, "hetmem-replica: a connection was turned away: %s", e.what());
+    }
   }
 }
 
