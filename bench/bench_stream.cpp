@@ -1,5 +1,5 @@
 // hetmem-bench-stream: how fast the streaming engine stages tiles, against the machine's own
-// non-temporal copy bandwidth with the same number of threads (the target: at least 90%).
+// non-temporal copy bandwidth with the same number of threads (the target: at least 90%).
 // Emulation off (HM_EMUL=0) so that both sides are the machine's copies, not the emulated device;
 // on real tiers (HM_TIERS naming a NUMA capacity tier) the copies are real cross-node copies.
 #include <hetmem/hetmem.h>

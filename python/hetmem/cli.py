@@ -9,10 +9,12 @@
     hetmem run [--rules FILE | --plan PLAN] [--policy NAME] [--memkind] [--iteration-at FUNCTION | --window S] -- CMD ARGS
     hetmem compare [--policies LIST] [--fraction F | --budget SIZE] [--iterations N] [--repeat R]
                    [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...] | --plan PLAN -- CMD ARGS]
-    hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg|unchanged [--quick] [--out PATH]
+    hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg|memkind|overhead|fields|unchanged [--quick] [--out PATH]
         (pic: [--ranks 1,2]; octree: [--large])
     hetmem fuzz [--cases N] [--seed S] [--targets LIST] [--time-limit S] [--out PATH]
     hetmem fuzz-replica [--connections N] [--seed S] [--out PATH]
+    hetmem fields ...   (the FDB store for weather fields: docs/fields.md)
+    hetmem pic|mg|amr -- ARGS   (the reference applications)
     hetmem demo
 """
 

@@ -21,7 +21,7 @@ MiB = 1 << 20
 BASELINES = ("slow-only", "first-touch", "memory-mode", "interleave", "reactive")
 
 
-# The full runtime's target against all-fast (issue: within 1.15x per iteration).
+# The full runtime's target against all-fast: within 1.15x per iteration.
 ALL_FAST_TARGET = 1.15
 MiB = 1 << 20
 

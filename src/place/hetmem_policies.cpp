@@ -14,9 +14,11 @@ namespace {
 // Ren et al. (ICS'21) §4.1: metadata and temporaries in their spaces of the fast tier, hot objects in the
 // free space by priority (placed in allocation order while iteration 1 is observed, then moved
 // into priority order at its end: static_placement.cpp), streamed and cold data on the capacity
-// tier. Hot objects get their own mappings so that they can move at the same address. Once the
-// spaces are sized, streamed objects allocated from then on may use the room hot objects leave in
-// the free space (they never displace a hot object, and never move).
+// tier. Hot objects get their own mappings so that they can move at the same address. When the
+// spaces are sized, the room hot objects leave in the free space takes the streamed objects of
+// iteration 1 that are large enough to move (kMovableStreamed), in allocation order
+// (promote_streamed, static_placement.cpp); streamed objects allocated later are placed in what is
+// left of it as they come. Neither ever displaces a hot object.
 class HetmemStatic : public Policy {
  public:
   const char *name() const override { return "hetmem-static"; }

@@ -14,7 +14,8 @@
 
 namespace hm::place {
 
-// The built-in policies, one row each, in the order `hetmem compare` runs them.
+// The built-in policies, one row each, in the order `hetmem policies` lists them (`hetmem compare`
+// runs all-fast first, then the others in this order).
 const Policy &first_touch_policy();
 const Policy &all_fast_policy();
 const Policy &slow_only_policy();
