@@ -336,6 +336,8 @@ typedef struct hm_class_info {
   uint64_t bytes_on_tier[16];      /* of those, bytes placed on each tier (index: hm_tier_t) */
   uint64_t live_bytes_on_tier[16]; /* bytes of the class's live objects on each tier now (after
                                       static placement's moves) */
+  uint64_t peak_bytes_on_tier[16]; /* the most of them live on each tier at once over the run (each
+                                      tier's own peak: not necessarily at the same moment) */
 } hm_class_info_t;
 /* Asks for a weighted interleave of each object of the class across the fast and capacity tiers:
  * `fast_percent` of its pages on the fast tier, the rest on the capacity tier (-1: none, the

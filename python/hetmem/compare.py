@@ -7,7 +7,7 @@ policy runs with the fast budget at `fraction` of that footprint, repetitions in
 all policies see the same machine. The per-iteration time is the median over the iterations after
 the first (the first is the one static placement observes) and over the repetitions. Reported:
 time per iteration and its ratios to `hetmem-static` and to `all-fast`, the per-phase breakdown,
-the fast tier's spaces, where each class lives at the end, and what the emulated tier charged;
+the fast tier's spaces, where each class lived at its peak, and what the emulated tier charged;
 as tables, JSON, PNG plots and one HTML page. Every figure says whether the slow tier was emulated
 (which profile) or real.
 """

@@ -336,17 +336,17 @@ def text_tables(result: dict) -> str:
         lines.append(f"  settled after iteration {st['iteration']}: {st['promoted']} objects in "
                      f"({size_text(st['promoted_bytes'])}), {st['demoted']} out ({size_text(st['demoted_bytes'])}), "
                      f"{st['unmovable']} unmovable{'; ' + st['problem'] if st['problem'] else ''}")
-    # A program that frees everything before it exits has nothing live at the end: then what each
-    # class allocated on each tier over the run.
-    live = any(c["live_on"] for r in result["policies"] if "skipped" not in r for c in r["classes"])
-    lines.append("where each class lives at the end (MiB per tier):" if live
-                 else "what each class allocated on each tier over the run (MiB; nothing is live at the end):")
+    # Where each class lived at its peak: what is live at the exit says little of a program that
+    # frees most of its arrays before it ends (a summary from before per-tier peaks: at the end).
+    peak = any(c.get("peak_on") for r in result["policies"] if "skipped" not in r for c in r["classes"])
+    lines.append("where each class lived at its peak (MiB per tier, each tier's own peak):" if peak
+                 else "where each class lives at the end (MiB per tier):")
     for r in result["policies"]:
         if "skipped" in r:
             continue
         parts = []
         for c in r["classes"]:
-            on = c["live_on"] if live else c.get("allocated_on", {})
+            on = c.get("peak_on") if peak else c["live_on"]
             if on:
                 parts.append(c["name"] + " " + "/".join(f"{t} {b / MiB:.0f}" for t, b in on.items()))
         lines.append(f"  {r['policy']:<22} " + "; ".join(parts))

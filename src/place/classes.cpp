@@ -248,8 +248,9 @@ int hm_class_info(hm_class_t cls, hm_class_info_t *info) {
   info->bytes = c.bytes.load();
   for (int t = 0; t < kTierSlots; ++t) {
     info->bytes_on_tier[t] = c.bytes_on_tier[t].load();
-    int64_t live = class_live_bytes(cls, t);
+    int64_t live = class_live_bytes(cls, t), peak = class_peak_bytes(cls, t);
     info->live_bytes_on_tier[t] = live > 0 ? static_cast<uint64_t>(live) : 0;
+    info->peak_bytes_on_tier[t] = peak > 0 ? static_cast<uint64_t>(peak) : 0;
   }
   return HM_OK;
 }

@@ -26,10 +26,15 @@ Shard &shard_of(const void *p) { return shards()[(reinterpret_cast<uintptr_t>(p)
 // Each class's live bytes on each tier (hm_class_info), kept with the records they sum.
 constexpr int kMaxClasses = 256, kTierSlots = 16;
 std::atomic<int64_t> g_live[kMaxClasses][kTierSlots] = {};
+std::atomic<int64_t> g_peak[kMaxClasses][kTierSlots] = {};  // the most of them at once
 
 void class_live_add(int cls, int tier, int64_t delta) {
-  if (cls >= 0 && cls < kMaxClasses && tier >= 0 && tier < kTierSlots)
-    g_live[cls][tier].fetch_add(delta, std::memory_order_relaxed);
+  if (cls < 0 || cls >= kMaxClasses || tier < 0 || tier >= kTierSlots) return;
+  const int64_t now = g_live[cls][tier].fetch_add(delta, std::memory_order_relaxed) + delta;
+  std::atomic<int64_t> &peak = g_peak[cls][tier];
+  for (int64_t seen = peak.load(std::memory_order_relaxed);
+       now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed);) {
+  }
 }
 
 // The class's live bytes on each of the object's tiers, and its space's bytes on the fast tier
@@ -123,6 +128,11 @@ bool object_split(void *ptr, int tail_tier, uint64_t tail_bytes, bool in_space) 
 int64_t class_live_bytes(int cls, int tier) {
   if (cls < 0 || cls >= kMaxClasses || tier < 0 || tier >= kTierSlots) return 0;
   return g_live[cls][tier].load(std::memory_order_relaxed);
+}
+
+int64_t class_peak_bytes(int cls, int tier) {
+  if (cls < 0 || cls >= kMaxClasses || tier < 0 || tier >= kTierSlots) return 0;
+  return g_peak[cls][tier].load(std::memory_order_relaxed);
 }
 
 void objects_reset() {

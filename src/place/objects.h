@@ -38,6 +38,8 @@ bool object_moved(void *ptr, int tier, bool in_space);
 bool object_split(void *ptr, int tail_tier, uint64_t tail_bytes, bool in_space);
 // The live bytes of class `cls` on `tier` (0 for indices out of range).
 int64_t class_live_bytes(int cls, int tier);
+// The most of them live on `tier` at once since the process began.
+int64_t class_peak_bytes(int cls, int tier);
 // Drops every record (a new initialisation of the library).
 void objects_reset();
 // Installs the release observer once.

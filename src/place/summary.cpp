@@ -141,15 +141,17 @@ json classes_json() {
   for (hm_class_t c = 0; c < hm_class_count(); ++c) {
     hm_class_info_t info;
     if (hm_class_info(c, &info) != HM_OK) continue;
-    json placed = json::object(), live = json::object();
+    json placed = json::object(), live = json::object(), peak = json::object();
     for (hm_tier_t t = 0; t < hm_tier_count() && t < 16; ++t) {
       hm_tier_info_t ti;
       if (hm_tier_info(t, &ti) != HM_OK) continue;
       if (info.bytes_on_tier[t]) placed[ti.name] = info.bytes_on_tier[t];
       if (info.live_bytes_on_tier[t]) live[ti.name] = info.live_bytes_on_tier[t];
+      if (info.peak_bytes_on_tier[t]) peak[ti.name] = info.peak_bytes_on_tier[t];
     }
     out.push_back({{"name", info.name}, {"kind", class_kind_name(info.kind)}, {"priority", info.priority},
-                   {"allocs", info.allocs}, {"bytes", info.bytes}, {"allocated_on", placed}, {"live_on", live}});
+                   {"allocs", info.allocs}, {"bytes", info.bytes}, {"allocated_on", placed}, {"live_on", live},
+                   {"peak_on", peak}});
   }
   return out;
 }

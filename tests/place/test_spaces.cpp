@@ -111,6 +111,10 @@ TEST_F(Spaces, StaticPlacementMovesHotObjectsByPriorityAfterTheFirstIteration) {
   EXPECT_EQ(info.live_bytes_on_tier[fast], n) << "the class's live bytes follow the move";
   EXPECT_EQ(info.live_bytes_on_tier[capacity], 0u);
   for (void *p : {a, b, h}) hm_free(p);
+  // Nothing of the class is live now; its peak on each tier stays (what compare reports).
+  ASSERT_EQ(hm_class_info(high, &info), HM_OK);
+  EXPECT_EQ(info.live_bytes_on_tier[fast], 0u);
+  EXPECT_EQ(info.peak_bytes_on_tier[fast], n) << "the most of it live on the fast tier at once";
   EXPECT_EQ(space(HM_SPACE_FREE).in_use, 0u) << "frees leave the space";
   EXPECT_EQ(space(HM_SPACE_FREE).objects, 0u);
   EXPECT_EQ(hm_test::stats(fast).in_use, 0u);

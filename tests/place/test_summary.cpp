@@ -49,6 +49,7 @@ TEST(Summary, HoldsTiersClassesSpacesPhasesAndIterations) {
       found = true;
       EXPECT_EQ(c["kind"], "hot");
       EXPECT_EQ(c["live_on"]["dram"], 4 << 20);
+      EXPECT_EQ(c["peak_on"]["dram"], 4 << 20);
     }
   EXPECT_TRUE(found);
   ASSERT_EQ(doc["tiers"].size(), 2u);
