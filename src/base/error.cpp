@@ -76,8 +76,8 @@ const char *hm_strerror(int code) {
 }
 
 const char *hm_last_error(void) { return hm::t_message; }
+int hm_last_error_code(void) { return hm::t_code; }
 
 const char *hm_version(void) { return HM_VERSION_STRING; }
-int hm_last_error_code(void) { return hm::t_code; }
 
 }  // extern "C"

@@ -29,7 +29,7 @@ constexpr size_t kContent = 16;
 constexpr size_t kNonce = 32, kProof = 32;
 constexpr size_t kChunk = size_t{1} << 20;  // fetches stream in pieces this large
 constexpr size_t kMinKey = 16;
-constexpr const char *kDefaultKeyName = "~/.hetmem/replica.key";
+constexpr const char *kDefaultKeyInHome = ".hetmem/replica.key";  // the default key file, under $HOME
 
 // What a request may ask of the server, checked before anything is allocated or written.
 constexpr uint64_t kMaxCapacity = uint64_t{1} << 50;  // the largest pool a hello may name (1 PiB)
@@ -91,12 +91,13 @@ Proof prove(const Crypto &c, const std::string &key, const char *role, const uns
   return out;
 }
 
-// Copies ranges from the primary into a replica pool and commits there.
+// Copies ranges from the primary into a replica pool file and commits there (the server stages
+// its deltas and copies them itself: ReplicaServer::delta).
 int apply(Pool &replica, const Pool &primary, const Ranges &ranges, uint64_t root, uint64_t top, uint64_t sequence) {
   int rc = replica.set_top(std::max(top, replica.committed_top()));
   if (rc != HM_OK) return rc;
   for (const auto &[off, bytes] : ranges) {
-    if (&replica != &primary) std::memcpy(replica.at<char>(off), primary.at<char>(off), bytes);
+    std::memcpy(replica.at<char>(off), primary.at<char>(off), bytes);
     replica.written(replica.at<char>(off), bytes);
   }
   return replica.commit(root, sequence);
@@ -252,7 +253,7 @@ int connect_to(const std::string &where, std::unique_ptr<Stream> *out) {
   } else if (mode == 'A') {
     if (key.empty())
       return fail(HM_EAUTH, "replica server %s requires a key: set HM_REPLICA_KEY to the key file it was started with "
-                  "(by default the server's %s)", where.c_str(), kDefaultKeyName);
+                  "(by default the server's ~/%s)", where.c_str(), kDefaultKeyInHome);
     const Crypto *c = crypto();
     if (!c) return HM_EIO;
     if (c->random_bytes(client_nonce, kNonce) != 1) return fail(HM_EIO, "no random bytes for the replica handshake");
@@ -420,7 +421,7 @@ int load_replica_key(const std::string &path, std::string *key) {
 
 std::string default_replica_key() {
   const char *home = prim::env("HOME");
-  return home && *home ? std::string(home) + "/.hetmem/replica.key" : "";
+  return home && *home ? std::string(home) + "/" + kDefaultKeyInHome : "";
 }
 
 int ensure_replica_key(const std::string &path, bool *created) {
@@ -652,7 +653,7 @@ int serve_replicas(const std::string &listen, const std::string &path, const std
   } else {
     const std::string file = key_file.empty() ? default_replica_key() : key_file;
     if (file.empty())
-      return fail(HM_EAUTH, "no key file: HOME is not set, so there is no default %s; give --key FILE", kDefaultKeyName);
+      return fail(HM_EAUTH, "no key file: HOME is not set, so there is no default ~/%s; give --key FILE", kDefaultKeyInHome);
     bool created = false;
     if (key_file.empty() && ensure_replica_key(file, &created) != HM_OK) return HM_EIO;
     if (int rc = load_replica_key(file, &key); rc != HM_OK) return rc;

@@ -332,6 +332,12 @@ double seconds_since(clockid_t clock, const timespec &t0) {
   return static_cast<double>(now.tv_sec - t0.tv_sec) + static_cast<double>(now.tv_nsec - t0.tv_nsec) * 1e-9;
 }
 
+// Ends the inferred iterations: the last one's sample and charges, before the summary.
+void end_iterations() {
+  if (*g_inferred && !hm_iteration_inferred()) g_inferred = "";  // the program marked its own
+  hm_iteration_infer_stop();
+}
+
 // What the run's first process writes at its end, once: the plan sites that never occurred and
 // the run summary. From the destructor, or from _exit, which runs none (dash ends that way).
 void finish_run() {
@@ -349,8 +355,7 @@ void finish_run() {
 
 __attribute__((destructor)) void shut_down() {
   Inside inside;
-  if (*g_inferred && !hm_iteration_inferred()) g_inferred = "";  // the program marked its own
-  hm_iteration_infer_stop();  // the last iteration's sample and charges, before the summary
+  end_iterations();
   g_owing = false;
   finish_run();
   if (g_profiling) {
@@ -630,8 +635,7 @@ HM_EXPORT void _exit(int status) {
   }
   if (g_started && g_root && !hm_inside_hook && getpid() == g_root_pid) {
     Inside inside;
-    if (*g_inferred && !hm_iteration_inferred()) g_inferred = "";
-    hm_iteration_infer_stop();
+    end_iterations();
     finish_run();
   }
   if (auto real = real_exec<void (*)(int)>("_exit")) real(status);
