@@ -34,8 +34,8 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import rich, pytest, numpy, matplotlib, zstandard, openpmd_api, fdb5lib, pyfdb, eccodes, hetmem" 2>/dev/null; then
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT/python[test]"
+if ! "$VENV/bin/python" -c "import rich, pytest, numpy, matplotlib, zstandard, argparse_manpage, openpmd_api, fdb5lib, pyfdb, eccodes, hetmem" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT/python[test,fdb]"
 fi
 
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${HM_BUILD_TYPE:-RelWithDebInfo}" \

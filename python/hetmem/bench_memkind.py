@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from . import verdicts
-from .lib import HetmemError, find_memkind_dir, repo_root
+from .lib import HetmemError, find_memkind_dir, source_file
 
-SOURCE = repo_root() / "bench" / "programs" / "memkind_pairs.c"
+SOURCE = source_file("bench/programs/memkind_pairs.c")
 
 
 def _build(tmp: str) -> tuple[str, str | None]:

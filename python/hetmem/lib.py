@@ -84,21 +84,50 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def installed_home() -> Path | None:
+    """PREFIX/lib/hetmem when this package runs from an install (`cmake --install`), else None."""
+    try:
+        from . import _installed  # noqa: F401  (written by the install only)
+    except ImportError:
+        return None
+    return Path(__file__).resolve().parents[2]
+
+
+def _installed_dir(name: str) -> Path | None:
+    home = installed_home()
+    if home is None:
+        return None
+    from . import _installed
+    return (home / getattr(_installed, name)).resolve()
+
+
 def build_dirs() -> list[Path]:
-    """Where to look for the build tree: $HETMEM_BUILD_DIR, then <repo>/build."""
+    """Where to look for the build tree: $HETMEM_BUILD_DIR, then <repo>/build, or the install's
+    hetmem home (laid out as the build tree: bench/, python/, fdb/)."""
     dirs = []
     if os.environ.get("HETMEM_BUILD_DIR"):
         dirs.append(Path(os.environ["HETMEM_BUILD_DIR"]))
-    dirs.append(repo_root() / "build")
+    home = installed_home()
+    dirs.append(home if home is not None else repo_root() / "build")
     return dirs
+
+
+def source_file(relative: str) -> Path:
+    """A file of the source tree that a command reads (a benchmark's program it compiles): from the
+    repository, or the copy an install keeps in its hetmem home."""
+    home = installed_home()
+    return (home if home is not None else repo_root()) / relative
 
 
 def results_dir() -> Path:
     """Where results files go unless a command is told otherwise: $HETMEM_RESULTS_DIR, else
-    results/ in the build tree (never the source tree). Created on demand."""
+    results/ in the build tree (never the source tree), or hetmem-results/ in the current directory
+    when running from an install. Created on demand."""
     explicit = os.environ.get("HETMEM_RESULTS_DIR")
     if explicit:
         d = Path(explicit)
+    elif installed_home() is not None:
+        d = Path.cwd() / "hetmem-results"
     else:
         d = next((b for b in build_dirs() if b.is_dir()), build_dirs()[0]) / "results"
     d.mkdir(parents=True, exist_ok=True)
@@ -111,7 +140,8 @@ def find_library() -> str:
         if not Path(explicit).is_file():
             raise HetmemError(f"HETMEM_LIB={explicit}: no such file")
         return explicit
-    for d in build_dirs():
+    installed = _installed_dir("LIBDIR")
+    for d in build_dirs() + ([installed] if installed else []):
         candidate = d / "libhetmem.so"
         if candidate.is_file():
             return str(candidate)
@@ -165,8 +195,9 @@ def run_program(cmd: list[str], env: dict | None = None) -> int:
 
 
 def find_program(name: str) -> str:
-    """A binary of the project: from the build tree (bench/, examples/) or from PATH."""
-    for d in build_dirs():
+    """A binary of the project: from the build tree (bench/, examples/), the install's bin, or PATH."""
+    installed = _installed_dir("BINDIR")
+    for d in build_dirs() + ([installed] if installed else []):
         for sub in ("bench", "examples", "apps/pic", "apps/amr", "apps/mg", "apps/replica", "."):
             candidate = d / sub / name
             if candidate.is_file() and os.access(candidate, os.X_OK):
