@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 from . import verdicts
-from .lib import HetmemError, find_bench_program, find_preload, find_program
+from .lib import HetmemError, RunLog, find_bench_program, find_preload, find_program
 
 
 def _env(**extra) -> dict:
@@ -70,14 +70,17 @@ def _ratio_row(name: str, base: list[float], emul: list[float], unit: str, targe
             "target": f"at most {target:.2f}x in every round", "verdict": verdicts.at_most(r, target), "note": note}
 
 
-def pic_overhead(preset: str, steps: int, reps: int, tmp: str) -> dict:
+def pic_overhead(preset: str, steps: int, reps: int, tmp: str, log: RunLog) -> dict:
     base, emul, off, shares, note = [], [], [], [], ""
-    for _ in range(reps):
+    for rnd in range(reps):
         base.append(_pic(preset, steps, None, tmp)[0])
+        log.step(f"PIC on DRAM, round {rnd + 1}/{reps}")
         t, note, share = _pic(preset, steps, "capacity=emul:dram", tmp)
         emul.append(t)
         shares.append(share)
+        log.step(f"PIC on emul:dram, round {rnd + 1}/{reps}")
         off.append(_pic(preset, steps, "capacity=emul:dram", tmp, emul=False)[0])
+        log.step(f"PIC on emul:dram with the emulator off, round {rnd + 1}/{reps}")
     row = _ratio_row(f"PIC preset:{preset}, {steps} steps, 2 threads: everything on emul:dram vs DRAM",
                      base, emul, "ns per particle-step", 1.02, note)
     row["own_share"] = statistics.median(shares)
@@ -91,7 +94,7 @@ def pic_overhead(preset: str, steps: int, reps: int, tmp: str) -> dict:
     return row
 
 
-def stencil_overhead(reps: int, tmp: str) -> dict:
+def stencil_overhead(reps: int, tmp: str, log: RunLog) -> dict:
     prog = find_bench_program("bench_stencil")
     args = ["192", "8", "4"]
     rules = {}
@@ -101,11 +104,12 @@ def stencil_overhead(reps: int, tmp: str) -> dict:
             f.write(f"all -> {target}\n")
     preload = find_preload()
     base, emul = [], []
-    for _ in range(reps):
+    for rnd in range(reps):
         env = _env(LD_PRELOAD=preload, HM_RULES=rules["fast"])
         base.append(float(_run([prog, *args], env).split()[0]))
         env = _env(LD_PRELOAD=preload, HM_RULES=rules["capacity"], HM_TIERS="capacity=emul:dram")
         emul.append(float(_run([prog, *args], env).split()[0]))
+        log.step(f"stencil on DRAM and on emul:dram, round {rnd + 1}/{reps}")
     return _ratio_row("stencil 192^3 (unchanged program, preload library): all -> emul:dram vs all -> DRAM",
                       base, emul, "s", 1.02, "sampled: the program declares nothing")
 
@@ -129,11 +133,12 @@ def fidelity(quick: bool, tmp: str) -> dict:
             "verdict": verdicts.all_of([row["verdict"] for row in rows])}
 
 
-def optane_scale(preset: str, steps: int, reps: int, tmp: str) -> dict:
+def optane_scale(preset: str, steps: int, reps: int, tmp: str, log: RunLog) -> dict:
     base, emul = [], []
-    for _ in range(reps):
+    for rnd in range(reps):
         base.append(_pic(preset, steps, None, tmp)[0])
         emul.append(_pic(preset, steps, "capacity=emul:optane", tmp)[0])
+        log.step(f"PIC on DRAM and on emul:optane, round {rnd + 1}/{reps}")
     b, e = statistics.median(base), statistics.median(emul)
     r = verdicts.ratio(emul, base, paired=True)
     return {"name": f"PIC preset:{preset}, everything on emul:optane vs DRAM (emulated)", "dram": b, "emulated": e,
@@ -144,10 +149,13 @@ def main(out: str, quick: bool) -> int:
     # Runs on a shared machine vary by several percent: the full benchmark takes 9 alternating runs of
     # each (about 10 minutes) so that the median ratio settles.
     preset, steps, reps = ("L1", 20, 3) if quick else ("L2", 8, 9)
+    stencil_reps = 3 if quick else 7
+    log = RunLog("hetmem bench emul", 3 * reps + stencil_reps + 1 + 3)
     with tempfile.TemporaryDirectory(prefix="hetmem-bench-emul-") as tmp:
-        rows = [pic_overhead(preset, steps, reps, tmp), stencil_overhead(3 if quick else 7, tmp)]
+        rows = [pic_overhead(preset, steps, reps, tmp, log), stencil_overhead(stencil_reps, tmp, log)]
         fid = fidelity(quick, tmp)
-        scale = optane_scale("L1", 20, 3, tmp)
+        log.step("the validation microkernels")
+        scale = optane_scale("L1", 20, 3, tmp, log)
     print("hetmem emulated-tier benchmark (medians of alternating runs; emul:* figures are emulated)")
     print(f"  {'overhead':<92} {'DRAM':>10} {'emulated':>10} {'ratio':>7}")
     for r in rows:

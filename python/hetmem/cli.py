@@ -25,14 +25,16 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from . import benchmarks
-from .lib import (HetmemError, Library, find_memkind_dir, find_preload, find_program, plain_library, results_dir,
-                  run_program)
+from .lib import (HetmemError, Interrupted, Library, find_memkind_dir, find_preload, find_program, plain_library,
+                  results_dir, run_program)
 
 ROLE_HELP = "fast, capacity, persistent"
 
@@ -680,8 +682,30 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _near_miss(parser: argparse.ArgumentParser, argv: list[str]) -> str:
+    """'did you mean' for a command that is not one (argparse lists the choices only)."""
+    import difflib
+    first = next((a for a in argv if not a.startswith("-")), None)
+    commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+    if first is None or first in commands or argv.index(first) != 0:
+        return ""
+    close = difflib.get_close_matches(first, list(commands), n=3, cutoff=0.6)
+    return f"hetmem: '{first}' is not a command; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+def _terminated(signum, frame) -> None:
+    raise Interrupted()
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if hint := _near_miss(parser, argv):
+        print(hint, file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
     try:
         status = args.func(args)
         sys.stdout.flush()
@@ -693,4 +717,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hetmem: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        print("hetmem: interrupted", file=sys.stderr)
         return 130
+    except Interrupted:
+        # Every `with` block was left on the way here: temporary directories removed, child runs ended.
+        print("hetmem: interrupted (SIGTERM); temporary files removed", file=sys.stderr)
+        return 143

@@ -19,6 +19,26 @@ class HetmemError(RuntimeError):
     """An error reported by libhetmem or by the search for it; the message says what to do."""
 
 
+class Interrupted(BaseException):
+    """SIGTERM (a batch scheduler's time limit, `timeout`): raised in the main thread so that every
+    `with` block (temporary directories, child processes) is left as on Ctrl-C."""
+
+
+class RunLog:
+    """A progress line on stderr after each step of a long command, with the steps done, the total
+    and the seconds since it started: what a batch job's log shows where no bar is drawn."""
+
+    def __init__(self, name: str, total: int):
+        import time
+        self.name, self.total, self.done, self._clock = name, total, 0, time.monotonic
+        self.started = self._clock()
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        print(f"{self.name}: {self.done}/{self.total} done, the last: {what} "
+              f"({self._clock() - self.started:.0f} s)", file=sys.stderr, flush=True)
+
+
 class _TierInfo(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char * 256),

@@ -220,3 +220,32 @@ def test_every_program_reports_the_projects_version():
         r = subprocess.run([str(build / "apps" / app), "--version"], capture_output=True, text=True)
         name = app.split("/")[1]
         assert r.returncode == 0 and r.stdout == f"{name} {project}\n" and not r.stderr, (app, r.stdout, r.stderr)
+
+
+def test_a_mistyped_command_gets_a_suggestion():
+    r = run("compre")
+    assert r.returncode == 2
+    assert "'compre' is not a command; did you mean 'compare'?" in r.stderr
+
+
+def test_sigterm_ends_a_long_command_cleanly_with_progress_in_its_log(tmp_path):
+    """A batch job's time limit: progress lines in the log without a terminal, then on SIGTERM
+    'interrupted', status 143 and no temporary directory left behind."""
+    import signal
+    import time
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TMPDIR=str(tmp_path))
+    env.pop("HM_TIERS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "hetmem", "bench", "emul", "--quick", "--out",
+                             str(tmp_path / "emul.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    first = proc.stderr.readline()  # the first progress line: a run is done and the next has started
+    assert first.startswith("hetmem bench emul: 1/"), first
+    assert any(p.name.startswith("hetmem-bench-emul-") for p in tmp_path.iterdir())
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 143, rest
+    assert "interrupted (SIGTERM)" in rest
+    assert not any(p.name.startswith("hetmem-bench-emul-") for p in tmp_path.iterdir())
+    assert not (tmp_path / "emul.json").exists()
