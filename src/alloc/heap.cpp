@@ -534,19 +534,27 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
       }
     }
   }
-  if (!pool && !guarded) {
+  if (!pool) {
+    // A mapping freed earlier is reused: no mmap, no page faults, no munmap's TLB shootdown later.
+    // A guarded one (the profiler's large objects, a mapping each so that the kernel reports their
+    // referenced bytes) only for a guarded request of the same page-rounded size, so that the
+    // mapping is still exactly the object's; pages its previous object referenced since the last
+    // sample count for the new one (both lived within that one sampling interval).
     std::lock_guard<std::mutex> lock(large_mutex_);
     int best = -1;
+    const size_t pages = round_up(len, prim::kPageSize);
     for (int i = 0; i < kRetainSlots; ++i) {
       const Extent &r = retained_[i];
-      if (r.addr && r.size >= len && r.size <= 2 * len && (best < 0 || r.size < retained_[best].size) &&
-          (reinterpret_cast<uintptr_t>(r.addr) & (align - 1)) == 0)
+      if (!r.addr || r.guarded != guarded) continue;
+      const bool fits = guarded ? round_up(r.size, prim::kPageSize) == pages : r.size >= len && r.size <= 2 * len;
+      if (fits && (best < 0 || r.size < retained_[best].size) && (reinterpret_cast<uintptr_t>(r.addr) & (align - 1)) == 0)
         best = i;
     }
     if (best >= 0) {
       e = retained_[best];
       retained_[best] = Extent{};
       retained_bytes_ -= e.size;
+      if (guarded) e.size = len;
     }
   }
   if (!pool && !e.addr) {
@@ -615,7 +623,7 @@ void TierHeap::release_large(LargeBlock *lb) {
   int n_evicted = 0;
   bool kept = false;
   // A split mapping's tail pages are bound to another node: not kept for this tier's reuse.
-  if (e.size <= retain_limit() && !e.guarded && !split) {
+  if (e.size <= retain_limit() && !split) {
     std::lock_guard<std::mutex> lock(large_mutex_);
     while (retained_bytes_ + e.size > retain_limit()) {
       int largest = -1;

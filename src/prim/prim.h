@@ -30,6 +30,10 @@ int map_file_fixed(void *addr, size_t len, int fd, uint64_t offset, bool try_syn
 // Moves the pages of [from, from+len) to `to` (anonymous memory), replacing what was there.
 int remap_fixed(void *from, size_t len, void *to);
 int advise_huge(void *addr, size_t len, bool on);
+// Zeroes [addr, addr+len) of private anonymous memory by dropping its pages (MADV_DONTNEED): the
+// next touch maps a zero page; pages never touched cost nothing, where memset would fault each in.
+// Falls back to memset where the kernel refuses.
+void zero_pages(void *addr, size_t len);
 // Maps in the pages of [addr, addr+len) of a file mapping now, in one call (MADV_POPULATE_READ,
 // Linux 5.14; else MADV_WILLNEED, which only starts the reads), instead of one fault per page.
 int prefault(void *addr, size_t len);
@@ -183,7 +187,8 @@ int64_t wall_seconds();
 uint64_t wall_ns();  // the same, in nanoseconds
 uint64_t process_cpu_ns();  // CPU time of every thread of the process (CLOCK_PROCESS_CPUTIME_ID)
 // A cheaper monotonic clock for per-event timestamps: the invariant TSC scaled to nanoseconds
-// (calibrated against CLOCK_MONOTONIC on first use), or now_ns() where there is none.
+// (its rate measured against CLOCK_MONOTONIC over the first 5 ms of use, CLOCK_MONOTONIC itself
+// until then), or now_ns() where there is no invariant TSC.
 uint64_t fast_now_ns();
 void spin_until_ns(uint64_t deadline);
 int cpu_count();

@@ -2,6 +2,9 @@
 #include "prim/prim.h"
 
 #include <arpa/inet.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -27,6 +30,7 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -129,6 +133,10 @@ int remap_fixed(void *from, size_t len, void *to) {
 
 int advise_huge(void *addr, size_t len, bool on) {
   return madvise(addr, len, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? HM_OK : HM_ENOTSUP;
+}
+
+void zero_pages(void *addr, size_t len) {
+  if (madvise(addr, len, MADV_DONTNEED) != 0) std::memset(addr, 0, len);
 }
 
 int prefault(void *addr, size_t len) {
@@ -789,35 +797,62 @@ uint64_t wall_ns() {
 }
 
 namespace {
-struct TscClock {
-  double ns_per_tick = 0;
-  uint64_t tsc0 = 0, ns0 = 0;
+// The TSC's rate against CLOCK_MONOTONIC, measured over the first 5 ms in which the clock is read,
+// never by waiting for them (a profiled short process would pay the wait whole): until then
+// fast_now_ns() is now_ns() itself, and the first call after 5 ms fixes the rate. Only with an
+// invariant TSC (CPUID 0x80000007 EDX bit 8: constant rate, running in every C-state).
+class TscClock {
+ public:
   TscClock() {
 #if defined(__x86_64__)
-    std::string cpuinfo;
-    if (!read_text("/proc/cpuinfo", &cpuinfo) || cpuinfo.find(" constant_tsc") == std::string::npos ||
-        cpuinfo.find(" nonstop_tsc") == std::string::npos)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8))) {
+      state_.store(kUnusable);
       return;
-    uint64_t n0 = now_ns(), t0 = __builtin_ia32_rdtsc();
-    while (now_ns() - n0 < 5000000) {
     }
-    uint64_t n1 = now_ns(), t1 = __builtin_ia32_rdtsc();
-    if (t1 <= t0) return;
-    ns_per_tick = static_cast<double>(n1 - n0) / static_cast<double>(t1 - t0);
-    tsc0 = t1;
-    ns0 = n1;
+    ns0_ = now_ns();
+    tsc0_ = __builtin_ia32_rdtsc();
+#else
+    state_.store(kUnusable);
 #endif
   }
+  uint64_t now() {
+    const int state = state_.load(std::memory_order_acquire);
+#if defined(__x86_64__)
+    if (state == kReady) return ns1_ + static_cast<uint64_t>(static_cast<double>(__builtin_ia32_rdtsc() - tsc1_) * rate_);
+    const uint64_t n = now_ns();
+    if (state == kMeasuring && n - ns0_ >= kMeasureNs && !finishing_.test_and_set()) {
+      const uint64_t t = __builtin_ia32_rdtsc();
+      if (t > tsc0_) {
+        rate_ = static_cast<double>(n - ns0_) / static_cast<double>(t - tsc0_);
+        tsc1_ = t;
+        ns1_ = n;
+        state_.store(kReady, std::memory_order_release);
+      } else {
+        state_.store(kUnusable, std::memory_order_release);
+      }
+    }
+    return n;
+#else
+    (void)state;
+    return now_ns();
+#endif
+  }
+
+ private:
+  static constexpr int kMeasuring = 0, kReady = 1, kUnusable = 2;
+  static constexpr uint64_t kMeasureNs = 5000000;
+  std::atomic<int> state_{kMeasuring};
+  std::atomic_flag finishing_ = ATOMIC_FLAG_INIT;
+  uint64_t ns0_ = 0, tsc0_ = 0;           // the first reading
+  uint64_t ns1_ = 0, tsc1_ = 0;           // the reading that fixed the rate
+  double rate_ = 0;                        // ns per tick
 };
 }  // namespace
 
 uint64_t fast_now_ns() {
-  static const TscClock clock;
-#if defined(__x86_64__)
-  if (clock.ns_per_tick > 0)
-    return clock.ns0 + static_cast<uint64_t>(static_cast<double>(__builtin_ia32_rdtsc() - clock.tsc0) * clock.ns_per_tick);
-#endif
-  return now_ns();
+  static TscClock clock;
+  return clock.now();
 }
 
 void spin_until_ns(uint64_t deadline) {

@@ -167,7 +167,7 @@ ThreadBuffer *buffer() {
   if (__builtin_expect(b != nullptr, 1)) return b;
   void *mem = nullptr;
   if (prim::map_anon(sizeof(ThreadBuffer), prim::kPageSize, 0, &mem) != HM_OK) return nullptr;
-  b = new (mem) ThreadBuffer();
+  b = new (mem) ThreadBuffer;  // default-initialised: the scratch arrays are written before read (no page touched)
   b->tid = static_cast<uint32_t>(prim::thread_id());
   b->generation = g_generation.load();
   {
@@ -435,7 +435,7 @@ int start(const Options &options) {
     g_sites = static_cast<SiteSlot *>(mem);
     if (prim::map_anon(sizeof(SiteBlock), prim::kPageSize, 0, &mem) != HM_OK)
       return fail(HM_ENOMEM, "cannot map the call-site block");
-    g_site_block = new (mem) SiteBlock();
+    g_site_block = new (mem) SiteBlock;  // likewise
   }
   if (!g_large) g_large = new std::vector<std::pair<uintptr_t, size_t>>();
   g_start_ns = prim::fast_now_ns();
@@ -478,7 +478,7 @@ int stop() {
   g_fd = -1;
   g_large->clear();
   // Forget the sites: a new trace defines its own.
-  std::memset(static_cast<void *>(g_sites), 0, sizeof(SiteSlot) * kSiteSlots);
+  prim::zero_pages(g_sites, sizeof(SiteSlot) * kSiteSlots);  // a page-aligned mapping of its own
   g_site_count = 0;
   return HM_OK;
 }
@@ -574,7 +574,7 @@ void after_fork_in_child(bool follow) {
     g_active.store(false);
     return;
   }
-  std::memset(static_cast<void *>(g_sites), 0, sizeof(SiteSlot) * kSiteSlots);  // redefined in the child's trace
+  prim::zero_pages(g_sites, sizeof(SiteSlot) * kSiteSlots);  // redefined in the child's trace
   g_site_count = 0;
   g_start_ns = prim::fast_now_ns();
   std::string path = g_options.path + "." + std::to_string(prim::process_id());

@@ -189,6 +189,30 @@ TEST_F(AllocApi, GuardedBlocksSmallerThanASlotKeepTheirOwnRecords) {
   EXPECT_EQ(hm_test::stats(fast_).in_use, before.in_use - total);
 }
 
+// A freed guarded mapping (the profiler's large objects) is kept like any large mapping, and given
+// again only to a guarded request of the same page-rounded size: the mapping stays exactly the
+// object's, so the kernel's referenced bytes for it stay the object's.
+TEST_F(AllocApi, GuardedMappingsAreReusedOnlyForGuardedRequestsOfTheirSize) {
+  constexpr size_t kSize = (size_t{3} << 20) + 100;
+  char *a = static_cast<char *>(hm_tier_alloc(fast_, kSize, 0, HM_GUARDED | HM_ZERO));
+  ASSERT_NE(a, nullptr) << hm_last_error();
+  std::memset(a, 7, kSize);
+  hm_free(a);
+  char *plain = static_cast<char *>(hm_tier_alloc(fast_, kSize, 0, 0));
+  ASSERT_NE(plain, nullptr);
+  EXPECT_NE(plain, a) << "a guarded mapping given to an unguarded request";
+  char *other = static_cast<char *>(hm_tier_alloc(fast_, kSize + (size_t{1} << 20), 0, HM_GUARDED));
+  ASSERT_NE(other, nullptr);
+  EXPECT_NE(other, a) << "a guarded mapping given to a request of another size";
+  char *again = static_cast<char *>(hm_tier_alloc(fast_, kSize - 50, 0, HM_GUARDED | HM_ZERO));
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again, a) << "the guarded mapping of the same page-rounded size was not reused";
+  EXPECT_EQ(hm_usable_size(again), (kSize - 50 + 4095) / 4096 * 4096) << "the usable size of a fresh one";
+  EXPECT_EQ(again[0], 0);
+  EXPECT_EQ(again[kSize - 51], 0) << "HM_ZERO on a reused mapping";
+  for (char *p : {plain, other, again}) hm_free(p);
+}
+
 TEST_F(AllocApi, CallocOverflowIsAnError) {
   EXPECT_EQ(hm_calloc(SIZE_MAX / 2, 4), nullptr);
   EXPECT_EQ(hm_last_error_code(), HM_EINVAL);
