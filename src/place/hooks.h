@@ -17,7 +17,8 @@ typedef enum hm_rules_target {
   HM_RULES_CLASS = 3,  // a plan's object class, placed by the policy: *tier is the class
 } hm_rules_target_t;
 HM_HOOK_API hm_rules_target_t hm_rules_decide(size_t size, const void *caller, int *tier);
-// Forgets the per-call-site answers (the preload library calls it when a module is unloaded).
+// Forgets the per-call-site answers for call sites no longer in a loaded object (the preload
+// library calls it when a module was unloaded).
 HM_HOOK_API void hm_rules_forget_sites(void);
 // Lists on fd the class rules (a plan's sites) no allocation matched.
 HM_HOOK_API void hm_rules_report_unused(int fd);

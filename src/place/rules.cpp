@@ -9,6 +9,8 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "base/options.h"
@@ -118,22 +120,24 @@ size_t first_caller_rule(uintptr_t caller) {
 // What first_caller_rule answered for each call site seen, so that an allocation pays a hash
 // lookup instead of a symbol lookup (a program allocates from a few thousand sites, millions of
 // times). Lock-free open addressing: one word per site, (caller << 16) | (rule + 1), 0xffff for
-// "no caller rule", written once with a compare-and-swap; a full neighbourhood or an address or
-// rule index that does not fit is answered without the table.
+// "no caller rule", written once with a compare-and-swap, 1 once forgotten; a full neighbourhood
+// or an address or rule index that does not fit is answered without the table.
 class SiteCache {
  public:
   static constexpr int kSlotBits = 16;
   static constexpr size_t kSlots = size_t{1} << kSlotBits;
   static constexpr int kProbes = 32;
   static constexpr uint64_t kNone = 0xffff;
+  static constexpr uint64_t kForgotten = 1;  // caller 0 (never cached), rule 0
 
   size_t lookup(uintptr_t caller) {
-    if ((caller >> 48) != 0 || g_rules->size() >= kNone) return first_caller_rule(caller);
+    if ((caller >> 48) != 0 || caller == 0 || g_rules->size() >= kNone) return first_caller_rule(caller);
     size_t h = (caller * 0x9E3779B97F4A7C15ull) >> (64 - kSlotBits);
     bool decided = false;  // asked once, however many slots another thread takes first
     size_t rule = kNoCallerRule;
     for (int probe = 0; probe < kProbes; ++probe, h = (h + 1) & (kSlots - 1)) {
       uint64_t word = slots_[h].load(std::memory_order_acquire);
+      if (word == kForgotten) continue;
       if (word == 0) {
         if (!decided) {
           rule = first_caller_rule(caller);
@@ -152,9 +156,25 @@ class SiteCache {
     return decided ? rule : first_caller_rule(caller);
   }
 
-  // A module was unloaded: another may be mapped where it was, so every answer is asked again.
-  void forget() {
-    for (auto &slot : slots_) slot.store(0, std::memory_order_relaxed);
+  // A module was unloaded: another may be mapped where it was, so the answers for call sites no
+  // longer inside a loaded object's code are forgotten (marked, so that the probe sequences that
+  // pass them stay whole); those of every object still loaded stand.
+  void forget_unloaded() {
+    std::vector<std::pair<uintptr_t, uintptr_t>> code;
+    prim::for_each_loaded_object(
+        [](const prim::LoadedObject &o, void *ctx) {
+          auto *out = static_cast<std::vector<std::pair<uintptr_t, uintptr_t>> *>(ctx);
+          for (int i = 0; i < o.code_segments; ++i) out->emplace_back(o.code[i].start, o.code[i].end);
+        },
+        &code);
+    std::sort(code.begin(), code.end());
+    for (auto &slot : slots_) {
+      const uint64_t word = slot.load(std::memory_order_relaxed);
+      if (word == 0 || word == kForgotten) continue;
+      const uintptr_t caller = word >> 16;
+      auto after = std::upper_bound(code.begin(), code.end(), std::make_pair(caller, UINTPTR_MAX));
+      if (after == code.begin() || caller >= std::prev(after)->second) slot.store(kForgotten, std::memory_order_relaxed);
+    }
   }
 
  private:
@@ -334,7 +354,7 @@ void install(std::vector<Rule> rules) {
 }
 
 void forget_sites() {
-  if (g_sites) g_sites->forget();
+  if (g_sites) g_sites->forget_unloaded();
 }
 
 bool installed() { return g_rules && !g_rules->empty(); }

@@ -8,6 +8,7 @@
 // a profile does not follow exec'd programs unless asked (placement does); any internal failure
 // disables the shim, which then passes every call through.
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -645,16 +646,26 @@ HM_EXPORT void _exit(int status) {
 
 HM_EXPORT void _Exit(int status) { _exit(status); }
 
-// A module unloaded may leave its addresses to another one: the rules' answers per call site are
-// forgotten and asked again.
+namespace {
+int loaded_object_count() {
+  int n = 0;
+  dl_iterate_phdr([](dl_phdr_info *, size_t, void *count) { return ++*static_cast<int *>(count), 0; }, &n);
+  return n;
+}
+}  // namespace
+
+// A module unloaded may leave its addresses to another one: the rules' answers for call sites in
+// it are forgotten and asked again. Most dlclose calls (Open MPI closes every component it opened
+// to look at) only lower a reference count: the objects loaded are counted before and after.
 HM_EXPORT int dlclose(void *handle) {
   static auto real = real_exec<int (*)(void *)>("dlclose");
   if (!real) {
     errno = ENOSYS;
     return -1;
   }
+  const int before = g_rules ? loaded_object_count() : 0;
   int rc = real(handle);
-  if (rc == 0 && g_rules) hm_rules_forget_sites();
+  if (rc == 0 && g_rules && loaded_object_count() < before) hm_rules_forget_sites();
   return rc;
 }
 

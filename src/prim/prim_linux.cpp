@@ -710,19 +710,35 @@ const MainProgram &main_program() {
 }  // namespace
 
 bool object_at(const void *addr, const char **path, uintptr_t *base) {
+  const MainProgram &m = main_program();
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 35)
+  // _dl_find_object finds the object's link map from the address in a sorted table; dladdr also
+  // searches the object's whole symbol table for the nearest symbol (microseconds in a library
+  // with tens of thousands of symbols, for every call site a plan's rules look up).
+  dl_find_object found;
+  if (_dl_find_object(const_cast<void *>(addr), &found) != 0 || !found.dlfo_link_map) return false;
+  const link_map *map = found.dlfo_link_map;
+  // The load bias (0 for a program not built position-independent), as the trace's module
+  // records have it, not the address the object's first page is mapped at.
+  *base = static_cast<uintptr_t>(map->l_addr);
+  *path = map->l_name;
+  dl_find_object main_found;
+  if (m.path[0] && m.text && _dl_find_object(reinterpret_cast<void *>(m.text), &main_found) == 0 &&
+      main_found.dlfo_link_map == map)
+    *path = m.path;
+  return **path != '\0';
+#else
   Dl_info info;
   link_map *map = nullptr;
   if (!dladdr1(addr, &info, reinterpret_cast<void **>(&map), RTLD_DL_LINKMAP) || !info.dli_fname) return false;
   *path = info.dli_fname;
-  // The load bias (0 for a program not built position-independent), as the trace's module
-  // records have it, not the address the object's first page is mapped at.
   *base = map ? static_cast<uintptr_t>(map->l_addr) : reinterpret_cast<uintptr_t>(info.dli_fbase);
-  const MainProgram &m = main_program();
   Dl_info main_info;
   if (m.path[0] && m.text && dladdr(reinterpret_cast<void *>(m.text), &main_info) &&
       main_info.dli_fbase == info.dli_fbase)
     *path = m.path;
   return true;
+#endif
 }
 
 void *library_open(const char *soname, std::string *why) {

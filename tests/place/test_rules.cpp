@@ -4,6 +4,8 @@
 #include "place/rules.h"
 #include "prim/prim.h"
 
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cstdio>
 #include <thread>
@@ -131,5 +133,37 @@ TEST(Rules, SiteAndFunctionRulesAreDecidedOncePerCallSiteInFileOrder) {
   decide_many(2);
   other.join();
   EXPECT_EQ(wrong.load(), 0);
+  unlink(path.c_str());
+}
+
+// A module unloaded (dlclose, then the preload library's forget): the answer for a call site in it
+// is asked again, so that whatever is mapped there next is not placed by the old module's rule;
+// the answers for objects still loaded stand.
+TEST(Rules, TheAnswerForACallSiteInAnUnloadedModuleIsAskedAgain) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:cxl"), HM_OK);
+  void *handle = dlopen(HM_SITE_MODULE, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(handle, nullptr) << dlerror();
+  const void *in_module = dlsym(handle, "hm_site_module_fn"), *here = address_of(hm_rules_test_site_a);
+  ASSERT_NE(in_module, nullptr);
+  const char *module = nullptr;
+  uintptr_t base = 0;
+  ASSERT_TRUE(hm::prim::object_at(in_module, &module, &base));
+  char site[512];
+  std::snprintf(site, sizeof site, "%s+0x%lx", module,
+                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(in_module) - base));
+  std::string path = hm_test::temp_path("unloaded.rules");
+  const std::string text = "site " + std::string(site) + " -> fast\nfunction hm_rules_test_site_a -> huge\n";
+  hm_test::write_file(path, std::vector<char>(text.begin(), text.end()));
+  std::vector<Rule> rules;
+  std::string error;
+  ASSERT_EQ(hm::place::load_rules(path, &rules, &error), HM_OK) << error;
+  hm::place::install(rules);
+  EXPECT_EQ(hm::place::decide(100, in_module).target, Rule::kTier);
+  EXPECT_EQ(hm::place::decide(100, here).target, Rule::kHuge);
+  ASSERT_EQ(dlclose(handle), 0);
+  ASSERT_FALSE(hm::prim::object_at(in_module, &module, &base)) << "the module is still loaded";
+  hm::place::forget_sites();
+  EXPECT_EQ(hm::place::decide(100, in_module).target, Rule::kLibc) << "the unloaded module's answer was kept";
+  EXPECT_EQ(hm::place::decide(100, here).target, Rule::kHuge);
   unlink(path.c_str());
 }
