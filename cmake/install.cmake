@@ -21,11 +21,6 @@ set_target_properties(hetmem_pm_octree PROPERTIES EXPORT_NAME pm_octree)
 install(TARGETS hetmem hetmem_pm_octree EXPORT hetmemTargets)
 install(TARGETS hetmem_static EXPORT hetmemStaticTargets)
 install(DIRECTORY include/hetmem DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-set_target_properties(hetmem_preload PROPERTIES INSTALL_RPATH "$ORIGIN")
-install(TARGETS hetmem_preload LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# In a directory of its own: on LD_LIBRARY_PATH only for the programs that should use it.
-set_target_properties(hetmem_memkind PROPERTIES INSTALL_RPATH "$ORIGIN/..")
-install(TARGETS hetmem_memkind LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/hetmem-memkind)
 if(HM_ENABLE_FORTRAN)
   set_target_properties(hetmem_fortran PROPERTIES EXPORT_NAME fortran)
   install(TARGETS hetmem_fortran EXPORT hetmemTargets)
@@ -61,11 +56,33 @@ foreach(pc hetmem hetmem-static hetmem-fortran)
   configure_file(cmake/${pc}.pc.in ${CMAKE_BINARY_DIR}/pkgconfig/${pc}.pc @ONLY)
 endforeach()
 
+# Run paths. Every installed binary finds libhetmem.so relative to itself, by one run path that
+# holds in the build tree and in the install alike (BUILD_WITH_INSTALL_RPATH), so that `cmake
+# --install` rewrites nothing. (CMake's own way, an absolute build path rewritten at install, pads
+# a build path shorter than the install's with ':', empty entries the loader reads as the current
+# directory: every library looked for there first.) Directories outside the system's that a
+# target links from (Open MPI's HDF5, FDB's wheels) are kept (INSTALL_RPATH_USE_LINK_PATH).
+function(hm_relative_run_path target build_dir install_dir)
+  file(RELATIVE_PATH to_build_lib ${build_dir} ${CMAKE_BINARY_DIR})
+  file(RELATIVE_PATH to_install_lib ${CMAKE_INSTALL_PREFIX}/${install_dir} ${CMAKE_INSTALL_FULL_LIBDIR})
+  set(paths "$ORIGIN/${to_install_lib}")
+  if(NOT to_build_lib STREQUAL to_install_lib)
+    list(APPEND paths "$ORIGIN/${to_build_lib}")
+  endif()
+  list(TRANSFORM paths REPLACE "/$" "")
+  set_target_properties(${target} PROPERTIES BUILD_WITH_INSTALL_RPATH TRUE INSTALL_RPATH "${paths};${ARGN}"
+                        INSTALL_RPATH_USE_LINK_PATH TRUE)
+endfunction()
+
 # Programs: the applications and tools into bin, the benchmarks' programs into the hetmem home.
 set(HM_APPS hetmem-tiers hetmem-pic hetmem-amr hetmem-replica hetmem_demo)
 if(TARGET hetmem-mg)
   list(APPEND HM_APPS hetmem-mg)
 endif()
+foreach(app ${HM_APPS})
+  get_target_property(dir ${app} BINARY_DIR)
+  hm_relative_run_path(${app} ${dir} ${CMAKE_INSTALL_BINDIR})
+endforeach()
 install(TARGETS ${HM_APPS} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 get_directory_property(HM_BENCH_TARGETS DIRECTORY bench BUILDSYSTEM_TARGETS)
 set(HM_BENCH_PROGRAMS)
@@ -73,17 +90,23 @@ foreach(t ${HM_BENCH_TARGETS})
   get_target_property(type ${t} TYPE)
   if(type STREQUAL "EXECUTABLE")
     list(APPEND HM_BENCH_PROGRAMS ${t})
+    hm_relative_run_path(${t} ${CMAKE_BINARY_DIR}/bench ${HM_INSTALL_HOME}/bench)
   endif()
 endforeach()
-set_target_properties(${HM_BENCH_PROGRAMS} PROPERTIES INSTALL_RPATH "$ORIGIN/../..")
 install(TARGETS ${HM_BENCH_PROGRAMS} RUNTIME DESTINATION ${HM_INSTALL_HOME}/bench)
+hm_relative_run_path(hetmem_preload ${CMAKE_BINARY_DIR} ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS hetmem_preload LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# In a directory of its own: on LD_LIBRARY_PATH only for the programs that should use it.
+hm_relative_run_path(hetmem_memkind ${CMAKE_BINARY_DIR}/memkind ${CMAKE_INSTALL_LIBDIR}/hetmem-memkind)
+install(TARGETS hetmem_memkind LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/hetmem-memkind)
 
 # The FDB store and the programs that load FDB keep their paths to FDB's libraries (the Python
 # environment's wheels, as in the build tree).
 if(HM_FDB_BUILT)
   set(HM_FDB_RPATH "${HM_FDB_DIR}/lib64;${HM_ECKIT_DIR}/lib64;${HM_METKIT_DIR}/lib64;${HM_ECCODES_DIR}/lib64")
-  set_target_properties(hetmem-mg PROPERTIES INSTALL_RPATH "$ORIGIN/${HM_BIN_TO_LIB};${HM_FDB_RPATH}")
-  set_target_properties(hetmem_fdb PROPERTIES INSTALL_RPATH "$ORIGIN/../../..;${HM_FDB_RPATH}")
+  get_target_property(dir hetmem-mg BINARY_DIR)
+  hm_relative_run_path(hetmem-mg ${dir} ${CMAKE_INSTALL_BINDIR} ${HM_FDB_RPATH})
+  hm_relative_run_path(hetmem_fdb ${CMAKE_BINARY_DIR}/fdb/lib ${HM_INSTALL_HOME}/fdb/lib ${HM_FDB_RPATH})
   install(TARGETS hetmem_fdb LIBRARY DESTINATION ${HM_INSTALL_HOME}/fdb/lib)
   install(FILES ${CMAKE_BINARY_DIR}/fdb/share/plugins/hetmem-fdb.yml DESTINATION ${HM_INSTALL_HOME}/fdb/share/plugins)
 endif()
@@ -93,7 +116,7 @@ endif()
 install(DIRECTORY python/hetmem DESTINATION ${HM_INSTALL_HOME}/python
         FILES_MATCHING PATTERN "*.py" PATTERN "__pycache__" EXCLUDE)
 if(TARGET hetmem_numpy)
-  set_target_properties(hetmem_numpy PROPERTIES INSTALL_RPATH "$ORIGIN/../..")
+  hm_relative_run_path(hetmem_numpy ${CMAKE_BINARY_DIR}/python ${HM_INSTALL_HOME}/python)
   install(TARGETS hetmem_numpy LIBRARY DESTINATION ${HM_INSTALL_HOME}/python)
 endif()
 file(RELATIVE_PATH HM_HOME_TO_LIB ${CMAKE_INSTALL_FULL_LIBDIR}/hetmem ${CMAKE_INSTALL_FULL_LIBDIR})

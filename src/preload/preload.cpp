@@ -245,8 +245,23 @@ void iteration_entered() {
   hm_iteration_infer_tick();
 }
 
+// Whether time windows would serve anything: the profile's phases, a plan's classes (static
+// placement observes an iteration), an emulated tier's charges. Otherwise no window thread is
+// started: a program that runs one thread keeps the C library's single-thread fast paths (malloc
+// and every mutex skip their atomic instructions while a process has one thread).
+bool windows_used() {
+  if (g_profiling) return true;
+  hm_class_info_t cls;
+  if (hm_class_info(0, &cls) == HM_OK) return true;
+  if (number_option("HM_EMUL") != 1) return false;
+  hm_tier_info_t tier;
+  for (int t = 0; t < hm_tier_count(); ++t)
+    if (hm_tier_info(t, &tier) == HM_OK && tier.kind == HM_KIND_EMUL) return true;
+  return false;
+}
+
 // Iterations of a program that marks none: at each entry into HM_ITERATION_AT's function, or
-// every HM_ITERATION_WINDOW seconds. A function that cannot be hooked is said, and windows are
+// every HM_ITERATION_WINDOW seconds (where windows_used()). A function that cannot be hooked is said, and windows are
 // used instead.
 void infer_iterations() {
   // A program built with libhetmem that marks its own phases or iterations keeps its marks.
@@ -263,7 +278,7 @@ void infer_iterations() {
     say("--iteration-at: no call to hook, time windows used instead", hooked.detail);
   }
   const double window = number_option("HM_ITERATION_WINDOW");
-  if (!(window > 0)) return;
+  if (!(window > 0) || !windows_used()) return;
   if (hm_iteration_infer_start("iteration (window)", window) == HM_OK) {
     g_owing = true;
     g_inferred = "window";
