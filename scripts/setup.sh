@@ -15,6 +15,8 @@ APT_PACKAGES=(build-essential cmake ninja-build pkg-config gfortran libnuma-dev 
               r-base-core
               # OpenMP memory spaces through hetmem's libmemkind (LLVM's runtime loads memkind)
               clang libomp-dev
+              # compare.html checked in a browser (tests/python/test_compare.py)
+              chromium
               # the real-tier guests (tests/realtier): QEMU, busybox, NVDIMM tools, kernel-module tools
               qemu-system-x86 busybox-static cpio ndctl daxctl kmod e2fsprogs xz-utils)
 

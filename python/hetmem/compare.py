@@ -121,6 +121,13 @@ def _footprint(doc: dict) -> int:
     return sum(t["high_water"] for t in doc["tiers"])
 
 
+def _phase_spread(docs: list[dict]) -> dict[str, list[float]]:
+    """Each phase's fastest and slowest repetition (seconds per iteration)."""
+    per_run = [phase_seconds(d) for d in docs]
+    names = {p for run in per_run for p in run}
+    return {p: [min(run.get(p, 0.0) for run in per_run), max(run.get(p, 0.0) for run in per_run)] for p in names}
+
+
 def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, reference: dict, workload) -> dict:
     rows = []
     for policy, docs in runs.items():
@@ -145,6 +152,7 @@ def summarise(runs: dict[str, list[dict]], budget: int, footprint: int, referenc
             "cpu_seconds_per_iteration": statistics.median(cpu) if cpu else None,  # None: not measured
             "cpu_runs": cpu,
             "phase_seconds_per_iteration": phase_seconds(rep),
+            "phase_spread": _phase_spread(ok),
             "fast_budget": fast.get("budget", 0),
             "fast_high_water": fast.get("high_water", 0),
             "charged_seconds_per_iteration": cap.get("charged_s", 0.0) / steps,

@@ -11,6 +11,7 @@ import html
 import json
 import os
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .figures import png, write_images
@@ -23,7 +24,6 @@ BASELINES = ("slow-only", "first-touch", "memory-mode", "interleave", "reactive"
 
 # The full runtime's target against all-fast: within 1.15x per iteration.
 ALL_FAST_TARGET = 1.15
-MiB = 1 << 20
 
 
 # WarpX-PM (Ren et al., ICS'21), Figure 7 and §6: what WarpX-PM gained on Optane. Static placement
@@ -34,6 +34,14 @@ WARPX_PM_STATIC_VS = {"memory-mode": 1.29}
 
 
 WARPX_PM_FULL_VS = {"memory-mode": 1.388, "slow-only": 1.664, "first-touch": 1.451, "reactive": 1.833}
+
+# Figure 7's bars, as Ren et al. label them.
+FIGURE7_NOTE_SHORT = ("M: memory-mode  S: hetmem-static  S+P: hetmem-static+prefetch  S+P+D: hetmem "
+                      "(static, prefetch, dynamic staging); whiskers: fastest and slowest repetition")
+FIGURE7_NOTE = ("Figure 7 of WarpX-PM (Ren et al., ICS'21) per phase: M is memory mode (memory-mode), S static "
+                "placement (hetmem-static), S+P static placement with prefetch (hetmem-static+prefetch), S+P+D the "
+                "full runtime with dynamic staging (hetmem); bars are the median repetition, whiskers the fastest "
+                "and slowest.")
 
 
 def size_text(n: float) -> str:
@@ -286,96 +294,134 @@ def model_lines(result: dict) -> list[str]:
     return lines
 
 
-def text_tables(result: dict) -> str:
+@dataclass
+class Table:
+    """One table of the report, rendered as text (compare's output) and as HTML (compare.html)."""
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)  # sentences under it
+    prose_last: bool = False  # the last column is words (left-aligned; wraps on the page)
+
+
+def report_blocks(result: dict) -> list[Table | list[str]]:
+    """The report in order: tables, and lists of sentences (the mechanisms, the verdicts). One
+    source for the text and the page, so that the two never say different things."""
     unit = result.get("unit", "iteration")
     short = "run" if unit == "run" else "it"
-    lines = [f"hetmem compare: {result['workload']}; footprint {size_text(result['footprint_bytes'])}, fast budget "
-             f"{size_text(result['fast_budget_bytes'])} ({100 * result['fast_budget_bytes'] / result['footprint_bytes']:.0f}%)"
-             f"; slow tier {result['slow_tier']}",
-             f"{'policy':<22} {'s/' + unit:>11} {'spread (min-max)':>17} {'/static':>8} {'/all-fast':>9} "
-             f"{'CPU s/' + short:>10} {'/static':>8} {'fast high water':>15} {'charged/' + short:>11} {'charged':>8}  note"]
+    live = [r for r in result["policies"] if "skipped" not in r]
+    blocks: list[Table | list[str]] = [[
+        f"hetmem compare: {result['workload']}; footprint {size_text(result['footprint_bytes'])}, fast budget "
+        f"{size_text(result['fast_budget_bytes'])} ({100 * result['fast_budget_bytes'] / result['footprint_bytes']:.0f}%)"
+        f"; slow tier {result['slow_tier']}"]]
+    rows = []
     for r in result["policies"]:
         if "skipped" in r:
-            lines.append(f"{r['policy']:<22} {'-':>11} {'-':>17} {'-':>8} {'-':>9} {'-':>10} {'-':>8} {'-':>15} "
-                         f"{'-':>11} {'-':>8}  skipped: {r['skipped']}")
+            rows.append([r["policy"]] + ["-"] * 9 + [f"skipped: {r['skipped']}"])
             continue
         note = "no fast budget (upper bound)" if r["policy"] == "all-fast" else ""
         if r.get("failed"):
             note = (note + "; " if note else "") + (f"{len(r['failed'])} of {len(r['failed']) + len(r['runs'])} runs "
                                                     f"failed: {r['failed'][0]}")
-        spread = f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}"
-        lines.append(f"{r['policy']:<22} {r['seconds_per_iteration']:>11.4f} {spread:>17} "
-                     f"{r.get('vs_hetmem_static', 0):>7.3f}x {r.get('vs_all_fast', 0):>8.3f}x "
-                     f"{_num(r['cpu_seconds_per_iteration'], 10, '.4f')} "
-                     f"{_num(r.get('cpu_vs_hetmem_static'), 7, '.3f')}x {size_text(r['fast_high_water']):>15} "
-                     f"{r['charged_seconds_per_iteration']:>10.4f}s {100 * r['charged_share']:>7.1f}%  {note}")
+        cpu_static = r.get("cpu_vs_hetmem_static")
+        rows.append([r["policy"], f"{r['seconds_per_iteration']:.4f}", f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}",
+                     f"{r.get('vs_hetmem_static', 0):.3f}x", f"{r.get('vs_all_fast', 0):.3f}x",
+                     "-" if r["cpu_seconds_per_iteration"] is None else f"{r['cpu_seconds_per_iteration']:.4f}",
+                     "-" if cpu_static is None else f"{cpu_static:.3f}x", size_text(r["fast_high_water"]),
+                     f"{r['charged_seconds_per_iteration']:.4f}s", f"{100 * r['charged_share']:.1f}%", note])
     if unit == "run":
-        lines.append("(the whole run: the program marks no iterations and its inferred ones are time windows; medians "
+        explained = ("the whole run: the program marks no iterations and its inferred ones are time windows; medians "
                      "over the repetitions; spread: the fastest and slowest repetition; CPU: the process's CPU time, "
                      "which other guests of a shared machine do not inflate; charged: the emulated device time, summed "
-                     "over threads, and its share of the run's wall time)")
+                     "over threads, and its share of the run's wall time")
     else:
-        lines.append("(medians over the iterations after the first and over the repetitions; spread: the fastest and "
+        explained = ("medians over the iterations after the first and over the repetitions; spread: the fastest and "
                      "slowest repetition; CPU s/it: the process's CPU time, which other guests of a shared machine do "
                      "not inflate; charged/it: the emulated device time charged per iteration, summed over threads, "
-                     "and its share of the run's wall time)")
-    lines.append(f"per phase (s/{unit}):")
-    phases = sorted({p for r in result["policies"] if "skipped" not in r for p in r["phase_seconds_per_iteration"]})
-    lines.append(f"  {'policy':<22} " + " ".join(f"{p[:22]:>22}" for p in phases))
-    for r in result["policies"]:
-        if "skipped" not in r:
-            lines.append(f"  {r['policy']:<22} " + " ".join(
-                f"{r['phase_seconds_per_iteration'].get(p, 0):>22.4f}" for p in phases))
-    static = next((r for r in result["policies"] if r["policy"] == "hetmem-static" and "skipped" not in r), None)
+                     "and its share of the run's wall time")
+    blocks.append(Table("Time per policy", ["policy", f"s/{unit}", "spread (min-max)", "/static", "/all-fast",
+                                            f"CPU s/{short}", "CPU /static", "fast high water", f"charged/{short}",
+                                            "charged", "note"], rows, [explained], prose_last=True))
+    phases = sorted({p for r in live for p in r["phase_seconds_per_iteration"]})
+    blocks.append(Table(f"Per phase (s/{unit})", ["policy"] + phases,
+                        [[r["policy"]] + [f"{r['phase_seconds_per_iteration'].get(p, 0):.4f}" for p in phases]
+                         for r in live]))
+    static = next((r for r in live if r["policy"] == "hetmem-static"), None)
     if static:
-        lines.append("hetmem-static spaces:")
-        for s in static["placement"]["spaces"]:
-            lines.append(f"  {s['space']:<10} budget {size_text(s['budget']):>10}  in use {size_text(s['in_use']):>10}  "
-                         f"high water {size_text(s['high_water']):>10}  grows {s['grows']}  overflows {s['overflows']}")
         st = static["placement"]["static"]
-        lines.append(f"  settled after iteration {st['iteration']}: {st['promoted']} objects in "
-                     f"({size_text(st['promoted_bytes'])}), {st['demoted']} out ({size_text(st['demoted_bytes'])}), "
-                     f"{st['unmovable']} unmovable{'; ' + st['problem'] if st['problem'] else ''}")
+        blocks.append(Table("hetmem-static's spaces", ["space", "budget", "in use", "high water", "grows", "overflows"],
+                            [[s["space"], size_text(s["budget"]), size_text(s["in_use"]), size_text(s["high_water"]),
+                              str(s["grows"]), str(s["overflows"])] for s in static["placement"]["spaces"]],
+                            [f"settled after iteration {st['iteration']}: {st['promoted']} objects in "
+                             f"({size_text(st['promoted_bytes'])}), {st['demoted']} out ({size_text(st['demoted_bytes'])}), "
+                             f"{st['unmovable']} unmovable{'; ' + st['problem'] if st['problem'] else ''}"]))
     # Where each class lived at its peak: what is live at the exit says little of a program that
     # frees most of its arrays before it ends (a summary from before per-tier peaks: at the end).
-    peak = any(c.get("peak_on") for r in result["policies"] if "skipped" not in r for c in r["classes"])
-    lines.append("where each class lived at its peak (MiB per tier, each tier's own peak):" if peak
-                 else "where each class lives at the end (MiB per tier):")
-    for r in result["policies"]:
-        if "skipped" in r:
-            continue
+    peak = any(c.get("peak_on") for r in live for c in r["classes"])
+    rows = []
+    for r in live:
         parts = []
         for c in r["classes"]:
             on = c.get("peak_on") if peak else c["live_on"]
             if on:
                 parts.append(c["name"] + " " + "/".join(f"{t} {b / MiB:.0f}" for t, b in on.items()))
-        lines.append(f"  {r['policy']:<22} " + "; ".join(parts))
-    lines += model_lines(result)
-    lines += target_lines(result, "hetmem-static") + target_lines(result, "hetmem")
+        rows.append([r["policy"], "; ".join(parts)])
+    blocks.append(Table("Where each class lived at its peak (MiB per tier, each tier's own peak)" if peak
+                        else "Where each class lives at the end (MiB per tier)", ["policy", "classes"], rows,
+                        prose_last=True))
+    verdicts = model_lines(result) + target_lines(result, "hetmem-static") + target_lines(result, "hetmem")
     af = all_fast_target(result)
     if af:
-        lines.append(f"hetmem vs all-fast: {af[0]:.3f}x the time per {result.get('unit', 'iteration')} ({af[1]}: "
-                     f"within {ALL_FAST_TARGET}x) [{'emulated' if result['emulated'] else 'real'}]")
+        verdicts.append(f"hetmem vs all-fast: {af[0]:.3f}x the time per {unit} ({af[1]}: within {ALL_FAST_TARGET}x) "
+                        f"[{'emulated' if result['emulated'] else 'real'}]")
     note = instrument_note(result)
     if note:
-        lines.append(note)
+        verdicts.append(note)
+    blocks.append(verdicts)
     for title, key in (("Figure 12, helper threads", "helper_sweep"), ("Figure 11, prefetch distance", "prefetch_sweep")):
         sw = result.get(key)
-        if sw:
-            lines.append(f"{title} ({sw['policy']}, {sw['phase']} s/iteration, {sw['setting']}):")
-            for p in sw["points"]:
-                if p["seconds"] is None:
-                    lines.append(f"  {sw['setting']}={p['value']:<3} failed: {p['failed']}")
-                    continue
-                mark = " <- model" if p["value"] == sw.get("model") else ""
-                mark += " (best)" if p["value"] == sw.get("best") else ""
-                lines.append(f"  {sw['setting']}={p['value']:<3} {p['seconds']:.4f}{mark}")
-            if sw.get("model_decision"):
-                lines.append(f"  the model's own run ({sw['model_decision']}): {sw['model_seconds']:.4f}")
-            if sw.get("model_vs_best") is not None:
-                lines.append(f"  the model's choice ({sw.get('model_decision', sw.get('model'))}) is "
-                             f"{sw['model_vs_best']:.3f}x the best "
-                             f"({'MET' if sw['model_vs_best'] <= 1.03 else 'NOT MET'}: within 3%)")
+        if not sw:
+            continue
+        rows, notes = [], []
+        for p in sw["points"]:
+            if p["seconds"] is None:
+                rows.append([str(p["value"]), "-", f"failed: {p['failed']}"])
+                continue
+            mark = "the model's choice" if p["value"] == sw.get("model") else ""
+            if p["value"] == sw.get("best"):
+                mark += (", " if mark else "") + "the best"
+            rows.append([str(p["value"]), f"{p['seconds']:.4f}", mark])
+        if sw.get("model_decision"):
+            notes.append(f"the model's own run ({sw['model_decision']}): {sw['model_seconds']:.4f}")
+        if sw.get("model_vs_best") is not None:
+            notes.append(f"the model's choice ({sw.get('model_decision', sw.get('model'))}) is "
+                         f"{sw['model_vs_best']:.3f}x the best ({'MET' if sw['model_vs_best'] <= 1.03 else 'NOT MET'}: "
+                         "within 3%)")
+        blocks.append(Table(f"{title} ({sw['policy']}, {sw['phase']} s/iteration)", [sw["setting"], "seconds", ""],
+                            rows, notes, prose_last=True))
+    return blocks
+
+
+def _text_table(t: Table) -> list[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(t.headers, *t.rows)]
+    last = len(widths) - 1
+
+    def line(cells: list[str]) -> str:
+        out = []
+        for i, (c, w) in enumerate(zip(cells, widths)):
+            if i == 0 or (i == last and t.prose_last):
+                out.append(c if i == last else c.ljust(w))
+            else:
+                out.append(c.rjust(w))
+        return "  " + "  ".join(out).rstrip()
+    return [t.title + ":", line(t.headers)] + [line(r) for r in t.rows] + [f"  ({n})" for n in t.notes]
+
+
+def text_tables(result: dict) -> str:
+    """The report as compare prints it."""
+    lines: list[str] = []
+    for block in report_blocks(result):
+        lines += _text_table(block) if isinstance(block, Table) else block
     return "\n".join(lines)
 
 
@@ -424,10 +470,14 @@ def plots(result: dict) -> dict[str, bytes]:
         vals = [r["phase_seconds_per_iteration"].get(p, 0) for r in rows]
         ax.barh(ys, vals, left=left, label=p)
         left = [b + v for b, v in zip(left, vals)]
-    ax.set_xlabel(f"seconds per {unit}")
+    # The time per iteration's spread over the repetitions, at the end of each bar.
+    ax.errorbar(left, ys, xerr=[[max(0.0, r["seconds_per_iteration"] - r["spread"][0]) for r in rows],
+                                [max(0.0, r["spread"][1] - r["seconds_per_iteration"]) for r in rows]],
+                fmt="none", ecolor="black", capsize=3, linewidth=1, label="spread of the repetitions")
+    ax.set_xlabel(f"seconds per {unit} (phases: the median repetition)")
     ax.set_title(f"Per-phase breakdown (cf. WarpX-PM Figure 7)\n{tag}", fontsize=10)
-    if phases:
-        ax.legend(fontsize=8)
+    if phases:  # beside the bars, never over them
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax.set_yticks(ys, names, fontsize=8)
     ax.invert_yaxis()
     fig.tight_layout()
@@ -441,12 +491,18 @@ def plots(result: dict) -> dict[str, bytes]:
         fig, ax = plt.subplots(figsize=(7, 3.6))
         width = 0.8 / len(fig7)
         for i, (label, r) in enumerate(fig7):
-            ax.bar([x + i * width for x in range(len(phases))],
-                   [r["phase_seconds_per_iteration"].get(p, 0) for p in phases], width, label=label)
+            vals = [r["phase_seconds_per_iteration"].get(p, 0) for p in phases]
+            spread = r.get("phase_spread", {})
+            low = [max(0.0, v - spread.get(p, [v, v])[0]) for p, v in zip(phases, vals)]
+            high = [max(0.0, spread.get(p, [v, v])[1] - v) for p, v in zip(phases, vals)]
+            ax.bar([x + i * width for x in range(len(phases))], vals, width, label=label, yerr=[low, high],
+                   capsize=2, error_kw={"linewidth": 0.8})
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(phases))], [p[:22] for p in phases], fontsize=8)
         ax.set_ylabel("seconds per iteration")
         ax.set_title(f"Per phase: M / S / S+P / S+P+D (WarpX-PM Figure 7)\n{tag}", fontsize=10)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        fig.text(0.01, 0.01, FIGURE7_NOTE_SHORT, fontsize=7)
+        fig.tight_layout(rect=(0, 0.05, 1, 1))
         out["figure7.png"] = png(fig)
     for key, name in (("helper_sweep", "figure12.png"), ("prefetch_sweep", "figure11.png")):
         sw = result.get(key)
@@ -466,20 +522,56 @@ def plots(result: dict) -> dict[str, bytes]:
     return out
 
 
-def html_page(result: dict, images: dict[str, bytes], text: str) -> str:
+PAGE_STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 8px}"
+              "table{border-collapse:collapse;font-size:13px;margin:4px 0 12px}"
+              "th,td{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right;vertical-align:top}"
+              "th:first-child,td:first-child,td.prose,th.prose{text-align:left}"
+              "td.prose{overflow-wrap:anywhere;min-width:12em}"
+              ".scroll{max-width:100%;overflow-x:auto}img{max-width:100%;height:auto}"
+              "li{margin:3px 0;overflow-wrap:anywhere}p.note{font-size:12px;color:#444}")
+
+
+def _html_table(t: Table) -> str:
+    last = len(t.headers) - 1
+
+    def cell(tag: str, i: int, text: str) -> str:
+        cls = ' class="prose"' if t.prose_last and i == last else ""
+        return f"<{tag}{cls}>{html.escape(text)}</{tag}>"
+    head = "".join(cell("th", i, h) for i, h in enumerate(t.headers))
+    body = "".join("<tr>" + "".join(cell("td", i, c) for i, c in enumerate(r)) + "</tr>" for r in t.rows)
+    notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in t.notes)
+    return (f"<h2>{html.escape(t.title)}</h2><div class='scroll'><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table></div>{notes}")
+
+
+def html_page(result: dict, images: dict[str, bytes]) -> str:
+    """compare.html: the same tables and sentences as the text, as HTML tables that fit the page,
+    with the plots."""
     def img(name):
         return f'<img alt="{name}" src="data:image/png;base64,{base64.b64encode(images[name]).decode()}">' \
             if name in images else ""
-    style = "body{font-family:sans-serif;max-width:1100px;margin:auto}pre{font-size:12px;background:#f6f6f6;padding:8px}"
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>hetmem compare</title><style>{style}</style>"
-            f"</head><body><h1>hetmem compare</h1><p><b>Slow tier: {html.escape(result['slow_tier'])}</b></p>"
-            f"{img('policies.png')}{img('phases.png')}{img('figure7.png')}{img('figure12.png')}"
-            f"{img('figure11.png')}<pre>{html.escape(text)}</pre></body></html>")
+    parts = []
+    for i, block in enumerate(report_blocks(result)):
+        if isinstance(block, Table):
+            parts.append(_html_table(block))
+            if block.title.startswith("Time per policy"):
+                parts.append(img("policies.png"))
+            elif block.title.startswith("Per phase"):
+                parts.append(img("phases.png") + img("figure7.png") + f"<p class='note'>{html.escape(FIGURE7_NOTE)}</p>")
+        elif i == 0:
+            parts.append(f"<p><b>{html.escape(block[0])}</b></p>")
+        else:
+            parts.append("<h2>Mechanisms and verdicts</h2><ul>" + "".join(f"<li>{html.escape(x)}</li>" for x in block)
+                         + "</ul>")
+    parts.append(img("figure12.png") + img("figure11.png"))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
+            f"<title>hetmem compare</title><style>{PAGE_STYLE}</style></head><body><h1>hetmem compare</h1>"
+            f"{''.join(parts)}</body></html>")
 
 
 def write(result: dict, out_dir: str, text: str) -> list[str]:
     images = plots(result)
     written = write_images(out_dir, images)
     Path(out_dir, "compare.json").write_text(json.dumps(result, indent=1))
-    Path(out_dir, "compare.html").write_text(html_page(result, images, text))
+    Path(out_dir, "compare.html").write_text(html_page(result, images))
     return written + [os.path.join(out_dir, "compare.json"), os.path.join(out_dir, "compare.html")]

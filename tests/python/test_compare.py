@@ -4,6 +4,7 @@ footprint; and bad input gets a message."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,10 +60,36 @@ def test_every_policy_runs_and_the_report_says_what_was_emulated(tmp_path):
     assert rows["reactive"]["placement"]["reactive"]["rounds"] >= 1
     for name in ("compare.html", "policies.png", "phases.png", "figure7.png"):
         assert (out / name).stat().st_size > 1000, name
-    assert "emulated" in (out / "compare.html").read_text()
+    page = (out / "compare.html").read_text()
+    assert "emulated" in page and "<pre" not in page and page.count("<table>") >= 4
+    assert "S+P+D the full runtime" in page, "figure 7's bars are explained on the page"
+    _fits_the_window(out / "compare.html", tmp_path)
     # Not on a terminal (a batch job's log): a line per run on stderr, as the bar would show.
     runs = [line for line in r.stderr.splitlines() if line.startswith("hetmem compare: ")]
     assert runs and runs[-1].startswith(f"hetmem compare: {len(runs)}/{len(runs)} runs done"), r.stderr
+
+
+def _fits_the_window(page: Path, tmp_path: Path, width: int = 1400) -> None:
+    """The page in headless Chromium at `width` pixels: neither the page nor any of its tables is
+    wider than the window (a table that does not fit would scroll inside its box)."""
+    import shutil
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.fail("chromium is not installed (scripts/setup.sh installs it)")
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.read_text().replace("</body>", (
+        "<script>const over = Math.max(0, ...[...document.querySelectorAll('.scroll')].map("
+        "e => e.scrollWidth - e.clientWidth));"
+        "document.title = `page=${document.documentElement.scrollWidth} window=${innerWidth} over=${over}`;"
+        "</script></body>")))
+    r = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--window-size={width},900", "--dump-dom", probe.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    m = re.search(r"<title>page=(\d+) window=(\d+) over=(\d+)</title>", r.stdout)
+    assert m, (r.stdout[-500:], r.stderr[-1000:])
+    page_width, window, over = map(int, m.groups())
+    assert page_width <= window and over == 0, f"wider than the window: page {page_width} px, window {window}, " \
+                                                f"a table {over} px over its box"
 
 
 def test_the_helper_and_prefetch_sweeps_mark_the_models_choice(tmp_path):
