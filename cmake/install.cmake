@@ -127,8 +127,11 @@ install(FILES ${CMAKE_BINARY_DIR}/install/_installed.py DESTINATION ${HM_INSTALL
 configure_file(cmake/hetmem-launcher.sh.in ${CMAKE_BINARY_DIR}/install/hetmem @ONLY)
 install(PROGRAMS ${CMAKE_BINARY_DIR}/install/hetmem DESTINATION ${CMAKE_INSTALL_BINDIR})
 
-# The benchmark that compiles a program of its own at run time (hetmem bench memkind) finds its source here.
+# Sources the commands read at run time: the program hetmem bench memkind compiles, the inputs of
+# the real-program suite (hetmem bench unchanged, overhead), the quick tour's rules.
 install(FILES bench/programs/memkind_pairs.c DESTINATION ${HM_INSTALL_HOME}/bench/programs)
+install(FILES examples/unchanged_numpy.py examples/placement.rules DESTINATION ${HM_INSTALL_HOME}/examples)
+install(FILES examples/lammps/in.lj DESTINATION ${HM_INSTALL_HOME}/examples/lammps)
 
 # Man pages, written by the command from its own parsers (python/hetmem/manpages.py).
 execute_process(COMMAND ${Python3_EXECUTABLE} -c "import argparse_manpage" RESULT_VARIABLE HM_MANPAGE_RC

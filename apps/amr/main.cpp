@@ -410,6 +410,8 @@ int main(int argc, char **argv) {
     // small for the tree's deepest path: bad input, named by its flag.
     if (rc == HM_EINVAL && o.fast_kib > 0) path_error("--fast-kib " + std::to_string(o.fast_kib) + ": " + hm_last_error());
     if (rc != HM_OK) return fail("creating the pool");
+    std::printf("pool: %s (%llu MiB, sparse; kept for --restore, --overwrite starts over)\n", o.pool.c_str(),
+                static_cast<unsigned long long>(o.pool_mib));
   } else if (pm_create(work.c_str(), o.dim, o.pool_mib << 20, &tree) != HM_OK) {
     return fail("creating the in-memory tree");
   } else if (o.store == "sqlite" && !db.create(o.pool + ".sqlite")) {

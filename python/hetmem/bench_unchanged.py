@@ -26,7 +26,7 @@ from pathlib import Path
 from . import real_programs as rp
 from .lib import HetmemError
 
-LAMMPS_ATOMS_INPUT = rp.LJ_INPUT.format(n=40, steps=20)  # 256,000 atoms, 20 steps
+LAMMPS_ATOMS_INPUT = rp.lj_input(40, 20)  # 256,000 atoms, 20 steps
 NUMPY_LARGE = rp.NUMPY_SCRIPT.replace("(96, 96, 96)", "(160, 160, 160)")
 LAMMPS_ITERATION = "LAMMPS_NS::Neighbor::decide"  # called once per step, across the PLT
 

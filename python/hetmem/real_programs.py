@@ -21,22 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-LJ_INPUT = """units lj
-atom_style atomic
-lattice fcc 0.8442
-region box block 0 {n} 0 {n} 0 {n}
-create_box 1 box
-create_atoms 1 box
-mass 1 1.0
-velocity all create 1.44 87287 loop geom
-pair_style lj/cut 2.5
-pair_coeff 1 1 1.0 1.0 2.5
-neighbor 0.3 bin
-neigh_modify delay 0 every 20 check no
-fix 1 all nve
-thermo 10
-run {steps}
-"""
+from .lib import source_file
+
+def lj_input(n: int, steps: int) -> str:
+    """The LJ melt input shipped in examples/lammps/in.lj, with n (4 n^3 atoms) and steps set."""
+    text = source_file("examples/lammps/in.lj").read_text()
+    return text.replace("variable n index 16", f"variable n index {n}").replace(
+        "variable steps index 40", f"variable steps index {steps}")
+
 
 WATER = """3
 
@@ -45,20 +37,8 @@ H 0.000 0.757 -0.467
 H 0.000 -0.757 -0.467
 """
 
-NUMPY_SCRIPT = """import numpy as np
-rng = np.random.default_rng(7)
-grid = rng.random((96, 96, 96))
-for step in range(8):                     # a 7-point stencil, new arrays every step
-    grid = 0.5 * grid + (np.roll(grid, 1, 0) + np.roll(grid, -1, 0) + np.roll(grid, 1, 1)
-                         + np.roll(grid, -1, 1) + np.roll(grid, 1, 2) + np.roll(grid, -1, 2)) / 12.0
-    spectrum = np.fft.rfftn(grid)
-parts = np.empty(0)
-for k in range(40):                       # an array grown piece by piece (reallocated)
-    parts = np.append(parts, rng.random(20000))
-a = rng.random((400, 400))
-print(repr(float(grid.sum())), repr(float(np.abs(spectrum).max())), repr(float(parts.sum())),
-      repr(float(np.linalg.norm(a @ a))))
-"""
+# A numpy program with no hetmem in it (examples/unchanged_numpy.py).
+NUMPY_SCRIPT = source_file("examples/unchanged_numpy.py").read_text()
 
 MAKEFILE = """all: sorted.txt counts.txt
 \tcat counts.txt sorted.txt | sha256sum
@@ -231,11 +211,11 @@ MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "-np", "2"]
 PROGRAMS = [
     Program("lammps", "lammps", "C++ molecular dynamics (LJ melt, 16384 atoms): large arrays grown with realloc, "
             "its memory report through mallinfo", ["lmp", "-in", "in.lj", "-log", "none"],
-            {"in.lj": LJ_INPUT.format(n=16, steps=40)}, _lammps_thermo, needs=("lmp",),
+            {"in.lj": lj_input(16, 40)}, _lammps_thermo, needs=("lmp",),
             hot_sites=("LAMMPS_NS::Memory::srealloc",)),
     Program("lammps-mpi", "lammps", "the same MD code over MPI (Open MPI, 2 ranks, hetmem started on each rank)",
             MPIRUN + ["{hetmem}", "lmp", "-in", "in.lj", "-log", "none"],
-            {"in.lj": LJ_INPUT.format(n=16, steps=40)}, _lammps_thermo, needs=("lmp", "mpirun"), per_rank=True),
+            {"in.lj": lj_input(16, 40)}, _lammps_thermo, needs=("lmp", "mpirun"), per_rank=True),
     Program("xtb", "xtb", "Fortran + OpenMP quantum chemistry (GFN2-xTB geometry optimisation of water, 2 threads, "
             "OpenBLAS)", ["xtb", "water.xyz", "--opt"], {"water.xyz": WATER}, _xtb_energies,
             tolerance=5e-6, tolerance_source="xtb's energy convergence threshold for --opt (normal): 5e-6 Eh",

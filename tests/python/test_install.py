@@ -180,6 +180,11 @@ def test_the_installed_command_and_programs_run_from_the_prefix(prefix, tmp_path
     out = _run([sys.executable, "-c", script], cwd=tmp_path,
                env=dict(env, PYTHONPATH=str(prefix / "lib" / "hetmem" / "python"))).stdout
     assert out.startswith("emul:cxl ") and str(prefix) in out, out
+    # The inputs the real-program suite reads at run time are in the install too.
+    out = _run([sys.executable, "-c", "from hetmem import real_programs as rp; print(len(rp.PROGRAMS), "
+                "'variable n index 40' in rp.lj_input(40, 20))"], cwd=tmp_path,
+               env=dict(env, PYTHONPATH=str(prefix / "lib" / "hetmem" / "python"))).stdout
+    assert out.split()[1] == "True", out
     # A man page for the command and for each subcommand.
     pages = {p.name for p in (prefix / "share" / "man" / "man1").glob("*.1")}
     for name in ("hetmem.1", "hetmem-run.1", "hetmem-profile.1", "hetmem-compare.1", "hetmem-bench.1"):

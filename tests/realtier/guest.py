@@ -383,7 +383,11 @@ def build_initramfs(recipe: dict, build_dir: Path, moddir: Path, out: Path) -> N
             files[f"opt/bin/{tool}"] = str(Path(which(tool)).resolve())
         for dest, src in list(files.items()):
             for lib in library_deps(src):
-                files[lib.lstrip("/")] = str(Path(lib).resolve())
+                resolved = Path(lib).resolve()
+                # hetmem's own libraries go where its binaries' relative run path finds them from
+                # /bin ($ORIGIN/../lib), as in an install; the system's keep their paths.
+                mine = resolved.is_relative_to(build_dir.resolve())
+                files[f"lib/{Path(lib).name}" if mine else lib.lstrip("/")] = str(resolved)
         for dest, src in files.items():
             target = stage / dest
             target.parent.mkdir(parents=True, exist_ok=True)
