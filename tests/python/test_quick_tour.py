@@ -63,7 +63,7 @@ def test_every_command_of_the_quick_tour_runs_as_written(tmp_path):
         line = re.sub(r"(?<![\w/])\.venv/bin/", f"{ROOT}/.venv/bin/", line)
         line = re.sub(r"(?<![\w/])build/", f"{BUILD}/", line)
         line = re.sub(r"(?<![\w/])examples/", f"{ROOT}/examples/", line)
-        script += [f"echo '== {line[:100]}' >&2", line]
+        script += [f"echo {shlex.quote('== ' + line[:100])} >&2", line]
     assert benchmarks, "the tour shows no benchmark"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HM_") and k != "PYTHONPATH"}
     r = subprocess.run(["bash", "-c", "\n".join(script)], capture_output=True, text=True, env=env, timeout=1200)
