@@ -326,6 +326,14 @@ int memkind_create_pmem(const char *dir, size_t max_size, memkind_t *kind) {
     std::string path = info.name + sizeof "file:" - 1;
     const size_t slash = path.rfind('/');
     if (slash == std::string::npos || path.substr(0, slash ? slash : 1) != want) continue;
+    // memkind's max_size: the kind's allocations fail beyond it. The tier's budget (strict, so
+    // nothing falls back elsewhere); kinds that share the tier share the smallest limit.
+    if (max_size != 0) {
+      hm_tier_stats_t stats;
+      if (hm_tier_stats(t, &stats) != HM_OK) return MEMKIND_ERROR_MEMTYPE_NOT_AVAILABLE;
+      if ((stats.budget == 0 || max_size < stats.budget) && hm_tier_set_budget(t, max_size) != HM_OK)
+        return MEMKIND_ERROR_INVALID;
+    }
     auto *k = new (std::nothrow) memkind{"memkind_pmem", Source::tier, HM_PERSISTENT, kStrict, false, false};
     if (!k) return MEMKIND_ERROR_MALLOC;
     k->tier.store(t);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Arrays of at least this many bytes get a mapping of their own, so that hetmem.move() can move
  * them between tiers at the same address. */
@@ -175,18 +176,33 @@ static void *cached_alloc(const Place *p, size_t size, unsigned flags) {
   return ptr;
 }
 
-static void *h_malloc(void *ctx, size_t size) { return cached_alloc(ctx, size, HM_PREFERRED); }
+/* numpy turns a NULL into a MemoryError that gives no reason; hetmem has one (a budget, a full
+ * file tier, the tier's name), and says it on stderr, one line per refused array. */
+static void *said(void *ptr, size_t size) {
+  if (!ptr) {
+    char line[640];
+    int n = snprintf(line, sizeof line, "hetmem.arrays: an array of %zu bytes was refused: %s\n", size,
+                     hm_last_error());
+    if (n > 0) {
+      ssize_t ignored = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+      (void)ignored;
+    }
+  }
+  return ptr;
+}
+
+static void *h_malloc(void *ctx, size_t size) { return said(cached_alloc(ctx, size, HM_PREFERRED), size); }
 
 static void *h_calloc(void *ctx, size_t count, size_t size) {
   size_t bytes;
   if (__builtin_mul_overflow(count, size, &bytes)) return NULL;
-  return cached_alloc(ctx, bytes, HM_PREFERRED | HM_ZERO);
+  return said(cached_alloc(ctx, bytes, HM_PREFERRED | HM_ZERO), bytes);
 }
 
 static void *h_realloc(void *ctx, void *ptr, size_t size) {
   if (!ptr) return h_malloc(ctx, size);
   /* A size that may later be cached is rounded up as the cache rounds it (keeps the tier). */
-  return hm_realloc(ptr, cached_as(size).bytes);
+  return said(hm_realloc(ptr, cached_as(size).bytes), size);
 }
 
 /* Keeps a freed block in the thread's cache when there is room; false otherwise. */

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "hetmem/memkind/hbwmalloc.h"
 #include "hetmem/memkind/memkind.h"
@@ -134,4 +135,35 @@ TEST(Memkind, UnavailableKindsAndBadArgumentsGetMemkindsErrors) {
   EXPECT_EQ(hbw_verify_memory_region(c, 4096, 0), -1);
   hbw_free(p);
   memkind_free(nullptr, c);
+}
+
+// memkind_create_pmem's max_size holds: the kind's allocations fail past it, and succeed again once
+// freed. Needs a file tier (the compat.pmem test runs this with one in HM_TIERS).
+TEST(Memkind, APmemKindHoldsItsSizeLimit) {
+  std::string dir;
+  for (int t = 0; t < hm_tier_count(); ++t) {
+    hm_tier_info_t info;
+    if (hm_tier_info(t, &info) == HM_OK && info.kind == HM_KIND_FILE) {
+      std::string path = info.name + sizeof "file:" - 1;
+      dir = path.substr(0, path.rfind('/'));
+    }
+  }
+  if (dir.empty()) GTEST_SKIP() << "no file tier in HM_TIERS (ctest's compat.pmem gives one)";
+  constexpr size_t kLimit = size_t{32} << 20, kBlock = size_t{1} << 20;
+  memkind_t pmem = nullptr;
+  ASSERT_EQ(memkind_create_pmem(dir.c_str(), kLimit, &pmem), 0);
+  std::vector<void *> blocks;
+  for (int i = 0; i < 64; ++i) {
+    void *p = memkind_malloc(pmem, kBlock);
+    if (!p) break;
+    blocks.push_back(p);
+  }
+  EXPECT_LE(blocks.size() * kBlock, kLimit) << "past the kind's max_size";
+  EXPECT_GE(blocks.size() * kBlock, kLimit - 4 * kBlock) << "well short of the kind's max_size";
+  EXPECT_EQ(memkind_malloc(pmem, kBlock), nullptr);
+  for (void *p : blocks) memkind_free(pmem, p);
+  void *again = memkind_malloc(pmem, kBlock);
+  EXPECT_NE(again, nullptr) << "the freed bytes are the kind's again";
+  memkind_free(pmem, again);
+  EXPECT_EQ(memkind_destroy_kind(pmem), 0);
 }

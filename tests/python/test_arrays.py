@@ -179,3 +179,22 @@ def test_small_arrays_reuse_a_block_of_their_tier_and_a_thread_gives_its_blocks_
     while in_use("emul:optane") != before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert in_use("emul:optane") == before, "the thread's cached blocks went back to hetmem when it ended"
+
+
+def test_a_refused_array_says_why_beside_numpys_memory_error():
+    """numpy's MemoryError carries no reason; the handler says hetmem's on stderr."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    script = ("import numpy as np, hetmem.arrays as ha\n"
+              "try:\n"
+              "    with ha.placed('fast'):\n"
+              "        np.ones(10**8)\n"
+              "except MemoryError:\n"
+              "    print('MemoryError')\n")
+    env = dict(os.environ, PYTHONPATH=str(root / "python"), HM_TIERS="capacity=emul:cxl", HM_FAST_BUDGET="64M",
+               HM_CAPACITY_BUDGET="64M")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert r.stdout.strip() == "MemoryError", r.stdout + r.stderr
+    assert "hetmem.arrays: an array of 800000000 bytes was refused: " in r.stderr and "budget" in r.stderr, r.stderr

@@ -91,10 +91,13 @@ void *memkind_realloc(memkind_t kind, void *ptr, size_t size);
 void memkind_free(memkind_t kind, void *ptr);
 size_t memkind_malloc_usable_size(memkind_t kind, void *ptr);
 
-/* A file-backed kind in `dir` of at most `max_size` bytes (0: the file system's free space; else at
- * least MEMKIND_PMEM_MIN_SIZE): a hetmem file tier whose file is removed with the kind.
- * MEMKIND_ERROR_INVALID for a directory that does not exist or cannot be written, or a size below
- * the minimum. */
+/* A file-backed kind in `dir` of at most `max_size` bytes (0: the tier's size; else at least
+ * MEMKIND_PMEM_MIN_SIZE, enforced: the kind's allocations fail beyond it): the hetmem file tier
+ * configured in `dir` (HM_TIERS=persistent=file:DIR/POOL:SIZE), whose pool file is the
+ * configuration's and stays when the kind is destroyed (memkind makes a temporary file instead).
+ * Kinds in one directory share that tier and the smallest limit. MEMKIND_ERROR_INVALID for a
+ * directory that does not exist or cannot be written, or a size below the minimum;
+ * MEMKIND_ERROR_MEMTYPE_NOT_AVAILABLE where no file tier is configured there. */
 int memkind_create_pmem(const char *dir, size_t max_size, memkind_t *kind);
 /* Destroys a kind made by memkind_create_pmem (its allocations become invalid); the predefined
  * kinds cannot be destroyed (MEMKIND_ERROR_OPERATION_FAILED). */
