@@ -106,8 +106,11 @@ typedef enum hm_role {
   HM_ROLE_COUNT = 3
 } hm_role_t;
 
-/* Tier handle: a small integer, 0 <= tier < hm_tier_count(). */
+/* Tier handle: a small integer, 0 <= tier < hm_tier_count() <= HM_MAX_TIERS. */
 typedef int hm_tier_t;
+/* The most tiers a process has (HM_TIERS beyond it is refused); arrays indexed by hm_tier_t have
+ * this many entries. */
+#define HM_MAX_TIERS 16
 
 /* What backs a tier. */
 typedef enum hm_tier_kind {
@@ -315,6 +318,8 @@ typedef enum hm_class_kind {
 } hm_class_kind_t;
 
 typedef int hm_class_t;
+/* The most classes a process defines (hm_class_define beyond it is refused). */
+#define HM_MAX_CLASSES 256
 
 /* Defines the class `name` (at most 63 bytes) of `kind`, or returns the one already defined under
  * that name (HM_EINVAL if it has another kind). `priority` orders hot classes (higher: placed
@@ -333,11 +338,11 @@ typedef struct hm_class_info {
   int priority;
   uint64_t allocs;                 /* allocations made for the class */
   uint64_t bytes;                  /* bytes requested by them */
-  uint64_t bytes_on_tier[16];      /* of those, bytes placed on each tier (index: hm_tier_t) */
-  uint64_t live_bytes_on_tier[16]; /* bytes of the class's live objects on each tier now (after
-                                      static placement's moves) */
-  uint64_t peak_bytes_on_tier[16]; /* the most of them live on each tier at once over the run (each
-                                      tier's own peak: not necessarily at the same moment) */
+  uint64_t bytes_on_tier[HM_MAX_TIERS];      /* of those, bytes placed on each tier (index: hm_tier_t) */
+  uint64_t live_bytes_on_tier[HM_MAX_TIERS]; /* bytes of the class's live objects on each tier now
+                                                (after static placement's moves) */
+  uint64_t peak_bytes_on_tier[HM_MAX_TIERS]; /* the most of them live on each tier at once over the
+                                                run (each tier's own peak: not at one moment) */
 } hm_class_info_t;
 /* Asks for a weighted interleave of each object of the class across the fast and capacity tiers:
  * `fast_percent` of its pages on the fast tier, the rest on the capacity tier (-1: none, the

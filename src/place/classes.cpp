@@ -15,14 +15,15 @@
 #include "place/classes.h"
 #include "place/objects.h"
 #include "place/policy.h"
+#include "tier/tier.h"
 #include "place/spaces.h"
 #include "prim/prim.h"
 
 namespace hm::place {
 namespace {
 
-constexpr int kMaxClasses = 256;
-constexpr int kTierSlots = 16;
+constexpr int kMaxClasses = HM_MAX_CLASSES;
+constexpr int kTierSlots = kMaxTiers;  // a tier id is below it (the registry holds at most so many)
 
 struct ClassRecord {
   char name[64] = {};

@@ -7,6 +7,7 @@
 #include "alloc/runtime.h"
 #include "place/budget.h"
 #include "place/spaces.h"
+#include "tier/tier.h"
 
 namespace hm::place {
 namespace {
@@ -24,7 +25,7 @@ Shard *shards() {
 Shard &shard_of(const void *p) { return shards()[(reinterpret_cast<uintptr_t>(p) >> 6) % kShards]; }
 
 // Each class's live bytes on each tier (hm_class_info), kept with the records they sum.
-constexpr int kMaxClasses = 256, kTierSlots = 16;
+constexpr int kMaxClasses = HM_MAX_CLASSES, kTierSlots = kMaxTiers;
 std::atomic<int64_t> g_live[kMaxClasses][kTierSlots] = {};
 std::atomic<int64_t> g_peak[kMaxClasses][kTierSlots] = {};  // the most of them at once
 

@@ -11,7 +11,7 @@
 
 namespace hm {
 
-constexpr int kMaxTiers = 16;
+constexpr int kMaxTiers = HM_MAX_TIERS;  // hetmem.h: the public arrays indexed by tier
 
 struct Tier {
   int id = -1;
