@@ -33,6 +33,7 @@ import threading
 import time
 
 from . import benchmarks
+from .units import size_text
 from .lib import (HetmemError, Interrupted, Library, find_memkind_dir, find_preload, find_program, plain_library,
                   results_dir, run_program)
 
@@ -57,16 +58,6 @@ def _console():
 def _table(title: str):
     from rich.table import Table
     return Table(title=title, title_justify="left")
-
-
-def _size(n: int) -> str:
-    units = ["B", "KiB", "MiB", "GiB", "TiB"]
-    v = float(n)
-    for u in units:
-        if v < 1024 or u == units[-1]:
-            return f"{v:.0f} {u}" if u == "B" else f"{v:.1f} {u}"
-        v /= 1024
-    return str(n)
 
 
 def cmd_tiers(args: argparse.Namespace) -> int:
@@ -110,7 +101,7 @@ def cmd_tiers(args: argparse.Namespace) -> int:
                                                           "latency ns") else "left")
     for t in tiers:
         table.add_row(t.name, ",".join(t.roles) or "-", t.kind + (" (PM)" if t.persistent_memory else ""),
-                      "-" if t.numa_node < 0 else str(t.numa_node), _size(t.capacity),
+                      "-" if t.numa_node < 0 else str(t.numa_node), size_text(t.capacity),
                       f"{t.read_bw_mbps:.0f}" if t.read_bw_mbps else "-",
                       f"{t.write_bw_mbps:.0f}" if t.write_bw_mbps else "-",
                       f"{t.latency_ns:.0f}" if t.latency_ns else "-", t.figures)
@@ -214,7 +205,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         workload = workloads.workload_for(rest)  # the PIC code, or an application by name: mg preset=W ...
     policies = compare.policy_order() if args.policies == "all" else [p.strip() for p in args.policies.split(",") if p.strip()]
-    budget = compare.parse_size(args.budget) if args.budget else None
+    budget = compare.parsesize_text(args.budget) if args.budget else None
     # An unchanged program keeps its own thread settings (GROMACS refuses an OMP_NUM_THREADS that
     # differs from its -nt) unless --threads is given; the reference codes run on every core.
     threads = args.threads or (None if args.plan else os.cpu_count() or 1)

@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 
 from .compare_report import (ALL_FAST_TARGET, WARPX_PM_FULL_VS, WARPX_PM_STATIC_VS, all_fast_target, charged_share,
-                             iteration_times, measured_points, phase_name, phase_seconds, size_text, steady, targets,
+                             iteration_times, measured_points, phase_name, phase_seconds, steady, targets,
                              text_tables, whole_run, write)
 from .lib import HetmemError, query
+from .units import size_text
 from .workloads import PicWorkload
 
 

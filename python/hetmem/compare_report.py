@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .figures import png, write_images
+from .units import MiB, size_text
 
-MiB = 1 << 20
 
 
 BASELINES = ("slow-only", "first-touch", "memory-mode", "interleave", "reactive")
@@ -44,8 +44,6 @@ FIGURE7_NOTE = ("Figure 7 of WarpX-PM (Ren et al., ICS'21) per phase: M is memor
                 "and slowest.")
 
 
-def size_text(n: float) -> str:
-    return f"{n / MiB:.1f} MiB" if n < (1 << 30) else f"{n / (1 << 30):.2f} GiB"
 
 
 def _num(v, width: int, fmt: str) -> str:

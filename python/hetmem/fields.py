@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .lib import HetmemError
+from .units import size_text
 
 # FDB's three-level schema (database / index / datum) for the fields hetmem's producers write: the
 # MARS keys of a model-level forecast field (Weiland et al. describe the same keys for IFS output).
@@ -398,14 +399,6 @@ def _config_of(args: argparse.Namespace) -> str:
     return config
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 def main(args: argparse.Namespace, console: Any) -> int:
     config = _config_of(args)
     request = parse_request(args.request or "")
@@ -456,8 +449,8 @@ def main(args: argparse.Namespace, console: Any) -> int:
         pool_text = f"{len(pools) - staging} committed" + (f", {staging} being written" if staging else "") + \
             (f", {len(damaged)} DAMAGED" if damaged else "")
         durable = "all" if db.durable == db.fields else f"{db.durable} of {db.fields} (NOT all)"
-        table.add_row(os.path.basename(db.directory), db.store, str(db.fields), _size(db.field_bytes), durable,
-                      steps, pool_text if db.store == "hetmem" else "-", _size(db.disk_bytes))
+        table.add_row(os.path.basename(db.directory), db.store, str(db.fields), size_text(db.field_bytes), durable,
+                      steps, pool_text if db.store == "hetmem" else "-", size_text(db.disk_bytes))
         for p in damaged:
             console.print(f"damaged pool {p.path}: {p.problem}", highlight=False)
     console.print(table)
@@ -465,8 +458,8 @@ def main(args: argparse.Namespace, console: Any) -> int:
         fields = sum(d.fields for d in dbs)
         data = sum(d.field_bytes for d in dbs)
         disk = sum(d.disk_bytes for d in dbs)
-        console.print(f"{len(dbs)} database(s), {fields} field(s), {_size(data)} of field data, "
-                      f"{_size(disk)} on the medium in {sum(len(d.pools) for d in dbs)} pool(s)", highlight=False)
+        console.print(f"{len(dbs)} database(s), {fields} field(s), {size_text(data)} of field data, "
+                      f"{size_text(disk)} on the medium in {sum(len(d.pools) for d in dbs)} pool(s)", highlight=False)
     return 1 if bad else 0
 
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from .figures import png, write_images
+from .units import MiB
 from .trace import ALLOC, FREE, FUNCTIONS, Trace
 
-MiB = 1 << 20
 BIN_EDGES = [0, 1, 2, 4, 8, 16, 32, 64]  # MiB; the last bin is [64, inf)
 BIN_LABELS = ["(0,1)", "[1,2)", "[2,4)", "[4,8)", "[8,16)", "[16,32)", "[32,64)", "[64,inf)"]
 RUNTIME_MODULES = ("libc.so", "libstdc++", "libgfortran", "libhetmem", "ld-linux", "libgomp", "libpython")
