@@ -82,6 +82,27 @@ extern "C" __attribute__((noinline)) int hm_rules_test_marker_b(int x) { return 
 extern "C" __attribute__((noinline)) int hm_rules_test_elsewhere_c(int x) { return x * 7 + 3; }
 
 const void *address_of(int (*fn)(int)) { return reinterpret_cast<const void *>(fn); }
+
+// A site rule's condition for the code at `addr`: "MODULE+0xOFFSET" ("" when no object holds it).
+std::string site_of(const void *addr) {
+  const char *module = nullptr;
+  uintptr_t base = 0;
+  if (!hm::prim::object_at(addr, &module, &base)) return "";
+  char site[512];
+  std::snprintf(site, sizeof site, "%s+0x%lx", module, static_cast<unsigned long>(reinterpret_cast<uintptr_t>(addr) - base));
+  return site;
+}
+
+// Writes `text` as the rules file `name`, loads and installs it; the file's path, for unlink.
+std::string install_rules(const char *name, const std::string &text) {
+  std::string path = hm_test::temp_path(name);
+  hm_test::write_file(path, std::vector<char>(text.begin(), text.end()));
+  std::vector<Rule> rules;
+  std::string error;
+  EXPECT_EQ(hm::place::load_rules(path, &rules, &error), HM_OK) << error;
+  hm::place::install(rules);
+  return path;
+}
 }  // namespace
 
 // Site and function rules are matched once per call site and then answered from the per-site
@@ -91,20 +112,10 @@ TEST(Rules, SiteAndFunctionRulesAreDecidedOncePerCallSiteInFileOrder) {
   ASSERT_EQ(hm_test::configure("capacity=emul:cxl"), HM_OK);
   const void *a = address_of(hm_rules_test_site_a), *b = address_of(hm_rules_test_marker_b),
              *c = address_of(hm_rules_test_elsewhere_c);
-  const char *module = nullptr;
-  uintptr_t base = 0;
-  ASSERT_TRUE(hm::prim::object_at(a, &module, &base));
-  char site[512];
-  std::snprintf(site, sizeof site, "%s+0x%lx", module,
-                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(a) - base));
-  std::string path = hm_test::temp_path("sites.rules");
-  const std::string text =
-      "size >= 64M -> capacity\nsite " + std::string(site) + " -> fast\nfunction hm_rules_test_marker_b -> huge\n";
-  hm_test::write_file(path, std::vector<char>(text.begin(), text.end()));
-  std::vector<Rule> rules;
-  std::string error;
-  ASSERT_EQ(hm::place::load_rules(path, &rules, &error), HM_OK) << error;
-  hm::place::install(rules);
+  const std::string site = site_of(a);
+  ASSERT_FALSE(site.empty());
+  const std::string path = install_rules(
+      "sites.rules", "size >= 64M -> capacity\nsite " + site + " -> fast\nfunction hm_rules_test_marker_b -> huge\n");
   for (int round = 0; round < 3; ++round) {  // first sight, then the table, then after forgetting
     SCOPED_TRACE(round);
     EXPECT_EQ(hm::place::decide(100, a).target, Rule::kTier);
@@ -145,23 +156,14 @@ TEST(Rules, TheAnswerForACallSiteInAnUnloadedModuleIsAskedAgain) {
   ASSERT_NE(handle, nullptr) << dlerror();
   const void *in_module = dlsym(handle, "hm_site_module_fn"), *here = address_of(hm_rules_test_site_a);
   ASSERT_NE(in_module, nullptr);
-  const char *module = nullptr;
-  uintptr_t base = 0;
-  ASSERT_TRUE(hm::prim::object_at(in_module, &module, &base));
-  char site[512];
-  std::snprintf(site, sizeof site, "%s+0x%lx", module,
-                static_cast<unsigned long>(reinterpret_cast<uintptr_t>(in_module) - base));
-  std::string path = hm_test::temp_path("unloaded.rules");
-  const std::string text = "site " + std::string(site) + " -> fast\nfunction hm_rules_test_site_a -> huge\n";
-  hm_test::write_file(path, std::vector<char>(text.begin(), text.end()));
-  std::vector<Rule> rules;
-  std::string error;
-  ASSERT_EQ(hm::place::load_rules(path, &rules, &error), HM_OK) << error;
-  hm::place::install(rules);
+  const std::string site = site_of(in_module);
+  ASSERT_FALSE(site.empty());
+  const std::string path =
+      install_rules("unloaded.rules", "site " + site + " -> fast\nfunction hm_rules_test_site_a -> huge\n");
   EXPECT_EQ(hm::place::decide(100, in_module).target, Rule::kTier);
   EXPECT_EQ(hm::place::decide(100, here).target, Rule::kHuge);
   ASSERT_EQ(dlclose(handle), 0);
-  ASSERT_FALSE(hm::prim::object_at(in_module, &module, &base)) << "the module is still loaded";
+  ASSERT_TRUE(site_of(in_module).empty()) << "the module is still loaded";
   hm::place::forget_sites();
   EXPECT_EQ(hm::place::decide(100, in_module).target, Rule::kLibc) << "the unloaded module's answer was kept";
   EXPECT_EQ(hm::place::decide(100, here).target, Rule::kHuge);
