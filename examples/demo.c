@@ -19,9 +19,9 @@ static double now_s(void) {
 }
 
 int main(void) {
-  if (hm_init() != HM_OK) {
+  if (hm_init() != HM_OK) {  /* the configuration (HM_TIERS, a budget): bad input, status 2 */
     fprintf(stderr, "hetmem_demo: %s\n", hm_last_error());
-    return 1;
+    return 2;
   }
   printf("tiers:\n");
   for (hm_tier_t t = 0; t < hm_tier_count(); ++t) {

@@ -237,6 +237,8 @@ def cmd_app(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     pool = os.path.join(tempfile.gettempdir(), f"hetmem-demo-{os.getpid()}.pool")
+    if "HM_TIERS" in env:
+        Library()  # the user's HM_TIERS and the other options checked first: a typo is status 2
     env.setdefault("HM_TIERS", f"capacity=emul:optane,persistent=file:{pool}:256M")
     print(f"HM_TIERS={env['HM_TIERS']}")
     try:
