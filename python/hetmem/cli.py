@@ -205,7 +205,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         workload = workloads.workload_for(rest)  # the PIC code, or an application by name: mg preset=W ...
     policies = compare.policy_order() if args.policies == "all" else [p.strip() for p in args.policies.split(",") if p.strip()]
-    budget = compare.parsesize_text(args.budget) if args.budget else None
+    budget = compare.parse_size(args.budget) if args.budget else None
     # An unchanged program keeps its own thread settings (GROMACS refuses an OMP_NUM_THREADS that
     # differs from its -nt) unless --threads is given; the reference codes run on every core.
     threads = args.threads or (None if args.plan else os.cpu_count() or 1)

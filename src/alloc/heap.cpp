@@ -547,8 +547,8 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
       const Extent &r = retained_[i];
       if (!r.addr || r.guarded != guarded) continue;
       const bool fits = guarded ? round_up(r.size, prim::kPageSize) == pages : r.size >= len && r.size <= 2 * len;
-      if (fits && (best < 0 || r.size < retained_[best].size) && (reinterpret_cast<uintptr_t>(r.addr) & (align - 1)) == 0)
-        best = i;
+      const bool aligned = (reinterpret_cast<uintptr_t>(r.addr) & (align - 1)) == 0;
+      if (fits && aligned && (best < 0 || r.size < retained_[best].size)) best = i;
     }
     if (best >= 0) {
       e = retained_[best];

@@ -173,7 +173,8 @@ class SiteCache {
       if (word == 0 || word == kForgotten) continue;
       const uintptr_t caller = word >> 16;
       auto after = std::upper_bound(code.begin(), code.end(), std::make_pair(caller, UINTPTR_MAX));
-      if (after == code.begin() || caller >= std::prev(after)->second) slot.store(kForgotten, std::memory_order_relaxed);
+      const bool loaded = after != code.begin() && caller < std::prev(after)->second;
+      if (!loaded) slot.store(kForgotten, std::memory_order_relaxed);
     }
   }
 

@@ -8,8 +8,8 @@
 // a profile does not follow exec'd programs unless asked (placement does); any internal failure
 // disables the shim, which then passes every call through.
 #include <dlfcn.h>
-#include <link.h>
 #include <errno.h>
+#include <link.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -261,8 +261,8 @@ bool windows_used() {
 }
 
 // Iterations of a program that marks none: at each entry into HM_ITERATION_AT's function, or
-// every HM_ITERATION_WINDOW seconds (where windows_used()). A function that cannot be hooked is said, and windows are
-// used instead.
+// every HM_ITERATION_WINDOW seconds where windows_used(). A function that cannot be hooked is
+// said, and windows are used instead.
 void infer_iterations() {
   // A program built with libhetmem that marks its own phases or iterations keeps its marks.
   for (const char *mark : {"hm_phase_begin", "hm_iteration_next", "hm_phase_begin_f", "hm_iteration_next_f"})

@@ -835,7 +835,8 @@ class TscClock {
   uint64_t now() {
     const int state = state_.load(std::memory_order_acquire);
 #if defined(__x86_64__)
-    if (state == kReady) return ns1_ + static_cast<uint64_t>(static_cast<double>(__builtin_ia32_rdtsc() - tsc1_) * rate_);
+    if (state == kReady)
+      return ns1_ + static_cast<uint64_t>(static_cast<double>(__builtin_ia32_rdtsc() - tsc1_) * rate_);
     const uint64_t n = now_ns();
     if (state == kMeasuring && n - ns0_ >= kMeasureNs && !finishing_.test_and_set()) {
       const uint64_t t = __builtin_ia32_rdtsc();
