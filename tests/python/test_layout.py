@@ -178,3 +178,23 @@ def test_no_layer_but_prim_calls_the_os():
             calls = {line.split()[-1] for line in out.splitlines() if line.strip()} & OS_CALLS
             found += [f"{obj.name}: {c}" for c in sorted(calls)]
     assert found == [], "OS calls outside src/prim/:\n" + "\n".join(found)
+
+
+def test_the_policy_lists_in_the_header_and_the_docs_are_the_registrys():
+    """A new policy is one file and one registry row; the hand-written lists beside it (hetmem.h's
+    comment, docs/placement.md's table) must name exactly the registry's policies."""
+    import re
+    import sys
+    sys.path.insert(0, str(ROOT / "python"))
+    from hetmem.lib import Library
+    registry = [name for name, _ in Library(init=False).policies()]
+    assert len(registry) >= 9, registry
+    header = (ROOT / "include" / "hetmem" / "hetmem.h").read_text()
+    block = header[header.index("Object classes and placement policies"):header.index("typedef enum hm_class_kind")]
+    in_header = re.findall(r'^ \*\s+"([a-z+-]+)"\s', block, re.M)
+    docs = (ROOT / "docs" / "placement.md").read_text()
+    table = docs[docs.index("| policy | where classes go |"):]
+    table = table[:table.index("\n\n")]
+    in_docs = re.findall(r"^\| `([a-z+-]+)`", table, re.M)
+    assert sorted(in_header) == sorted(registry), f"hetmem.h lists {in_header}, the registry has {registry}"
+    assert sorted(in_docs) == sorted(registry), f"docs/placement.md lists {in_docs}, the registry has {registry}"
