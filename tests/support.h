@@ -15,6 +15,17 @@
 
 namespace hm_test {
 
+// Every placement policy the library has, in its registry's order: what "under every policy" loops
+// over, so that a new policy is tested without touching the tests.
+inline std::vector<std::string> policies() {
+  std::vector<std::string> out;
+  for (int i = 0; i < hm_policy_count(); ++i) {
+    const char *name = nullptr, *doc = nullptr;
+    if (hm_policy_info(i, &name, &doc) == HM_OK) out.emplace_back(name);
+  }
+  return out;
+}
+
 // The smaps block (header line and fields) of the mapping that contains addr; "" if none does.
 inline std::string smaps_of(const void *addr) {
   std::ifstream in("/proc/self/smaps");

@@ -121,10 +121,10 @@ int hm_stream_sweep(hm_stream_t *s, size_t first, size_t last) {
     s->phase = open_phase_name();
     auto known = e.decisions.find(s->phase);
     bool staged = s->cls >= 0 && staging_wanted() && (known == e.decisions.end() || known->second.stage);
-    if (staged) {
-      int rc = ensure_staging(e);
-      if (rc != HM_OK) return rc;
-    }
+    // A fast tier that cannot hold the staging slots (a budget below the spaces' minimum, a full
+    // tier) leaves this sweep at home, as a declined one: the program runs on, unstaged, and the
+    // reason is the last error (HM_VERBOSE shows it).
+    if (staged && ensure_staging(e) != HM_OK) staged = false;
     s->staged = staged;
     e.sweeping = s;
   }

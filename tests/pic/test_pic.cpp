@@ -215,16 +215,17 @@ TEST_F(Pic, OneAndTwoThreadsGiveBitwiseIdenticalResults) {
 TEST_F(Pic, EveryPolicyGivesBitwiseIdenticalResults) {
   ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
   std::vector<double> reference = thermal_state(2);
-  for (const char *policy : {"first-touch", "slow-only", "all-fast", "memory-mode", "interleave", "hetmem-static",
-                             "hetmem-static+prefetch", "reactive"}) {
+  const std::vector<std::string> policies = hm_test::policies();
+  ASSERT_GE(policies.size(), 9u);
+  for (const std::string &name : policies) {
+    const char *policy = name.c_str();
     // all-fast is the upper bound: it runs without the budget; the others with a quarter of it.
-    ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", std::string(policy) == "all-fast" ? "0" : "1M"),
-              HM_OK);
+    ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", name == "all-fast" ? "0" : "1M"), HM_OK);
     ASSERT_EQ(hm_policy_select(policy), HM_OK) << hm_last_error();
     std::vector<double> state = thermal_state(2);
     EXPECT_EQ(bitwise_differences(reference, state), 0u) << "policy " << policy;
     hm_tier_t capacity = hm_test::tier("capacity");
-    if (std::string(policy) != "all-fast") {
+    if (name != "all-fast") {
       EXPECT_GT(hm_test::stats(capacity).allocs, 0u) << policy << " put part of the problem on the capacity tier";
     }
   }

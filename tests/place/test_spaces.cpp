@@ -291,7 +291,8 @@ TEST_F(Spaces, InterleaveSpreadsBytesInTheRatioOfTheTiersBandwidths) {
 // Every space's and the fast tier's budget hold under every policy while two threads allocate and
 // free objects of every kind, across the iteration boundary at which hetmem-static sizes its spaces.
 TEST_F(Spaces, BudgetsAndSpaceBudgetsAreNeverExceededUnderAnyPolicyWithTwoThreads) {
-  for (const char *policy : {"first-touch", "slow-only", "all-fast", "memory-mode", "interleave", "hetmem-static"}) {
+  for (const std::string &name : hm_test::policies()) {
+    const char *policy = name.c_str();
     start(policy, "8M");
     hm_class_t classes[5] = {define("b.meta", HM_CLASS_METADATA), define("b.tmp", HM_CLASS_TEMPORARY),
                              define("b.hot", HM_CLASS_HOT, 3), define("b.stream", HM_CLASS_STREAMING),
