@@ -12,7 +12,7 @@
 namespace hm {
 namespace {
 
-constexpr uint32_t kForcedInferredSamples = 3;  // inferred windows a profiler gets sampled regardless
+constexpr uint32_t kForcedInferredSamples = 4;  // inferred windows a profiler gets sampled regardless
 
 // What the last sample of a phase name found, and what it cost.
 struct PhaseSample {
@@ -127,12 +127,13 @@ SampleMode sampler_begin(uint16_t phase, bool every_phase, bool inferred) {
   uint64_t now = prim::now_ns();
   double allowed = sample_budget() * static_cast<double>(now - g_start_ns);
   // The profiler needs every phase name sampled: the first instance regardless of the budget. An
-  // iteration inferred by time windows also gets instances 2 and 4, since its first is the run's
-  // start-up, and a short run would otherwise never be sampled in its steady state. The emulated
-  // tier only needs its charges, which a phase never sampled yet takes from none (nothing
-  // charged) until the budget allows.
-  const uint32_t forced_samples = inferred ? kForcedInferredSamples : 1;
-  bool forced = profile && ps.samples < forced_samples && (instance & (instance - 1)) == 0;
+  // iteration inferred by time windows also gets instances 2 to 4, since its first is the run's
+  // start-up and a short run's last is cut at its exit (its arrays already freed): a run of half
+  // a second would otherwise be sampled in its steady state once or not at all. The emulated tier
+  // only needs its charges, which a phase never sampled yet takes from none (nothing charged)
+  // until the budget allows.
+  const bool forced = profile && (inferred ? instance <= kForcedInferredSamples
+                                           : ps.samples == 0 && (instance & (instance - 1)) == 0);
   uint64_t expected = ps.seen ? ps.cost_ns : (g_stats.phases_sampled ? g_spent_ns / g_stats.phases_sampled : 0);
   if (!forced && static_cast<double>(g_spent_ns + expected) > allowed) return SampleMode::kCarried;
   clear_with_page_cost();

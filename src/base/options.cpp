@@ -41,8 +41,8 @@ constexpr OptionSpec kOptions[] = {
      kMaxPrefetchDistance},
     {Option::kSampleBudget, "HM_SAMPLE_BUDGET", "0.01",
      "fraction of the run time the referenced-page sampler (profiler, emulated tier) may cost; "
-     "a profile gets the first instance of every phase sampled regardless (inferred iterations: instances 1, 2 "
-     "and 4)", OptionKind::kFraction},
+     "a profile gets the first instance of every phase sampled regardless (inferred iterations: instances 1 "
+     "to 4)", OptionKind::kFraction},
     {Option::kCalibration, "HM_CALIBRATION", "", "calibration cache file (default $XDG_CACHE_HOME/hetmem/calibration or ~/.cache/...)"},
     {Option::kNtThreshold, "HM_NT_THRESHOLD", "8M", "copies at least this large use non-temporal stores", OptionKind::kSize},
     {Option::kRetain, "HM_RETAIN", "256M", "freed large mappings kept per tier for reuse before being returned to the OS", OptionKind::kSize},
