@@ -19,15 +19,13 @@ import os
 import re
 import statistics
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from .compare_report import (ALL_FAST_TARGET, WARPX_PM_FULL_VS, WARPX_PM_STATIC_VS, all_fast_target, charged_share,
                              iteration_times, measured_points, phase_name, phase_seconds, steady, targets,
                              text_tables, whole_run, write)
-from .lib import HetmemError, query
+from .lib import HetmemError, RunLog, query
 from .units import size_text
 from .workloads import PicWorkload
 
@@ -282,16 +280,14 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
             TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
             TimeElapsedColumn(), console=console, transient=not console.is_terminal) as progress:
         task = progress.add_task("all-fast (footprint)", total=total)
-        done, planned, started = [0], [total], time.monotonic()
+        log = RunLog("hetmem compare", total, "runs")
 
         def advance(description: str) -> None:
             """One run done: the bar on a terminal, a line in a batch job's log (no bar there)."""
             progress.update(task, description=description)
             progress.advance(task)
-            done[0] += 1
             if not console.is_terminal:
-                print(f"hetmem compare: {done[0]}/{planned[0]} runs done, the last {description} "
-                      f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+                log.step(description)
 
         reference = _run(workload, "all-fast", None, iterations, threads, tiers, tmp, "reference")
         if "skipped" in reference:
@@ -324,8 +320,8 @@ def run(workload, policies: list[str], fraction: float, budget: int | None, iter
             # may differ) does not move it off the points measured.
             k = prefetch_sweep(points, docs).get("model")
             if k is not None and k not in distances:
-                planned[0] += max(1, repeat // 2)
-                progress.update(task, total=planned[0])
+                log.total += max(1, repeat // 2)
+                progress.update(task, total=log.total)
                 more, _ = _sweep(workload, "hetmem-static+prefetch", None, "HM_PREFETCH_DISTANCE", [k],
                                  iterations, repeat, threads, tiers, tmp, advance)
                 points = sorted(points + more, key=lambda p: p["value"])

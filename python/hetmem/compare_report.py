@@ -46,10 +46,6 @@ FIGURE7_NOTE = ("Figure 7 of WarpX-PM (Ren et al., ICS'21) per phase: M is memor
 
 
 
-def _num(v, width: int, fmt: str) -> str:
-    return f"{v:>{width}{fmt}}" if v is not None else f"{'-':>{width}}"
-
-
 def whole_run(doc: dict) -> bool:
     """A run measured whole: a program that marks no iterations, whose inferred ones are time
     windows (every window lasts the window, whatever the policy) or none."""

@@ -28,15 +28,16 @@ class RunLog:
     """A progress line on stderr after each step of a long command, with the steps done, the total
     and the seconds since it started: what a batch job's log shows where no bar is drawn."""
 
-    def __init__(self, name: str, total: int):
+    def __init__(self, name: str, total: int, unit: str = ""):
         import time
-        self.name, self.total, self.done, self._clock = name, total, 0, time.monotonic
+        self.name, self.total, self.unit, self.done, self._clock = name, total, unit, 0, time.monotonic
         self.started = self._clock()
 
     def step(self, what: str) -> None:
         self.done += 1
-        print(f"{self.name}: {self.done}/{self.total} done, the last: {what} "
-              f"({self._clock() - self.started:.0f} s)", file=sys.stderr, flush=True)
+        counted = f"{self.done}/{self.total} {self.unit}".rstrip()
+        print(f"{self.name}: {counted} done, the last: {what} ({self._clock() - self.started:.0f} s)",
+              file=sys.stderr, flush=True)
 
 
 class _TierInfo(ctypes.Structure):
