@@ -12,7 +12,10 @@ difference from the plain program is hetmem's cost, not placement's.
    Rounds alternate the modes in a rotating order; each ratio is paired by round, with its spread.
    Targets: `run --plan` and `run --rules` at most 1.03x the plain run, `profile` at most 1.10x;
    MET only when the whole spread meets it.
-2. The `hetmem` command's start-up: `hetmem run -- /bin/true` against `/bin/true`, in seconds.
+2. Fixed costs, reported apart: the `hetmem` command's start-up (`hetmem run -- /bin/true` against
+   `/bin/true`, in seconds), and the preload library's start-up in each process it is loaded into
+   (batches of `/bin/true` started by a shell, with the environment of `run --rules` and without,
+   in milliseconds per process): what a build, a shell script or a launcher pays per process.
 3. The interfaces codes already use (python/hetmem/bench_memkind.py): memkind's kinds against
    Debian's memkind 1.14 (at most 1.0x), OpenMP's default allocator with hetmem's libmemkind loaded
    (at most 1.05x), numpy's handler against numpy's own at 8 B to 1 GiB (at most 1.05x).
@@ -130,6 +133,37 @@ def command_start_up(rounds: int) -> dict:
             "spread_s": [min(wrapped) - max(plain), max(wrapped) - min(plain)]}
 
 
+PROCESSES_PER_BATCH = 100
+
+
+def process_start_up(rounds: int, tmp: Path) -> dict:
+    """Milliseconds the preload library (with a rules file) adds to each process it starts in."""
+    rules = tmp / "all-capacity.rules"
+    rules.write_text("all -> capacity\n")
+    batch = ["sh", "-c", f"i=0; while [ $i -lt {PROCESSES_PER_BATCH} ]; do /bin/true; i=$((i+1)); done"]
+    base_env = rp.environment(DRAM_ONLY)
+    saved = dict(os.environ)
+    try:  # the command builds its environment from this process's
+        os.environ.clear()
+        os.environ.update(base_env)
+        _, preloaded = launch_environment(["run", "--rules", str(rules), "--"] + batch)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    plain, wrapped = [], []
+    for rnd in range(rounds):
+        pair = [("plain", base_env), ("preloaded", preloaded)]
+        for name, env in (pair if rnd % 2 == 0 else pair[::-1]):
+            s, status, err = _time(batch, env, tmp)
+            if status != 0:
+                raise RuntimeError(f"the start-up batch ({name}) failed with status {status}: {err.strip()[-200:]}")
+            (plain if name == "plain" else wrapped).append(s * 1e3 / (PROCESSES_PER_BATCH + 1))
+    added = [w - p for w, p in zip(wrapped, plain)]
+    return {"processes_per_batch": PROCESSES_PER_BATCH + 1, "plain_ms": statistics.median(plain),
+            "preloaded_ms": statistics.median(wrapped), "added_ms": statistics.median(added),
+            "spread_ms": [min(added), max(added)]}
+
+
 # Policies that place by definition, whatever the budget: measured, not held to all-fast.
 BY_DEFINITION = {"slow-only": "everything on the slow tier", "interleave": "pages spread by the tiers' bandwidths"}
 UNLIMITED_TARGET = 1.02
@@ -181,6 +215,8 @@ def main(out: str, quick: bool, console) -> int:
     with tempfile.TemporaryDirectory(prefix="hetmem-overhead-") as tmp:
         suite = real_programs(rounds, Path(tmp), say)
     start = command_start_up(rounds * 2)
+    with tempfile.TemporaryDirectory(prefix="hetmem-overhead-start-") as tmp:
+        per_process = process_start_up(rounds * 2, Path(tmp))
     table = Table(title="The machinery alone on real programs (time / plain time, paired by round; DRAM only)",
                   title_justify="left")
     for col in ("program", "plain s", "run --plan", "run --rules", "profile"):
@@ -204,6 +240,9 @@ def main(out: str, quick: bool, console) -> int:
     console.print(f"the hetmem command's own start-up: {start['added_s']:.3f} s per run "
                   f"(spread {start['spread_s'][0]:.3f}-{start['spread_s'][1]:.3f} s; a fixed cost, not per "
                   "allocation; not in the ratios above)")
+    console.print(f"the preload library's start-up in each process: {per_process['added_ms']:.2f} ms "
+                  f"(spread {per_process['spread_ms'][0]:.2f}-{per_process['spread_ms'][1]:.2f}; /bin/true "
+                  f"{per_process['plain_ms']:.2f} ms plain, {per_process['preloaded_ms']:.2f} ms with a rules file)")
     say("The interfaces codes already use (ns per allocation; DRAM only)")
     interfaces = bench_memkind.measure(rounds)
     bench_memkind.report(interfaces, say)
@@ -221,7 +260,8 @@ def main(out: str, quick: bool, console) -> int:
     for p in problems:
         console.print(f"problem: {p}")
     result = {"benchmark": "overhead", "tiers": "DRAM only (emulated capacity tier, HM_EMUL=0)",
-              "real_programs": suite, "command_start_up": start, "interfaces": interfaces, "pic": pic,
+              "real_programs": suite, "command_start_up": start,
+              "process_start_up": per_process, "interfaces": interfaces, "pic": pic,
               "met": "NOT MET" if "NOT MET" in verdicts or problems else
               ("MET" if verdicts and all(v == "MET" for v in verdicts) else "cannot tell")}
     Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -146,9 +146,24 @@ void *place(size_t size, size_t align, bool zero, const void *caller) {
 
 inline bool owned(const void *p) { return hm_owns(p) != 0; }
 
+// This library's own image: its code and the C++ runtime linked into it (hm_private_runtime in
+// CMakeLists.txt). What that code allocates is hetmem's, not the program's: neither placed nor
+// recorded. The C++ runtime's emergency exception pool is one: its constructor runs after this
+// library's own, which may have started the profiler.
+uintptr_t g_self_start = 0, g_self_bytes = 0;
+
+void find_self() {
+  dl_find_object self;
+  if (_dl_find_object(reinterpret_cast<void *>(&find_self), &self) != 0) return;
+  g_self_start = reinterpret_cast<uintptr_t>(self.dlfo_map_start);
+  g_self_bytes = reinterpret_cast<uintptr_t>(self.dlfo_map_end) - g_self_start;
+}
+
+inline bool from_self(const void *caller) { return reinterpret_cast<uintptr_t>(caller) - g_self_start < g_self_bytes; }
+
 void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *caller) {
   void *p = nullptr;
-  if (g_enabled && !hm_inside_hook) {
+  if (g_enabled && !hm_inside_hook && !from_self(caller)) {
     Inside inside;
     if (g_owing) hm_emul_pay_owed();
     p = place(size, align, zero, caller);
@@ -168,7 +183,7 @@ void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *c
 
 void release(void *p, trace::Fn fn, const void *caller) {
   if (!p || is_boot(p)) return;
-  if (g_enabled && !hm_inside_hook) {
+  if (g_enabled && !hm_inside_hook && !from_self(caller)) {
     Inside inside;
     if (g_owing) hm_emul_pay_owed();
     // The free is recorded before the memory is released: the address cannot be reused first.
@@ -185,14 +200,30 @@ void release(void *p, trace::Fn fn, const void *caller) {
   g_real.free(p);
 }
 
+// The program's C++ runtime, not the copy linked inside this library (hm_private_runtime in
+// CMakeLists.txt): the new handler is the one the program set, and the bad_alloc thrown is the
+// one its runtime throws. A program without libstdc++.so gets this library's own.
+std::new_handler program_new_handler() {
+  using Fn = std::new_handler (*)();
+  static Fn get = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv"));
+  return get ? get() : std::get_new_handler();
+}
+
+[[noreturn]] void program_throw_bad_alloc() {
+  using Fn = void (*)();
+  static Fn raise = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "_ZSt17__throw_bad_allocv"));
+  if (raise) raise();
+  throw std::bad_alloc();
+}
+
 void *new_impl(size_t size, size_t align, trace::Fn fn, const void *caller, bool nothrow) {
   for (;;) {
     void *p = ready() ? allocate(size ? size : 1, align, false, fn, caller) : boot_alloc(size);
     if (p) return p;
-    std::new_handler handler = std::get_new_handler();
+    std::new_handler handler = program_new_handler();
     if (!handler) {
       if (nothrow) return nullptr;
-      throw std::bad_alloc();
+      program_throw_bad_alloc();
     }
     handler();
   }
@@ -288,6 +319,7 @@ void infer_iterations() {
 
 __attribute__((constructor)) void start_up() {
   ready();
+  find_self();
   Inside inside;
   try {
     const std::string trace = option("HM_PROFILE"), rules = option("HM_RULES"), summary = option("HM_SUMMARY");

@@ -174,9 +174,12 @@ struct MappingUse {
 template <class Fn>
 int for_each_mapping(Fn fn);
 int read_smaps(std::string *text);
-// Call stack of the caller: up to `depth` return addresses (libunwind). Returns the count.
+// Loads libunwind (once) for stack_trace, with per-thread caches of unwind information. HM_OK, or
+// HM_ENOTSUP with the loader's reason in *why.
+int stack_trace_start(std::string *why = nullptr);
+// Call stack of the caller: up to `depth` return addresses (libunwind). Returns the count; 0
+// before stack_trace_start succeeded.
 int stack_trace(void **frames, int depth);
-void stack_trace_cache_per_thread();  // libunwind's per-thread cache of unwind information
 int thread_id();
 int process_id();
 

@@ -26,7 +26,8 @@
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-// Local unwinding only (libunwind's _UL* functions, in libunwind.so itself).
+// Local unwinding only (libunwind's _UL* functions, in libunwind.so itself); its types only:
+// the library is loaded by stack_trace_start.
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
@@ -781,9 +782,34 @@ int clear_referenced() {
 
 int read_smaps(std::string *text) { return read_text("/proc/self/smaps", text) ? HM_OK : HM_ENOTSUP; }
 
-int stack_trace(void **frames, int depth) { return unw_backtrace(frames, depth); }
+namespace {
+// libunwind, loaded (RTLD_LOCAL) by the first profile rather than linked: every process the
+// preload library starts in would pay for loading it and liblzma, and a linked libunwind.so
+// interposes its own _Unwind_Backtrace and backtrace on the program's.
+using BacktraceFn = int (*)(void **, int);
+std::atomic<BacktraceFn> g_backtrace{nullptr};
+}  // namespace
 
-void stack_trace_cache_per_thread() { unw_set_caching_policy(unw_local_addr_space, UNW_CACHE_PER_THREAD); }
+int stack_trace_start(std::string *why) {
+  if (g_backtrace.load(std::memory_order_acquire)) return HM_OK;
+  void *library = library_open(HM_UNWIND_SONAME, why);
+  if (!library) return HM_ENOTSUP;
+  // unw_backtrace and unw_set_caching_policy are macros for these names (UNW_LOCAL_ONLY).
+  auto backtrace = reinterpret_cast<BacktraceFn>(library_symbol(library, "unw_backtrace", why));
+  auto set_caching = reinterpret_cast<int (*)(unw_addr_space_t, unw_caching_policy_t)>(
+      library_symbol(library, "_ULx86_64_set_caching_policy", why));
+  auto local = static_cast<unw_addr_space_t *>(library_symbol(library, "_ULx86_64_local_addr_space", why));
+  if (!backtrace || !set_caching || !local) return HM_ENOTSUP;
+  // Per-thread caches of unwind information: no lock taken per trace.
+  set_caching(*local, UNW_CACHE_PER_THREAD);
+  g_backtrace.store(backtrace, std::memory_order_release);
+  return HM_OK;
+}
+
+int stack_trace(void **frames, int depth) {
+  BacktraceFn backtrace = g_backtrace.load(std::memory_order_relaxed);
+  return backtrace ? backtrace(frames, depth) : 0;
+}
 
 int thread_id() { return static_cast<int>(syscall(SYS_gettid)); }
 int process_id() { return static_cast<int>(getpid()); }

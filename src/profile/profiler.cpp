@@ -439,7 +439,9 @@ int start(const Options &options) {
   }
   if (!g_large) g_large = new std::vector<std::pair<uintptr_t, size_t>>();
   g_start_ns = prim::fast_now_ns();
-  prim::stack_trace_cache_per_thread();
+  std::string why;
+  if (options.depth > 0 && prim::stack_trace_start(&why) != HM_OK)
+    return fail(HM_ENOTSUP, "cannot load libunwind for call stacks: %s", why.c_str());
   int rc = open_trace(options.path);
   if (rc != HM_OK) return rc;
   write_modules();

@@ -14,33 +14,84 @@ namespace {
 
 constexpr double kMiBps = 1.048576;  // hwloc reports MiB/s; hetmem uses MB/s
 
+// hwloc is loaded (RTLD_LOCAL) the first time a machine has something for it to tell apart, not
+// linked: every process the preload library starts in would otherwise pay for loading it and
+// libudev, though a machine with one node never calls it. The functions discovery uses, by name.
+#define HM_HWLOC_FUNCTIONS(X)                                                                       \
+  X(hwloc_topology_init) X(hwloc_topology_destroy) X(hwloc_topology_load) X(hwloc_topology_set_flags) \
+  X(hwloc_topology_set_cache_types_filter) X(hwloc_topology_set_icache_types_filter)                 \
+  X(hwloc_topology_set_io_types_filter) X(hwloc_topology_get_topology_cpuset) X(hwloc_get_cpubind)   \
+  X(hwloc_bitmap_alloc) X(hwloc_bitmap_copy) X(hwloc_bitmap_free) X(hwloc_get_type_depth)           \
+  X(hwloc_get_nbobjs_by_depth) X(hwloc_get_obj_by_depth) X(hwloc_memattr_get_value)
+
+struct Hwloc {
+#define HM_HWLOC_POINTER(name) decltype(&::name) name = nullptr;
+  HM_HWLOC_FUNCTIONS(HM_HWLOC_POINTER)
+#undef HM_HWLOC_POINTER
+};
+
+// hwloc's functions from the library this was compiled against (HM_HWLOC_SONAME), or nullptr
+// when it cannot be loaded: discovery then goes on from the kernel's sysfs alone.
+const Hwloc *hwloc() {
+  static const Hwloc *loaded = [] {
+    static Hwloc h;
+    void *library = prim::library_open(HM_HWLOC_SONAME);
+    if (!library) return static_cast<const Hwloc *>(nullptr);
+    bool all = true;
+#define HM_HWLOC_RESOLVE(name)                                                         \
+  h.name = reinterpret_cast<decltype(h.name)>(prim::library_symbol(library, #name)); \
+  all = all && h.name;
+    HM_HWLOC_FUNCTIONS(HM_HWLOC_RESOLVE)
+#undef HM_HWLOC_RESOLVE
+    return all ? static_cast<const Hwloc *>(&h) : nullptr;
+  }();
+  return loaded;
+}
+
+// hwloc.h's inline helpers, over the loaded functions.
+int numa_node_count(const Hwloc &h, hwloc_topology_t topo) {
+  int depth = h.hwloc_get_type_depth(topo, HWLOC_OBJ_NUMANODE);
+  if (depth == HWLOC_TYPE_DEPTH_UNKNOWN || depth == HWLOC_TYPE_DEPTH_MULTIPLE) return 0;
+  return static_cast<int>(h.hwloc_get_nbobjs_by_depth(topo, depth));
+}
+
+hwloc_obj_t numa_node(const Hwloc &h, hwloc_topology_t topo, unsigned i) {
+  return h.hwloc_get_obj_by_depth(topo, h.hwloc_get_type_depth(topo, HWLOC_OBJ_NUMANODE), i);
+}
+
 void from_hwloc(std::vector<NodeInfo> &nodes) {
   // What hwloc adds to the kernel's sysfs tells nodes apart (DAX and NVM subtypes, memory
   // attributes per initiator). With one node there is nothing to tell apart, and starting hwloc
   // (about 3 ms, most of it loading its I/O plugins) would be paid by every process that the
   // preload library starts in: a build or a shell script runs thousands.
   if (nodes.size() < 2) return;
-  hwloc_topology_t topo;
-  if (hwloc_topology_init(&topo) != 0) return;
-  // Only the NUMA nodes and their attributes are read: no caches or I/O objects, and no probing
-  // that rebinds the process's threads while the program may be running.
-  hwloc_topology_set_cache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
-  hwloc_topology_set_icache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
-  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
-  hwloc_topology_set_flags(topo, HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING);
-  if (hwloc_topology_load(topo) != 0) {
-    hwloc_topology_destroy(topo);
+  const Hwloc *loaded = hwloc();
+  if (!loaded) {
+    for (auto &node : nodes) node.how += "hwloc (" HM_HWLOC_SONAME ") could not be loaded; ";
     return;
   }
-  hwloc_cpuset_t here = hwloc_bitmap_alloc();
-  if (hwloc_get_cpubind(topo, here, HWLOC_CPUBIND_PROCESS) != 0)
-    hwloc_bitmap_copy(here, hwloc_topology_get_topology_cpuset(topo));
+  const Hwloc &h = *loaded;
+  hwloc_topology_t topo;
+  if (h.hwloc_topology_init(&topo) != 0) return;
+  // Only the NUMA nodes and their attributes are read: no caches or I/O objects, and no probing
+  // that rebinds the process's threads while the program may be running.
+  h.hwloc_topology_set_cache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  h.hwloc_topology_set_icache_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  h.hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  h.hwloc_topology_set_flags(topo, HWLOC_TOPOLOGY_FLAG_DONT_CHANGE_BINDING);
+  if (h.hwloc_topology_load(topo) != 0) {
+    h.hwloc_topology_destroy(topo);
+    return;
+  }
+  hwloc_cpuset_t here = h.hwloc_bitmap_alloc();
+  if (h.hwloc_get_cpubind(topo, here, HWLOC_CPUBIND_PROCESS) != 0)
+    h.hwloc_bitmap_copy(here, h.hwloc_topology_get_topology_cpuset(topo));
   hwloc_location loc;
   loc.type = HWLOC_LOCATION_TYPE_CPUSET;
   loc.location.cpuset = here;
-  int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  int n = numa_node_count(h, topo);
   for (int i = 0; i < n; ++i) {
-    hwloc_obj_t obj = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
+    hwloc_obj_t obj = numa_node(h, topo, static_cast<unsigned>(i));
     for (auto &node : nodes) {
       if (node.os_index != static_cast<int>(obj->os_index)) continue;
       if (obj->subtype) node.subtype = obj->subtype;
@@ -49,23 +100,23 @@ void from_hwloc(std::vector<NodeInfo> &nodes) {
         node.is_pmem = true;
       hwloc_uint64_t v = 0;
       bool any = false;
-      if (hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_READ_BANDWIDTH, obj, &loc, 0, &v) == 0 && v) {
+      if (h.hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_READ_BANDWIDTH, obj, &loc, 0, &v) == 0 && v) {
         node.read_bw_mbps = static_cast<double>(v) * kMiBps;
         any = true;
       }
-      if (hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_WRITE_BANDWIDTH, obj, &loc, 0, &v) == 0 && v) {
+      if (h.hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_WRITE_BANDWIDTH, obj, &loc, 0, &v) == 0 && v) {
         node.write_bw_mbps = static_cast<double>(v) * kMiBps;
         any = true;
       }
       if (!node.read_bw_mbps &&
-          hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_BANDWIDTH, obj, &loc, 0, &v) == 0 && v) {
+          h.hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_BANDWIDTH, obj, &loc, 0, &v) == 0 && v) {
         node.read_bw_mbps = node.write_bw_mbps = static_cast<double>(v) * kMiBps;
         any = true;
       }
-      if (hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_READ_LATENCY, obj, &loc, 0, &v) == 0 && v) {
+      if (h.hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_READ_LATENCY, obj, &loc, 0, &v) == 0 && v) {
         node.latency_ns = static_cast<double>(v);
         any = true;
-      } else if (hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_LATENCY, obj, &loc, 0, &v) == 0 && v) {
+      } else if (h.hwloc_memattr_get_value(topo, HWLOC_MEMATTR_ID_LATENCY, obj, &loc, 0, &v) == 0 && v) {
         node.latency_ns = static_cast<double>(v);
         any = true;
       }
@@ -76,8 +127,8 @@ void from_hwloc(std::vector<NodeInfo> &nodes) {
       if (!node.subtype.empty()) node.how += "hwloc subtype " + node.subtype + "; ";
     }
   }
-  hwloc_bitmap_free(here);
-  hwloc_topology_destroy(topo);
+  h.hwloc_bitmap_free(here);
+  h.hwloc_topology_destroy(topo);
 }
 
 double read_number(const std::string &path) {

@@ -433,6 +433,38 @@ def test_the_host_survives_realloc_statistics_and_forks_under_threads(tmp_path, 
         assert not trace.partial, trace.problems
 
 
+@pytest.mark.parametrize("mode", ["plain", "preload", "rules"])
+def test_a_cxx_programs_new_handler_and_bad_alloc_are_its_own(tmp_path, mode):
+    """The preload library's operator new calls the new handler the program set and throws the
+    std::bad_alloc of the program's C++ runtime (the library carries a private one)."""
+    program = str(PROGRAMS / "prog_new_handler")
+    rules = tmp_path / "all.rules"
+    rules.write_text("all -> capacity\n")
+    env = dict(os.environ, LD_PRELOAD=str(BUILD / "libhetmem_preload.so")) if mode == "preload" else None
+    if mode == "rules":
+        r = hetmem("run", "--rules", str(rules), "--", program, env_extra={"HM_TIERS": "capacity=emul:cxl"})
+    else:
+        r = subprocess.run([program], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "handler calls 1, bad_alloc caught yes, nothrow null", r.stdout
+
+
+def test_the_preload_library_adds_no_runtime_a_c_program_does_not_load(tmp_path):
+    """A C program under the preload library maps no C++ runtime, hwloc or libunwind: each library a
+    process loads is start-up time, paid by every process of a build or a launcher (hwloc is loaded
+    only where there are two nodes or more, libunwind by the first profile)."""
+    def libraries(env):
+        r = subprocess.run(["cat", "/proc/self/maps"], capture_output=True, text=True, env=env, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return {Path(line.split()[-1]).name.split(".so")[0] for line in r.stdout.splitlines() if ".so" in line}
+    rules = tmp_path / "all.rules"
+    rules.write_text("all -> capacity\n")
+    env = dict(os.environ, LD_PRELOAD=str(BUILD / "libhetmem_preload.so"), HM_RULES=str(rules))
+    added = libraries(env) - libraries(dict(os.environ))
+    assert {"libhetmem_preload", "libhetmem"} <= added, added
+    assert not added & {"libstdc++", "libgcc_s", "libhwloc", "libudev", "libunwind", "liblzma", "libzstd", "libz"}, added
+
+
 def test_the_preload_library_does_no_start_up_work_when_nothing_asks_for_it():
     # Neither a trace, rules nor a summary: hetmem is not initialised at the program's start (a bad
     # HM_TIERS would otherwise be reported by every program the library is loaded into).

@@ -304,6 +304,20 @@ def library_deps(binary: str) -> list[str]:
     return libs
 
 
+def loaded_when_needed(build_dir: Path) -> list[str]:
+    """The libraries hetmem loads when it needs them (hwloc, libunwind), which no ldd lists: their
+    paths as the loader finds them (ldconfig's cache)."""
+    sonames = (build_dir / "loaded-when-needed.txt").read_text().split()
+    cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+    paths = []
+    for soname in sonames:
+        m = re.search(rf"^\s*{re.escape(soname)} \(libc6,x86-64[^)]*\) => (\S+)$", cache, re.M)
+        if not m:
+            raise Skip(f"{soname}, which hetmem loads when it needs it, is not in ldconfig's cache")
+        paths.append(m.group(1))
+    return paths
+
+
 def probe_plan(build_dir: Path) -> str:
     """The plan `hetmem plan` makes from a host profile of prog_plan_probe, its sites named by the
     program's file name (the guest has it as /bin/prog_plan_probe; a site rule matches a path's end)."""
@@ -381,6 +395,8 @@ def build_initramfs(recipe: dict, build_dir: Path, moddir: Path, out: Path) -> N
                     files["lib/hetmem-memkind/libmemkind.so"] = memkind
         for tool in recipe["tools"]:  # before busybox's applets of the same name (mke2fs)
             files[f"opt/bin/{tool}"] = str(Path(which(tool)).resolve())
+        for lib in loaded_when_needed(build_dir):
+            files[lib.lstrip("/")] = str(Path(lib).resolve())
         for dest, src in list(files.items()):
             for lib in library_deps(src):
                 resolved = Path(lib).resolve()
