@@ -77,6 +77,8 @@ typedef struct pm_pool_info {
   int dim;           /* 2 or 3 for a PM-octree pool this hetmem restores; 0 for anything else
                         (an older layout included: pm_restore names it) */
   char note[1024];   /* the note given at creation, NUL-terminated ("" if none or damaged) */
+  uint64_t committed_bytes;  /* the end of the last committed version's data (0: none) */
+  uint64_t file_bytes;       /* the file's size (below `bytes`: truncated) */
 } pm_pool_info_t;
 
 /* What a tree did to the tiers since it was opened. */
@@ -119,7 +121,8 @@ int pm_create_ex(const char *path, int dim, uint64_t bytes, const pm_options_t *
 int pm_restore(const char *path, pm_octree_t **out);
 /* Reads the header of the pool at `path` without opening it (a pool open elsewhere can be
  * inspected). HM_OK with info->state saying what is there; HM_EFORMAT when the file is not a pool
- * this hetmem reads (the reason in hm_last_error()), HM_EIO when it cannot be read. */
+ * this hetmem reads or is damaged (its header, its only root slot, or truncated below its size;
+ * the reason in hm_last_error(), *info has what could be read), HM_EIO when it cannot be read. */
 int pm_inspect(const char *path, pm_pool_info_t *info);
 /* pm_restore with options. With options->replica set and the pool file missing, the replica's
  * last version is copied back to `path` and restored; a replica is attached either way. With

@@ -197,13 +197,6 @@ def split_messages(data: bytes) -> list[bytes]:
 
 # --- pools ------------------------------------------------------------------------------------
 
-def _fnv1a(data: bytes) -> int:
-    h = 1469598103934665603
-    for b in data:
-        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return h
-
-
 @dataclass
 class PoolState:
     path: str
@@ -215,35 +208,20 @@ class PoolState:
 
 
 def pool_state(path: str | Path) -> PoolState:
-    """What a hetmem pool's header says (docs/persistent-pool.md): its committed top from the valid
-    root slot with the highest sequence, checked as the library checks it."""
+    """What a hetmem pool holds, as the library reads its header (pm_inspect,
+    docs/persistent-pool.md): damaged when its header or only root slot is, or when it is
+    truncated below its size."""
     path = str(path)
     try:
         st = os.stat(path)
-        with open(path, "rb") as f:
-            head = f.read(4096)
     except OSError as e:
         return PoolState(path, "damaged", problem=str(e))
     disk = st.st_blocks * 512
     if path.endswith(STAGING_SUFFIX):
         return PoolState(path, "creating", st.st_size, 0, disk)
-    if len(head) < 128 or head[:8] != b"HMPOOL1\0":
-        return PoolState(path, "damaged", st.st_size, 0, disk, "not a hetmem pool (wrong magic or truncated)")
-    # PoolHeader (src/persist/pool.h): magic, version, header_bytes, pool_bytes, data_offset,
-    # content[16] (48 bytes), their checksum, then the two root slots.
-    fixed = head[:48]
-    (checksum,) = struct.unpack_from("<Q", head, 48)
-    if _fnv1a(fixed) != checksum:
-        return PoolState(path, "damaged", st.st_size, 0, disk, "header checksum mismatch")
-    (pool_bytes,) = struct.unpack_from("<Q", head, 16)
-    best_seq, top = 0, 0
-    for s in range(2):
-        at = 56 + 32 * s
-        seq, _root, stop, csum = struct.unpack_from("<4Q", head, at)
-        valid = seq and csum == _fnv1a(head[at:at + 24]) and 4096 <= stop <= pool_bytes
-        if valid and seq > best_seq:
-            best_seq, top = seq, stop
-    return PoolState(path, "committed" if best_seq else "empty", pool_bytes, top, disk)
+    from .lib import plain_library
+    info = plain_library().inspect_pool(path)
+    return PoolState(path, info["state"], info["bytes"], info["committed_bytes"], disk, info["problem"])
 
 
 @dataclass

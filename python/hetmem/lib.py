@@ -79,6 +79,21 @@ class _Calibration(ctypes.Structure):
     ]
 
 
+class _PoolInfo(ctypes.Structure):  # pm_pool_info_t (include/hetmem/pm_octree.h)
+    _fields_ = [
+        ("state", ctypes.c_int),
+        ("version", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("dim", ctypes.c_int),
+        ("note", ctypes.c_char * 1024),
+        ("committed_bytes", ctypes.c_uint64),
+        ("file_bytes", ctypes.c_uint64),
+    ]
+
+
+POOL_STATES = {0: "missing", 1: "creating", 2: "empty", 3: "committed"}
+
+
 @dataclass
 class Tier:
     """One tier as libhetmem describes it."""
@@ -279,6 +294,7 @@ class Library:
         c.hm_size_parse.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64)]
         c.hm_tier_kind_name.restype = ctypes.c_char_p
         c.hm_tier_kind_name.argtypes = [ctypes.c_int]
+        c.pm_inspect.argtypes = [ctypes.c_char_p, ctypes.POINTER(_PoolInfo)]
         if not init:
             return
         rc = c.hm_init()
@@ -365,6 +381,18 @@ class Library:
         if self._c.hm_rules_check(path.encode(), buf, 1024) == 0:
             return None
         return buf.value.decode(errors="replace")
+
+    def inspect_pool(self, path: str) -> dict:
+        """What the persistent pool at `path` holds, as the library reads its header (pm_inspect):
+        state (missing, creating, empty, committed, or damaged with `problem` saying why: its
+        header, its only root slot, or truncated), version, bytes, committed_bytes, file_bytes."""
+        info = _PoolInfo()
+        rc = self._c.pm_inspect(path.encode(), ctypes.byref(info))
+        out = {"state": POOL_STATES.get(info.state, "damaged"), "version": info.version, "bytes": info.bytes,
+               "committed_bytes": info.committed_bytes, "file_bytes": info.file_bytes, "problem": ""}
+        if rc != 0:
+            out.update(state="damaged", problem=self.last_error() or self._c.hm_strerror(rc).decode())
+        return out
 
     def options(self) -> list[dict]:
         out = []

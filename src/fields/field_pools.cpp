@@ -108,71 +108,93 @@ int FieldWriter::flush() {
 
 namespace {
 
-struct Mapping {
-  void *data = nullptr;
-  size_t bytes = 0;
-  ~Mapping() {
-    if (data) prim::unmap(data, bytes);
+// A pool open for reading: read with pread, not mapped, so that a pool truncated under a reader
+// is an error for the fields past the cut (a short read), never a SIGBUS in the host program.
+struct PoolFile {
+  int fd = -1;
+  uint64_t bytes = 0;  // the pool's size, as its header says
+  ~PoolFile() {
+    if (fd >= 0) prim::close_fd(fd);
   }
 };
 
-std::mutex mappings_mutex;
-std::map<std::string, std::shared_ptr<const Mapping>> &mappings() {
-  static auto *m = new std::map<std::string, std::shared_ptr<const Mapping>>();
+std::mutex pool_files_mutex;
+std::map<std::string, std::shared_ptr<const PoolFile>> &pool_files() {
+  static auto *m = new std::map<std::string, std::shared_ptr<const PoolFile>>();
   return *m;
 }
 
-int mapping_of(const std::string &path, std::shared_ptr<const Mapping> *out) {
-  std::lock_guard<std::mutex> lock(mappings_mutex);
-  auto &all = mappings();
+int pool_file(const std::string &path, std::shared_ptr<const PoolFile> *out) {
+  std::lock_guard<std::mutex> lock(pool_files_mutex);
+  auto &all = pool_files();
   if (auto it = all.find(path); it != all.end()) {
     *out = it->second;
     return HM_OK;
   }
   persist::PoolInfo info;
-  if (int rc = persist::Pool::inspect(path, &info); rc != HM_OK) return rc;
-  if (info.state != persist::PoolInfo::State::committed)
+  if (int rc = persist::Pool::inspect(path, &info); rc != HM_OK) {
+    // A truncated pool with a committed version is still read: each field is checked against
+    // the file's size when it is read, and those before the cut are served.
+    const bool truncated = info.state == persist::PoolInfo::State::committed && info.file_bytes < info.bytes;
+    const std::string why = hm_last_error();
+    if (!truncated) return fail(rc, "hetmem store: %s", why.c_str());
+  } else if (info.state != persist::PoolInfo::State::committed) {
     return fail(HM_EFORMAT, "hetmem store: pool '%s' %s", path.c_str(),
                 info.state == persist::PoolInfo::State::missing ? "does not exist (wiped or purged?)"
                                                                 : "holds no committed fields");
+  }
   if (info.content != kPoolContent)
     return fail(HM_EFORMAT, "hetmem store: '%s' is a hetmem pool holding '%s', not FDB fields", path.c_str(),
                 info.content.c_str());
-  auto m = std::make_shared<Mapping>();
-  if (prim::map_file_readonly(path, &m->data, &m->bytes) != HM_OK)
-    return fail(HM_EIO, "hetmem store: pool '%s' cannot be mapped for reading", path.c_str());
+  auto f = std::make_shared<PoolFile>();
+  uint64_t size = 0;
+  if (prim::open_readonly(path, &f->fd, &size) != HM_OK)
+    return fail(HM_EIO, "hetmem store: pool '%s' cannot be opened for reading", path.c_str());
+  f->bytes = info.bytes;
   // Pools of wiped databases are forgotten, so that a long-running reader does not keep them.
   if (all.size() >= 64)
     for (auto it = all.begin(); it != all.end();) it = prim::path_exists(it->first) ? std::next(it) : all.erase(it);
-  all[path] = m;
-  *out = std::move(m);
+  all[path] = f;
+  *out = std::move(f);
   return HM_OK;
 }
 
 }  // namespace
 
 int read_field(const FieldSpot &spot, bool verify, FieldView *out) {
-  std::shared_ptr<const Mapping> m;
-  if (int rc = mapping_of(spot.pool, &m); rc != HM_OK) return rc;
+  std::shared_ptr<const PoolFile> pool;
+  if (int rc = pool_file(spot.pool, &pool); rc != HM_OK) return rc;
   if (spot.offset < persist::kHeaderBytes + sizeof(FieldRecord) || spot.offset % persist::kUnit != 0 ||
-      spot.offset > m->bytes || spot.length > m->bytes - spot.offset)
-    return fail(HM_EFORMAT, "hetmem store: %s lies outside the pool (%zu bytes): the index does not match the pool",
-                at_text(spot).c_str(), m->bytes);
-  const char *base = static_cast<const char *>(m->data);
+      spot.offset > pool->bytes || spot.length > pool->bytes - spot.offset)
+    return fail(HM_EFORMAT, "hetmem store: %s lies outside the pool (%llu bytes): the index does not match the pool",
+                at_text(spot).c_str(), static_cast<unsigned long long>(pool->bytes));
+  // The record and the data in one read, into memory the view owns.
+  const uint64_t start = spot.offset - sizeof(FieldRecord), bytes = sizeof(FieldRecord) + spot.length;
+  std::shared_ptr<char[]> buffer(new (std::nothrow) char[bytes]);
+  if (!buffer)
+    return fail(HM_ENOMEM, "hetmem store: %s: no memory to read the field into", at_text(spot).c_str());
+  if (prim::read_at(pool->fd, buffer.get(), bytes, start) != HM_OK) {
+    uint64_t now = 0;
+    if (prim::file_size(pool->fd, &now) == HM_OK && now < start + bytes)
+      return fail(HM_EFORMAT, "hetmem store: %s: the pool is truncated (the file has %llu bytes); the field is not "
+                  "returned", at_text(spot).c_str(), static_cast<unsigned long long>(now));
+    return fail(HM_EIO, "hetmem store: %s cannot be read", at_text(spot).c_str());
+  }
   FieldRecord r;
-  std::memcpy(&r, base + spot.offset - sizeof r, sizeof r);
+  std::memcpy(&r, buffer.get(), sizeof r);
   if (std::memcmp(r.magic, kRecordMagic, sizeof kRecordMagic) != 0 || r.record_checksum != record_checksum(r))
     return fail(HM_EFORMAT, "hetmem store: %s: the field's record is damaged; the field is not returned",
                 at_text(spot).c_str());
   if (r.length != spot.length)
     return fail(HM_EFORMAT, "hetmem store: %s: the pool holds a field of %llu bytes there; the index does not match",
                 at_text(spot).c_str(), static_cast<unsigned long long>(r.length));
-  if (verify && field_checksum(base + spot.offset, spot.length) != r.data_checksum)
+  const char *data = buffer.get() + sizeof r;
+  if (verify && field_checksum(data, spot.length) != r.data_checksum)
     return fail(HM_EFORMAT, "hetmem store: %s: the data fails its checksum (damaged); the field is not returned",
                 at_text(spot).c_str());
-  out->mapping = std::shared_ptr<const void>(m, m->data);
-  out->data = base + spot.offset;
+  out->data = data;
   out->length = spot.length;
+  out->storage = std::shared_ptr<const void>(std::move(buffer), data);
   return HM_OK;
 }
 

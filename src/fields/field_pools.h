@@ -12,8 +12,9 @@
 //
 //   [record][data .................][pad]  [record][data ...]...
 //
-// A reader refuses a pool whose header is damaged and a field whose record or checksum does not
-// match, with a message naming the pool and the offset; it never returns such bytes as data.
+// A reader refuses a pool whose header or only root slot is damaged, a field whose record or
+// checksum does not match and a field past the end of a truncated pool, with a message naming the
+// pool and the offset; it never returns such bytes as data, and never faults on a cut file.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -64,16 +65,17 @@ class FieldWriter {
   EmulState emul_;
 };
 
-// A field's bytes in a pool mapped read-only; the mapping lives as long as any view of it.
+// A field's bytes, read from its pool; they live as long as any view of them.
 struct FieldView {
-  std::shared_ptr<const void> mapping;
+  std::shared_ptr<const void> storage;
   const char *data = nullptr;
   uint64_t length = 0;
 };
 
-// Maps the field at `spot` (pools are mapped once per process and kept while their file exists) and
-// checks its record and, if `verify`, its checksum. HM_EFORMAT for a damaged pool or field, HM_EIO
-// when the pool cannot be read; the message names the pool and the offset.
+// Reads the field at `spot` (pools are opened once per process and kept while their file exists)
+// and checks its record and, if `verify`, its checksum. HM_EFORMAT for a damaged or truncated
+// pool or field, HM_EIO when the pool cannot be read; the message names the pool and the offset.
+// A pool truncated under the reader refuses the fields past the cut and serves the others.
 int read_field(const FieldSpot &spot, bool verify, FieldView *out);
 // Charges a retrieve of `bytes` as `profile` (emulated persistent tier); returns the ns charged.
 uint64_t charge_read(const EmulProfile &profile, uint64_t bytes);

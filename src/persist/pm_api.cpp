@@ -125,7 +125,7 @@ int pm_inspect(const char *path, pm_pool_info_t *info) {
   if (!path || !*path || !info) return fail(HM_EINVAL, "pm_inspect: the path and the result must be given");
   std::memset(info, 0, sizeof *info);
   hm::persist::PoolInfo found;
-  if (int rc = Pool::inspect(path, &found); rc != HM_OK) return rc;
+  const int rc = Pool::inspect(path, &found);
   using State = hm::persist::PoolInfo::State;
   info->state = found.state == State::missing    ? PM_POOL_MISSING
                 : found.state == State::creating ? PM_POOL_CREATING
@@ -135,7 +135,9 @@ int pm_inspect(const char *path, pm_pool_info_t *info) {
   info->bytes = found.bytes;
   info->dim = found.content == Octree<2>::content_name() ? 2 : found.content == Octree<3>::content_name() ? 3 : 0;
   std::snprintf(info->note, sizeof info->note, "%s", found.note.c_str());
-  return HM_OK;
+  info->committed_bytes = found.committed_bytes;
+  info->file_bytes = found.file_bytes;
+  return rc;
 }
 
 int pm_restore(const char *path, pm_octree_t **out) { return pm_restore_ex(path, nullptr, out); }

@@ -196,22 +196,43 @@ int Pool::inspect(const std::string &path, PoolInfo *info) {
     return HM_OK;
   }
   PoolHeader h;
-  size_t got = 0;
-  if (prim::read_head(path, &h, sizeof h, &got) != HM_OK)
+  int fd = -1;
+  uint64_t size = 0;
+  if (prim::open_readonly(path, &fd, &size) != HM_OK)
     return fail(HM_EIO, "persistent pool '%s' cannot be read", path.c_str());
-  if (got < sizeof h)
-    return fail(HM_EFORMAT, "persistent pool '%s': truncated: %zu bytes, less than its header", path.c_str(), got);
+  const bool whole = size >= sizeof h && prim::read_at(fd, &h, sizeof h, 0) == HM_OK;
+  prim::close_fd(fd);
+  if (!whole)
+    return fail(HM_EFORMAT, "persistent pool '%s': truncated: %llu bytes, less than its header", path.c_str(),
+                static_cast<unsigned long long>(size));
   if (const std::string why = header_problem(h); !why.empty())
     return fail(HM_EFORMAT, "persistent pool '%s': %s", path.c_str(), why.c_str());
   info->state = PoolInfo::State::empty;
-  for (const RootSlot &slot : h.slots)
-    if (slot_valid(slot, h.pool_bytes) && slot.sequence > info->sequence) {
-      info->sequence = slot.sequence;
-      info->state = PoolInfo::State::committed;
+  bool damaged = false;
+  for (const RootSlot &slot : h.slots) {
+    if (slot_valid(slot, h.pool_bytes)) {
+      if (slot.sequence > info->sequence) {
+        info->sequence = slot.sequence;
+        info->committed_bytes = slot.top;
+        info->state = PoolInfo::State::committed;
+      }
+    } else if (slot.sequence || slot.root || slot.top || slot.checksum) {
+      damaged = true;
     }
+  }
   info->bytes = h.pool_bytes;
+  info->file_bytes = size;
   info->content.assign(h.content, strnlen(h.content, sizeof h.content));
   info->note = note_of(h);
+  // A damaged slot beside a valid one is a commit that a crash interrupted: the other version
+  // stands. Without a valid one, no version can be trusted.
+  if (damaged && info->state != PoolInfo::State::committed)
+    return fail(HM_EFORMAT, "persistent pool '%s': damaged: its root slot is damaged and no committed version "
+                "can be read", path.c_str());
+  if (size < h.pool_bytes)
+    return fail(HM_EFORMAT, "persistent pool '%s': truncated: the file has %llu bytes, its header says %llu%s",
+                path.c_str(), static_cast<unsigned long long>(size), static_cast<unsigned long long>(h.pool_bytes),
+                size < info->committed_bytes ? " (its committed data is cut off)" : "");
   return HM_OK;
 }
 

@@ -57,7 +57,9 @@ struct PoolInfo {
   State state = State::missing;  // creating: only a staging file exists (its creator stopped
                                  // before the first version); empty: no committed version
   uint64_t sequence = 0;         // the last committed version
-  uint64_t bytes = 0;
+  uint64_t committed_bytes = 0;  // the end of its data (0: none)
+  uint64_t bytes = 0;            // the pool's size, as its header says
+  uint64_t file_bytes = 0;       // the file's size
   std::string content, note;
 };
 
@@ -79,7 +81,8 @@ class Pool {
                     const std::string &content = "", const std::string &note = "");
   // Reads the header of the pool at `path` (or of its staging file) without opening it for
   // writing: HM_OK with info->state missing, creating, empty or committed; HM_EFORMAT when the
-  // file is not a pool this hetmem reads (the message says why).
+  // file is not a pool this hetmem reads, or is damaged: its header, its only root slot, or
+  // truncated below its size (the message says why; *info has what could be read).
   static int inspect(const std::string &path, PoolInfo *info);
   // The staging name a pool has until its first commit.
   static std::string staging_path(const std::string &path) { return path + ".creating"; }

@@ -66,6 +66,10 @@ int publish_file(int fd, const std::string &from, const std::string &to);
 int close_fd(int fd);
 // Opens an existing file read-write (HM_EIO if it cannot be opened); *size gets its size.
 int open_existing(const std::string &path, int *fd, uint64_t *size);
+// Opens an existing file for reading only (HM_EIO if it cannot be opened); *size gets its size.
+int open_readonly(const std::string &path, int *fd, uint64_t *size);
+// The size of an open file now (HM_EIO if it cannot be told).
+int file_size(int fd, uint64_t *size);
 // Maps a whole file shared, MAP_SYNC when the file system allows it (*synced says which).
 int map_file(int fd, uint64_t size, bool try_sync, void **out, bool *synced);
 // An exclusive advisory lock on the file, without waiting: HM_EBUSY if another holder has it.

@@ -262,15 +262,26 @@ int publish_file(int fd, const std::string &from, const std::string &to) {
   return synced ? HM_OK : HM_EIO;
 }
 
-int open_existing(const std::string &path, int *fd, uint64_t *size) {
-  int f = open(path.c_str(), O_RDWR | O_CLOEXEC);
+namespace {
+int open_sized(const std::string &path, int flags, int *fd, uint64_t *size) {
+  int f = open(path.c_str(), flags | O_CLOEXEC);
   if (f < 0) return HM_EIO;
-  struct stat st;
-  if (fstat(f, &st) != 0) {
+  if (file_size(f, size) != HM_OK) {
     close(f);
     return HM_EIO;
   }
   *fd = f;
+  return HM_OK;
+}
+}  // namespace
+
+int open_existing(const std::string &path, int *fd, uint64_t *size) { return open_sized(path, O_RDWR, fd, size); }
+
+int open_readonly(const std::string &path, int *fd, uint64_t *size) { return open_sized(path, O_RDONLY, fd, size); }
+
+int file_size(int fd, uint64_t *size) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return HM_EIO;
   *size = static_cast<uint64_t>(st.st_size);
   return HM_OK;
 }

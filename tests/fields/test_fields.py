@@ -225,6 +225,79 @@ def test_a_damaged_field_or_pool_is_refused_with_a_message_never_returned(config
     assert fields.pool_state(pool).state == "damaged"
 
 
+READER = """
+import sys
+from hetmem import fields
+expver, levels = sys.argv[2], int(sys.argv[3])
+fdb = fields.open_fdb(sys.argv[1])
+def request(level):
+    return {"class": "rd", "expver": expver, "stream": "oper", "date": "20261125", "time": "0000", "domain": "g",
+            "type": "fc", "levtype": "ml", "step": "0", "levelist": str(level), "param": "130"}
+def read(level):
+    try:
+        with fdb.retrieve(request(level)) as h:
+            return "bytes " + h.read().hex()
+    except Exception as exc:
+        return "refused " + str(exc).replace(chr(10), " ")
+print(read(1), flush=True)  # the pool is opened now, before it is cut
+sys.stdin.readline()
+for level in range(1, levels + 1):
+    print(read(level), flush=True)
+"""
+
+
+def status_of(config):
+    return subprocess.run([sys.executable, "-m", "hetmem", "fields", "status", "--config", str(config)],
+                          capture_output=True, text=True, cwd=ROOT / "python", timeout=120)
+
+
+def test_a_pool_truncated_under_a_reader_refuses_the_fields_past_the_cut_and_serves_the_others(config):
+    levels = 6
+    assert run_writer(config, "hmtt", 0, 1, levels).wait(timeout=60) == 0
+    fdb = fields.open_fdb(config)
+    spots = {int(e.combined_key()["levelist"]): (e.uri.path(), e.offset(), e.length())
+             for e in fdb.list(db_request("hmtt"))}
+    assert len(spots) == levels and len({pool for pool, _, _ in spots.values()}) == 1, spots
+    pool = spots[1][0]
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(config), "hmtt", str(levels)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=fields.environment(config))
+    assert reader.stdout.readline().startswith("bytes "), reader.stderr.read()
+    # Cut the pool in the middle of the fourth field's data, under the reader.
+    cut = spots[4][1] + spots[4][2] // 2
+    os.truncate(pool, cut)
+    out, err = reader.communicate("go\n", timeout=120)
+    assert reader.returncode == 0, f"the reader died (status {reader.returncode}): {err[-500:]}"
+    answers = [line for line in out.splitlines() if line.startswith(("bytes ", "refused "))]  # not FDB's log
+    assert len(answers) == levels, out[-2000:]
+    for level, answer in zip(range(1, levels + 1), answers):
+        if spots[level][1] + spots[level][2] <= cut:
+            assert answer == "bytes " + writer.field_bytes("hmtt", 0, level, N).hex(), (level, answer[:100])
+        else:
+            assert answer.startswith("refused ") and "truncated" in answer and pool in answer, (level, answer)
+    # The pool is DAMAGED for hetmem fields status, and its fields are not counted durable.
+    r = status_of(config)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "1 DAMAGED" in r.stdout and "truncated" in r.stdout and "NOT all" in r.stdout, r.stdout
+
+
+def test_a_pool_whose_only_root_slot_is_damaged_is_refused_and_reported(config, tmp_path):
+    assert run_writer(config, "hmtr", 0, 1, 2).wait(timeout=60) == 0
+    pool = next(e.uri.path() for e in fields.open_fdb(config).list(field_request("hmtr", 0, 1)))
+    head = Path(pool).read_bytes()[:4096]
+    # The header's two root slots (src/persist/pool.h): 32 bytes each from offset 56; one commit
+    # wrote one of them. Its checksum is damaged.
+    written = [s for s in range(2) if any(head[56 + 32 * s:56 + 32 * s + 32])]
+    assert len(written) == 1, written
+    corrupt(pool, 56 + 32 * written[0] + 24, b"\x5a")
+    assert fields.pool_state(pool).state == "damaged"
+    r = status_of(config)
+    assert r.returncode == 1 and "1 DAMAGED" in r.stdout and "root slot is damaged" in r.stdout, r.stdout
+    req = tmp_path / "req"
+    req.write_text("retrieve," + ",".join(f"{k}={v}" for k, v in field_request("hmtr", 0, 1).items()) + "\n")
+    r = fields.run_tool("fdb-read", ["--raw", str(req), str(tmp_path / "o.grib")], config, check=False)
+    assert r.returncode != 0 and "root slot is damaged" in (r.stderr + r.stdout), r.stderr + r.stdout
+
+
 def test_bad_configurations_and_inputs_get_a_message_and_nothing_half_written(tmp_path):
     grib = tmp_path / "f.grib"
     big = fields.encode_field(writer.field_values("hmtg", 0, 1, 200), step=0, level=1, param=130, expver="hmtg",
