@@ -13,6 +13,7 @@ import argparse
 import datetime as _dt
 import importlib
 import os
+import re
 import struct
 import subprocess
 import time
@@ -297,6 +298,8 @@ def follow(config: str | Path, request: dict[str, str], steps: int | None, timeo
             s = _step_number(e.combined_key().get("step", ""))
             counts[s] = counts.get(s, 0) + 1
         for s in sorted(set(counts) - seen):
+            if steps is not None and len(seen) >= steps:
+                return
             seen.add(s)
             yield s, counts[s], time.monotonic() - t0
         time.sleep(interval)
@@ -378,6 +381,14 @@ def _config_of(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace, console: Any) -> int:
+    try:
+        return _main(args, console)
+    except RuntimeError as exc:  # what FDB refuses (pyfdb raises eckit's exceptions as RuntimeError)
+        text = re.sub(r"^(?:\w+: )+", "", str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+        raise HetmemError(f"FDB refused '{args.request or 'all'}': {text or type(exc).__name__}") from None
+
+
+def _main(args: argparse.Namespace, console: Any) -> int:
     config = _config_of(args)
     request = parse_request(args.request or "")
     if args.action == "list":

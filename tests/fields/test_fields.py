@@ -356,6 +356,18 @@ def test_hetmem_fields_status_and_stats(config):
                         str(config)], capture_output=True, text=True, cwd=ROOT / "python", timeout=120)
     assert r.returncode == 0, r.stderr
     assert "8 field(s)" in r.stdout and "all" in r.stdout and "0..3 (4)" in r.stdout, r.stdout
+    # follow --steps N stops after N steps, even when more are visible at once.
+    r = subprocess.run([sys.executable, "-m", "hetmem", "fields", "follow", "class=rd,expver=hmti", "--steps", "3",
+                        "--timeout", "30", "--config", str(config)], capture_output=True, text=True,
+                       cwd=ROOT / "python", timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert [line.split(":")[0] for line in r.stdout.splitlines() if line.startswith("step ")] == \
+        ["step 0", "step 1", "step 2"], r.stdout
+    # A request FDB refuses is one line, not a traceback.
+    r = subprocess.run([sys.executable, "-m", "hetmem", "fields", "status", "class=zz", "--config", str(config)],
+                       capture_output=True, text=True, cwd=ROOT / "python", timeout=120)
+    assert r.returncode == 2 and "hetmem: error: FDB refused 'class=zz'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
     r = subprocess.run([sys.executable, "-m", "hetmem", "fields", "status", "--config", str(config) + ".missing"],
                        capture_output=True, text=True, cwd=ROOT / "python", timeout=60)
     assert r.returncode != 0 and "no such file" in r.stderr
