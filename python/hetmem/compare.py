@@ -25,7 +25,7 @@ from pathlib import Path
 from .compare_report import (ALL_FAST_TARGET, WARPX_PM_FULL_VS, WARPX_PM_STATIC_VS, all_fast_target, charged_share,
                              iteration_times, measured_points, phase_name, phase_seconds, steady, targets,
                              text_tables, whole_run, write)
-from .lib import HetmemError, RunLog, query
+from .lib import HetmemError, RunLog, plain_library
 from .units import size_text
 from .workloads import PicWorkload
 
@@ -45,7 +45,7 @@ def parse_counts(text: str, option: str, high: int) -> list[int]:
 def parse_size(text: str) -> int:
     """A size as every HM_* size option reads it (the library parses it: 512M, 1.5G, 4096); positive."""
     try:
-        value = query("parse_size", text)
+        value = plain_library().parse_size(text)
     except HetmemError as exc:
         raise HetmemError(f"'{text}' is not a size (examples: 512M, 1.5G, 4096): {exc}") from None
     if value <= 0:
@@ -56,7 +56,7 @@ def parse_size(text: str) -> int:
 def policy_order() -> list[str]:
     """The policies a comparison runs: all-fast first (the footprint and the upper bound), then every
     other policy of the library in its order."""
-    names = [name for name, _ in query("policies")]
+    names = [name for name, _ in plain_library().policies()]
     return ["all-fast"] + [n for n in names if n != "all-fast"]
 
 

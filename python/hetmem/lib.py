@@ -419,28 +419,3 @@ def plain_library() -> Library:
     if _plain is None:
         _plain = Library(init=False)
     return _plain
-
-
-_QUERY = """import json, sys
-from hetmem.lib import HetmemError, plain_library
-try:
-    print(json.dumps(getattr(plain_library(), sys.argv[1])(*json.loads(sys.argv[2]))))
-except HetmemError as exc:
-    print(json.dumps({"error": str(exc)}))
-"""
-
-
-def query(method: str, *args):
-    """plain_library().METHOD(*args), asked in a child process, for a process that must not load
-    libhetmem itself (its libunwind breaks the C++ exceptions of libraries imported after it, such
-    as matplotlib's). Raises HetmemError with the library's message."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-c", _QUERY, method, json.dumps(list(args))], capture_output=True,
-                       text=True, env=env)
-    if r.returncode != 0 or not r.stdout.strip():
-        raise HetmemError(f"cannot ask the library for {method}: {r.stderr.strip() or 'no answer'}")
-    answer = json.loads(r.stdout)
-    if isinstance(answer, dict) and "error" in answer:
-        raise HetmemError(answer["error"])
-    return answer

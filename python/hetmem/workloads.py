@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 
-from .lib import HetmemError, find_preload, find_program
+from .lib import HetmemError, Library, find_preload, find_program
 
 
 class PicWorkload:
@@ -57,13 +55,8 @@ class PlanWorkload:
         if not shutil.which(cmd[0]):
             raise HetmemError(f"{cmd[0]}: program not found (or not executable)")
         self.plan = os.path.abspath(plan)
-        # Checked in a child process: libhetmem (its libunwind) loaded into this one would break the
-        # C++ exceptions of libraries imported after it (matplotlib's, for the plots).
-        check = subprocess.run([sys.executable, "-c", "import sys\nfrom hetmem.lib import Library\n"
-                                "sys.stdout.write(Library().check_rules(sys.argv[1]) or '')", self.plan],
-                               capture_output=True, text=True)
-        if check.returncode != 0 or check.stdout:
-            raise HetmemError(check.stdout or check.stderr.strip().splitlines()[-1])
+        if problem := Library().check_rules(self.plan):
+            raise HetmemError(problem)
         self.cmd = cmd
 
     def describe(self, doc: dict) -> str:

@@ -178,13 +178,28 @@ def test_policies_are_the_librarys_and_each_can_be_selected():
     names = [p["name"] for p in listed]
     assert len(names) == len(set(names)) >= 9 and all(p["doc"] for p in listed)
     assert {"first-touch", "hetmem-static", "hetmem", "reactive", "memory-mode"} <= set(names)
-    sys.path.insert(0, str(ROOT / "python"))
-    from hetmem.lib import query
-    # Each selection in a fresh process: a policy is chosen before objects are placed, and this
-    # test process may hold objects of other tests (hetmem.arrays places them in-process).
-    assert [n for n in names if query("check_policy", n) is not None] == []
-    refusal = query("check_policy", "no-such-policy")
+    # Selected in a fresh process: a policy is chosen before objects are placed, and this test
+    # process may hold objects of other tests (hetmem.arrays places them in-process).
+    check = ("import json, sys\nfrom hetmem.lib import plain_library\n"
+             "print(json.dumps({n: plain_library().check_policy(n) for n in sys.argv[1:]}))")
+    r = subprocess.run([sys.executable, "-c", check, *names, "no-such-policy"], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "python")), timeout=60)
+    answers = json.loads(r.stdout)
+    assert [n for n in names if answers[n] is not None] == []
+    refusal = answers["no-such-policy"]
     assert refusal and all(n in refusal for n in names)
+
+
+def test_the_library_in_a_python_process_leaves_other_modules_cxx_exceptions_alone():
+    """libhetmem loaded by ctypes, then a C++ extension (kiwisolver, which matplotlib's layouts use)
+    throws and catches: the library interposes no unwinder (libunwind is loaded by a profile only,
+    and privately), so the exception is caught where it was aborting the process."""
+    program = ("from hetmem.lib import plain_library\nplain_library().policies()\nimport kiwisolver as k\n"
+               "s, x = k.Solver(), k.Variable('x')\ns.addConstraint(x >= 10)\n"
+               "try:\n    s.addConstraint(x <= 5)\nexcept k.UnsatisfiableConstraint:\n    print('caught')\n")
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "python")))
+    assert r.returncode == 0 and r.stdout.strip() == "caught", (r.returncode, r.stderr[-500:])
 
 
 def test_run_refuses_a_mistyped_option_in_the_environment_instead_of_running_without_it(tmp_path):
