@@ -579,6 +579,11 @@ int hm_profile_start(const char *path, int stack_depth, uint64_t large_threshold
 int hm_profile_stop(void);
 /* 1 while this process writes a trace (hm_profile_start, or `hetmem profile`), else 0. */
 int hm_profile_active(void);
+/* Calls on_change(hm_profile_active()) now, and on_change(1) / on_change(0) each time this process
+ * starts or stops writing a trace: for code that must know on a path too hot for a call per use
+ * (numpy's handler keeps its array caches out of a trace). At most 4 functions; HM_ECAPACITY
+ * beyond, HM_EINVAL for NULL. Registering a function again is HM_OK and calls it again. */
+int hm_profile_watch(void (*on_change)(int active));
 /* Names the call site of the calling thread's next allocations, until called again with NULL: the
  * trace records them under this name instead of their return addresses. For interpreters, whose
  * native stacks say nothing of the source: hetmem.arrays names a numpy array by its Python file and

@@ -122,6 +122,12 @@ static Cached cached_as(size_t size) {
   return c;
 }
 
+/* Whether a trace is written (hm_profile_watch keeps it): read for every array, where a call into
+ * the library for hm_profile_active cost a tenth of a small array's time. */
+static volatile int g_profiling;
+
+static void profiling_changed(int active) { g_profiling = active; }
+
 static void *place_alloc(const Place *p, size_t size, unsigned flags) {
   if (size == 0) size = 1;
   if (size >= MOVABLE_BYTES) flags |= HM_MOVABLE;
@@ -132,7 +138,7 @@ static void *place_alloc(const Place *p, size_t size, unsigned flags) {
  * native stack, all libpython and numpy frames, names nothing of the program). Only with the GIL
  * held: numpy may allocate scratch space without it. */
 static void *named_alloc(const Place *p, size_t size, unsigned flags) {
-  if (!hm_profile_active() || !PyGILState_Check()) return place_alloc(p, size, flags);
+  if (!g_profiling || !PyGILState_Check()) return place_alloc(p, size, flags);
   char name[256] = "";
   /* The innermost frame outside numpy's and hetmem.arrays' own Python code (np.ones, ha.zeros):
    * the program's line. */
@@ -158,7 +164,7 @@ static void *named_alloc(const Place *p, size_t size, unsigned flags) {
 
 static void *cached_alloc(const Place *p, size_t size, unsigned flags) {
   const Cached k = cached_as(size);
-  if ((k.bucket < 0 && !k.pages) || hm_profile_active()) return named_alloc(p, size, flags);
+  if ((k.bucket < 0 && !k.pages) || g_profiling) return named_alloc(p, size, flags);
   HandlerCache *c = cache_of(p);
   void *ptr = NULL;
   if (c && k.bucket >= 0 && c->buckets[k.bucket].count > 0) {
@@ -208,7 +214,7 @@ static void *h_realloc(void *ctx, void *ptr, size_t size) {
 /* Keeps a freed block in the thread's cache when there is room; false otherwise. */
 static int cache_keep(const Place *p, void *ptr, size_t size) {
   const Cached k = cached_as(size);
-  if ((k.bucket < 0 && !k.pages) || hm_profile_active()) return 0;
+  if ((k.bucket < 0 && !k.pages) || g_profiling) return 0;
   HandlerCache *c = cache_of(p);
   if (!c) return 0;
   if (k.bucket >= 0) {
@@ -297,6 +303,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_numpy_alloc", "nump
 
 PyMODINIT_FUNC PyInit__numpy_alloc(void) {
   import_array();
+  if (hm_profile_watch(profiling_changed) != HM_OK) {
+    PyErr_Format(PyExc_RuntimeError, "hetmem's numpy handler: %s", hm_last_error());
+    return NULL;
+  }
   PyObject *m = PyModule_Create(&module);
   /* hetmem.arrays.move's threshold is this one. */
   if (m && PyModule_AddObject(m, "MOVABLE_BYTES", PyLong_FromSize_t(MOVABLE_BYTES)) != 0) {

@@ -48,6 +48,11 @@ int hm_profile_stop(void) {
 
 int hm_profile_active(void) { return hm::profile::active() ? 1 : 0; }
 
+int hm_profile_watch(void (*on_change)(int active)) {
+  if (!on_change) return hm::fail(HM_EINVAL, "hm_profile_watch: no function given");
+  return hm::profile::watch(on_change);
+}
+
 int hm_profile_site_name(const char *name) { return hm::profile::set_site_name(name); }
 
 void hm_profile_record(int op, int fn, const void *ptr, size_t size, const void *caller) {

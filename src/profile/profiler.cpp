@@ -66,8 +66,22 @@ __thread ThreadBuffer *t_buffer __attribute__((tls_model("initial-exec"))) = nul
 pthread_key_t g_key;
 pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 
+// Code told of each start and stop (watch): numpy's handler, which must not call the library
+// for every array to know.
+constexpr int kWatchers = 4;
+std::atomic<void (*)(int)> g_watchers[kWatchers];
+
+// Sets the state; returns what it was. Watchers hear of a change.
+bool set_active(bool on) {
+  const bool was = g_active.exchange(on);
+  if (was != on)
+    for (auto &w : g_watchers)
+      if (void (*fn)(int) = w.load()) fn(on ? 1 : 0);
+  return was;
+}
+
 void disable(const char *why) {
-  if (g_active.exchange(false)) {
+  if (set_active(false)) {
     std::snprintf(g_failure, sizeof g_failure, "%s", why);
     log(0, "profiler disabled: %s", why);
   }
@@ -447,7 +461,7 @@ int start(const Options &options) {
   write_modules();
   g_failure[0] = '\0';
   g_generation.fetch_add(1);
-  g_active.store(true);
+  set_active(true);
   return HM_OK;
 }
 
@@ -470,7 +484,7 @@ void flush(bool all) {
 
 int stop() {
   InternalScope internal;
-  if (!g_active.exchange(false) && g_fd < 0) return HM_OK;
+  if (!set_active(false) && g_fd < 0) return HM_OK;
   flush(true);
   flush_sites(0);
   std::lock_guard<std::mutex> guard(g_mutex);
@@ -573,7 +587,7 @@ void after_fork_in_child(bool follow) {
   g_fd = -1;
   if (!g_active.load()) return;
   if (!follow) {
-    g_active.store(false);
+    set_active(false);
     return;
   }
   prim::zero_pages(g_sites, sizeof(SiteSlot) * kSiteSlots);  // redefined in the child's trace
@@ -581,10 +595,21 @@ void after_fork_in_child(bool follow) {
   g_start_ns = prim::fast_now_ns();
   std::string path = g_options.path + "." + std::to_string(prim::process_id());
   if (open_trace(path) != HM_OK) {
-    g_active.store(false);
+    set_active(false);
     return;
   }
   write_modules();
+}
+
+int watch(void (*on_change)(int active)) {
+  for (auto &w : g_watchers) {
+    void (*empty)(int) = nullptr;
+    if (w.load() == on_change || w.compare_exchange_strong(empty, on_change)) {
+      on_change(active() ? 1 : 0);
+      return HM_OK;
+    }
+  }
+  return fail(HM_ECAPACITY, "hm_profile_watch: %d watchers at most", kWatchers);
 }
 
 int set_site_name(const char *name) {

@@ -36,6 +36,8 @@ void flush(bool all);
 void record(trace::Op op, trace::Fn fn, const void *ptr, size_t size, const void *caller);
 // hm_profile_site_name: names the calling thread's allocation sites until NULL.
 int set_site_name(const char *name);
+// Calls on_change(1 or 0) now and at each start and stop of recording (hm_profile_watch).
+int watch(void (*on_change)(int active));
 // Large objects whose referenced bytes each phase reports.
 void note_large(const void *ptr, size_t size);
 void forget_large(const void *ptr);

@@ -134,6 +134,38 @@ TEST(Profile, BadPathsAndArguments) {
   EXPECT_EQ(hm_profile_stop(), HM_OK) << "stopping when nothing records is harmless";
 }
 
+namespace {
+std::vector<int> g_heard;
+void heard(int active) { g_heard.push_back(active); }
+void ignore1(int) {}
+void ignore2(int) {}
+void ignore3(int) {}
+void ignore4(int) {}
+}  // namespace
+
+TEST(Profile, WatchersHearEachStartAndStopAndNothingElse) {
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+  g_heard.clear();
+  ASSERT_EQ(hm_profile_watch(heard), HM_OK);
+  EXPECT_EQ(g_heard, std::vector<int>({0})) << "told the state when registered";
+  const std::string path = hm_test::temp_path("watched.hmtrace");
+  ASSERT_EQ(hm_profile_start(path.c_str(), 8, 1 << 20), HM_OK);
+  EXPECT_EQ(hm_profile_start(path.c_str(), 8, 1 << 20), HM_EINVAL);  // no change: nothing heard
+  ASSERT_EQ(hm_profile_stop(), HM_OK);
+  EXPECT_EQ(hm_profile_stop(), HM_OK);  // nothing recording: nothing heard
+  EXPECT_EQ(g_heard, std::vector<int>({0, 1, 0}));
+  EXPECT_EQ(hm_profile_watch(heard), HM_OK) << "again: the same slot";
+  EXPECT_EQ(g_heard.back(), 0);
+  EXPECT_EQ(hm_profile_watch(nullptr), HM_EINVAL);
+  // Four watchers at most (heard is one of them).
+  int rc = HM_OK, added = 1;
+  for (void (*fn)(int) : {ignore1, ignore2, ignore3, ignore4})
+    if ((rc = hm_profile_watch(fn)) == HM_OK) ++added;
+  EXPECT_EQ(rc, HM_ECAPACITY);
+  EXPECT_NE(std::string(hm_last_error()).find("4 watchers"), std::string::npos) << hm_last_error();
+  EXPECT_EQ(added, 4);
+}
+
 TEST(Guarded, OwnMappingIsItsOwnVma) {
   ASSERT_EQ(hm_test::configure(""), HM_OK);
   void *a = hm_alloc(HM_FAST, 3 << 20, 0, HM_GUARDED), *b = hm_alloc(HM_FAST, 3 << 20, 0, HM_GUARDED);
