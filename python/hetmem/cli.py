@@ -199,8 +199,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
                           "their own iterations)")
     if args.plan:
         iteration = _iteration_env(args, rest)
-        if iteration is None:
-            return 2
         workload = workloads.PlanWorkload(args.plan, rest, iteration)
     else:
         workload = workloads.workload_for(rest)  # the PIC code, or an application by name: mg preset=W ...
@@ -254,18 +252,18 @@ def _launch(cmd: list[str], env: dict) -> int:
         raise HetmemError("no program given after --")
     prog = cmd[0]
     if "/" not in prog and not shutil.which(prog, path=env.get("PATH")):
-        print(f"hetmem: {prog}: command not found", file=sys.stderr)
+        print(f"hetmem: error: {prog}: command not found", file=sys.stderr)
         return 127
     if "/" in prog and not os.path.exists(prog):
-        print(f"hetmem: {prog}: No such file or directory", file=sys.stderr)
+        print(f"hetmem: error: {prog}: No such file or directory", file=sys.stderr)
         return 127
     try:
         proc = subprocess.run(cmd, env=env)
     except PermissionError:
-        print(f"hetmem: {prog}: Permission denied", file=sys.stderr)
+        print(f"hetmem: error: {prog}: Permission denied", file=sys.stderr)
         return 126
     except OSError as exc:
-        print(f"hetmem: {prog}: {exc.strerror}", file=sys.stderr)
+        print(f"hetmem: error: {prog}: {exc.strerror}", file=sys.stderr)
         return 126
     return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
 
@@ -290,15 +288,14 @@ def _file_state(path: str):
     return ("file", st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else ("other",)
 
 
-def _iteration_env(args: argparse.Namespace, cmd: list[str]) -> dict | None:
-    """HM_ITERATION_AT / HM_ITERATION_WINDOW for a program that marks no iterations; None (after
-    saying why) when --iteration-at names a function that cannot be hooked."""
+def _iteration_env(args: argparse.Namespace, cmd: list[str]) -> dict:
+    """HM_ITERATION_AT / HM_ITERATION_WINDOW for a program that marks no iterations; HetmemError
+    (saying why) for a window out of range or a function --iteration-at cannot hook."""
     extra = {}
     if getattr(args, "window", None) is not None:
         error = Library(init=False).check_option("HM_ITERATION_WINDOW", repr(args.window))
         if error:  # the range is the library's (base/options.cpp)
-            print(f"hetmem: --window {args.window}: {error}", file=sys.stderr)
-            return None
+            raise HetmemError(f"--window {args.window}: {error}")
         extra["HM_ITERATION_WINDOW"] = repr(args.window)
     if getattr(args, "iteration_at", None):
         program = shutil.which(cmd[0]) if cmd else None
@@ -306,8 +303,7 @@ def _iteration_env(args: argparse.Namespace, cmd: list[str]) -> dict | None:
             from .entry_points import check
             found = check(program, args.iteration_at)
             if found.error:
-                print(f"hetmem: --iteration-at {args.iteration_at}: {found.error}", file=sys.stderr)
-                return None
+                raise HetmemError(f"--iteration-at {args.iteration_at}: {found.error}")
             extra["HM_ITERATION_AT"] = found.symbol
     return extra
 
@@ -333,11 +329,9 @@ def _mpi_rank() -> int | None:
     return None
 
 
-def _profile_env(args: argparse.Namespace, cmd: list[str], trace: str) -> dict | int:
-    """The environment of `hetmem profile`, or the exit status after saying what is wrong."""
+def _profile_env(args: argparse.Namespace, cmd: list[str], trace: str) -> dict:
+    """The environment of `hetmem profile` (HetmemError saying what is wrong)."""
     iteration = _iteration_env(args, cmd)
-    if iteration is None:
-        return 2
     return _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
                          "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0",
                          **iteration})
@@ -378,8 +372,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
               + (" (or start hetmem on each rank: mpirun -np N hetmem profile -- PROGRAM)"
                  if launcher == "an MPI launcher" else ""), file=sys.stderr)
     env = _profile_env(args, cmd, trace)
-    if isinstance(env, int):
-        return env
     before = _file_state(trace)  # a trace left from an earlier run must not pass for this one's
     started = time.time() - 1
     rc = _launch(cmd, env)
@@ -387,7 +379,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if after is None or (after == before and after[0] == "file"):
         if rc in (126, 127):
             return rc  # the program did not start: the launcher said why
-        print(f"hetmem: no trace was written to {trace}: the preload library did not start in {cmd[0]} (its "
+        print(f"hetmem: error: no trace was written to {trace}: the preload library did not start in {cmd[0]} (its "
               "reason, if it gave one, is above; a statically linked program cannot be preloaded)", file=sys.stderr)
         return 2
     if after[0] == "file":
@@ -443,8 +435,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
-    env = _run_env(args, cmd)
-    return env if isinstance(env, int) else _launch(cmd, env)
+    return _launch(cmd, _run_env(args, cmd))
 
 
 def launch_environment(argv: list[str]) -> tuple[list[str], dict]:
@@ -458,51 +449,39 @@ def launch_environment(argv: list[str]) -> tuple[list[str], dict]:
         env = _profile_env(args, cmd, os.path.abspath(args.output or "hetmem.hmtrace"))
     else:
         raise HetmemError(f"hetmem {args.command} does not start a program")
-    if isinstance(env, int):
-        raise HetmemError(f"hetmem {' '.join(argv)}: refused (status {env})")
     return cmd, env
 
 
-def _run_env(args: argparse.Namespace, cmd: list[str]) -> dict | int:
-    """The environment of `hetmem run`, or the exit status after saying what is wrong."""
+def _run_env(args: argparse.Namespace, cmd: list[str]) -> dict:
+    """The environment of `hetmem run` (HetmemError saying what is wrong)."""
     extra = {}
     if args.plan and args.rules:
-        print("hetmem: give --rules or --plan, not both (a plan is a rules file with class targets)", file=sys.stderr)
-        return 2
+        raise HetmemError("give --rules or --plan, not both (a plan is a rules file with class targets)")
     if args.plan:
         args.rules = args.plan
         # A plan's classes are placed by static placement unless another policy is asked for.
         args.policy = args.policy or os.environ.get("HM_POLICY") or "hetmem-static"
     # The environment's own options as the library reads them (HM_TIERS, sizes and budgets, then
     # HM_POLICY): a typo is refused here, not ignored by a program that never asks hetmem.
-    try:
-        lib = Library()
-    except HetmemError as exc:
-        print(f"hetmem: {exc}", file=sys.stderr)
-        return 2
+    lib = Library()
     policy = args.policy or os.environ.get("HM_POLICY")
     if policy:
         error = lib.check_policy(policy)
         if error:
-            print(f"hetmem: {error}" + ("" if args.policy else " (HM_POLICY in the environment)"), file=sys.stderr)
-            return 2
+            raise HetmemError(error + ("" if args.policy else " (HM_POLICY in the environment)"))
     if args.policy:
         extra["HM_POLICY"] = args.policy
     if args.rules:
         rules = os.path.abspath(args.rules)
         error = lib.check_rules(rules)
         if error:
-            print(f"hetmem: {error}", file=sys.stderr)
-            return 2
+            raise HetmemError(error)
         extra["HM_RULES"] = rules
     if args.memkind:
         # memkind's clients and OpenMP runtimes then load hetmem's libmemkind (docs/memkind.md).
         path = os.environ.get("LD_LIBRARY_PATH")
         extra["LD_LIBRARY_PATH"] = find_memkind_dir() + (":" + path if path else "")
-    iteration = _iteration_env(args, cmd)
-    if iteration is None:
-        return 2
-    return _preload_env({**extra, **iteration})
+    return _preload_env({**extra, **_iteration_env(args, cmd)})
 
 
 def version_text() -> str:
@@ -683,7 +662,7 @@ def _near_miss(parser: argparse.ArgumentParser, argv: list[str]) -> str:
     if first is None or first in commands or argv.index(first) != 0:
         return ""
     close = difflib.get_close_matches(first, list(commands), n=3, cutoff=0.6)
-    return f"hetmem: '{first}' is not a command; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return f"hetmem: error: '{first}' is not a command; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
 
 def _terminated(signum, frame) -> None:

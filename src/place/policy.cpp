@@ -15,26 +15,30 @@
 namespace hm::place {
 
 // The built-in policies, one row each, in the order `hetmem policies` lists them (`hetmem compare`
-// runs all-fast first, then the others in this order).
-const Policy &first_touch_policy();
-const Policy &all_fast_policy();
-const Policy &slow_only_policy();
-const Policy &memory_mode_policy();
-const Policy &interleave_policy();
-const Policy &hetmem_static_policy();
-const Policy &hetmem_static_prefetch_policy();
-const Policy &hetmem_policy();
-const Policy &reactive_policy();
+// runs all-fast first, then the others in this order). A row NAME is the function
+// `const Policy &NAME_policy()` that the policy's own file defines: nothing else to declare.
+#define HM_BUILTIN_POLICIES(ROW) \
+  ROW(first_touch)               \
+  ROW(all_fast)                  \
+  ROW(slow_only)                 \
+  ROW(memory_mode)               \
+  ROW(interleave)                \
+  ROW(hetmem_static)             \
+  ROW(hetmem_static_prefetch)    \
+  ROW(hetmem)                    \
+  ROW(reactive)
+
+#define HM_DECLARE_POLICY(name) const Policy &name##_policy();
+HM_BUILTIN_POLICIES(HM_DECLARE_POLICY)
+#undef HM_DECLARE_POLICY
 // The mechanism every policy has: wall and CPU time per iteration for the run summary (summary.cpp).
 Mechanism &iteration_clock_mechanism();
 
 namespace {
 
-const Policy *const kPolicies[] = {&first_touch_policy(),   &all_fast_policy(),
-                                   &slow_only_policy(),     &memory_mode_policy(),
-                                   &interleave_policy(),    &hetmem_static_policy(),
-                                   &hetmem_static_prefetch_policy(), &hetmem_policy(),
-                                   &reactive_policy()};
+#define HM_POLICY_ROW(name) &name##_policy(),
+const Policy *const kPolicies[] = {HM_BUILTIN_POLICIES(HM_POLICY_ROW)};
+#undef HM_POLICY_ROW
 
 std::mutex g_mutex;           // the choice and activation of the policy
 std::mutex g_registry_mutex;  // policy_register's list

@@ -6,8 +6,9 @@
 // memory mode's DRAM cache). Each mechanism lives in its own unit with its observers, its counters
 // and its part of the run summary; the class registry (classes.cpp) knows none of them.
 //
-// Adding a policy: one file with the class and an accessor, plus one row in the table of
-// policy.cpp (or policy_register at run time). A mechanism of its own comes with the policy that
+// Adding a policy: one file in src/place/ (built without being listed) with the class and its
+// accessor `const Policy &NAME_policy()`, plus the row NAME in policy.cpp's HM_BUILTIN_POLICIES
+// (or policy_register at run time). A mechanism of its own comes with the policy that
 // names it: every mechanism some policy names is reset at each initialisation and asked for its
 // part of the run summary.
 #pragma once

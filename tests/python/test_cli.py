@@ -221,6 +221,23 @@ def test_run_refuses_a_mistyped_option_in_the_environment_instead_of_running_wit
     assert r.returncode == 0 and marker.exists(), r.stderr
 
 
+@pytest.mark.parametrize("args, status, said", [
+    (["run", "--rules", "a.rules", "--plan", "b.plan", "--", "true"], 2, "give --rules or --plan, not both"),
+    (["run", "--policy", "nope", "--", "true"], 2, "'nope' is not a policy"),
+    (["run", "--window", "9999", "--", "true"], 2, "--window 9999"),
+    (["profile", "--iteration-at", "no_such_function_hm", "--", "/bin/true"], 2, "--iteration-at no_such_function_hm"),
+    (["run", "--", "no-such-program-hm"], 127, "no-such-program-hm: command not found"),
+    (["compre"], 2, "'compre' is not a command"),
+    (["report", "/nonexistent/t.hmtrace"], 2, "/nonexistent/t.hmtrace"),
+])
+def test_every_refusal_of_the_command_reads_hetmem_error(args, status, said):
+    """One prefix for every refusal, as argparse's own: `hetmem: error: ...`, then what was wrong."""
+    r = run(*args)
+    assert r.returncode == status, r.stderr
+    first = r.stderr.splitlines()[0] if r.stderr else ""
+    assert first.startswith("hetmem: error: ") and said in r.stderr, r.stderr
+
+
 def test_every_program_reports_the_projects_version():
     """`--version` on the command and on each application gives the version CMake builds."""
     import re
