@@ -14,6 +14,7 @@
 #include "alloc/settings.h"
 #include "base/error.h"
 #include "hetmem/hetmem.h"
+#include "prim/prim.h"
 #include "tier/emul.h"
 
 namespace hm {
@@ -28,7 +29,10 @@ struct Pending {
   uint64_t read = 0, write = 0, dependent = 0;
   double extra_ns = 0;  // the one-thread estimate that decides when to pay
 };
-thread_local Pending t_pending[kMaxTiers];
+// Per tier, in a block of the thread's own (prim::thread_block: not in the static TLS block),
+// mapped by its first declared access.
+thread_local Pending *t_pending = nullptr;
+prim::ThreadBlockKey g_pending_key;
 thread_local bool t_any_pending = false;
 
 void pay(int tier, Pending &p) {
@@ -40,6 +44,10 @@ void pay(int tier, Pending &p) {
 // Marks the record declared and gathers the charge for tier `tier` on the calling thread.
 int declare(Tier *t, int tier, TierHeap *record_heap, SlotOwner *owner, uint64_t read, uint64_t write,
             uint64_t dependent) {
+  if (!t_pending) {
+    t_pending = static_cast<Pending *>(prim::thread_block(&g_pending_key, sizeof(Pending) * kMaxTiers));
+    if (!t_pending) return fail(HM_ENOMEM, "hm_access: no memory for the thread's pending charges");
+  }
   record_heap->declare(owner);
   Pending &p = t_pending[tier];
   p.read += read;

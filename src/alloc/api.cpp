@@ -30,7 +30,10 @@ inline void notify(const void *ptr, size_t size, bool is_free, const void *calle
 }
 
 constexpr int kModeDepth = 32;
-thread_local int t_modes[kModeDepth];
+// The thread's mode stack, in a block of its own (prim::thread_block: not in the static TLS
+// block), mapped by its first hm_mode_push.
+thread_local int *t_modes = nullptr;
+prim::ThreadBlockKey g_modes_key;
 thread_local int t_mode_depth = 0;
 
 int tier_of_role(hm_role_t role, int *tier) {
@@ -410,6 +413,8 @@ int hm_mode_push_tier(hm_tier_t tier) {
   if (!heap_of(tier)) return fail(HM_ENOTIER, "hm_mode_push_tier: unknown tier %d (known: %s)", tier,
                                   known_tier_names().c_str());
   if (t_mode_depth >= kModeDepth) return fail(HM_EINVAL, "hm_mode_push: more than %d nested modes", kModeDepth);
+  if (!t_modes && !(t_modes = static_cast<int *>(prim::thread_block(&g_modes_key, sizeof(int) * kModeDepth))))
+    return fail(HM_ENOMEM, "hm_mode_push: no memory for the thread's modes");
   t_modes[t_mode_depth++] = tier;
   return HM_OK;
 }

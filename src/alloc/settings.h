@@ -16,10 +16,12 @@ constexpr bool kHetmemDebug = false;
 constexpr bool kHetmemDebug = true;
 #endif
 
+// Set from the options at initialisation (runtime.cpp; the defaults are base/options.cpp's); before
+// it, the cautious values: no huge-page advice, no sampling, nothing retained.
 struct AllocSettings {
-  bool thp = true;              // HM_THP: large blocks advise transparent huge pages
-  double sample_budget = 0.01;  // HM_SAMPLE_BUDGET: fraction of the run time the page sampler may cost
-  uint64_t retain = 256ull << 20;  // HM_RETAIN: freed large mappings kept for reuse per heap
+  bool thp = false;           // HM_THP: large blocks advise transparent huge pages
+  double sample_budget = 0;   // HM_SAMPLE_BUDGET: fraction of the run time the page sampler may cost
+  uint64_t retain = 0;        // HM_RETAIN: freed large mappings kept for reuse per heap
 };
 extern AllocSettings g_alloc_settings;  // constant-initialised: readable before initialisation
 inline bool thp_enabled() { return g_alloc_settings.thp; }

@@ -8,16 +8,23 @@
 
 namespace hm {
 namespace {
+constexpr size_t kMessageBytes = 512;
 thread_local int t_code = HM_OK;
-thread_local char t_message[512];
+// The thread's last message, in a block of its own (prim::thread_block: not in the static TLS
+// block); a thread that could not map one shares the fallback.
+thread_local char *t_message = nullptr;
+prim::ThreadBlockKey g_message_key;
+char g_fallback_message[kMessageBytes];
 int g_log_level = 0;
 
 void record(int code, const char *fmt, va_list ap) {
-  char text[sizeof t_message];  // the arguments may include the previous message
+  char text[kMessageBytes];  // the arguments may include the previous message
   vsnprintf(text, sizeof text, fmt, ap);
-  std::memcpy(t_message, text, sizeof text);
+  if (!t_message) t_message = static_cast<char *>(prim::thread_block(&g_message_key, kMessageBytes));
+  char *message = t_message ? t_message : g_fallback_message;
+  std::memcpy(message, text, sizeof text);
   t_code = code;
-  log(1, "%s", t_message);
+  log(1, "%s", message);
 }
 }  // namespace
 
@@ -75,7 +82,7 @@ const char *hm_strerror(int code) {
   }
 }
 
-const char *hm_last_error(void) { return hm::t_message; }
+const char *hm_last_error(void) { return hm::t_message ? hm::t_message : hm::g_fallback_message; }
 int hm_last_error_code(void) { return hm::t_code; }
 
 const char *hm_version(void) { return HM_VERSION_STRING; }

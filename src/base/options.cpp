@@ -120,6 +120,8 @@ int option_count() { return kCount; }
 const OptionSpec &option_spec(int i) { return kOptions[i]; }
 const char *option_name(Option id) { return kOptions[static_cast<int>(id)].name; }
 
+const char *option_default(Option id) { return kOptions[static_cast<int>(id)].default_value; }
+
 const std::string &option_text(Option id, OptionSource *source) {
   const int i = static_cast<int>(id);
   if (!g_loaded.load(std::memory_order_acquire)) options_load();  // read before hm_init

@@ -77,6 +77,7 @@ void options_forget();
 int option_count();
 const OptionSpec &option_spec(int i);
 const char *option_name(Option id);  // "HM_FAST_BUDGET"
+const char *option_default(Option id);  // the table's default ("" for none)
 // Effective value as text. Reads the environment first if nothing has (a layer used before hm_init).
 const std::string &option_text(Option id, OptionSource *source = nullptr);
 // The same by name, for the C API (hm_option_get); nullptr for an unknown name.

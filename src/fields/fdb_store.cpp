@@ -22,10 +22,12 @@
 #include <fdb5/toc/FileSpace.h>
 #include <fdb5/toc/RootManager.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "fields/field_pools.h"
 #include "hetmem/hetmem.h"
@@ -44,33 +46,74 @@ std::atomic<bool> verify_reads{true};
   throw eckit::Exception(why.rfind("hetmem store", 0) == 0 ? why : std::string("hetmem store: ") + what + ": " + why);
 }
 
+// Whether two names are within two edits of each other (a misspelt section name).
+bool near(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()] <= 2;
+}
+
+// What the configuration says of a key, as written: for messages that echo it.
+std::string as_written(const eckit::LocalConfiguration &c, const std::string &key) {
+  if (c.isString(key)) return "'" + c.getString(key) + "'";
+  if (c.isIntegral(key)) return std::to_string(c.getLong(key));
+  if (c.isBoolean(key)) return c.getBool(key) ? "true" : "false";
+  if (c.isFloatingPoint(key)) return std::to_string(c.getDouble(key));
+  return "(a list or a section)";
+}
+
+[[noreturn]] void refuse(const std::string &key, const std::string &written, const std::string &expected) {
+  throw eckit::UserError("hetmem store: hetmem." + key + " = " + written + " in the FDB configuration: " + expected);
+}
+
 StoreSettings settings_from(const fdb5::Config &config) {
   StoreSettings s;
   read_profile.store(nullptr);
   verify_reads.store(true);
+  for (const std::string &key : config.keys())
+    if (key != "hetmem" && near(key, "hetmem"))
+      throw eckit::UserError("hetmem store: the FDB configuration has a section '" + key +
+                             "', not 'hetmem' (misspelt?): the store's settings would be ignored");
   if (!config.has("hetmem")) return s;
+  if (!config.isSubConfiguration("hetmem"))
+    throw eckit::UserError("hetmem store: 'hetmem' in the FDB configuration is not a section of keys "
+                           "(pool_bytes, emulate, verify)");
   const eckit::LocalConfiguration c = config.getSubConfiguration("hetmem");
   for (const std::string &key : c.keys())
     if (key != "pool_bytes" && key != "emulate" && key != "verify")
       throw eckit::UserError("hetmem store: unknown key 'hetmem." + key +
                              "' in the FDB configuration (known: pool_bytes, emulate, verify)");
   if (c.has("pool_bytes")) {
-    const long bytes = c.getLong("pool_bytes");
-    if (bytes < (64L << 10) || bytes > (1L << 44))
-      throw eckit::UserError("hetmem store: hetmem.pool_bytes = " + std::to_string(bytes) +
-                             " in the FDB configuration is outside 65536..2^44");
-    s.pool_bytes = static_cast<uint64_t>(bytes);
+    uint64_t bytes = 0;
+    if (c.isIntegral("pool_bytes") && c.getLong("pool_bytes") > 0) bytes = static_cast<uint64_t>(c.getLong("pool_bytes"));
+    else if (!c.isString("pool_bytes") || hm_size_parse(c.getString("pool_bytes").c_str(), &bytes) != HM_OK)
+      refuse("pool_bytes", as_written(c, "pool_bytes"), "a size in bytes, or with a unit (256M, 1G)");
+    if (bytes < (uint64_t{64} << 10) || bytes > (uint64_t{1} << 44))
+      refuse("pool_bytes", as_written(c, "pool_bytes"), "outside 64 KiB..16 TiB");
+    s.pool_bytes = bytes;
   }
   if (c.has("emulate")) {
+    if (!c.isString("emulate"))
+      refuse("emulate", as_written(c, "emulate"), std::string("a device profile's name (none, ") + emul_profile_names() + ")");
     const std::string name = c.getString("emulate");
     if (name != "none") {
       s.emulate = emul_profile(name.c_str());
-      if (!s.emulate)
-        throw eckit::UserError("hetmem store: hetmem.emulate = '" + name + "' in the FDB configuration is not a " +
-                               "device profile (known: none, " + emul_profile_names() + ")");
+      if (!s.emulate) refuse("emulate", "'" + name + "'", std::string("not a device profile (known: none, ") + emul_profile_names() + ")");
     }
   }
-  if (c.has("verify")) s.verify = c.getBool("verify");
+  if (c.has("verify")) {
+    if (!c.isBoolean("verify")) refuse("verify", as_written(c, "verify"), "true or false");
+    s.verify = c.getBool("verify");
+  }
   read_profile.store(s.emulate);
   verify_reads.store(s.verify);
   return s;

@@ -104,7 +104,7 @@ const Policy *chosen_policy(int *rc) {
   const Policy *p = g_policy.load(std::memory_order_acquire);
   if (p && g_policy_epoch.load(std::memory_order_acquire) == runtime_epoch()) return p;
   const std::string &name = option_text(Option::kPolicy);
-  std::string chosen = name.empty() ? "first-touch" : name;
+  std::string chosen = name.empty() ? option_default(Option::kPolicy) : name;
   p = policy_find(chosen);
   if (!p) {
     *rc = fail(HM_EINVAL, "HM_POLICY='%s': unknown policy (policies: %s)", chosen.c_str(), policy_names().c_str());

@@ -20,6 +20,16 @@ int map_anon(size_t size, size_t align, size_t huge_page, void **out);
 // Reserves address space only (PROT_NONE), aligned.
 int reserve(size_t size, size_t align, void **out);
 int unmap(void *addr, size_t size);
+// Per-thread memory too large for the static TLS block, which every library loaded after start-up
+// shares (a large block makes the next library that needs static TLS fail to load: FDB's plugin
+// beside libhetmem in one Python process did). A purpose's key is one static ThreadBlockKey; its
+// block is mapped (zeroed) on a thread's first call, returned again to that thread, and unmapped
+// when the thread ends. nullptr when it cannot be mapped. No malloc: callable from allocation hooks.
+struct ThreadBlockKey {
+  int state = 0;  // 0: no key yet, 1: the key exists, 2: none could be made (blocks then stay)
+  unsigned key = 0;
+};
+void *thread_block(ThreadBlockKey *key, size_t bytes);
 // As map_anon, with an inaccessible page right before and right after the mapping, so the kernel
 // keeps it a VMA of its own (per-object Referenced counts in smaps). Free with unmap_guarded.
 int map_anon_guarded(size_t size, size_t align, void **out);

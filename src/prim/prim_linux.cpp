@@ -25,6 +25,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
+#include <pthread.h>
 #include <unistd.h>
 // Local unwinding only (libunwind's _UL* functions, in libunwind.so itself); its types only:
 // the library is loaded by stack_trace_start.
@@ -800,6 +801,40 @@ namespace {
 using BacktraceFn = int (*)(void **, int);
 std::atomic<BacktraceFn> g_backtrace{nullptr};
 }  // namespace
+
+namespace {
+constexpr size_t kThreadBlockHead = 16;  // the mapping's size, before the block
+
+void thread_block_release(void *block) {
+  char *mapping = static_cast<char *>(block) - kThreadBlockHead;
+  munmap(mapping, *reinterpret_cast<size_t *>(mapping));
+}
+
+std::mutex g_thread_block_mutex;
+}  // namespace
+
+void *thread_block(ThreadBlockKey *key, size_t bytes) {
+  int state = __atomic_load_n(&key->state, __ATOMIC_ACQUIRE);
+  if (state == 1) {
+    if (void *block = pthread_getspecific(key->key)) return block;
+  } else if (state == 0) {
+    std::lock_guard<std::mutex> lock(g_thread_block_mutex);
+    if (__atomic_load_n(&key->state, __ATOMIC_RELAXED) == 0) {
+      pthread_key_t k;
+      const bool made = pthread_key_create(&k, thread_block_release) == 0;
+      key->key = made ? static_cast<unsigned>(k) : 0;
+      __atomic_store_n(&key->state, made ? 1 : 2, __ATOMIC_RELEASE);
+    }
+    state = __atomic_load_n(&key->state, __ATOMIC_ACQUIRE);
+  }
+  const size_t size = (kThreadBlockHead + bytes + kPageSize - 1) / kPageSize * kPageSize;
+  void *mapping = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED) return nullptr;
+  *static_cast<size_t *>(mapping) = size;
+  void *block = static_cast<char *>(mapping) + kThreadBlockHead;
+  if (state == 1) pthread_setspecific(key->key, block);
+  return block;
+}
 
 int stack_trace_start(std::string *why) {
   if (g_backtrace.load(std::memory_order_acquire)) return HM_OK;

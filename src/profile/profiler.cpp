@@ -327,8 +327,11 @@ uint32_t intern_site(const uint64_t *frames, int depth) {
   return 0;  // the table is crowded here: the event keeps no call site
 }
 
-// The name hm_profile_site_name gave the calling thread's allocations ("" when none).
-thread_local char t_site_name[256];
+// The name hm_profile_site_name gave the calling thread's allocations (nullptr or "" when none),
+// in a block of its own (prim::thread_block: not in the static TLS block).
+constexpr size_t kSiteNameBytes = 256;
+thread_local char *t_site_name = nullptr;
+prim::ThreadBlockKey g_site_name_key;
 
 // A named site: interned by its name (two pseudo frames, a marker no return address has and the
 // name's hash), its name written once, when it is first seen.
@@ -352,7 +355,7 @@ uint32_t named_site(const char *name) {
 // (Quantum ESPRESSO: 3.1 million, 0.07% of them 4 KiB or more), where the walk was most of the
 // profiler's cost.
 uint32_t capture_site(const void *caller, size_t size) {
-  if (t_site_name[0]) return named_site(t_site_name);
+  if (t_site_name && t_site_name[0]) return named_site(t_site_name);
   int depth = g_options.depth;
   if (depth <= 0) return 0;
   if (size < g_options.stack_min && caller) {
@@ -613,10 +616,15 @@ int watch(void (*on_change)(int active)) {
 }
 
 int set_site_name(const char *name) {
-  if (name && std::strlen(name) >= sizeof t_site_name)
+  if (name && std::strlen(name) >= kSiteNameBytes)
     return fail(HM_EINVAL, "hm_profile_site_name: a name of %zu bytes (at most %zu)", std::strlen(name),
-                sizeof t_site_name - 1);
-  std::snprintf(t_site_name, sizeof t_site_name, "%s", name ? name : "");
+                kSiteNameBytes - 1);
+  if (!t_site_name) {
+    if (!name || !*name) return HM_OK;  // nothing named yet: nothing to clear
+    t_site_name = static_cast<char *>(prim::thread_block(&g_site_name_key, kSiteNameBytes));
+    if (!t_site_name) return fail(HM_ENOMEM, "hm_profile_site_name: no memory for the thread's site name");
+  }
+  std::snprintf(t_site_name, kSiteNameBytes, "%s", name ? name : "");
   return HM_OK;
 }
 

@@ -298,6 +298,20 @@ def test_a_pool_whose_only_root_slot_is_damaged_is_refused_and_reported(config, 
     assert r.returncode != 0 and "root slot is damaged" in (r.stderr + r.stdout), r.stderr + r.stdout
 
 
+@pytest.mark.parametrize("first", ["library", "store"])
+def test_the_library_and_the_store_load_into_one_python_process_in_either_order(config, first):
+    """libhetmem (hetmem fields status reads pools through it) and FDB's store plugin in one process,
+    loaded in either order: each uses little of the static TLS that libraries loaded after start-up
+    share (the plugin failed to load once libhetmem held 1.5 KiB of it)."""
+    program = ("import sys\nfrom hetmem import fields\nfrom hetmem.lib import plain_library\n"
+               "if sys.argv[2] == 'library': plain_library()\n"
+               "fdb = fields.open_fdb(sys.argv[1])\nprint(len(list(fdb.list({'class': 'rd'}))))\n"
+               "print(plain_library().parse_size('1K'))\n")
+    r = subprocess.run([sys.executable, "-c", program, str(config), first], capture_output=True, text=True,
+                       env=fields.environment(config), cwd=ROOT / "python", timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["0", "1024"], r.stderr[-800:]
+
+
 def test_bad_configurations_and_inputs_get_a_message_and_nothing_half_written(tmp_path):
     grib = tmp_path / "f.grib"
     big = fields.encode_field(writer.field_values("hmtg", 0, 1, 200), step=0, level=1, param=130, expver="hmtg",
@@ -309,14 +323,27 @@ def test_bad_configurations_and_inputs_get_a_message_and_nothing_half_written(tm
     assert r.returncode != 0 and "more than a pool of 64.00 KiB" in r.stderr + r.stdout, r.stderr + r.stdout
     assert "param=130" not in fields.run_tool("fdb-list", ["class=rd,expver=hmtg"], small, check=False).stdout
     # Unknown keys and values of the hetmem section.
+    # Each message echoes what was written.
     for extra, expect in (("  pool_size: 1\n", "unknown key 'hetmem.pool_size'"),
-                          ("  emulate: ssd\n", "not a device profile (known: none, optane"),
-                          ("  pool_bytes: 12\n", "outside 65536")):
+                          ("  emulate: ssd\n", "hetmem.emulate = 'ssd' in the FDB configuration: not a device profile"),
+                          ("  pool_bytes: 12\n", "hetmem.pool_bytes = 12 in the FDB configuration: outside 64 KiB"),
+                          ("  pool_bytes: lots\n", "hetmem.pool_bytes = 'lots' in the FDB configuration: a size"),
+                          ("  verify: maybe\n", "hetmem.verify = 'maybe' in the FDB configuration: true or false"),
+                          ("  emulate: 5\n", "hetmem.emulate = 5 in the FDB configuration: a device profile's name")):
         cfg = fields.write_config(tmp_path / "bad", pool_bytes=1 << 20)
         text = cfg.read_text().replace("  pool_bytes: 1048576\n", extra)
         cfg.write_text(text)
         r = fields.run_tool("fdb-write", [str(grib)], cfg, check=False)
         assert r.returncode != 0 and expect in r.stderr + r.stdout, (extra, r.stderr + r.stdout)
+    # A misspelt section would leave the store on its defaults: refused.
+    cfg = fields.write_config(tmp_path / "misspelt", pool_bytes=1 << 20)
+    cfg.write_text(cfg.read_text().replace("hetmem:\n", "hetmen:\n"))
+    r = fields.run_tool("fdb-write", [str(grib)], cfg, check=False)
+    assert r.returncode != 0 and "a section 'hetmen', not 'hetmem'" in r.stderr + r.stdout, r.stderr + r.stdout
+    # A size with a unit is a size.
+    cfg = fields.write_config(tmp_path / "unit", pool_bytes=1 << 20)
+    cfg.write_text(cfg.read_text().replace("  pool_bytes: 1048576\n", "  pool_bytes: 4M\n"))
+    assert fields.run_tool("fdb-write", [str(grib)], cfg, check=False).returncode == 0
     # A root that cannot be created (a file stands where its directory would be).
     blocker = tmp_path / "blocker"
     blocker.write_text("x")

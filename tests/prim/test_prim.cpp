@@ -3,6 +3,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
 
 #include "hetmem/hetmem.h"
 #include "prim/prim.h"
@@ -19,6 +22,36 @@ TEST(Prim, MapAnonIsAlignedAndZeroed) {
     std::memset(p, 7, 3 << 20);
     EXPECT_EQ(prim::unmap(p, 3 << 20), HM_OK);
   }
+}
+
+namespace {
+size_t mapping_count() {
+  std::ifstream maps("/proc/self/maps");
+  size_t n = 0;
+  for (std::string line; std::getline(maps, line);) ++n;
+  return n;
+}
+}  // namespace
+
+TEST(Prim, ThreadBlocksAreZeroedPerThreadAndGoWithTheirThread) {
+  static prim::ThreadBlockKey key;
+  char *mine = static_cast<char *>(prim::thread_block(&key, 600));
+  ASSERT_NE(mine, nullptr);
+  EXPECT_EQ(mine[0], 0);
+  EXPECT_EQ(mine[599], 0);
+  std::memset(mine, 1, 600);
+  char *other = nullptr;
+  std::thread([&] {
+    other = static_cast<char *>(prim::thread_block(&key, 600));
+    ASSERT_NE(other, nullptr);
+    EXPECT_EQ(other[0], 0) << "another thread's block is its own, zeroed";
+  }).join();
+  EXPECT_NE(other, mine);
+  // Threads that end return their blocks: a hundred of them leave no mapping behind.
+  for (int warm = 0; warm < 2; ++warm) std::thread([] { prim::thread_block(&key, 600); }).join();
+  const size_t before = mapping_count();
+  for (int i = 0; i < 100; ++i) std::thread([] { ASSERT_NE(prim::thread_block(&key, 600), nullptr); }).join();
+  EXPECT_LE(mapping_count(), before + 2);
 }
 
 TEST(Prim, MapAnonRejectsZeroSize) {
