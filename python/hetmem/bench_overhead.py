@@ -8,7 +8,9 @@ difference from the plain program is hetmem's cost, not placement's.
    (`profile`). The programs are started with exactly the environment the `hetmem` command would
    give them (`cli.launch_environment`), not through the command, so that the machinery is
    measured alone; the command's own start-up (a Python interpreter, a fixed cost) is row 2. An
-   MPI program runs `hetmem` on each rank, so its rows include that start-up.
+   MPI program is measured twice: `hetmem` on each rank (its start-up included in each rank), and
+   `hetmem` once outside the launcher (`hetmem run ... -- mpirun ...`: the ranks inherit the
+   environment; a profile follows them with --children).
    Rounds alternate the modes in a rotating order; each ratio is paired by round, with its spread.
    Targets: `run --plan` and `run --rules` at most 1.03x the plain run, `profile` at most 1.10x;
    MET only when the whole spread meets it.
@@ -49,26 +51,29 @@ TARGETS = {"plan": 1.03, "rules": 1.03, "profile": 1.10}
 DRAM_ONLY = {"HM_TIERS": "capacity=emul:cxl", "HM_EMUL": "0"}
 
 
-def _hetmem_argv(mode: str, work: Path, tag: str) -> list[str]:
+def _hetmem_argv(mode: str, work: Path, tag: str, children: bool = False) -> list[str]:
     if mode == "profile":
-        return ["profile", "-o", str(work / f"{tag}.hmtrace")]
+        return ["profile", "-o", str(work / f"{tag}.hmtrace")] + (["--children"] if children else [])
     if mode == "rules":
         return ["run", "--rules", str(work / "all-capacity.rules")]
     return ["run", "--plan", str(work / "own.plan")]
 
 
-def _command(program: rp.Program, mode: str, work: Path, tag: str, base_env: dict) -> tuple[list[str], dict]:
-    """The program's command and environment in `mode`, as the hetmem command would start it."""
+def _command(program: rp.Program, mode: str, work: Path, tag: str, base_env: dict,
+             per_rank: bool) -> tuple[list[str], dict]:
+    """The program's command and environment in `mode`, as the hetmem command would start it: for
+    an MPI program on each rank (per_rank, through the command) or once, outside the launcher,
+    whose ranks inherit the environment."""
     plain = [a for a in program.command if a != "{hetmem}"]
     if mode == "plain":
         return plain, base_env
-    if program.per_rank:  # hetmem started on each rank by the MPI launcher: through the command
+    if per_rank:
         return rp.command(program, mode, work, tag), base_env
     saved = dict(os.environ)
     try:  # the command builds its environment from this process's
         os.environ.clear()
         os.environ.update(base_env)
-        _, env = launch_environment(_hetmem_argv(mode, work, tag) + ["--"] + plain)
+        _, env = launch_environment(_hetmem_argv(mode, work, tag, children=program.per_rank) + ["--"] + plain)
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -98,25 +103,29 @@ def real_programs(rounds: int, tmp: Path, say) -> dict:
             rows.append({"program": program.name, "skipped": "no plan could be made: "
                          + (made.stderr.strip()[-200:] if made else profiled.stderr.strip()[-200:])})
             continue
-        seconds: dict[str, list[float]] = {m: [] for m in modes}
-        problems = []
-        for rnd in range(rounds):
-            order = modes[rnd % len(modes):] + modes[:rnd % len(modes)]
-            for mode in order:
-                cmd, env = _command(program, mode, work, f"bench-{mode}{rnd}", base_env)
-                s, status, err = _time(cmd, env, work)
-                if status != 0:
-                    problems.append(f"{mode} round {rnd + 1}: status {status}: {err.strip()[-200:]}")
-                seconds[mode].append(s)
-        row = {"program": program.name, "seconds": seconds, "problems": problems,
-               "through": "the hetmem command on each rank (its start-up included)" if program.per_rank
-               else "the environment the hetmem command gives (its start-up not included)"}
-        for mode in ("plan", "rules", "profile"):
-            r = ratio(seconds[mode], seconds["plain"], paired=True)
-            row[mode] = {**r.as_dict(), "target": TARGETS[mode], "verdict": at_most(r, TARGETS[mode])}
-        say(f"  {program.name}: plain {statistics.median(seconds['plain']):.3f} s, "
-            + ", ".join(f"{m} {row[m]['ratio']:.3f}x ({row[m]['verdict']})" for m in ("plan", "rules", "profile")))
-        rows.append(row)
+        # An MPI program twice: hetmem on each rank, and hetmem once outside the launcher.
+        for per_rank in ((True, False) if program.per_rank else (False,)):
+            name = program.name + ("" if not program.per_rank else " (each rank)" if per_rank else " (outside)")
+            seconds: dict[str, list[float]] = {m: [] for m in modes}
+            problems = []
+            for rnd in range(rounds):
+                order = modes[rnd % len(modes):] + modes[:rnd % len(modes)]
+                for mode in order:
+                    cmd, env = _command(program, mode, work, f"bench-{mode}{rnd}", base_env, per_rank)
+                    s, status, err = _time(cmd, env, work)
+                    if status != 0:
+                        problems.append(f"{mode} round {rnd + 1}: status {status}: {err.strip()[-200:]}")
+                    seconds[mode].append(s)
+            row = {"program": name, "seconds": seconds, "problems": problems,
+                   "through": "the hetmem command on each rank (its start-up included)" if per_rank
+                   else "the hetmem command once, outside the MPI launcher (its start-up not included)"
+                   if program.per_rank else "the environment the hetmem command gives (its start-up not included)"}
+            for mode in ("plan", "rules", "profile"):
+                r = ratio(seconds[mode], seconds["plain"], paired=True)
+                row[mode] = {**r.as_dict(), "target": TARGETS[mode], "verdict": at_most(r, TARGETS[mode])}
+            say(f"  {name}: plain {statistics.median(seconds['plain']):.3f} s, "
+                + ", ".join(f"{m} {row[m]['ratio']:.3f}x ({row[m]['verdict']})" for m in ("plan", "rules", "profile")))
+            rows.append(row)
     return {"rounds": rounds, "rows": rows}
 
 

@@ -282,8 +282,7 @@ void iteration_entered() {
 // and every mutex skip their atomic instructions while a process has one thread).
 bool windows_used() {
   if (g_profiling) return true;
-  hm_class_info_t cls;
-  if (hm_class_info(0, &cls) == HM_OK) return true;
+  if (hm_class_count() > 0) return true;
   if (number_option("HM_EMUL") != 1) return false;
   hm_tier_info_t tier;
   for (int t = 0; t < hm_tier_count(); ++t)
