@@ -795,14 +795,6 @@ int clear_referenced() {
 int read_smaps(std::string *text) { return read_text("/proc/self/smaps", text) ? HM_OK : HM_ENOTSUP; }
 
 namespace {
-// libunwind, loaded (RTLD_LOCAL) by the first profile rather than linked: every process the
-// preload library starts in would pay for loading it and liblzma, and a linked libunwind.so
-// interposes its own _Unwind_Backtrace and backtrace on the program's.
-using BacktraceFn = int (*)(void **, int);
-std::atomic<BacktraceFn> g_backtrace{nullptr};
-}  // namespace
-
-namespace {
 constexpr size_t kThreadBlockHead = 16;  // the mapping's size, before the block
 
 void thread_block_release(void *block) {
@@ -836,15 +828,28 @@ void *thread_block(ThreadBlockKey *key, size_t bytes) {
   return block;
 }
 
+namespace {
+// libunwind, loaded (RTLD_LOCAL) by the first profile rather than linked: every process the
+// preload library starts in would pay for loading it and liblzma, and a linked libunwind.so
+// interposes its own _Unwind_Backtrace and backtrace on the program's.
+using BacktraceFn = int (*)(void **, int);
+std::atomic<BacktraceFn> g_backtrace{nullptr};
+}  // namespace
+
 int stack_trace_start(std::string *why) {
   if (g_backtrace.load(std::memory_order_acquire)) return HM_OK;
   void *library = library_open(HM_UNWIND_SONAME, why);
   if (!library) return HM_ENOTSUP;
-  // unw_backtrace and unw_set_caching_policy are macros for these names (UNW_LOCAL_ONLY).
+  // libunwind.h's names are macros for the architecture's symbols (UNW_LOCAL_ONLY: _UL<arch>_...);
+  // unw_backtrace is exported under its own name.
+#define HM_SYMBOL_NAME(name) HM_SYMBOL_TEXT(name)
+#define HM_SYMBOL_TEXT(name) #name
   auto backtrace = reinterpret_cast<BacktraceFn>(library_symbol(library, "unw_backtrace", why));
   auto set_caching = reinterpret_cast<int (*)(unw_addr_space_t, unw_caching_policy_t)>(
-      library_symbol(library, "_ULx86_64_set_caching_policy", why));
-  auto local = static_cast<unw_addr_space_t *>(library_symbol(library, "_ULx86_64_local_addr_space", why));
+      library_symbol(library, HM_SYMBOL_NAME(unw_set_caching_policy), why));
+  auto local = static_cast<unw_addr_space_t *>(library_symbol(library, HM_SYMBOL_NAME(unw_local_addr_space), why));
+#undef HM_SYMBOL_NAME
+#undef HM_SYMBOL_TEXT
   if (!backtrace || !set_caching || !local) return HM_ENOTSUP;
   // Per-thread caches of unwind information: no lock taken per trace.
   set_caching(*local, UNW_CACHE_PER_THREAD);
