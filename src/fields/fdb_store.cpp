@@ -29,6 +29,8 @@
 #include <sstream>
 #include <vector>
 
+#include <eccodes.h>
+
 #include "fields/field_pools.h"
 #include "hetmem/hetmem.h"
 
@@ -117,6 +119,22 @@ StoreSettings settings_from(const fdb5::Config &config) {
   read_profile.store(s.emulate);
   verify_reads.store(s.verify);
   return s;
+}
+
+// The keys of a GRIB message that the index key leaves out (step, param, levtype, levelist),
+// "key=value,..."; "" when the message cannot be read. For messages about a field.
+std::string message_keys(const void *data, uint64_t bytes) {
+  codes_handle *h = codes_handle_new_from_message(nullptr, data, bytes);
+  if (!h) return "";
+  std::string out;
+  for (const char *key : {"step", "param", "levtype", "levelist"}) {
+    char value[128];
+    size_t length = sizeof value;
+    if (codes_get_string(h, (std::string("mars.") + key).c_str(), value, &length) == CODES_SUCCESS)
+      out += (out.empty() ? "" : ",") + std::string(key) + "=" + value;
+  }
+  codes_handle_delete(h);
+  return out;
 }
 
 // A retrieved field: its bytes in the pool's read-only mapping, copied out by read().
@@ -237,12 +255,20 @@ class HetmemStore : public fdb5::Store {
       const eckit::PathName unique = eckit::PathName::unique(directory_ / key_.valuesToString());
       writer_ = std::make_unique<FieldWriter>(directory_.asString(), unique.baseName().asString(), settings_);
     }
-    // The store is given the index's part of the key; with the database it names the field.
+    // The store is given the index's part of the key; with the database it names the field (and
+    // a failure names the rest of the key, read from the message).
     std::ostringstream what;
     what << "of " << key << " in " << directory_;
     FieldSpot spot;
-    if (writer_->archive(data, static_cast<uint64_t>(static_cast<long long>(length)), what.str(), &spot) != HM_OK)
+    const uint64_t bytes = static_cast<uint64_t>(static_cast<long long>(length));
+    if (writer_->archive(data, bytes, what.str(), &spot) != HM_OK) {
+      const std::string keys = message_keys(data, bytes);
+      if (!keys.empty()) {
+        const std::string why = hm_last_error();
+        throw eckit::Exception(why + " (the field: " + keys + ")");
+      }
       throw_last("archive");
+    }
     ++unflushed_;
     return std::make_unique<HetmemFieldLocation>(eckit::URI(kScheme, eckit::PathName(spot.pool)),
                                                  eckit::Offset(spot.offset), eckit::Length(spot.length), fdb5::Key());

@@ -320,7 +320,9 @@ def test_bad_configurations_and_inputs_get_a_message_and_nothing_half_written(tm
     # A field larger than a pool: the error names the field and the pool size; nothing visible.
     small = fields.write_config(tmp_path / "small", pool_bytes=65536)
     r = fields.run_tool("fdb-write", [str(grib)], small, check=False)
-    assert r.returncode != 0 and "more than a pool of 64.00 KiB" in r.stderr + r.stdout, r.stderr + r.stdout
+    said = r.stderr + r.stdout
+    assert r.returncode != 0 and "more than a pool of 64.00 KiB" in said, said
+    assert "(the field: step=0,param=130,levtype=ml,levelist=1)" in said, said  # its whole key
     assert "param=130" not in fields.run_tool("fdb-list", ["class=rd,expver=hmtg"], small, check=False).stdout
     # Unknown keys and values of the hetmem section.
     # Each message echoes what was written.
