@@ -37,7 +37,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 if ! "$VENV/bin/python" -c "import rich, pytest, numpy, matplotlib, zstandard, argparse_manpage, openpmd_api, fdb5lib, pyfdb, eccodes, hetmem" 2>/dev/null; then
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT/python[test,fdb]"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[test,fdb]"
 fi
 
 cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${HM_BUILD_TYPE:-RelWithDebInfo}" \

@@ -190,3 +190,23 @@ def test_the_installed_command_and_programs_run_from_the_prefix(prefix, tmp_path
     for name in ("hetmem.1", "hetmem-run.1", "hetmem-profile.1", "hetmem-compare.1", "hetmem-bench.1"):
         assert name in pages, sorted(pages)
     assert r".TH HETMEM\-RUN" in (prefix / "share" / "man" / "man1" / "hetmem-run.1").read_text()
+
+
+def test_the_python_package_builds_from_the_repository_root(tmp_path):
+    """`pip install .` from the repository's root: a wheel with the command's package and its entry
+    point (the project's one pyproject.toml, at the root, maps python/hetmem)."""
+    import zipfile
+    # A copy of the root's pyproject.toml and the package: setuptools writes build/ beside the
+    # project, which in the repository is CMake's build tree.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "python" / "hetmem", source / "python" / "hetmem",
+                    ignore=shutil.ignore_patterns("__pycache__", "_installed.py"))
+    shutil.copy(ROOT / "pyproject.toml", source)
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path), str(source)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-800:]
+    wheel = next(tmp_path.glob("hetmem-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "hetmem/cli.py" in names and "hetmem/fields.py" in names, names[:20]
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    assert "hetmem = hetmem.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
