@@ -865,29 +865,21 @@ int stack_trace(void **frames, int depth) {
 int thread_id() { return static_cast<int>(syscall(SYS_gettid)); }
 int process_id() { return static_cast<int>(getpid()); }
 
-uint64_t now_ns() {
+namespace {
+uint64_t clock_ns(clockid_t clock) {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
+}  // namespace
 
-int64_t wall_seconds() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<int64_t>(ts.tv_sec);
-}
+uint64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
-uint64_t process_cpu_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+int64_t wall_seconds() { return static_cast<int64_t>(clock_ns(CLOCK_REALTIME) / 1000000000ull); }
 
-uint64_t wall_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
+uint64_t process_cpu_ns() { return clock_ns(CLOCK_PROCESS_CPUTIME_ID); }
+
+uint64_t wall_ns() { return clock_ns(CLOCK_REALTIME); }
 
 namespace {
 // The TSC's rate against CLOCK_MONOTONIC, measured over the first 5 ms in which the clock is read,

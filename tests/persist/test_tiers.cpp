@@ -50,6 +50,18 @@ class Tiers : public ::testing::Test {
 };
 
 using Dims = ::testing::Types<D<2>, D<3>>;
+namespace {
+// A pool fetched back from a replica: only its used part came back (the file is sparse), and it
+// is owner-only like every pool.
+void expect_fetched_pool(const std::string &path) {
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 16 << 20);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, static_cast<uint64_t>(st.st_size) / 2);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+}  // namespace
+
 TYPED_TEST_SUITE(Tiers, Dims);
 
 // A sphere moving along x: the application's interface, its refine predicate, and the feature.
@@ -166,14 +178,7 @@ TYPED_TEST(Tiers, ReplicaGetsDeltasAndRestoresALostPool) {
   ASSERT_EQ(unlink(this->path_.c_str()), 0);
   std::unique_ptr<Octree<Dim>> back;
   ASSERT_EQ(Octree<Dim>::restore(this->path_, &back, o), HM_OK) << hm_last_error();
-  {
-    // Only the used part came back: the fetched pool is sparse, and owner-only like every pool.
-    struct stat st {};
-    ASSERT_EQ(stat(this->path_.c_str(), &st), 0);
-    EXPECT_EQ(st.st_size, 16 << 20);
-    EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, static_cast<uint64_t>(st.st_size) / 2);
-    EXPECT_EQ(st.st_mode & 0777, 0600u);
-  }
+  expect_fetched_pool(this->path_);
   EXPECT_EQ(back->checksum(), sum);
   EXPECT_EQ(back->version(), version);
   std::string why;
@@ -394,14 +399,7 @@ TYPED_TEST(Tiers, ARemoteReplicaGetsDeltasAndRestoresALostPool) {
   std::unique_ptr<Octree<Dim>> back;
   ASSERT_EQ(Octree<Dim>::restore(this->path_, &back, OctreeOptions{}), HM_EIO) << "without the replica: gone";
   ASSERT_EQ(Octree<Dim>::restore(this->path_, &back, o), HM_OK) << hm_last_error();
-  {
-    // Only the used part came back: the fetched pool is sparse, and owner-only like every pool.
-    struct stat st {};
-    ASSERT_EQ(stat(this->path_.c_str(), &st), 0);
-    EXPECT_EQ(st.st_size, 16 << 20);
-    EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, static_cast<uint64_t>(st.st_size) / 2);
-    EXPECT_EQ(st.st_mode & 0777, 0600u);
-  }
+  expect_fetched_pool(this->path_);
   EXPECT_EQ(back->checksum(), sum);
   EXPECT_EQ(back->version(), version);
   ASSERT_EQ(back->persist(), HM_OK) << "and the restored tree goes on sending to the replica";

@@ -21,6 +21,17 @@ Params cube(int n, double length) {
   return p;
 }
 
+// A 16^3 cube of thermal electrons alone (as preset:L0): 2x2x2 particles per cell, u_th 0.05.
+Params thermal_electrons() {
+  Params p = cube(16, 16e-6);
+  SpeciesParams e;
+  e.density = 1e24;
+  e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
+  e.u_th = 0.05;
+  p.species = {e};
+  return p;
+}
+
 // The largest charge-conservation error over `steps` steps (Simulation::gauss_error after each).
 double worst_gauss_error(Simulation &sim, int steps) {
   double worst = 0;
@@ -105,12 +116,8 @@ TEST_F(Pic, EsirkepovConservesCharge) {
 TEST_F(Pic, SingleSpeciesIsNeutralisedByAnExplicitBackground) {
   // Electrons alone (as preset:L0): the uniform background of opposite charge is part of Gauss's
   // law, so div E = (rho + rho_background) / eps0 holds to rounding from the first step.
-  Params p = cube(16, 16e-6);
-  SpeciesParams e;
-  e.density = 1e24;
-  e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
-  e.u_th = 0.05;
-  p.species = {e};
+  const Params p = thermal_electrons();
+  const SpeciesParams &e = p.species[0];
   Simulation sim(p);
   EXPECT_NEAR(sim.background_charge_density(), -e.charge * e.density, 1e-12 * std::fabs(e.charge * e.density));
   const double worst = worst_gauss_error(sim, 20);
@@ -177,13 +184,7 @@ namespace {
 // Fields and particles after 10 steps of a thermal plasma, as raw doubles.
 std::vector<double> thermal_state(int threads, hm_stream_stats_t *stream = nullptr) {
     omp_set_num_threads(threads);
-    Params p = cube(16, 16e-6);
-    SpeciesParams e;
-    e.density = 1e24;
-    e.ppc[0] = e.ppc[1] = e.ppc[2] = 2;
-    e.u_th = 0.05;
-    p.species = {e};
-    Simulation sim(p);
+    Simulation sim(thermal_electrons());
     for (int n = 0; n < 10; ++n) sim.step();
     std::vector<double> state;
     const Grid &g = sim.grid();
