@@ -59,6 +59,19 @@ def _hetmem_argv(mode: str, work: Path, tag: str, children: bool = False) -> lis
     return ["run", "--plan", str(work / "own.plan")]
 
 
+def _launch_env(argv: list[str], base_env: dict) -> dict:
+    """The environment `hetmem ARGV` would start its program with, built from `base_env` (the
+    command builds it from its own process's environment, which is swapped for the call)."""
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(base_env)
+        return launch_environment(argv)[1]
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _command(program: rp.Program, mode: str, work: Path, tag: str, base_env: dict,
              per_rank: bool) -> tuple[list[str], dict]:
     """The program's command and environment in `mode`, as the hetmem command would start it: for
@@ -69,14 +82,7 @@ def _command(program: rp.Program, mode: str, work: Path, tag: str, base_env: dic
         return plain, base_env
     if per_rank:
         return rp.command(program, mode, work, tag), base_env
-    saved = dict(os.environ)
-    try:  # the command builds its environment from this process's
-        os.environ.clear()
-        os.environ.update(base_env)
-        _, env = launch_environment(_hetmem_argv(mode, work, tag, children=program.per_rank) + ["--"] + plain)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    env = _launch_env(_hetmem_argv(mode, work, tag, children=program.per_rank) + ["--"] + plain, base_env)
     return plain, env
 
 
@@ -151,14 +157,7 @@ def process_start_up(rounds: int, tmp: Path) -> dict:
     rules.write_text("all -> capacity\n")
     batch = ["sh", "-c", f"i=0; while [ $i -lt {PROCESSES_PER_BATCH} ]; do /bin/true; i=$((i+1)); done"]
     base_env = rp.environment(DRAM_ONLY)
-    saved = dict(os.environ)
-    try:  # the command builds its environment from this process's
-        os.environ.clear()
-        os.environ.update(base_env)
-        _, preloaded = launch_environment(["run", "--rules", str(rules), "--"] + batch)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    preloaded = _launch_env(["run", "--rules", str(rules), "--"] + batch, base_env)
     plain, wrapped = [], []
     for rnd in range(rounds):
         pair = [("plain", base_env), ("preloaded", preloaded)]
