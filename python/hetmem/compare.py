@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from .compare_report import (ALL_FAST_TARGET, WARPX_PM_FULL_VS, WARPX_PM_STATIC_VS, all_fast_target, charged_share,
-                             iteration_times, measured_points, phase_name, phase_seconds, steady, targets,
+                             iteration_times, measured_points, phase_seconds, steady, targets,
                              text_tables, whole_run, write)
 from .lib import HetmemError, RunLog, plain_library
 from .units import size_text

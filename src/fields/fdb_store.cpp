@@ -137,7 +137,7 @@ std::string message_keys(const void *data, uint64_t bytes) {
   return out;
 }
 
-// A retrieved field: its bytes in the pool's read-only mapping, copied out by read().
+// A retrieved field: its bytes as read_field read them from the pool, copied out by read().
 class FieldHandle : public eckit::DataHandle {
  public:
   explicit FieldHandle(FieldView view) : view_(std::move(view)) {}
