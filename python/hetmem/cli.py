@@ -81,7 +81,9 @@ def cmd_tiers(args: argparse.Namespace) -> int:
         cmd = [find_program("hetmem-validate-emul"), "--json",
                args.validate_out or str(results_dir() / "hetmem-validate-emul.json")]
         if args.quick:
-            cmd += ["--reps", "3"]
+            # Three rounds on a shared machine are a check of the models, not a measurement: fail only on
+            # a kernel NOT MET (every round outside the tolerance), not on one whose median noise moved.
+            cmd += ["--reps", "3", "--exit-status", "spread"]
         if args.size_mib or args.quick:
             cmd += ["--size-mib", str(args.size_mib or 64)]
         rc = run_program(cmd, env)
@@ -516,7 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true", help="print JSON instead of a table")
     t.add_argument("--bench", action="store_true",
                    help="first run the STREAM + pointer-chase benchmark on every tier and update the calibration")
-    t.add_argument("--quick", action="store_true", help="with --bench: fewer repetitions")
+    t.add_argument("--quick", action="store_true", help="with --bench or --validate: 3 repetitions; --validate "
+                   "--quick then exits 1 only on a kernel off in every round")
     t.add_argument("--threads", type=int, help="with --bench: largest thread count (default: all cores)")
     t.add_argument("--size-mib", type=int, help="with --bench: array size (default: 4x the last-level cache); with "
                    "--validate: the microkernels' array size (default: the validator's own, 64 with --quick)")

@@ -110,7 +110,7 @@ def test_bench_writes_table_json_and_calibration(tmp_path):
 def test_validate_compares_each_kernel_with_the_model(tmp_path):
     out = tmp_path / "validate.json"
     r = run("tiers", "--validate", "--quick", "--size-mib", "16", "--validate-out", str(out))
-    # Exit 1 would mean a kernel off by more than 10% on a noisy machine: the table still says which.
+    # --quick exits 1 only on a kernel NOT MET (every round off by more than 10%): the table says which.
     assert r.returncode in (0, 1), r.stderr
     assert "predicted" in r.stdout and "pointer chase" in r.stdout
     data = json.loads(out.read_text())
@@ -122,7 +122,8 @@ def test_validate_compares_each_kernel_with_the_model(tmp_path):
     assert {row["access"] for row in data["rows"]} == {"declared", "sampled"}
     # The model always predicts a slowdown on these profiles; what was measured is the table's business.
     assert all(row["predicted"] > 1.0 and row["dram_ms"] > 0 for row in data["rows"])
-    assert data["medians_within_tolerance"] == (r.returncode == 0)
+    assert "exit status by the spread" in r.stdout
+    assert (r.returncode == 0) == all(row["verdict"] != "NOT MET" for row in data["rows"])
     assert all(row["verdict"] in ("MET", "NOT MET", "cannot tell", "NOT JUDGED") and row["error_low"] <= row["error_high"]
                for row in data["rows"])
     # A row is left unjudged only when no round had the kernel's cores (another program had them).

@@ -68,5 +68,6 @@ def test_every_command_of_the_quick_tour_runs_as_written(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HM_") and k != "PYTHONPATH"}
     r = subprocess.run(["bash", "-c", "\n".join(script)], capture_output=True, text=True, env=env, timeout=1200)
     ran = [l for l in r.stderr.splitlines() if l.startswith("== ")]
-    assert r.returncode == 0, f"the tour stopped at {ran[-1] if ran else 'its start'}:\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, (f"the tour stopped at {ran[-1] if ran else 'its start'}:\n{r.stderr[-3000:]}\n"
+                               f"its output:\n{r.stdout[-2000:]}")
     assert len(ran) == len(lines) - len(benchmarks)
