@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace hm::prim {
 
@@ -53,10 +54,13 @@ int prefault(void *addr, size_t len);
 int back_file(int fd, uint64_t offset, size_t len);
 
 // NUMA. `node` < 0 means "no binding" for bind_node.
-int numa_node_count();               // configured nodes (1 if libnuma is unavailable)
-bool numa_available();
-int bind_node(void *addr, size_t len, int node, bool move_existing);
-int page_node(const void *addr, int *node);  // node of the page holding addr (touches nothing)
+// libnuma is loaded (RTLD_LOCAL) the first time a machine with two nodes or more needs it, not
+// linked: on a machine with one node there is nothing to bind, and every process the preload
+// library starts in would pay for loading it and running its constructor (about 0.2 ms).
+int numa_node_count();               // nodes with memory (the online nodes' count where libnuma is not loaded)
+bool numa_available();               // whether libnuma could be loaded (loads it)
+int bind_node(void *addr, size_t len, int node, bool move_existing);  // a no-op on one node
+int page_node(const void *addr, int *node);  // node of the page holding addr (touches nothing; loads libnuma)
 int node_size(int node, uint64_t *total, uint64_t *free_bytes);
 bool node_has_cpus(int node);
 int node_distance(int a, int b);
@@ -89,6 +93,7 @@ int lock_file(int fd);
 void flush_lines(const void *addr, size_t len);
 void store_fence();
 bool read_text(const std::string &path, std::string *out);  // whole small file (sysfs)
+std::vector<int> parse_id_list(const std::string &text);    // a kernel list of node or CPU ids, "0-1,3"
 // The first `bytes` bytes of a file (fewer if it is shorter: *got says how many). HM_EIO if it
 // cannot be opened.
 int read_head(const std::string &path, void *data, size_t bytes, size_t *got);
@@ -150,6 +155,29 @@ bool object_at(const void *addr, const char **path, uintptr_t *base);
 // nullptr (and dlerror's text in *why when given) when either is missing.
 void *library_open(const char *soname, std::string *why = nullptr);
 void *library_symbol(void *library, const char *name, std::string *why = nullptr);
+// A table of a library's functions, loaded on first use: HM_LIBRARY_FUNCTIONS(Table, loader,
+// soname, LIST) defines `struct Table` with a typed pointer per function that the X-macro LIST
+// names, and `const Table *loader()`, which opens the library the first time it is called and
+// gives nullptr when the library or any of the functions is missing.
+#define HM_LIBRARY_FUNCTION_POINTER(name) decltype(&::name) name = nullptr;
+#define HM_LIBRARY_FUNCTION_RESOLVE(name)                                                       \
+  table.name = reinterpret_cast<decltype(table.name)>(::hm::prim::library_symbol(library, #name)); \
+  all = all && table.name;
+#define HM_LIBRARY_FUNCTIONS(Table, loader, soname, LIST)          \
+  struct Table {                                                   \
+    LIST(HM_LIBRARY_FUNCTION_POINTER)                              \
+  };                                                               \
+  const Table *loader() {                                          \
+    static const Table *loaded = [] {                              \
+      static Table table;                                          \
+      void *library = ::hm::prim::library_open(soname);            \
+      if (!library) return static_cast<const Table *>(nullptr);    \
+      bool all = true;                                             \
+      LIST(HM_LIBRARY_FUNCTION_RESOLVE)                            \
+      return all ? static_cast<const Table *>(&table) : nullptr;   \
+    }();                                                           \
+    return loaded;                                                 \
+  }
 
 // TCP byte streams (replicas on another host). HM_OK or HM_EIO (errno's text in *why when given).
 int tcp_connect(const std::string &host, int port, int *fd, std::string *why = nullptr);

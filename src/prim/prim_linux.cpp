@@ -33,6 +33,7 @@
 #include <libunwind.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -154,41 +155,87 @@ int back_file(int fd, uint64_t offset, size_t len) {
   return errno == ENOSPC ? HM_ECAPACITY : (errno == EOPNOTSUPP ? HM_ENOTSUP : errno_code(errno));
 }
 
-bool numa_available() {
-  static const bool ok = ::numa_available() >= 0;
-  return ok;
+namespace {
+// The functions hetmem uses of libnuma (HM_NUMA_SONAME, the library this was compiled against).
+#define HM_NUMA_FUNCTIONS(X) \
+  X(numa_available) X(numa_num_configured_nodes) X(numa_node_size64) X(numa_distance) X(mbind) X(move_pages)
+HM_LIBRARY_FUNCTIONS(Numa, libnuma, HM_NUMA_SONAME, HM_NUMA_FUNCTIONS)
+
+// libnuma where it can be loaded and the kernel has NUMA support, else nullptr.
+const Numa *numa() {
+  static const Numa *usable = [] {
+    const Numa *n = libnuma();
+    return n && n->numa_available() >= 0 ? n : nullptr;
+  }();
+  return usable;
 }
 
-int numa_node_count() { return numa_available() ? numa_num_configured_nodes() : 1; }
+// libnuma where the machine has two nodes or more (one read of sysfs decides), else nullptr.
+const Numa *numa_of_several_nodes() {
+  static const bool several = [] {
+    std::string online;
+    return read_text("/sys/devices/system/node/online", &online) && parse_id_list(online).size() > 1;
+  }();
+  return several ? numa() : nullptr;
+}
+}  // namespace
+
+std::vector<int> parse_id_list(const std::string &text) {
+  std::vector<int> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    std::string part = text.substr(at, end - at);
+    at = end + 1;
+    if (part.empty() || !std::isdigit(static_cast<unsigned char>(part[0]))) continue;
+    int a = std::atoi(part.c_str()), b = a;
+    size_t dash = part.find('-');
+    if (dash != std::string::npos) b = std::atoi(part.c_str() + dash + 1);
+    for (int i = a; i <= b; ++i) out.push_back(i);
+  }
+  return out;
+}
+
+bool numa_available() { return numa() != nullptr; }
+
+int numa_node_count() {
+  const Numa *n = numa_of_several_nodes();
+  return n ? n->numa_num_configured_nodes() : 1;
+}
 
 int bind_node(void *addr, size_t len, int node, bool move_existing) {
-  if (node < 0 || !numa_available()) return HM_OK;
+  const Numa *n = numa_of_several_nodes();
+  if (node < 0 || !n) return HM_OK;  // one node: everything is on it
   unsigned long mask[16] = {};
   if (node >= static_cast<int>(sizeof(mask) * 8)) return HM_EINVAL;
   mask[node / (8 * sizeof(unsigned long))] |= 1ul << (node % (8 * sizeof(unsigned long)));
   unsigned flags = move_existing ? MPOL_MF_MOVE | MPOL_MF_STRICT : 0;
-  if (mbind(addr, len, MPOL_BIND, mask, sizeof(mask) * 8, flags) != 0) return errno_code(errno);
+  if (n->mbind(addr, len, MPOL_BIND, mask, sizeof(mask) * 8, flags) != 0) return errno_code(errno);
   return HM_OK;
 }
 
 int page_node(const void *addr, int *node) {
   void *page = reinterpret_cast<void *>(reinterpret_cast<uintptr_t>(addr) & ~(uintptr_t)(kPageSize - 1));
   int status = -1;
-  if (move_pages(0, 1, &page, nullptr, &status, 0) != 0) return errno_code(errno);
+  const Numa *n = numa();
+  if (!n) return HM_ENOTSUP;
+  if (n->move_pages(0, 1, &page, nullptr, &status, 0) != 0) return errno_code(errno);
   if (status < 0) return HM_EINVAL;  // -ENOENT: page not yet touched
   *node = status;
   return HM_OK;
 }
 
 int node_size(int node, uint64_t *total, uint64_t *free_bytes) {
-  if (!numa_available()) {
+  const Numa *n = numa_of_several_nodes();
+  if (!n) {
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
     *total = static_cast<uint64_t>(pages) * kPageSize;
     *free_bytes = static_cast<uint64_t>(avail) * kPageSize;
     return HM_OK;
   }
   long long fr = 0;
-  long long t = numa_node_size64(node, &fr);
+  long long t = n->numa_node_size64(node, &fr);
   if (t < 0) return HM_EINVAL;
   *total = static_cast<uint64_t>(t);
   *free_bytes = static_cast<uint64_t>(fr);
@@ -201,7 +248,10 @@ bool node_has_cpus(int node) {
   return s.find_first_of("0123456789") != std::string::npos;
 }
 
-int node_distance(int a, int b) { return numa_available() ? numa_distance(a, b) : (a == b ? 10 : 20); }
+int node_distance(int a, int b) {
+  const Numa *n = numa_of_several_nodes();
+  return n ? n->numa_distance(a, b) : (a == b ? 10 : 20);
+}
 
 int current_node() {
   unsigned cpu = 0, node = 0;

@@ -24,29 +24,9 @@ constexpr double kMiBps = 1.048576;  // hwloc reports MiB/s; hetmem uses MB/s
   X(hwloc_bitmap_alloc) X(hwloc_bitmap_copy) X(hwloc_bitmap_free) X(hwloc_get_type_depth)           \
   X(hwloc_get_nbobjs_by_depth) X(hwloc_get_obj_by_depth) X(hwloc_memattr_get_value)
 
-struct Hwloc {
-#define HM_HWLOC_POINTER(name) decltype(&::name) name = nullptr;
-  HM_HWLOC_FUNCTIONS(HM_HWLOC_POINTER)
-#undef HM_HWLOC_POINTER
-};
-
 // hwloc's functions from the library this was compiled against (HM_HWLOC_SONAME), or nullptr
 // when it cannot be loaded: discovery then goes on from the kernel's sysfs alone.
-const Hwloc *hwloc() {
-  static const Hwloc *loaded = [] {
-    static Hwloc h;
-    void *library = prim::library_open(HM_HWLOC_SONAME);
-    if (!library) return static_cast<const Hwloc *>(nullptr);
-    bool all = true;
-#define HM_HWLOC_RESOLVE(name)                                                         \
-  h.name = reinterpret_cast<decltype(h.name)>(prim::library_symbol(library, #name)); \
-  all = all && h.name;
-    HM_HWLOC_FUNCTIONS(HM_HWLOC_RESOLVE)
-#undef HM_HWLOC_RESOLVE
-    return all ? static_cast<const Hwloc *>(&h) : nullptr;
-  }();
-  return loaded;
-}
+HM_LIBRARY_FUNCTIONS(Hwloc, hwloc, HM_HWLOC_SONAME, HM_HWLOC_FUNCTIONS)
 
 // hwloc.h's inline helpers, over the loaded functions.
 int numa_node_count(const Hwloc &h, hwloc_topology_t topo) {
@@ -137,21 +117,6 @@ double read_number(const std::string &path) {
   return std::strtod(s.c_str(), nullptr);
 }
 
-// Parses a kernel node list such as "0-1,3".
-std::vector<int> parse_nodelist(const std::string &text) {
-  std::vector<int> out;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, ',')) {
-    if (part.empty() || part[0] == '\n') continue;
-    int a = std::atoi(part.c_str()), b = a;
-    auto dash = part.find('-');
-    if (dash != std::string::npos) b = std::atoi(part.c_str() + dash + 1);
-    for (int i = a; i <= b; ++i) out.push_back(i);
-  }
-  return out;
-}
-
 void from_sysfs(std::vector<NodeInfo> &nodes) {
   for (auto &node : nodes) {
     std::string base = "/sys/devices/system/node/node" + std::to_string(node.os_index) + "/access0/initiators/";
@@ -178,7 +143,7 @@ void from_sysfs(std::vector<NodeInfo> &nodes) {
     if (!prim::read_text("/sys/devices/virtual/memory_tiering/" + name + "/nodelist", &list) &&
         !prim::read_text("/sys/devices/virtual/memory_tiering/" + name + "/nodes", &list))
       continue;
-    for (int id : parse_nodelist(list))
+    for (int id : prim::parse_id_list(list))
       for (auto &node : nodes)
         if (node.os_index == id) {
           node.memory_tier = rank;
@@ -195,7 +160,7 @@ std::vector<NodeInfo> discover_nodes(int *local_node) {
   *local_node = prim::current_node();
   std::string online;
   std::vector<int> ids;
-  if (prim::read_text("/sys/devices/system/node/online", &online)) ids = parse_nodelist(online);
+  if (prim::read_text("/sys/devices/system/node/online", &online)) ids = prim::parse_id_list(online);
   if (ids.empty())
     for (int i = 0; i < count; ++i) ids.push_back(i);
   for (int id : ids) {
