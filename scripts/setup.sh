@@ -9,7 +9,7 @@ BUILD_DIR="${BUILD_DIR:-$ROOT/build}"
 VENV="$ROOT/.venv"
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config gfortran libnuma-dev numactl libhwloc-dev hwloc
-              python3-dev libxxhash-dev libgtest-dev libmemkind-dev libp4est-dev libopenmpi-dev openmpi-bin libsqlite3-dev libhdf5-dev libhdf5-openmpi-dev nlohmann-json3-dev libunwind-dev libzstd-dev zlib1g-dev libssl-dev libhypre-dev libhwy-dev libabsl-dev heaptrack valgrind python3 python3-venv python3-pip
+              python3-dev libxxhash-dev libgtest-dev libmemkind-dev libp4est-dev libopenmpi-dev openmpi-bin libsqlite3-dev libhdf5-dev libhdf5-openmpi-dev nlohmann-json3-dev libunwind-dev libzstd-dev zlib1g-dev libssl-dev libhypre-dev libhwy-dev libboost1.81-dev heaptrack valgrind python3 python3-venv python3-pip
               # real programs none of us wrote (tests/realprograms, hetmem bench unchanged)
               lammps xtb glpk-utils sqlite3 python3-numpy xz-utils make quantum-espresso quantum-espresso-data gromacs
               r-base-core

@@ -28,7 +28,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include <absl/container/flat_hash_map.h>
+#include <boost/unordered/unordered_flat_map.hpp>
+#include <boost/unordered/unordered_flat_set.hpp>
 
 #include "persist/pool.h"
 #include "persist/replica.h"
@@ -485,7 +486,7 @@ class Octree {
   mutable OctreeStats stats_;
   // With options_.census: this step's writes per family (keyed by its parent octant, hot_key),
   // and the families of the sampled leaves the features selected after the last persist.
-  absl::flat_hash_map<uint64_t, uint32_t> census_;
+  boost::unordered_flat_map<uint64_t, uint32_t> census_;
   mutable std::vector<uint64_t> predicted_;
   mutable uint64_t uncharged_ = 0;
   mutable EmulState emul_state_;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include <absl/container/flat_hash_map.h>
-#include <absl/container/flat_hash_set.h>
+#include <boost/unordered/unordered_flat_map.hpp>
+#include <boost/unordered/unordered_flat_set.hpp>
 
 #include "base/error.h"
 #include "base/two_threads.h"
@@ -345,8 +345,8 @@ int Octree<Dim>::balance() {
   if (root_child_ == 0) return after_change(HM_OK, "balance");  // one leaf
   using Want = std::pair<uint64_t, uint32_t>;  // an internal octant's corner key, its internal children (a mask)
   std::array<std::vector<Want>, kMaxLevel + 1> listed;              // from the tree, in Morton order
-  std::array<absl::flat_hash_map<uint64_t, uint32_t>, kMaxLevel + 1> asked;  // from the ripple
-  std::array<absl::flat_hash_set<uint64_t>, kMaxLevel + 1> made;    // octants the ripple made internal
+  std::array<boost::unordered_flat_map<uint64_t, uint32_t>, kMaxLevel + 1> asked;  // from the ripple
+  std::array<boost::unordered_flat_set<uint64_t>, kMaxLevel + 1> made;    // octants the ripple made internal
   std::vector<Leaf> roots;                                         // the tree leaves it splits
 
   // The tree's internal octants at levels >= 1 with internal children.
@@ -372,8 +372,8 @@ int Octree<Dim>::balance() {
     std::array<uint64_t, kMaxLevel + 1> path{};
     int cached = 0;
     uint64_t reads = 0;
-    std::array<absl::flat_hash_set<uint64_t>, kMaxLevel + 1> own_made;
-    std::array<absl::flat_hash_map<uint64_t, uint32_t>, kMaxLevel + 1> own_asked;
+    std::array<boost::unordered_flat_set<uint64_t>, kMaxLevel + 1> own_made;
+    std::array<boost::unordered_flat_map<uint64_t, uint32_t>, kMaxLevel + 1> own_asked;
     std::vector<Leaf> own_roots;
     bool shared = false;  // alone: into the tree-wide sets
   };

@@ -450,9 +450,10 @@ def test_a_cxx_programs_new_handler_and_bad_alloc_are_its_own(tmp_path, mode):
 
 
 def test_the_preload_library_adds_no_runtime_a_c_program_does_not_load(tmp_path):
-    """A C program under the preload library maps no C++ runtime, hwloc or libunwind: each library a
-    process loads is start-up time, paid by every process of a build or a launcher (hwloc is loaded
-    only where there are two nodes or more, libunwind by the first profile)."""
+    """A C program under the preload library maps no C++ runtime, hash-table library, hwloc, libnuma
+    or libunwind: each library a process loads is start-up time, paid by every process of a build or
+    a launcher (hwloc and libnuma are loaded only where there are two nodes or more, libunwind by the
+    first profile)."""
     def libraries(env):
         r = subprocess.run(["cat", "/proc/self/maps"], capture_output=True, text=True, env=env, timeout=30)
         assert r.returncode == 0, r.stderr
@@ -463,6 +464,10 @@ def test_the_preload_library_adds_no_runtime_a_c_program_does_not_load(tmp_path)
     added = libraries(env) - libraries(dict(os.environ))
     assert {"libhetmem_preload", "libhetmem"} <= added, added
     assert not added & {"libstdc++", "libgcc_s", "libhwloc", "libudev", "libunwind", "liblzma", "libzstd", "libz"}, added
+    assert not any(name.startswith("libabsl") for name in added), added
+    online = Path("/sys/devices/system/node/online")
+    if online.exists() and online.read_text().strip() == "0":
+        assert "libnuma" not in added, added
 
 
 def test_the_preload_library_does_no_start_up_work_when_nothing_asks_for_it():
