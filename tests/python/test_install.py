@@ -210,3 +210,19 @@ def test_the_python_package_builds_from_the_repository_root(tmp_path):
     assert "hetmem/cli.py" in names and "hetmem/fields.py" in names, names[:20]
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "hetmem = hetmem.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+
+
+def test_the_spack_recipe_decides_every_build_option():
+    """Each HM_ENABLE_* option of the build is set by the Spack recipe (packaging/spack), so that a
+    new option is not left at its default there unnoticed; Python3_EXECUTABLE is the spec's Python,
+    which runs the hetmem command."""
+    import re
+    options = set()
+    for cmakelists in (ROOT / "CMakeLists.txt", ROOT / "tests" / "CMakeLists.txt"):
+        options |= set(re.findall(r"option\((HM_ENABLE_\w+)", cmakelists.read_text()))
+    assert {"HM_ENABLE_FORTRAN", "HM_ENABLE_TESTS", "HM_ENABLE_BENCH"} <= options, options
+    recipe = (ROOT / "packaging" / "spack" / "packages" / "hetmem" / "package.py").read_text()
+    compile(recipe, "package.py", "exec")  # valid Python
+    assert set(re.findall(r'define(?:_from_variant)?\("(HM_ENABLE_\w+)"', recipe)) == options
+    assert 'define("Python3_EXECUTABLE"' in recipe
+    assert "namespace: hetmem" in (ROOT / "packaging" / "spack" / "repo.yaml").read_text()
