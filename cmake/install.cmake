@@ -143,7 +143,7 @@ if(NOT HM_MANPAGE_RC EQUAL 0)
   return()
 endif()
 add_custom_command(OUTPUT ${CMAKE_BINARY_DIR}/man/hetmem.1
-                   COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${CMAKE_CURRENT_SOURCE_DIR}/python
+                   COMMAND ${CMAKE_COMMAND} -E env --modify PYTHONPATH=path_list_prepend:${CMAKE_CURRENT_SOURCE_DIR}/python
                            ${Python3_EXECUTABLE} -m hetmem.manpages ${CMAKE_BINARY_DIR}/man
                    DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/python/hetmem/cli.py ${CMAKE_CURRENT_SOURCE_DIR}/python/hetmem/manpages.py
                    COMMENT "Writing the man pages from the hetmem command's parsers")

@@ -3,6 +3,7 @@
  * temporaries in an iteration arena), moves one array between tiers, and prints the per-tier
  * accounting. Run it with the tiers you want, e.g.
  *   HM_TIERS="capacity=emul:optane,persistent=file:/var/tmp/hm-demo.pool:256M" hetmem_demo
+ * (hetmem_demo --version: the library's version.)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <hetmem/hetmem.h>
@@ -18,7 +19,15 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("hetmem_demo %s\n", hm_version());
+    return 0;
+  }
+  if (argc > 1) {
+    fprintf(stderr, "usage: %s [--version]   (the tiers come from HM_TIERS)\n", argv[0]);
+    return 2;
+  }
   if (hm_init() != HM_OK) {  /* the configuration (HM_TIERS, a budget): bad input, status 2 */
     fprintf(stderr, "hetmem_demo: %s\n", hm_last_error());
     return 2;

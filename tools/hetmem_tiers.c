@@ -1,5 +1,5 @@
 /* hetmem-tiers: the tier table of `hetmem tiers`, from C, for machines or guests without Python.
- *   hetmem-tiers [--json]
+ *   hetmem-tiers [--json | --version]
  * Exit status 0, or 2 with the library's message if initialisation fails (bad HM_TIERS, ...). */
 #include <hetmem/hetmem.h>
 #include <stdio.h>
@@ -19,9 +19,13 @@ static void roles_text(unsigned roles, char *out, size_t n) {
 }
 
 int main(int argc, char **argv) {
-  int json = argc > 1 && strcmp(argv[1], "--json") == 0;
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("hetmem-tiers %s\n", hm_version());
+    return 0;
+  }
+  int json = argc == 2 && strcmp(argv[1], "--json") == 0;
   if (argc > 1 && !json) {
-    fprintf(stderr, "usage: %s [--json]\n", argv[0]);
+    fprintf(stderr, "usage: %s [--json | --version]\n", argv[0]);
     return 2;
   }
   if (hm_init() != HM_OK) {

@@ -249,9 +249,10 @@ def test_every_program_reports_the_projects_version():
     build = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
     r = run("--version")
     assert r.returncode == 0 and r.stdout.startswith(f"hetmem {project} (libhetmem {project}, "), r.stdout + r.stderr
-    for app in ("pic/hetmem-pic", "amr/hetmem-amr", "mg/hetmem-mg", "replica/hetmem-replica"):
-        r = subprocess.run([str(build / "apps" / app), "--version"], capture_output=True, text=True)
-        name = app.split("/")[1]
+    for app in ("apps/pic/hetmem-pic", "apps/amr/hetmem-amr", "apps/mg/hetmem-mg", "apps/replica/hetmem-replica",
+                "hetmem-tiers", "examples/hetmem_demo"):
+        r = subprocess.run([str(build / app), "--version"], capture_output=True, text=True)
+        name = app.split("/")[-1]
         assert r.returncode == 0 and r.stdout == f"{name} {project}\n" and not r.stderr, (app, r.stdout, r.stderr)
 
 

@@ -163,7 +163,7 @@ def test_the_installed_command_and_programs_run_from_the_prefix(prefix, tmp_path
     env = _clean_env(HM_TIERS="capacity=emul:cxl")
     version = _run([str(prefix / "bin" / "hetmem"), "--version"], env=env, cwd=tmp_path).stdout
     assert version.startswith("hetmem 0.1.0") and str(prefix / "lib" / "libhetmem.so") in version, version
-    for program in ("hetmem-pic", "hetmem-amr", "hetmem-replica", "hetmem-mg"):
+    for program in ("hetmem-pic", "hetmem-amr", "hetmem-replica", "hetmem-mg", "hetmem-tiers", "hetmem_demo"):
         out = _run([str(prefix / "bin" / program), "--version"], env=env).stdout
         assert out.startswith(f"{program} 0.1.0"), out
     # The preload library from the prefix: the whole heap of a program on the capacity tier.
