@@ -13,6 +13,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "HYPRE_struct_ls.h"
 
@@ -27,6 +28,10 @@ static double source(double x, double y, double z, double v) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("hetmem-bench-mg-hypre %s\n", HM_VERSION_STRING);
+    return 0;
+  }
   MPI_Init(&argc, &argv);
   if (argc != 7) {
     fprintf(stderr, "usage: hetmem-bench-mg-hypre N TOL VARIATION RELAX PRE POST\n");

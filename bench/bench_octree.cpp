@@ -480,7 +480,10 @@ int main(int argc, char **argv) {
     else if (s == "--json" && i + 1 < argc) a.json = argv[++i];
     else if (s == "--dir" && i + 1 < argc) a.dir = argv[++i];
     else if (s == "--restart-child" && i + 4 < argc) a.child.assign(argv + i + 1, argv + i + 5), i += 4;
-    else {
+    else if (s == "--version") {
+      bench::print_version(argv[0]);
+      return 0;
+    } else {
       const bool help = s == "--help" || s == "-h";
       if (!help) std::fprintf(stderr, "unknown option '%s'\n", s.c_str());
       std::fprintf(help ? stdout : stderr, "usage: hetmem-bench-octree [--quick] [--restart-only [--no-p4est] | --adapt-only] [--json FILE] "

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -208,9 +209,15 @@ inline std::string results_path(const std::string &file) {
   return dir + "/" + file;
 }
 
+// The program's name and hetmem's version, as every hetmem program prints for --version.
+inline void print_version(const char *argv0) {
+  const char *slash = std::strrchr(argv0, '/');
+  std::printf("%s %s\n", slash ? slash + 1 : argv0, HM_VERSION_STRING);
+}
+
 // The command line of a benchmark: "--name value" options and "--flag" switches, declared up
-// front. --help prints the usage and exits 0; anything not declared prints it and exits 2 (a
-// mistyped option never runs a minute-long benchmark with the defaults).
+// front. --help prints the usage and exits 0, --version the version; anything not declared prints
+// the usage and exits 2 (a mistyped option never runs a minute-long benchmark with the defaults).
 class Args {
  public:
   Args(int argc, char **argv, std::string usage, std::vector<std::string> valued, std::vector<std::string> flags)
@@ -219,6 +226,10 @@ class Args {
       const std::string a = argv[i];
       if (a == "--help" || a == "-h") {
         std::printf("%s\n", usage_.c_str());
+        std::exit(0);
+      }
+      if (a == "--version") {
+        print_version(argv[0]);
         std::exit(0);
       }
       if (std::find(flags.begin(), flags.end(), a) != flags.end()) {
