@@ -17,6 +17,7 @@
 #include "tier/copy_ops.h"
 
 __thread int hm_inside_hook __attribute__((tls_model("initial-exec"))) = 0;
+__thread int hm_modes_open __attribute__((tls_model("initial-exec"))) = 0;
 
 namespace hm {
 
@@ -34,7 +35,6 @@ constexpr int kModeDepth = 32;
 // block), mapped by its first hm_mode_push.
 thread_local int *t_modes = nullptr;
 prim::ThreadBlockKey g_modes_key;
-thread_local int t_mode_depth = 0;
 
 int tier_of_role(hm_role_t role, int *tier) {
   if (role < 0 || role >= HM_ROLE_COUNT)
@@ -73,11 +73,11 @@ void *alloc_chain(int tier, size_t size, size_t align, unsigned flags) {
   return nullptr;
 }
 
-int current_tier() { return t_mode_depth > 0 ? t_modes[t_mode_depth - 1] : default_tier(); }
+int current_tier() { return hm_modes_open > 0 ? t_modes[hm_modes_open - 1] : default_tier(); }
 
 }  // namespace
 
-void modes_reset() { t_mode_depth = 0; }
+void modes_reset() { hm_modes_open = 0; }
 
 }  // namespace hm
 
@@ -412,20 +412,20 @@ int hm_mode_push_tier(hm_tier_t tier) {
   if (rc != HM_OK) return rc;
   if (!heap_of(tier)) return fail(HM_ENOTIER, "hm_mode_push_tier: unknown tier %d (known: %s)", tier,
                                   known_tier_names().c_str());
-  if (t_mode_depth >= kModeDepth) return fail(HM_EINVAL, "hm_mode_push: more than %d nested modes", kModeDepth);
+  if (hm_modes_open >= kModeDepth) return fail(HM_EINVAL, "hm_mode_push: more than %d nested modes", kModeDepth);
   if (!t_modes && !(t_modes = static_cast<int *>(prim::thread_block(&g_modes_key, sizeof(int) * kModeDepth))))
     return fail(HM_ENOMEM, "hm_mode_push: no memory for the thread's modes");
-  t_modes[t_mode_depth++] = tier;
+  t_modes[hm_modes_open++] = tier;
   return HM_OK;
 }
 
 int hm_mode_pop(void) {
-  if (t_mode_depth == 0) return fail(HM_EINVAL, "hm_mode_pop: no mode to pop (unbalanced push/pop)");
-  --t_mode_depth;
+  if (hm_modes_open == 0) return fail(HM_EINVAL, "hm_mode_pop: no mode to pop (unbalanced push/pop)");
+  --hm_modes_open;
   return HM_OK;
 }
 
-int hm_mode_depth(void) { return t_mode_depth; }
+int hm_mode_depth(void) { return hm_modes_open; }
 
 hm_tier_t hm_mode_current(void) {
   if (runtime_ensure() != HM_OK) return -1;

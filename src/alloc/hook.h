@@ -2,13 +2,21 @@
 // of the public API).
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
 
 extern "C" {
 // Non-zero while the preload library handles a call on this thread: allocations the core makes
 // then are the hook's own (not recorded twice, not hooked again).
 extern __thread int hm_inside_hook __attribute__((visibility("default"), tls_model("initial-exec")));
-// Depth of the calling thread's hm_mode_push stack (0: no scope open).
+// Depth of the calling thread's hm_mode_push stack (0: no scope open), read by the preload library
+// on every allocation without a call (hm_mode_depth() returns it).
+extern __thread int hm_modes_open __attribute__((visibility("default"), tls_model("initial-exec")));
 __attribute__((visibility("default"))) int hm_mode_depth(void);
+// The lowest address and the end of the highest range the allocator has owned so far (they only
+// widen; UINTPTR_MAX and 0 before its first mapping): a pointer outside them is not hetmem's, so
+// the preload library asks hm_owns only about the others. Read with relaxed atomic loads.
+extern uintptr_t hm_owned_low __attribute__((visibility("default")));
+extern uintptr_t hm_owned_high __attribute__((visibility("default")));
 }
 
 namespace hm {

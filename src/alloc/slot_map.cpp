@@ -2,8 +2,12 @@
 
 #include <mutex>
 
+#include "alloc/hook.h"
 #include "hetmem/hetmem.h"
 #include "prim/prim.h"
+
+uintptr_t hm_owned_low = UINTPTR_MAX;
+uintptr_t hm_owned_high = 0;
 
 namespace hm {
 namespace {
@@ -27,6 +31,14 @@ SlotMap::Leaf *SlotMap::leaf_for(uintptr_t slot) {
 }
 
 bool SlotMap::set(const void *addr, size_t size, SlotOwner *owner) {
+  // The bounds widen before the range is owned (and so before its memory is handed out).
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(addr), hi = lo + size;
+  uintptr_t seen = __atomic_load_n(&hm_owned_low, __ATOMIC_RELAXED);
+  while (lo < seen && !__atomic_compare_exchange_n(&hm_owned_low, &seen, lo, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  seen = __atomic_load_n(&hm_owned_high, __ATOMIC_RELAXED);
+  while (hi > seen && !__atomic_compare_exchange_n(&hm_owned_high, &seen, hi, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
   uintptr_t first = reinterpret_cast<uintptr_t>(addr) >> kSlotShift;
   uintptr_t last = (reinterpret_cast<uintptr_t>(addr) + size - 1) >> kSlotShift;
   owner->begin = reinterpret_cast<uintptr_t>(addr);

@@ -124,7 +124,7 @@ struct Inside {
 // referenced bytes alone). nullptr: the C library takes it.
 void *place(size_t size, size_t align, bool zero, const void *caller) {
   unsigned flags = HM_PREFERRED | (zero ? HM_ZERO : 0u);
-  if (hm_mode_depth() > 0) return hm_tier_alloc(hm_mode_current(), size, align, flags);
+  if (hm_modes_open > 0) return hm_tier_alloc(hm_mode_current(), size, align, flags);
   if (g_rules) {
     int tier = -1;
     switch (hm_rules_decide(size, caller, &tier)) {
@@ -144,7 +144,12 @@ void *place(size_t size, size_t align, bool zero, const void *caller) {
   return nullptr;
 }
 
-inline bool owned(const void *p) { return hm_owns(p) != 0; }
+// hetmem's memory: within the bounds of what its allocator ever owned (no call) and in its slot map.
+inline bool owned(const void *p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return a >= __atomic_load_n(&hm_owned_low, __ATOMIC_RELAXED) && a < __atomic_load_n(&hm_owned_high, __ATOMIC_RELAXED) &&
+         hm_owns(p) != 0;
+}
 
 // This library's own image: its code and the C++ runtime linked into it (hm_private_runtime in
 // CMakeLists.txt). What that code allocates is hetmem's, not the program's: neither placed nor
