@@ -309,7 +309,7 @@ int parse_rules(const std::string &text, const std::string &file, std::vector<Ru
   return HM_OK;
 }
 
-int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *error) {
+int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *error, bool define_classes) {
   std::string text;
   if (!prim::read_text(path, &text)) {
     *error = path + ": cannot read the rules file";
@@ -319,6 +319,7 @@ int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *e
   if (rc != HM_OK) return rc;
   for (Rule &r : *rules) {
     if (r.target == Rule::kClass) {
+      if (!define_classes) continue;
       // One class per rule, named after its condition ("plan site ./app+0x51c0"), so that reports
       // and hm_class_info show where each object came from.
       std::string name = "plan " + r.target_name;
@@ -418,7 +419,7 @@ int load_file(const char *path, bool and_install, char *error, size_t error_len)
   int rc = hm_init();
   if (rc == HM_OK) {
     try {
-      rc = hm::place::load_rules(path ? path : "", &rules, &why);
+      rc = hm::place::load_rules(path ? path : "", &rules, &why, and_install);
       if (rc == HM_OK && and_install) {
         hm::place::install(std::move(rules));
         hm::place::g_rules_file = new std::string(path);

@@ -27,7 +27,7 @@ struct Rule {
   uint64_t offset = 0;    // site offset in its module
   enum Target { kTier, kHuge, kLibc, kClass } target = kLibc;
   std::string target_name;  // role or tier, resolved when the rules are installed
-  int tier = -1;            // kClass: the class, defined when the rules are loaded
+  int tier = -1;            // kClass: the class, defined when the rules are loaded to be installed
   int class_kind = 0;       // kClass: hm_class_kind_t
   int priority = 0;         // kClass, hot: its priority
   int line = 0;
@@ -35,8 +35,10 @@ struct Rule {
 
 // Parses rules text. On error returns HM_EFORMAT and sets *error to "FILE:LINE:COLUMN: what".
 int parse_rules(const std::string &text, const std::string &file, std::vector<Rule> *rules, std::string *error);
-// Reads and parses a rules file, resolving targets to tiers (HM_ENOTIER names the unknown one).
-int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *error);
+// Reads and parses a rules file, resolving targets to tiers (HM_ENOTIER names the unknown one) and,
+// with define_classes, a plan's classes to classes it defines. A check leaves the process's class
+// registry as it was: checking two plans that class one site differently is no conflict.
+int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *error, bool define_classes);
 
 struct Decision {
   Rule::Target target = Rule::kLibc;

@@ -53,6 +53,29 @@ TEST(Rules, ErrorsGiveFileLineColumn) {
   EXPECT_EQ(error.rfind("r.txt:1:13: unexpected 'slow'", 0), 0u) << error;
 }
 
+// Checking a plan (hm_rules_check: the hetmem command does before it starts a program) defines
+// none of its classes: two plans that class the same call site differently are checked one after
+// the other in one process (a benchmark checks each program's plan), and only installing defines.
+TEST(Rules, CheckingAPlanDefinesNoClass) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:cxl"), HM_OK);
+  const std::string hot = hm_test::temp_path("hot.plan"), streaming = hm_test::temp_path("streaming.plan");
+  const std::string site = "site ./app+0x51c0 -> class ";
+  const std::string hot_text = site + "hot 40\n", streaming_text = site + "streaming\n";
+  hm_test::write_file(hot, std::vector<char>(hot_text.begin(), hot_text.end()));
+  hm_test::write_file(streaming, std::vector<char>(streaming_text.begin(), streaming_text.end()));
+  const int before = hm_class_count();
+  char error[256] = {};
+  EXPECT_EQ(hm_rules_check(hot.c_str(), error, sizeof error), HM_OK) << error;
+  EXPECT_EQ(hm_rules_check(streaming.c_str(), error, sizeof error), HM_OK) << error;
+  EXPECT_EQ(hm_class_count(), before);
+  std::vector<Rule> rules;
+  std::string why;
+  ASSERT_EQ(hm::place::load_rules(hot, &rules, &why, true), HM_OK) << why;
+  EXPECT_EQ(hm_class_count(), before + 1);
+  unlink(hot.c_str());
+  unlink(streaming.c_str());
+}
+
 TEST(Rules, DecideFirstMatchWins) {
   ASSERT_EQ(hm_test::configure("capacity=emul:cxl"), HM_OK);
   std::string path = hm_test::temp_path("decide.rules");
@@ -63,7 +86,7 @@ TEST(Rules, DecideFirstMatchWins) {
   }
   std::vector<Rule> rules;
   std::string error;
-  ASSERT_EQ(hm::place::load_rules(path, &rules, &error), HM_OK) << error;
+  ASSERT_EQ(hm::place::load_rules(path, &rules, &error, true), HM_OK) << error;
   hm::place::install(rules);
   auto d = hm::place::decide(size_t{100} << 20, nullptr);
   EXPECT_EQ(d.target, Rule::kTier);
@@ -99,7 +122,7 @@ std::string install_rules(const char *name, const std::string &text) {
   hm_test::write_file(path, std::vector<char>(text.begin(), text.end()));
   std::vector<Rule> rules;
   std::string error;
-  EXPECT_EQ(hm::place::load_rules(path, &rules, &error), HM_OK) << error;
+  EXPECT_EQ(hm::place::load_rules(path, &rules, &error, true), HM_OK) << error;
   hm::place::install(rules);
   return path;
 }
