@@ -69,13 +69,15 @@ pid_t g_root_pid = 0;      // its pid: a vfork child shares g_root with it, not 
 bool g_finished = false;   // the run's end (the rules' report, the summary) has been written
 // Iterations inferred by time windows: the window thread's emulated-tier charges are owed by the
 // program and paid by its threads here, at their allocator calls.
-bool g_owing = false;
+// Set by whichever thread starts the windows (relaxed: a load is a plain load).
+std::atomic<bool> g_owing{false};
 // Windows kept for an emulated tier's charges alone wait for the first allocation placed there
 // (windows_needed_now, below).
 uint32_t g_emulated_tiers = 0;               // bit t: tier t is emulated and charged
 double g_deferred_window = 0;                // HM_ITERATION_WINDOW, for the windows that wait
 std::atomic<bool> g_windows_pending{false};
-const char *g_inferred = "";  // how iterations were inferred: "window", "function" or "" (none)
+// How iterations were inferred: "window", "function" or "" (none).
+std::atomic<const char *> g_inferred{""};
 bool g_started = false;  // hm_init has run (the statistics hooks then add hetmem's bytes)
 uint64_t g_large = 256 << 10;
 // HM_SUMMARY: the run summary written at exit (hetmem compare --plan), with the wall and CPU time
@@ -177,7 +179,7 @@ void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *c
   void *p = nullptr;
   if (g_enabled && !hm_inside_hook && !from_self(caller)) {
     Inside inside;
-    if (g_owing) hm_emul_pay_owed();
+    if (g_owing.load(std::memory_order_relaxed)) hm_emul_pay_owed();
     p = place(size, align, zero, caller);
     if (p && g_windows_pending.load(std::memory_order_relaxed)) placed_while_windows_wait(p);
     if (!p) {
@@ -198,7 +200,7 @@ void release(void *p, trace::Fn fn, const void *caller) {
   if (!p || is_boot(p)) return;
   if (g_enabled && !hm_inside_hook && !from_self(caller)) {
     Inside inside;
-    if (g_owing) hm_emul_pay_owed();
+    if (g_owing.load(std::memory_order_relaxed)) hm_emul_pay_owed();
     // The free is recorded before the memory is released: the address cannot be reused first.
     if (g_profiling) hm_profile_record(trace::kFree, fn, p, 0, caller);
     if (owned(p)) {
@@ -418,7 +420,7 @@ double seconds_since(clockid_t clock, const timespec &t0) {
 
 // Ends the inferred iterations: the last one's sample and charges, before the summary.
 void end_iterations() {
-  if (*g_inferred && !hm_iteration_inferred()) g_inferred = "";  // the program marked its own
+  if (*g_inferred.load() && !hm_iteration_inferred()) g_inferred = "";  // the program marked its own
   hm_iteration_infer_stop();
 }
 
@@ -432,7 +434,7 @@ void finish_run() {
     char extra[200];
     snprintf(extra, sizeof extra, "{\"seconds\": %.9f, \"cpu_seconds\": %.9f, \"iterations_inferred\": \"%s\"}",
              seconds_since(CLOCK_MONOTONIC, g_start_wall), seconds_since(CLOCK_PROCESS_CPUTIME_ID, g_start_cpu),
-             g_inferred);
+             g_inferred.load());
     if (hm_summary_write(g_summary, extra) != HM_OK) say("no run summary", hm_last_error());
   }
 }
