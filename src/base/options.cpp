@@ -65,6 +65,9 @@ constexpr OptionSpec kOptions[] = {
     {Option::kIterationAt, "HM_ITERATION_AT", "", "preload library: a function (its symbol) whose every entry ends an inferred iteration, "
      "in place of time windows (set by `hetmem profile/run --iteration-at`)"},
     {Option::kRules, "HM_RULES", "", "preload library: placement rules file (set by `hetmem run --rules`)"},
+    {Option::kClassMin, "HM_CLASS_MIN", "4K", "preload library: allocations a plan's class rule matches that are smaller "
+     "than this stay with the C library (a class's cost per allocation outweighs placing a few bytes); 0: every one",
+     OptionKind::kSize},
     {Option::kReplicaKey, "HM_REPLICA_KEY", "", "key file shared with a hetmem-replica server (owner-only, at least 16 bytes): a primary "
      "and the server prove to each other that they hold it. Unset: ~/.hetmem/replica.key when it exists, the server's "
      "default"},

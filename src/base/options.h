@@ -37,6 +37,7 @@ enum class Option : int {
   kIterationWindow,
   kIterationAt,
   kRules,
+  kClassMin,
   kReplicaKey,
   kPmCheck,
   kPmThp,

@@ -80,6 +80,7 @@ std::atomic<bool> g_windows_pending{false};
 std::atomic<const char *> g_inferred{""};
 bool g_started = false;  // hm_init has run (the statistics hooks then add hetmem's bytes)
 uint64_t g_large = 256 << 10;
+uint64_t g_class_min = 4096;  // HM_CLASS_MIN: smaller allocations of a plan's class stay with the C library
 // HM_SUMMARY: the run summary written at exit (hetmem compare --plan), with the wall and CPU time
 // since the library was loaded.
 const char *g_summary = nullptr;
@@ -138,6 +139,7 @@ void *place(size_t size, size_t align, bool zero, const void *caller) {
       case HM_RULES_TIER: return hm_tier_alloc(tier, size, align, flags);
       case HM_RULES_HUGE: return hm_alloc(HM_FAST, size, align, flags | HM_HUGE);
       case HM_RULES_CLASS:  // a plan's class: where the policy puts it; the C library if it refuses
+        if (size < g_class_min) break;  // a site's small allocations (sqlite's wrapper makes them all)
         if (void *p = hm_class_alloc(tier, size, align, zero ? HM_ZERO : 0u)) return p;
         break;
       case HM_RULES_LIBC: break;
@@ -383,6 +385,7 @@ __attribute__((constructor)) void start_up() {
     if (g_root) g_root_pid = getpid();
     if (first_process) setenv("HM_PROFILE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
     if (const double large = number_option("HM_PROFILE_LARGE"); large > 0) g_large = static_cast<uint64_t>(large);
+    g_class_min = static_cast<uint64_t>(number_option("HM_CLASS_MIN"));
     if (!rules.empty()) {
       char error[512] = {};
       if (hm_rules_install(rules.c_str(), error, sizeof error) == HM_OK) g_rules = true;
@@ -496,6 +499,25 @@ HM_EXPORT void *realloc(void *p, size_t size) {
     const size_t old = mine ? hm_usable_size(p) : g_real.usable(p);
     if (size >= g_large || (mine && old >= g_large)) {
       if (mine && size <= old && size >= old / 2) return p;  // in place, as hm_realloc would
+      void *np = allocate(size, 0, false, trace::kRealloc, caller);
+      if (!np) return nullptr;  // the old block stays valid, as realloc promises
+      memcpy(np, p, std::min(old, size));
+      release(p, trace::kRealloc, caller);
+      return np;
+    }
+  }
+  if (g_rules && !hm_inside_hook && !from_self(caller) && !owned(p)) {
+    // A call site that grows its objects with realloc (sqlite's allocation wrapper, a vector's
+    // growth in C) is placed as the rules say: a block of the C library that a rule sends to a
+    // tier or a class moves there, copied, as realloc may move it anyway.
+    int tier = -1;
+    hm_rules_target_t target;
+    {
+      Inside inside;
+      target = hm_rules_decide(size, caller, &tier);
+    }
+    if (target != HM_RULES_LIBC && !(target == HM_RULES_CLASS && size < g_class_min)) {
+      const size_t old = g_real.usable(p);
       void *np = allocate(size, 0, false, trace::kRealloc, caller);
       if (!np) return nullptr;  // the old block stays valid, as realloc promises
       memcpy(np, p, std::min(old, size));

@@ -305,7 +305,35 @@ def test_rules_route_by_function_and_size(tmp_path):
                env_extra={"HM_TIERS": "capacity=emul:cxl"})
     assert r.returncode == 0, r.stderr
     placed = dict(line.split() for line in r.stdout.splitlines())
-    assert placed == {"particles": "emul:cxl", "field": "dram", "small": "libc", "medium": "dram"}
+    assert placed == {"particles": "emul:cxl", "field": "dram", "small": "libc", "medium": "dram", "grown": "dram"}
+
+
+def test_a_site_that_grows_its_blocks_with_realloc_is_placed(tmp_path):
+    """A call site that allocates by realloc of a block it got from the C library (sqlite's
+    allocation wrapper) is placed as its rule says, contents kept; one no rule names stays with the
+    C library."""
+    rules = tmp_path / "rules.txt"
+    rules.write_text("function grown_realloc -> capacity\n")
+    r = hetmem("run", "--rules", str(rules), "--", str(PROGRAMS / "prog_rules_probe"),
+               env_extra={"HM_TIERS": "capacity=emul:cxl"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    placed = dict(line.split() for line in r.stdout.splitlines())
+    assert placed == {"particles": "libc", "field": "libc", "small": "libc", "medium": "libc", "grown": "emul:cxl"}
+    assert "never occurred" not in r.stderr, r.stderr
+
+
+def test_a_plans_class_leaves_allocations_below_hm_class_min_to_the_c_library(tmp_path):
+    """A class rule places a site's allocations of HM_CLASS_MIN (4 KiB) or more; smaller ones (and
+    all of them below a larger HM_CLASS_MIN) stay with the C library."""
+    plan = tmp_path / "cold.plan"
+    plan.write_text("function particles_alloc -> class cold\n")
+    placed = {}
+    for floor in (None, "8M"):
+        env = {"HM_TIERS": "capacity=emul:cxl", **({"HM_CLASS_MIN": floor} if floor else {})}
+        r = hetmem("run", "--plan", str(plan), "--", str(PROGRAMS / "prog_rules_probe"), env_extra=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        placed[floor] = dict(line.split() for line in r.stdout.splitlines())["particles"]
+    assert placed == {None: "emul:cxl", "8M": "libc"}  # particles_alloc makes one 4 MiB block
 
 
 @pytest.mark.parametrize("target", ["fast", "capacity"])

@@ -1,11 +1,13 @@
 /* Prints where each of its allocations landed ("libc" or the hetmem tier), for the rules tests:
- * particles_alloc(4M), field_alloc(4M), malloc(100), malloc(2.5M). */
+ * particles_alloc(4M), field_alloc(4M), malloc(100), malloc(2.5M), and a block of 1000 bytes that
+ * grown_realloc grows to 4M (its contents checked). */
 #include <hetmem/hetmem.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 __attribute__((noinline)) void *particles_alloc(size_t n) { return malloc(n); }
 __attribute__((noinline)) void *field_alloc(size_t n) { return malloc(n); }
+__attribute__((noinline)) void *grown_realloc(void *p, size_t n) { return realloc(p, n); }
 
 static void where(const char *what, void *p) {
   hm_tier_t t;
@@ -17,13 +19,23 @@ static void where(const char *what, void *p) {
 int main(void) {
   void *a = particles_alloc((size_t)4 << 20), *b = field_alloc((size_t)4 << 20), *c = malloc(100);
   void *d = malloc((size_t)5 << 19);
+  unsigned char *e = malloc(1000);
+  for (int i = 0; i < 1000; ++i) e[i] = (unsigned char)i;
+  e = grown_realloc(e, (size_t)4 << 20);
+  for (int i = 0; i < 1000; ++i)
+    if (e[i] != (unsigned char)i) {
+      printf("grown contents-lost\n");
+      return 1;
+    }
   where("particles", a);
   where("field", b);
   where("small", c);
   where("medium", d);
+  where("grown", e);
   free(a);
   free(b);
   free(c);
   free(d);
+  free(e);
   return 0;
 }
