@@ -477,6 +477,19 @@ HM_EXPORT void *calloc(size_t n, size_t size) {
   return allocate(total, 0, true, trace::kCalloc, CALLER);
 }
 
+namespace {
+// realloc by a new block where placement decides (allocate) and the old one released (release),
+// each recorded as the profiler records them; nullptr leaves the old block valid, as realloc
+// promises.
+void *reallocate_by_copy(void *p, size_t old, size_t size, const void *caller) {
+  void *np = allocate(size, 0, false, trace::kRealloc, caller);
+  if (!np) return nullptr;
+  memcpy(np, p, std::min(old, size));
+  release(p, trace::kRealloc, caller);
+  return np;
+}
+}  // namespace
+
 HM_EXPORT void *realloc(void *p, size_t size) {
   if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
   const void *caller = CALLER;
@@ -499,11 +512,7 @@ HM_EXPORT void *realloc(void *p, size_t size) {
     const size_t old = mine ? hm_usable_size(p) : g_real.usable(p);
     if (size >= g_large || (mine && old >= g_large)) {
       if (mine && size <= old && size >= old / 2) return p;  // in place, as hm_realloc would
-      void *np = allocate(size, 0, false, trace::kRealloc, caller);
-      if (!np) return nullptr;  // the old block stays valid, as realloc promises
-      memcpy(np, p, std::min(old, size));
-      release(p, trace::kRealloc, caller);
-      return np;
+      return reallocate_by_copy(p, old, size, caller);
     }
   }
   if (g_rules && !hm_inside_hook && !from_self(caller) && !owned(p)) {
@@ -517,12 +526,7 @@ HM_EXPORT void *realloc(void *p, size_t size) {
       target = hm_rules_decide(size, caller, &tier);
     }
     if (target != HM_RULES_LIBC && !(target == HM_RULES_CLASS && size < g_class_min)) {
-      const size_t old = g_real.usable(p);
-      void *np = allocate(size, 0, false, trace::kRealloc, caller);
-      if (!np) return nullptr;  // the old block stays valid, as realloc promises
-      memcpy(np, p, std::min(old, size));
-      release(p, trace::kRealloc, caller);
-      return np;
+      return reallocate_by_copy(p, g_real.usable(p), size, caller);
     }
   }
   Inside inside;
