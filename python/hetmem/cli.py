@@ -21,18 +21,13 @@
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
-import time
 
-from . import benchmarks
+# Imported where used, not here: `hetmem run` on every MPI rank starts this module, and its
+# start-up is the rank's (docs/benchmarks.md, the command's start-up).
 from .units import size_text
 from .lib import (HetmemError, Interrupted, Library, find_memkind_dir, find_preload, find_program, plain_library,
                   results_dir, run_program)
@@ -95,6 +90,7 @@ def cmd_tiers(args: argparse.Namespace) -> int:
     lib = Library()
     tiers = lib.tiers()
     if args.json:
+        import json
         print(json.dumps([t.as_dict() for t in tiers], indent=2))
         return 0
     table = _table("hetmem tiers")
@@ -121,6 +117,7 @@ def cmd_tiers(args: argparse.Namespace) -> int:
 def cmd_options(args: argparse.Namespace) -> int:
     options = Library().options()
     if args.json:
+        import json
         print(json.dumps(options, indent=2))
         return 0
     table = _table("hetmem options (environment variables)")
@@ -135,6 +132,7 @@ def cmd_options(args: argparse.Namespace) -> int:
 def cmd_policies(args: argparse.Namespace) -> int:
     policies = plain_library().policies()
     if args.json:
+        import json
         print(json.dumps([{"name": n, "doc": d} for n, d in policies], indent=2))
         return 0
     table = _table("hetmem placement policies (HM_POLICY, hetmem run --policy)")
@@ -165,6 +163,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not ranks or min(ranks) < 1:
             raise HetmemError(f"--ranks '{args.ranks}': rank counts separated by commas, e.g. 1,2")
         return main_ranks(out, args.quick, ranks)
+    from . import benchmarks
     return benchmarks.find(args.what).run(out, args.quick, _console())
 
 
@@ -235,6 +234,8 @@ def cmd_app(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import subprocess
+    import tempfile
     env = dict(os.environ)
     pool = os.path.join(tempfile.gettempdir(), f"hetmem-demo-{os.getpid()}.pool")
     if "HM_TIERS" in env:
@@ -248,8 +249,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             os.unlink(pool)
 
 
-def _launch(cmd: list[str], env: dict) -> int:
-    """Runs a program as a shell would: its exit status, or 127/126 with the shell's message."""
+def _launch(cmd: list[str], env: dict, replace: bool = False) -> int:
+    """Runs a program as a shell would: its exit status, or 127/126 with the shell's message. With
+    `replace`, the program takes this process's place (exec), as a shell's last command does: an
+    MPI launcher's signals then reach it, and no interpreter waits beside it or exits after it."""
     if not cmd:
         raise HetmemError("no program given after --")
     prog = cmd[0]
@@ -260,6 +263,11 @@ def _launch(cmd: list[str], env: dict) -> int:
         print(f"hetmem: error: {prog}: No such file or directory", file=sys.stderr)
         return 127
     try:
+        if replace:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.execvpe(prog, cmd, env)
+        import subprocess
         proc = subprocess.run(cmd, env=env)
     except PermissionError:
         print(f"hetmem: error: {prog}: Permission denied", file=sys.stderr)
@@ -375,6 +383,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
                  if launcher == "an MPI launcher" else ""), file=sys.stderr)
     env = _profile_env(args, cmd, trace)
     before = _file_state(trace)  # a trace left from an earlier run must not pass for this one's
+    import time
     started = time.time() - 1
     rc = _launch(cmd, env)
     after = _file_state(trace)
@@ -387,6 +396,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if after[0] == "file":
         print(f"hetmem: trace written to {trace} (hetmem report {trace})", file=sys.stderr)
         if args.children:
+            import glob
             others = sorted(glob.glob(glob.escape(trace) + ".[0-9]*"))
             others = [p for p in others if os.path.getmtime(p) >= started]
             print(f"hetmem: {len(others)} trace(s) of other processes beside it (TRACE.PID)"
@@ -404,6 +414,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise HetmemError(str(exc)) from None
     result = analyse(trace, top=args.top)
     if args.json:
+        import json
         print(json.dumps(result, indent=1))
     else:
         print(text_report(result))
@@ -437,7 +448,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
-    return _launch(cmd, _run_env(args, cmd))
+    return _launch(cmd, _run_env(args, cmd), replace=True)
 
 
 def launch_environment(argv: list[str]) -> tuple[list[str], dict]:
@@ -507,142 +518,165 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser; with `command`, only that command's own parser under it (what `main`
+    parses with: each command's parser costs start-up, and `bench` and `fields` import modules for
+    theirs)."""
+
+    def want(name: str) -> bool:
+        return command is None or name == command
+
     p = argparse.ArgumentParser(prog="hetmem", description="Heterogeneous-memory placement for simulations.")
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    t = sub.add_parser("tiers", help="list the tiers of this machine and the role each plays",
-                       description="Lists the tiers (HM_TIERS and discovery) with the role each plays ("
-                       + ROLE_HELP + "), capacity and bandwidth/latency, saying where each figure came from.")
-    t.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    t.add_argument("--bench", action="store_true",
-                   help="first run the STREAM + pointer-chase benchmark on every tier and update the calibration")
-    t.add_argument("--quick", action="store_true", help="with --bench or --validate: 3 repetitions; --validate "
-                   "--quick then exits 1 only on a kernel off in every round")
-    t.add_argument("--threads", type=int, help="with --bench: largest thread count (default: all cores)")
-    t.add_argument("--size-mib", type=int, help="with --bench: array size (default: 4x the last-level cache); with "
-                   "--validate: the microkernels' array size (default: the validator's own, 64 with --quick)")
-    t.add_argument("--out", help="with --bench: JSON results file (default: results/ in the build tree)")
-    t.add_argument("--validate", action="store_true",
-                   help="check each emulated tier against its model: microkernels (sequential read/write, "
-                        "read-modify-write, triad, random gathers, pointer chase) on DRAM and the tier, measured "
-                        "against predicted slowdown; exit 1 if a kernel is off by more than 10%%")
-    t.add_argument("--validate-out", help="with --validate: JSON results file (default: results/ in the build tree)")
-    t.set_defaults(func=cmd_tiers)
+    if want("tiers"):
+        t = sub.add_parser("tiers", help="list the tiers of this machine and the role each plays",
+                           description="Lists the tiers (HM_TIERS and discovery) with the role each plays ("
+                           + ROLE_HELP + "), capacity and bandwidth/latency, saying where each figure came from.")
+        t.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        t.add_argument("--bench", action="store_true",
+                       help="first run the STREAM + pointer-chase benchmark on every tier and update the calibration")
+        t.add_argument("--quick", action="store_true", help="with --bench or --validate: 3 repetitions; --validate "
+                       "--quick then exits 1 only on a kernel off in every round")
+        t.add_argument("--threads", type=int, help="with --bench: largest thread count (default: all cores)")
+        t.add_argument("--size-mib", type=int, help="with --bench: array size (default: 4x the last-level cache); with "
+                       "--validate: the microkernels' array size (default: the validator's own, 64 with --quick)")
+        t.add_argument("--out", help="with --bench: JSON results file (default: results/ in the build tree)")
+        t.add_argument("--validate", action="store_true",
+                       help="check each emulated tier against its model: microkernels (sequential read/write, "
+                            "read-modify-write, triad, random gathers, pointer chase) on DRAM and the tier, measured "
+                            "against predicted slowdown; exit 1 if a kernel is off by more than 10%%")
+        t.add_argument("--validate-out", help="with --validate: JSON results file (default: results/ in the build tree)")
+        t.set_defaults(func=cmd_tiers)
 
-    o = sub.add_parser("options", help="print every HM_* option, its effective value and where it came from")
-    o.add_argument("--json", action="store_true")
-    o.set_defaults(func=cmd_options)
+    if want("options"):
+        o = sub.add_parser("options", help="print every HM_* option, its effective value and where it came from")
+        o.add_argument("--json", action="store_true")
+        o.set_defaults(func=cmd_options)
 
-    po = sub.add_parser("policies", help="list the placement policies (HM_POLICY) and what each does")
-    po.add_argument("--json", action="store_true")
-    po.set_defaults(func=cmd_policies)
+    if want("policies"):
+        po = sub.add_parser("policies", help="list the placement policies (HM_POLICY) and what each does")
+        po.add_argument("--json", action="store_true")
+        po.set_defaults(func=cmd_policies)
 
-    pr = sub.add_parser("profile", help="run a program under the heap and phase profiler and write a trace")
-    pr.add_argument("-o", "--output", help="trace file (default hetmem-PROGRAM.hmtrace)")
-    pr.add_argument("--depth", type=int, default=8, help="return addresses per call site (0..32, default 8)")
-    pr.add_argument("--large", default="256K", help="objects at least this large get a mapping of their own and "
-                    "referenced bytes per phase or inferred iteration (default 256K)")
-    pr.add_argument("--children", action="store_true",
-                    help="follow every process the program starts: each forked child and each exec'd program writes "
-                         "its own trace, TRACE.PID (a forked child that then execs: TRACE.PID up to the exec, "
-                         "TRACE.PID.2 after it). Without it only the program itself is traced, up to its exit or "
-                         "exec")
-    _add_iteration_options(pr)
-    pr.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
-    pr.set_defaults(func=cmd_profile)
+    if want("profile"):
+        pr = sub.add_parser("profile", help="run a program under the heap and phase profiler and write a trace")
+        pr.add_argument("-o", "--output", help="trace file (default hetmem-PROGRAM.hmtrace)")
+        pr.add_argument("--depth", type=int, default=8, help="return addresses per call site (0..32, default 8)")
+        pr.add_argument("--large", default="256K", help="objects at least this large get a mapping of their own and "
+                        "referenced bytes per phase or inferred iteration (default 256K)")
+        pr.add_argument("--children", action="store_true",
+                        help="follow every process the program starts: each forked child and each exec'd program writes "
+                             "its own trace, TRACE.PID (a forked child that then execs: TRACE.PID up to the exec, "
+                             "TRACE.PID.2 after it). Without it only the program itself is traced, up to its exit or "
+                             "exec")
+        _add_iteration_options(pr)
+        pr.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
+        pr.set_defaults(func=cmd_profile)
 
-    rp = sub.add_parser("report", help="tables, plots and an HTML page from a trace")
-    rp.add_argument("trace")
-    rp.add_argument("--out", help="directory for report.html, report.json and the PNG plots (default TRACE-report)")
-    rp.add_argument("--json", action="store_true", help="print the analysis as JSON instead of tables")
-    rp.add_argument("--top", type=int, default=10, help="rows in the top-site and object tables")
-    rp.set_defaults(func=cmd_report)
+    if want("report"):
+        rp = sub.add_parser("report", help="tables, plots and an HTML page from a trace")
+        rp.add_argument("trace")
+        rp.add_argument("--out", help="directory for report.html, report.json and the PNG plots (default TRACE-report)")
+        rp.add_argument("--json", action="store_true", help="print the analysis as JSON instead of tables")
+        rp.add_argument("--top", type=int, default=10, help="rows in the top-site and object tables")
+        rp.set_defaults(func=cmd_report)
 
-    rn = sub.add_parser("run", help="run a program with the preload library: placement rules, scoped modes")
-    rn.add_argument("--rules", help="rules file (docs/profiler.md); without it only hm_mode_push scopes route")
-    rn.add_argument("--plan", help="plan file from `hetmem plan` (call sites -> classes); policy hetmem-static "
-                    "unless --policy says otherwise")
-    rn.add_argument("--policy", help="placement policy for object classes (HM_POLICY; docs/placement.md)")
-    rn.add_argument("--memkind", action="store_true", help="the program (and its OpenMP runtime) loads hetmem's "
-                    "libmemkind: memory kinds, hbw_malloc and OpenMP memory spaces on hetmem's tiers "
-                    "(docs/memkind.md)")
-    _add_iteration_options(rn)
-    rn.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
-    rn.set_defaults(func=cmd_run)
+    if want("run"):
+        rn = sub.add_parser("run", help="run a program with the preload library: placement rules, scoped modes")
+        rn.add_argument("--rules", help="rules file (docs/profiler.md); without it only hm_mode_push scopes route")
+        rn.add_argument("--plan", help="plan file from `hetmem plan` (call sites -> classes); policy hetmem-static "
+                        "unless --policy says otherwise")
+        rn.add_argument("--policy", help="placement policy for object classes (HM_POLICY; docs/placement.md)")
+        rn.add_argument("--memkind", action="store_true", help="the program (and its OpenMP runtime) loads hetmem's "
+                        "libmemkind: memory kinds, hbw_malloc and OpenMP memory spaces on hetmem's tiers "
+                        "(docs/memkind.md)")
+        _add_iteration_options(rn)
+        rn.add_argument("cmd", nargs=argparse.REMAINDER, help="-- PROGRAM ARGS")
+        rn.set_defaults(func=cmd_run)
 
-    pl = sub.add_parser("plan", help="turn a profile into an editable plan: call sites -> object class and priority",
-                        description="Writes the classes `hetmem report` suggests (from lifetime, size and per-phase "
-                        "referenced bytes) as a plan for `hetmem run --plan`: placement without changing the program.")
-    pl.add_argument("trace")
-    pl.add_argument("-o", "--output", help="plan file (default TRACE.plan)")
-    pl.set_defaults(func=cmd_plan)
+    if want("plan"):
+        pl = sub.add_parser("plan", help="turn a profile into an editable plan: call sites -> object class and priority",
+                            description="Writes the classes `hetmem report` suggests (from lifetime, size and per-phase "
+                            "referenced bytes) as a plan for `hetmem run --plan`: placement without changing the program.")
+        pl.add_argument("trace")
+        pl.add_argument("-o", "--output", help="plan file (default TRACE.plan)")
+        pl.set_defaults(func=cmd_plan)
 
-    b = sub.add_parser("bench", help="run a benchmark of the library")
-    b.add_argument("what", choices=[bm.name for bm in benchmarks.BENCHMARKS],
-                   help="; ".join(f"{bm.name}: {bm.doc}" for bm in benchmarks.BENCHMARKS).replace("%", "%%"))
-    b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
-    b.add_argument("--ranks", help="pic only: the problem over these MPI rank counts (e.g. 1,2), one thread each")
-    b.add_argument("--large", action="store_true",
-                   help="octree only: the transformation and the per-step comparison on trees of at least 10^7 "
-                        "octants (about 35 minutes)")
-    b.add_argument("--out", help="JSON results file (default: results/hetmem-bench-WHAT.json in the build tree)")
-    b.set_defaults(func=cmd_bench)
+    if want("bench"):
+        from . import benchmarks
+        b = sub.add_parser("bench", help="run a benchmark of the library")
+        b.add_argument("what", choices=[bm.name for bm in benchmarks.BENCHMARKS],
+                       help="; ".join(f"{bm.name}: {bm.doc}" for bm in benchmarks.BENCHMARKS).replace("%", "%%"))
+        b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
+        b.add_argument("--ranks", help="pic only: the problem over these MPI rank counts (e.g. 1,2), one thread each")
+        b.add_argument("--large", action="store_true",
+                       help="octree only: the transformation and the per-step comparison on trees of at least 10^7 "
+                            "octants (about 35 minutes)")
+        b.add_argument("--out", help="JSON results file (default: results/hetmem-bench-WHAT.json in the build tree)")
+        b.set_defaults(func=cmd_bench)
 
     for name, (binary, what, usage) in APPS.items():
+        if not want(name):
+            continue
         ap = sub.add_parser(name, help=f"{what}: hetmem {name} {usage}")
         ap.add_argument("cmd", nargs=argparse.REMAINDER, help=f"the arguments of {binary} (`hetmem {name} -- --help` lists them)")
         ap.set_defaults(func=cmd_app)
 
-    from .fields import add_parser as add_fields_parser
-    add_fields_parser(sub, cmd_fields)
+    if want("fields"):
+        from .fields import add_parser as add_fields_parser
+        add_fields_parser(sub, cmd_fields)
 
-    cp = sub.add_parser("compare", help="run the PIC code under every placement policy with a fast budget below "
-                        "its footprint: times, ratios, phases, spaces, classes; JSON, PNG and HTML",
-                        description="Runs the workload (the PIC code: a preset or input file, default preset:L1) "
-                        "first under all-fast without a budget (the footprint and the upper bound), then under "
-                        "every policy with the fast budget at a fraction of the footprint. docs/placement.md.")
-    cp.add_argument("--policies", default="all", help="comma-separated policies (default: all)")
-    cp.add_argument("--sweep-helpers", help="Figure 12: also run hetmem with HM_HELPERS at each of these counts "
-                    "(e.g. 0,1,2,3), beside the helper model's choice")
-    cp.add_argument("--sweep-prefetch", help="Figure 11: also run hetmem-static+prefetch with every object fast and "
-                    "HM_PREFETCH_DISTANCE at each of these distances (e.g. 0,1,2,4,8), beside the model's k")
-    cp.add_argument("--fraction", type=float, default=0.25, help="fast budget as a fraction of the footprint")
-    cp.add_argument("--budget", help="fast budget in bytes (512M, 1G, ...) instead of a fraction")
-    cp.add_argument("--iterations", type=int, default=6, help="iterations (steps) per run, at least 2")
-    cp.add_argument("--repeat", type=int, default=1, help="repetitions of each policy, interleaved (median)")
-    cp.add_argument("--threads", type=int, help="OpenMP threads, OMP_NUM_THREADS (default: all cores; with --plan, "
-                    "the program's own setting is left alone)")
-    cp.add_argument("--tiers", help="HM_TIERS for the runs (default: $HM_TIERS, else capacity=emul:optane)")
-    cp.add_argument("--out", default="hetmem-compare", help="directory for compare.json, compare.html, PNG plots")
-    cp.add_argument("--plan", help="compare an unchanged program with this plan instead of the PIC code: "
-                    "hetmem compare --plan PLAN -- PROGRAM ARGS")
-    _add_iteration_options(cp)
-    cp.add_argument("workload", nargs=argparse.REMAINDER,
-                    help="INPUT (file or preset:NAME) and key=value overrides; with --plan: -- PROGRAM ARGS")
-    cp.set_defaults(func=cmd_compare)
+    if want("compare"):
+        cp = sub.add_parser("compare", help="run the PIC code under every placement policy with a fast budget below "
+                            "its footprint: times, ratios, phases, spaces, classes; JSON, PNG and HTML",
+                            description="Runs the workload (the PIC code: a preset or input file, default preset:L1) "
+                            "first under all-fast without a budget (the footprint and the upper bound), then under "
+                            "every policy with the fast budget at a fraction of the footprint. docs/placement.md.")
+        cp.add_argument("--policies", default="all", help="comma-separated policies (default: all)")
+        cp.add_argument("--sweep-helpers", help="Figure 12: also run hetmem with HM_HELPERS at each of these counts "
+                        "(e.g. 0,1,2,3), beside the helper model's choice")
+        cp.add_argument("--sweep-prefetch", help="Figure 11: also run hetmem-static+prefetch with every object fast and "
+                        "HM_PREFETCH_DISTANCE at each of these distances (e.g. 0,1,2,4,8), beside the model's k")
+        cp.add_argument("--fraction", type=float, default=0.25, help="fast budget as a fraction of the footprint")
+        cp.add_argument("--budget", help="fast budget in bytes (512M, 1G, ...) instead of a fraction")
+        cp.add_argument("--iterations", type=int, default=6, help="iterations (steps) per run, at least 2")
+        cp.add_argument("--repeat", type=int, default=1, help="repetitions of each policy, interleaved (median)")
+        cp.add_argument("--threads", type=int, help="OpenMP threads, OMP_NUM_THREADS (default: all cores; with --plan, "
+                        "the program's own setting is left alone)")
+        cp.add_argument("--tiers", help="HM_TIERS for the runs (default: $HM_TIERS, else capacity=emul:optane)")
+        cp.add_argument("--out", default="hetmem-compare", help="directory for compare.json, compare.html, PNG plots")
+        cp.add_argument("--plan", help="compare an unchanged program with this plan instead of the PIC code: "
+                        "hetmem compare --plan PLAN -- PROGRAM ARGS")
+        _add_iteration_options(cp)
+        cp.add_argument("workload", nargs=argparse.REMAINDER,
+                        help="INPUT (file or preset:NAME) and key=value overrides; with --plan: -- PROGRAM ARGS")
+        cp.set_defaults(func=cmd_compare)
 
-    fz = sub.add_parser("fuzz", help="mutate valid inputs of every application and tool and check each case runs "
-                        "or is refused at once with one line naming the key (docs/fuzzing.md)")
-    fz.add_argument("--cases", type=int, default=2000, help="cases to run, spread over the targets (default 2000)")
-    fz.add_argument("--seed", type=int, default=1, help="the random seed (the same seed, the same cases)")
-    fz.add_argument("--targets", default="pic,mg,amr,rules,env,preload",
-                    help="comma-separated: pic, mg, amr, rules, env (HM_* read by hetmem-tiers), preload (HM_* "
-                    "inside /bin/echo); default all")
-    fz.add_argument("--time-limit", type=float, default=5.0, help="seconds a case may run (default 5)")
-    fz.add_argument("--out", help="JSON results (default: results/hetmem-fuzz.json in the build tree)")
-    fz.set_defaults(func=cmd_fuzz)
+    if want("fuzz"):
+        fz = sub.add_parser("fuzz", help="mutate valid inputs of every application and tool and check each case runs "
+                            "or is refused at once with one line naming the key (docs/fuzzing.md)")
+        fz.add_argument("--cases", type=int, default=2000, help="cases to run, spread over the targets (default 2000)")
+        fz.add_argument("--seed", type=int, default=1, help="the random seed (the same seed, the same cases)")
+        fz.add_argument("--targets", default="pic,mg,amr,rules,env,preload",
+                        help="comma-separated: pic, mg, amr, rules, env (HM_* read by hetmem-tiers), preload (HM_* "
+                        "inside /bin/echo); default all")
+        fz.add_argument("--time-limit", type=float, default=5.0, help="seconds a case may run (default 5)")
+        fz.add_argument("--out", help="JSON results (default: results/hetmem-fuzz.json in the build tree)")
+        fz.set_defaults(func=cmd_fuzz)
 
-    fr = sub.add_parser("fuzz-replica", help="hostile connections to a keyed hetmem-replica: the server must outlive "
-                        "them with its replica unchanged (docs/replica.md)")
-    fr.add_argument("--connections", type=int, default=10000, help="hostile connections (default 10000)")
-    fr.add_argument("--seed", type=int, default=1, help="the random seed")
-    fr.add_argument("--out", help="JSON results (default: results/hetmem-fuzz-replica.json in the build tree)")
-    fr.set_defaults(func=cmd_fuzz_replica)
+    if want("fuzz-replica"):
+        fr = sub.add_parser("fuzz-replica", help="hostile connections to a keyed hetmem-replica: the server must outlive "
+                            "them with its replica unchanged (docs/replica.md)")
+        fr.add_argument("--connections", type=int, default=10000, help="hostile connections (default 10000)")
+        fr.add_argument("--seed", type=int, default=1, help="the random seed")
+        fr.add_argument("--out", help="JSON results (default: results/hetmem-fuzz-replica.json in the build tree)")
+        fr.set_defaults(func=cmd_fuzz_replica)
 
-    d = sub.add_parser("demo", help="allocate on every tier, move an array, print the per-tier accounting")
-    d.set_defaults(func=cmd_demo)
+    if want("demo"):
+        d = sub.add_parser("demo", help="allocate on every tier, move an array, print the per-tier accounting")
+        d.set_defaults(func=cmd_demo)
     return p
 
 
@@ -657,11 +691,16 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _commands(parser: argparse.ArgumentParser) -> dict:
+    """The commands `parser` was built with (name -> parser)."""
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
 def _near_miss(parser: argparse.ArgumentParser, argv: list[str]) -> str:
     """'did you mean' for a command that is not one (argparse lists the choices only)."""
     import difflib
     first = next((a for a in argv if not a.startswith("-")), None)
-    commands = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+    commands = _commands(parser)
     if first is None or first in commands or argv.index(first) != 0:
         return ""
     close = difflib.get_close_matches(first, list(commands), n=3, cutoff=0.6)
@@ -673,14 +712,18 @@ def _terminated(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv else None)
+    if not _commands(parser):  # not a command (--help, a typo): the whole parser says what is
+        parser = build_parser()
     if hint := _near_miss(parser, argv):
         print(hint, file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
-    if threading.current_thread() is threading.main_thread():
+    try:
         signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:
+        pass  # main() called from another thread than the main one: SIGTERM keeps its handler
     try:
         status = args.func(args)
         sys.stdout.flush()

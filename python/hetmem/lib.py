@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 PERF_SOURCES = {0: "unknown", 1: "hwloc", 2: "sysfs", 3: "measured", 4: "emulated"}
 ROLES = ("fast", "capacity", "persistent")
@@ -93,23 +91,11 @@ class _PoolInfo(ctypes.Structure):  # pm_pool_info_t (include/hetmem/pm_octree.h
 POOL_STATES = {0: "missing", 1: "creating", 2: "empty", 3: "committed"}
 
 
-@dataclass
-class Tier:
-    """One tier as libhetmem describes it."""
-
-    index: int
-    name: str
-    kind: str
-    numa_node: int
-    roles: list[str]
-    capacity: int
-    read_bw_mbps: float
-    write_bw_mbps: float
-    latency_ns: float
-    figures: str
-    persistent_memory: bool
-    map_sync: bool
-    detail: str
+class Tier(SimpleNamespace):
+    """One tier as libhetmem describes it: index, name, kind, numa_node, roles (list of ROLES),
+    capacity (bytes), read_bw_mbps, write_bw_mbps, latency_ns, figures (where the figures came
+    from: PERF_SOURCES), persistent_memory, map_sync, detail. (A namespace, not a dataclass: the
+    dataclasses module alone is a sixth of the command's start-up.)"""
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -223,6 +209,7 @@ def find_bench_program(name: str) -> str:
 
 def run_program(cmd: list[str], env: dict | None = None) -> int:
     """Runs a project binary, streaming its output; returns its exit status."""
+    import subprocess
     try:
         return subprocess.call(cmd, env=env)
     except OSError as exc:
@@ -237,6 +224,7 @@ def find_program(name: str) -> str:
             candidate = d / sub / name
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return str(candidate)
+    import shutil
     found = shutil.which(name)
     if found:
         return found
@@ -254,6 +242,7 @@ def mpi_env(env: dict) -> dict:
 
 def mpirun_prefix(ranks: int) -> list[str]:
     """The mpirun command that starts `ranks` processes (oversubscribed, unbound)."""
+    import shutil
     mpirun = shutil.which("mpirun")
     if not mpirun:
         raise HetmemError("mpirun is not installed (Debian: openmpi-bin); scripts/setup.sh installs it")
