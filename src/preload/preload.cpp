@@ -74,6 +74,7 @@ std::atomic<bool> g_owing{false};
 // Windows kept for an emulated tier's charges alone wait for the first allocation placed there
 // (windows_needed_now, below).
 uint32_t g_emulated_tiers = 0;               // bit t: tier t is emulated and charged
+static_assert(HM_MAX_TIERS <= 32, "g_emulated_tiers has a bit per tier");
 double g_deferred_window = 0;                // HM_ITERATION_WINDOW, for the windows that wait
 std::atomic<bool> g_windows_pending{false};
 // How iterations were inferred: "window", "function" or "" (none).
@@ -127,20 +128,35 @@ struct Inside {
   ~Inside() { --hm_inside_hook; }
 };
 
+// Where the rules send an allocation of `size` from `caller`. A class rule leaves allocations
+// under HM_CLASS_MIN to the C library (a site's small ones: sqlite's wrapper makes them all), where
+// a class's cost per allocation would outweigh placing a few bytes.
+struct RulesPlacement {
+  hm_rules_target_t target = HM_RULES_LIBC;
+  int tier = -1;  // the tier (HM_RULES_TIER) or the class (HM_RULES_CLASS)
+};
+
+RulesPlacement rules_placement(size_t size, const void *caller) {
+  RulesPlacement d;
+  d.target = hm_rules_decide(size, caller, &d.tier);
+  if (d.target == HM_RULES_CLASS && size < g_class_min) d.target = HM_RULES_LIBC;
+  return d;
+}
+
 // Placement of one allocation: the scoped mode first (hm_mode_push around an unchanged ALLOCATE),
-// then the rules, then the profiler's large objects (own mapping, so the kernel reports their
-// referenced bytes alone). nullptr: the C library takes it.
-void *place(size_t size, size_t align, bool zero, const void *caller) {
+// then the rules (`decided` when the caller asked them already), then the profiler's large
+// objects (own mapping, so the kernel reports their referenced bytes alone). nullptr: the C
+// library takes it.
+void *place(size_t size, size_t align, bool zero, const void *caller, const RulesPlacement *decided) {
   unsigned flags = HM_PREFERRED | (zero ? HM_ZERO : 0u);
   if (hm_modes_open > 0) return hm_tier_alloc(hm_mode_current(), size, align, flags);
   if (g_rules) {
-    int tier = -1;
-    switch (hm_rules_decide(size, caller, &tier)) {
-      case HM_RULES_TIER: return hm_tier_alloc(tier, size, align, flags);
+    const RulesPlacement d = decided ? *decided : rules_placement(size, caller);
+    switch (d.target) {
+      case HM_RULES_TIER: return hm_tier_alloc(d.tier, size, align, flags);
       case HM_RULES_HUGE: return hm_alloc(HM_FAST, size, align, flags | HM_HUGE);
       case HM_RULES_CLASS:  // a plan's class: where the policy puts it; the C library if it refuses
-        if (size < g_class_min) break;  // a site's small allocations (sqlite's wrapper makes them all)
-        if (void *p = hm_class_alloc(tier, size, align, zero ? HM_ZERO : 0u)) return p;
+        if (void *p = hm_class_alloc(d.tier, size, align, zero ? HM_ZERO : 0u)) return p;
         break;
       case HM_RULES_LIBC: break;
     }
@@ -177,12 +193,13 @@ inline bool from_self(const void *caller) { return reinterpret_cast<uintptr_t>(c
 
 void placed_while_windows_wait(const void *p);
 
-void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *caller) {
+void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *caller,
+               const RulesPlacement *decided = nullptr) {
   void *p = nullptr;
   if (g_enabled && !hm_inside_hook && !from_self(caller)) {
     Inside inside;
     if (g_owing.load(std::memory_order_relaxed)) hm_emul_pay_owed();
-    p = place(size, align, zero, caller);
+    p = place(size, align, zero, caller, decided);
     if (p && g_windows_pending.load(std::memory_order_relaxed)) placed_while_windows_wait(p);
     if (!p) {
       if (align <= 16) p = zero ? g_real.calloc(1, size) : g_real.malloc(size);
@@ -306,7 +323,7 @@ uint32_t emulated_tiers() {  // g_emulated_tiers' bits (HM_EMUL=1)
   if (number_option("HM_EMUL") != 1) return 0;
   uint32_t mask = 0;
   hm_tier_info_t tier;
-  for (int t = 0; t < hm_tier_count() && t < 32; ++t)
+  for (int t = 0; t < hm_tier_count() && t < HM_MAX_TIERS; ++t)
     if (hm_tier_info(t, &tier) == HM_OK && tier.kind == HM_KIND_EMUL) mask |= 1u << t;
   return mask;
 }
@@ -323,7 +340,7 @@ void start_windows(double window) {
 // After hetmem placed an allocation while windows wait: they start if it landed on an emulated tier.
 void placed_while_windows_wait(const void *p) {
   hm_tier_t t = -1;
-  if (hm_ptr_tier(p, &t) != HM_OK || t < 0 || t >= 32 || !(g_emulated_tiers & (1u << t))) return;
+  if (hm_ptr_tier(p, &t) != HM_OK || t < 0 || t >= HM_MAX_TIERS || !(g_emulated_tiers & (1u << t))) return;
   if (g_windows_pending.exchange(false)) start_windows(g_deferred_window);
 }
 
@@ -478,11 +495,12 @@ HM_EXPORT void *calloc(size_t n, size_t size) {
 }
 
 namespace {
-// realloc by a new block where placement decides (allocate) and the old one released (release),
-// each recorded as the profiler records them; nullptr leaves the old block valid, as realloc
-// promises.
-void *reallocate_by_copy(void *p, size_t old, size_t size, const void *caller) {
-  void *np = allocate(size, 0, false, trace::kRealloc, caller);
+// realloc by a new block where placement decides (allocate; `decided`: the rules were asked
+// already) and the old one released (release), each recorded as the profiler records them;
+// nullptr leaves the old block valid, as realloc promises.
+void *reallocate_by_copy(void *p, size_t old, size_t size, const void *caller,
+                         const RulesPlacement *decided = nullptr) {
+  void *np = allocate(size, 0, false, trace::kRealloc, caller, decided);
   if (!np) return nullptr;
   memcpy(np, p, std::min(old, size));
   release(p, trace::kRealloc, caller);
@@ -519,15 +537,12 @@ HM_EXPORT void *realloc(void *p, size_t size) {
     // A call site that grows its objects with realloc (sqlite's allocation wrapper, a vector's
     // growth in C) is placed as the rules say: a block of the C library that a rule sends to a
     // tier or a class moves there, copied, as realloc may move it anyway.
-    int tier = -1;
-    hm_rules_target_t target;
+    RulesPlacement d;
     {
       Inside inside;
-      target = hm_rules_decide(size, caller, &tier);
+      d = rules_placement(size, caller);
     }
-    if (target != HM_RULES_LIBC && !(target == HM_RULES_CLASS && size < g_class_min)) {
-      return reallocate_by_copy(p, g_real.usable(p), size, caller);
-    }
+    if (d.target != HM_RULES_LIBC) return reallocate_by_copy(p, g_real.usable(p), size, caller, &d);
   }
   Inside inside;
   void *np = owned(p) ? hm_realloc(p, size) : g_real.realloc(p, size);

@@ -58,6 +58,7 @@ int back_file(int fd, uint64_t offset, size_t len);
 // linked: on a machine with one node there is nothing to bind, and every process the preload
 // library starts in would pay for loading it and running its constructor (about 0.2 ms).
 int numa_node_count();               // nodes with memory (the online nodes' count where libnuma is not loaded)
+const std::vector<int> &online_nodes();  // the kernel's online nodes (sysfs, read once); empty if unknown
 bool numa_available();               // whether libnuma could be loaded (loads it)
 int bind_node(void *addr, size_t len, int node, bool move_existing);  // a no-op on one node
 int page_node(const void *addr, int *node);  // node of the page holding addr (touches nothing; loads libnuma)

@@ -170,15 +170,20 @@ const Numa *numa() {
   return usable;
 }
 
-// libnuma where the machine has two nodes or more (one read of sysfs decides), else nullptr.
+// libnuma where the machine has two nodes or more, else nullptr.
 const Numa *numa_of_several_nodes() {
-  static const bool several = [] {
-    std::string online;
-    return read_text("/sys/devices/system/node/online", &online) && parse_id_list(online).size() > 1;
-  }();
+  static const bool several = online_nodes().size() > 1;
   return several ? numa() : nullptr;
 }
 }  // namespace
+
+const std::vector<int> &online_nodes() {
+  static const std::vector<int> ids = [] {
+    std::string online;
+    return read_text("/sys/devices/system/node/online", &online) ? parse_id_list(online) : std::vector<int>{};
+  }();
+  return ids;
+}
 
 std::vector<int> parse_id_list(const std::string &text) {
   std::vector<int> out;

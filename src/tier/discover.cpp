@@ -158,9 +158,7 @@ std::vector<NodeInfo> discover_nodes(int *local_node) {
   std::vector<NodeInfo> nodes;
   int count = prim::numa_node_count();
   *local_node = prim::current_node();
-  std::string online;
-  std::vector<int> ids;
-  if (prim::read_text("/sys/devices/system/node/online", &online)) ids = prim::parse_id_list(online);
+  std::vector<int> ids = prim::online_nodes();
   if (ids.empty())
     for (int i = 0; i < count; ++i) ids.push_back(i);
   for (int id : ids) {
