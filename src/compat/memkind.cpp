@@ -156,9 +156,129 @@ std::atomic<bool> g_hbw_allocated{false};
 
 bool owned(const void *p) { return hm_owns(p) != 0; }
 
+// Freed MEMKIND_DEFAULT blocks of 32 MiB or more, kept for the next such request. The C library
+// maps every block that large and unmaps it when it is freed (32 MiB is its largest mmap
+// threshold), so a program (or an OpenMP runtime) that allocates a large default block every step
+// pays a mapping and its page faults each time, where memkind's jemalloc keeps the memory. The
+// blocks stay the C library's (free, realloc and malloc_usable_size work on them) and stay where
+// they would be; at most HM_RETAIN bytes are kept, as hetmem's own tiers keep. The large blocks
+// handed out are known by address (up to kLive at once), so a free of any other block costs one
+// load, and a large block freed with the C library's free is simply not kept.
+class LargeDefaultBlocks {
+ public:
+  static constexpr size_t kMin = size_t{32} << 20;
+
+  // A kept block of at least `size` bytes and at most twice that, or nullptr.
+  void *take(size_t size) {
+    if (kept_.load(std::memory_order_relaxed) == 0) return nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
+    int best = -1;
+    for (int i = 0; i < kSlots; ++i)
+      if (block_[i] && bytes_[i] >= size && bytes_[i] / 2 <= size && (best < 0 || bytes_[i] < bytes_[best])) best = i;
+    if (best < 0) return nullptr;
+    void *p = block_[best];
+    block_[best] = nullptr;
+    kept_bytes_ -= bytes_[best];
+    kept_.fetch_sub(1, std::memory_order_relaxed);
+    return p;
+  }
+
+  // Remembers a large block handed out, so that its free keeps it (when there is a free place).
+  void handed_out(void *p) {
+    for (std::atomic<void *> &slot : live_) {
+      void *empty = nullptr;
+      if (slot.compare_exchange_strong(empty, p)) {
+        live_count_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+    }
+  }
+
+  // Whether a large block may be out (then a free asks `keep`).
+  bool any_out() const { return live_count_.load(std::memory_order_relaxed) != 0; }
+
+  // Keeps `p` if it is a large block handed out and there is room (the largest kept blocks are
+  // freed to make it); false: the caller frees it.
+  __attribute__((noinline)) bool keep(void *p) {
+    if (!forget(p)) return false;
+    const size_t bytes = malloc_usable_size(p);  // (a block freed by free() left its address behind)
+    if (bytes < kMin || bytes > limit()) return false;
+    void *evicted[kSlots];
+    int n_evicted = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      int slot = -1;
+      for (;;) {
+        int largest = -1;
+        for (int i = 0; i < kSlots; ++i) {
+          if (!block_[i] && slot < 0) slot = i;
+          if (block_[i] && (largest < 0 || bytes_[i] > bytes_[largest])) largest = i;
+        }
+        if (slot >= 0 && kept_bytes_ + bytes <= limit()) break;
+        evicted[n_evicted++] = block_[largest];
+        kept_bytes_ -= bytes_[largest];
+        block_[largest] = nullptr;
+        kept_.fetch_sub(1, std::memory_order_relaxed);
+        if (slot < 0) slot = largest;
+      }
+      block_[slot] = p;
+      bytes_[slot] = bytes;
+      kept_bytes_ += bytes;
+      kept_.fetch_add(1, std::memory_order_relaxed);
+    }
+    for (int i = 0; i < n_evicted; ++i) free(evicted[i]);
+    return true;
+  }
+
+  // Forgets `p` as a large block handed out (realloc moves it): whether it was one.
+  bool forget(void *p) {
+    if (live_count_.load(std::memory_order_relaxed) == 0) return false;
+    for (std::atomic<void *> &slot : live_) {
+      void *expected = p;
+      if (slot.load(std::memory_order_relaxed) == p && slot.compare_exchange_strong(expected, nullptr)) {
+        live_count_.fetch_sub(1, std::memory_order_relaxed);
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  static constexpr int kSlots = 8, kLive = 16;
+
+  // HM_RETAIN, read at the first large default block freed (0 keeps none).
+  static uint64_t limit() {
+    static const uint64_t bytes = [] {
+      char value[64];
+      uint64_t b = 0;
+      if (hm_option_get("HM_RETAIN", value, sizeof value, nullptr, 0) != HM_OK || hm_size_parse(value, &b) != HM_OK)
+        return uint64_t{0};
+      return b;
+    }();
+    return bytes;
+  }
+
+  std::mutex mutex_;
+  void *block_[kSlots] = {};
+  size_t bytes_[kSlots] = {};
+  uint64_t kept_bytes_ = 0;
+  std::atomic<int> kept_{0};
+  std::atomic<void *> live_[kLive] = {};
+  std::atomic<int> live_count_{0};
+};
+
+LargeDefaultBlocks g_large_default;
+
 void *allocate(memkind_t kind, size_t size, size_t align, bool zero) {
   if (!kind) return nullptr;
   if (kind->source == Source::libc) {
+    if (size >= LargeDefaultBlocks::kMin && align <= 16) {
+      // calloc's fresh mapping is zero already: a kept block would need clearing.
+      void *p = zero ? nullptr : g_large_default.take(size);
+      if (!p) p = zero ? calloc(1, size) : malloc(size);
+      if (p) g_large_default.handed_out(p);
+      return p;
+    }
     if (align <= 16) return zero ? calloc(1, size) : malloc(size);
     void *p = nullptr;
     if (posix_memalign(&p, align, size) != 0) return nullptr;
@@ -173,7 +293,7 @@ void *allocate(memkind_t kind, size_t size, size_t align, bool zero) {
 void release(void *p) {
   if (!p) return;
   if (owned(p)) hm_free(p);
-  else free(p);
+  else if (!g_large_default.any_out() || !g_large_default.keep(p)) free(p);
 }
 
 memkind_t hbw_kind(hbw_pagesize_t pagesize = HBW_PAGESIZE_4KB) {
@@ -292,7 +412,10 @@ void *memkind_realloc(memkind_t kind, void *ptr, size_t size) {
     return nullptr;
   }
   if (!ptr) return memkind_malloc(kind, size);
-  if (!owned(ptr)) return realloc(ptr, size);
+  if (!owned(ptr)) {
+    g_large_default.forget(ptr);
+    return realloc(ptr, size);
+  }
   if (!kind || kind->source == Source::libc) return hm_realloc(ptr, size);  // stays on its tier
   // Another kind: the data moves to that kind's memory.
   void *fresh = memkind_malloc(kind, size);

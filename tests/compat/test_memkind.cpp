@@ -84,6 +84,38 @@ TEST(Memkind, DefaultIsTheCLibraryAndEveryFreeFindsItsAllocator) {
   memkind_free(MEMKIND_HBW, nullptr);
 }
 
+TEST(Memkind, ALargeDefaultBlockFreedIsReusedAndStaysTheCLibrarys) {
+  constexpr size_t kBig = size_t{64} << 20;  // beyond the C library's largest mmap threshold
+  auto *a = static_cast<unsigned char *>(memkind_malloc(MEMKIND_DEFAULT, kBig));
+  ASSERT_NE(a, nullptr);
+  std::memset(a, 7, kBig);
+  memkind_free(MEMKIND_DEFAULT, a);
+  auto *b = static_cast<unsigned char *>(memkind_malloc(MEMKIND_DEFAULT, kBig - 4096));
+  ASSERT_EQ(b, a);
+  EXPECT_EQ(b[0] + b[kBig - 4097], 14) << "the block freed was kept and handed out again with its pages (a fresh "
+                                          "mapping would read zero)";
+  EXPECT_EQ(hm_owns(b), 0) << "still the C library's block";
+  EXPECT_EQ(memkind_detect_kind(b), MEMKIND_DEFAULT);
+  EXPECT_GE(memkind_malloc_usable_size(MEMKIND_DEFAULT, b), kBig - 4096);
+  // calloc never gets a kept block with its old bytes.
+  auto *z = static_cast<unsigned char *>(memkind_calloc(MEMKIND_DEFAULT, 1, kBig));
+  ASSERT_NE(z, nullptr);
+  EXPECT_EQ(z[0] + z[kBig / 2] + z[kBig - 1], 0);
+  // A kept block is a C library block: free() and realloc() take it as the C library's own.
+  std::free(z);
+  auto *c = static_cast<unsigned char *>(memkind_realloc(MEMKIND_DEFAULT, b, 2 * kBig));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c[kBig - 4097], 7) << "realloc keeps the data";
+  memkind_free(MEMKIND_DEFAULT, c);
+  // Too small to be kept: freed at once; a half-size request does not take a block twice its size.
+  void *small = memkind_malloc(MEMKIND_DEFAULT, 1 << 20);
+  memkind_free(nullptr, small);
+  void *half = memkind_malloc(MEMKIND_DEFAULT, kBig / 2);
+  ASSERT_NE(half, nullptr);
+  EXPECT_NE(half, c);
+  memkind_free(nullptr, half);
+}
+
 TEST(Memkind, CallocReallocAndAlignment) {
   auto *z = static_cast<unsigned char *>(memkind_calloc(MEMKIND_DAX_KMEM, 1000, 8));
   ASSERT_NE(z, nullptr);
