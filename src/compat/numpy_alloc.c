@@ -102,6 +102,14 @@ static HandlerCache *cache_of(const Place *p) {
   return *c;
 }
 
+/* The small-array bucket of a size up to CACHE_MAX_BYTES, when the thread's cache for the handler
+ * exists: the path of an array made and dropped in a loop, without a call. */
+static inline Bucket *small_bucket(const Place *p, size_t size) {
+  ThreadCache *tc = t_cache;
+  HandlerCache *c = tc && p->slot >= 0 ? tc->by_handler[p->slot] : NULL;
+  return c ? &c->buckets[size ? (size - 1) / CACHE_GRAIN : 0] : NULL;
+}
+
 /* Where a size is cached: a small-array bucket (bucket >= 0), scratch blocks of whole pages
  * (pages > 0), or neither. `bytes` is what is allocated for it: the bucket's or the pages' whole
  * size, so that any cached block serves any size of its bucket or page count. */
@@ -163,6 +171,14 @@ static void *named_alloc(const Place *p, size_t size, unsigned flags) {
 }
 
 static void *cached_alloc(const Place *p, size_t size, unsigned flags) {
+  if (size <= CACHE_MAX_BYTES && !g_profiling) {
+    Bucket *b = small_bucket(p, size);
+    if (b && b->count > 0) {
+      void *ptr = b->block[--b->count];
+      if (flags & HM_ZERO) memset(ptr, 0, size);
+      return ptr;
+    }
+  }
   const Cached k = cached_as(size);
   if ((k.bucket < 0 && !k.pages) || g_profiling) return named_alloc(p, size, flags);
   HandlerCache *c = cache_of(p);
@@ -235,8 +251,15 @@ static int cache_keep(const Place *p, void *ptr, size_t size) {
 }
 
 static void h_free(void *ctx, void *ptr, size_t size) {
-  if (ptr && cache_keep(ctx, ptr, size)) return;
-  hm_free(ptr);
+  if (!ptr) return;
+  if (size <= CACHE_MAX_BYTES && !g_profiling) {
+    Bucket *b = small_bucket(ctx, size);
+    if (b && b->count < CACHE_DEPTH) {
+      b->block[b->count++] = ptr;
+      return;
+    }
+  }
+  if (!cache_keep(ctx, ptr, size)) hm_free(ptr);
 }
 
 static void destroy_handler(PyObject *capsule) {
