@@ -24,8 +24,13 @@ double copy_time(const HelperInputs &in, int h) {
 double predicted_time(const HelperInputs &in, int h) {
   const double t_cp = copy_time(in, h);
   double t = std::max(in.t_comp, t_cp);
-  if (in.thrd_comp + h > in.thrd_max && in.thrd_max > 0)
-    t = std::max(t, (in.thrd_comp * in.t_comp + h * t_cp) / in.thrd_max);
+  const int without_core = in.thrd_comp + h - in.thrd_max;  // helpers that share a core
+  if (without_core > 0 && in.thrd_max > 0) {
+    // The computing threads wait for each other at the end of an interval, so a core that runs
+    // one of them and ceil(without_core / thrd_max) helpers sets the interval's time.
+    const int per_core = (without_core + in.thrd_max - 1) / in.thrd_max;
+    t = std::max(t, in.t_comp + per_core * t_cp);
+  }
   return t;
 }
 

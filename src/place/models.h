@@ -37,8 +37,8 @@ struct HelperChoice {
 double copy_time(const HelperInputs &in, int h);
 // The predicted interval time with h helpers: max(T_comp, T_cp) while compute and helper threads
 // have cores of their own (Eq. 5 and 8); when they do not (thrd_comp + h > thrd_max, the extension
-// for machines with few cores), the helpers' copy time is CPU time taken from the computation:
-// max(T_comp, T_cp, (thrd_comp T_comp + h T_cp) / thrd_max).
+// for machines with few cores), a core shared by a computing thread and helpers is the critical
+// path of the interval: max(T_comp, T_cp, T_comp + ceil((thrd_comp + h - thrd_max) / thrd_max) T_cp).
 double predicted_time(const HelperInputs &in, int h);
 // WarpX-PM's procedure: the counts that meet the bandwidth constraint (Eq. 6), of those the ones
 // that meet the overlap (Eq. 5) and thread (Eq. 8) constraints, the smallest of them; when no

@@ -387,12 +387,15 @@ TEST(HelperModel, ThreadsBindOnAMachineWhoseCoresAllCompute) {
   in.t_comp = 0.5;
   in.bw_in = {0.4e9, 0.8e9, 1.2e9};  // copy bandwidth linear in the helpers
   in.bw_out = {0.5e9, 1.0e9, 1.5e9};
-  // Every helper oversubscribes: the predicted time counts its copy time as CPU taken from the
-  // computation, so the smallest count that hides the copy wins: (2 x 0.5 + 1 x 0.25) / 2 = 0.625.
+  // Every helper shares a core with a computing thread, which then takes its computing and the
+  // helper's copying (the other computing thread waits for it): 1 helper 0.5 + 0.25 = 0.75; 2, one
+  // per core, 0.5 + 0.125 = 0.625; 3, two on one core, 0.5 + 2 x 0.25 / 3 = 0.667.
   auto c = hm::place::choose_helpers(in);
-  EXPECT_EQ(c.helpers, 1);
+  EXPECT_EQ(c.helpers, 2);
   EXPECT_NE(c.binding.find("threads"), std::string::npos) << c.binding;
   EXPECT_DOUBLE_EQ(c.t_predicted, 0.625);
+  EXPECT_DOUBLE_EQ(c.t_predicted_by_helpers[0], 0.75);
+  EXPECT_NEAR(c.t_predicted_by_helpers[2], 0.5 + 2 * 0.25 / 3, 1e-12);
   // With one core free, one helper fits the thread constraint and hides the copy.
   in.thrd_comp = 1;
   c = hm::place::choose_helpers(in);
