@@ -47,14 +47,27 @@ int tier_of_role(hm_role_t role, int *tier) {
   return HM_OK;
 }
 
-// Preferred allocations fall back fast -> capacity and capacity -> fast; persistent never does.
-void *alloc_chain(int tier, size_t size, size_t align, unsigned flags) {
-  TierHeap *first = heap_of(tier);
-  if (!first) return fail_null(HM_ENOTIER, "unknown tier %d (known: %s)", tier, known_tier_names().c_str());
+// Why a request cannot be served at all: no such tier, a bad alignment or size.
+__attribute__((noinline)) void *refuse(int tier, size_t size, size_t align) {
+  if (!heap_of(tier)) return fail_null(HM_ENOTIER, "unknown tier %d (known: %s)", tier, known_tier_names().c_str());
   if (align & (align - 1)) return fail_null(HM_EINVAL, "alignment %zu is not a power of two", align);
-  if (size > (size_t{1} << 47)) return fail_null(HM_EINVAL, "size %zu is larger than the address space", size);
+  return fail_null(HM_EINVAL, "size %zu is larger than the address space", size);
+}
+
+__attribute__((noinline)) void *fall_back(TierHeap *first, size_t size, size_t align, unsigned flags);
+
+// Preferred allocations fall back fast -> capacity and capacity -> fast; persistent never does.
+inline void *alloc_chain(int tier, size_t size, size_t align, unsigned flags) {
+  TierHeap *first = heap_of(tier);
+  if (__builtin_expect(!first || (align & (align - 1)) || size > (size_t{1} << 47), 0)) return refuse(tier, size, align);
   void *p = first->allocate(size, align, flags);
-  if (p || (flags & HM_STRICT) || first->tier()->backing->is_file()) return p;
+  return __builtin_expect(p != nullptr, 1) ? p : fall_back(first, size, align, flags);
+}
+
+// The first tier refused: the next tiers of the chain, for a preferred allocation.
+void *fall_back(TierHeap *first, size_t size, size_t align, unsigned flags) {
+  void *p = nullptr;
+  if ((flags & HM_STRICT) || first->tier()->backing->is_file()) return p;
   int chain[2] = {role_tier(HM_CAPACITY), role_tier(HM_FAST)};
   if (first->tier()->roles & (1u << HM_CAPACITY)) std::swap(chain[0], chain[1]);
   for (int t : chain) {
@@ -305,6 +318,14 @@ void *hm_calloc(size_t count, size_t size) {
   return p;
 }
 
+namespace {
+inline void release_owned(void *ptr, TierHeap *h, SlotOwner *owner, const void *caller) {
+  if (alloc_observer()) notify(ptr, TierHeap::usable_size(ptr, owner), true, caller);
+  notify_release(ptr, owner);
+  h->release(ptr, owner);
+}
+}  // namespace
+
 void hm_free(void *ptr) {
   if (!ptr) return;
   SlotOwner *owner = nullptr;
@@ -313,10 +334,15 @@ void hm_free(void *ptr) {
     fail(HM_ENOTOWNED, "hm_free(%p): not allocated by hetmem; left alone", ptr);
     return;
   }
-  if (alloc_observer())
-    notify(ptr, TierHeap::usable_size(ptr, owner), true, __builtin_return_address(0));
-  notify_release(ptr, owner);
-  h->release(ptr, owner);
+  release_owned(ptr, h, owner, __builtin_return_address(0));
+}
+
+int hm_free_if_owned(void *ptr) {
+  SlotOwner *owner = nullptr;
+  TierHeap *h = ptr ? heap_for(ptr, &owner) : nullptr;
+  if (!h) return 0;
+  release_owned(ptr, h, owner, __builtin_return_address(0));
+  return 1;
 }
 
 size_t hm_usable_size(const void *ptr) {

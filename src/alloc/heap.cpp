@@ -16,18 +16,37 @@ namespace hm {
 
 // ------------------------------------------------------------------------------------------
 // Size classes: 16-byte steps to 128, then four classes per doubling up to 32 KiB.
-int size_class(size_t s) {
+namespace {
+constexpr int class_of(size_t s) {
   if (s <= 128) return s == 0 ? 0 : static_cast<int>((s + 15) >> 4) - 1;
   int lg = 63 - __builtin_clzll(s - 1);
   int sub = static_cast<int>((s - 1 - (size_t{1} << lg)) >> (lg - 2));
   return 8 + (lg - 7) * 4 + sub;
 }
 
-size_t class_size(int c) {
+constexpr size_t bytes_of(int c) {
   if (c < 8) return static_cast<size_t>(c + 1) * 16;
   int lg = 7 + (c - 8) / 4, sub = (c - 8) % 4;
   return (size_t{1} << lg) + static_cast<size_t>(sub + 1) * (size_t{1} << (lg - 2));
 }
+
+// Up to 1 KiB every class boundary is a multiple of 16 bytes, so the class of a size there is a
+// table's entry, indexed by the size in 16-byte steps; the bytes of every class are another.
+constexpr size_t kTableMax = 1024;
+struct ClassTables {
+  uint8_t of_steps[kTableMax / 16 + 1] = {};
+  uint32_t bytes[kClasses] = {};
+  constexpr ClassTables() {
+    for (size_t i = 0; i <= kTableMax / 16; ++i) of_steps[i] = static_cast<uint8_t>(class_of(i * 16));
+    for (int c = 0; c < kClasses; ++c) bytes[c] = static_cast<uint32_t>(bytes_of(c));
+  }
+};
+constexpr ClassTables kClassTables;
+}  // namespace
+
+int size_class(size_t s) { return s <= kTableMax ? kClassTables.of_steps[(s + 15) >> 4] : class_of(s); }
+
+size_t class_size(int c) { return kClassTables.bytes[c]; }
 
 namespace {
 
@@ -333,6 +352,28 @@ void TierHeap::reset_event_counts() {
 }
 
 void *TierHeap::allocate(size_t size, size_t align, unsigned flags) {
+  // The common case first: a small block from the thread's bin of its class, on a tier without a
+  // budget (its bytes go to the thread's pending count). Anything else takes the general path.
+  if (__builtin_expect(size <= kSmallMax && align <= 16 && !(flags & (HM_MOVABLE | HM_HUGE | HM_GUARDED)), 1)) {
+    ThreadCache *tc = t_cache;
+    if (__builtin_expect(tc && tc->epoch == runtime_epoch() && counters_.budget.load(std::memory_order_relaxed) == 0, 1)) {
+      const int cls = size_class(size);
+      Bin &b = tc->bins[tier_->id][cls];
+      if (void *p = b.head) {
+        b.head = *static_cast<void **>(p);
+        --b.count;
+        bump(tc->allocs[tier_->id]);
+        const size_t charged = class_size(cls);
+        charge_small(charged, tc);
+        if (flags & HM_ZERO) std::memset(p, 0, charged);
+        return p;
+      }
+    }
+  }
+  return allocate_general(size, align, flags);
+}
+
+void *TierHeap::allocate_general(size_t size, size_t align, unsigned flags) {
   if (align < 16) align = 16;
   bool own_mapping = (flags & (HM_MOVABLE | HM_HUGE | HM_GUARDED)) || size > kMediumMax || align > kPageBytes;
   void *p = nullptr;
@@ -652,6 +693,30 @@ void TierHeap::release_large(LargeBlock *lb) {
 }
 
 void TierHeap::release(void *ptr, SlotOwner *owner) {
+  // The common case first: a small block back to the thread's bin of its class, while the bin has
+  // room. Anything else (and every check of a bad pointer) takes the general path.
+  if (__builtin_expect(owner->kind == OwnerKind::kSegment && !kHetmemDebug, 1)) {
+    auto *seg = reinterpret_cast<Segment *>(owner);
+    const size_t page = static_cast<size_t>(static_cast<char *>(ptr) - static_cast<char *>(seg->extent.addr)) >> kPageShift;
+    const PageDesc &pd = seg->pages[page];
+    ThreadCache *tc = t_cache;
+    if (__builtin_expect(pd.cls != kMediumClass && pd.block_size != 0 && page != 0 && tc &&
+                         tc->epoch == runtime_epoch(), 1)) {
+      Bin &b = tc->bins[tier_->id][pd.cls];
+      if (__builtin_expect(b.count < 2 * batch_for(pd.cls), 1)) {
+        uncharge_small(pd.block_size, tc);
+        bump(tc->frees[tier_->id]);
+        *static_cast<void **>(ptr) = b.head;
+        b.head = ptr;
+        ++b.count;
+        return;
+      }
+    }
+  }
+  release_general(ptr, owner);
+}
+
+void TierHeap::release_general(void *ptr, SlotOwner *owner) {
   if (owner->kind == OwnerKind::kLarge) {
     auto *lb = reinterpret_cast<LargeBlock *>(owner);
     if (ptr != lb->extent.addr) {

@@ -92,6 +92,8 @@ class TierHeap {
   bool charge(uint64_t bytes);
   void uncharge(uint64_t bytes);
   void unwind(uint64_t bytes);  // takes back a charge whose allocation failed
+  __attribute__((noinline)) void *allocate_general(size_t size, size_t align, unsigned flags);
+  __attribute__((noinline)) void release_general(void *ptr, SlotOwner *owner);
   void *allocate_small(int cls, ThreadCache *tc);
   bool charge_small(uint64_t bytes, ThreadCache *tc);
   void uncharge_small(uint64_t bytes, ThreadCache *tc);

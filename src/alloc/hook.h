@@ -17,6 +17,9 @@ __attribute__((visibility("default"))) int hm_mode_depth(void);
 // the preload library asks hm_owns only about the others. Read with relaxed atomic loads.
 extern uintptr_t hm_owned_low __attribute__((visibility("default")));
 extern uintptr_t hm_owned_high __attribute__((visibility("default")));
+// hm_free for a pointer that may not be hetmem's: frees it and returns 1 if it is, returns 0 (and
+// records no error) if not. One look-up of the slot map where hm_owns and hm_free take two.
+__attribute__((visibility("default"))) int hm_free_if_owned(void *ptr);
 }
 
 namespace hm {

@@ -18,10 +18,11 @@ namespace hm {
 
 void modes_reset();  // api.cpp: the calling thread's hm_mode_push stack
 
+std::atomic<int> g_runtime_state{0};
+
 namespace {
 
 std::mutex g_init_mutex;
-std::atomic<int> g_state{0};  // 0: not initialised, 1: ready, 2: failed
 int g_init_code = HM_OK;
 char g_init_message[512];
 HugePool *g_huge_2m = nullptr, *g_huge_1g = nullptr;
@@ -113,11 +114,9 @@ int init_locked() {
 
 }  // namespace
 
-int runtime_ensure(bool caller_reports) {
-  int s = g_state.load(std::memory_order_acquire);
-  if (__builtin_expect(s == 1, 1)) return HM_OK;
+int runtime_start(bool caller_reports) {
   std::lock_guard<std::mutex> lock(g_init_mutex);
-  s = g_state.load(std::memory_order_acquire);
+  int s = g_runtime_state.load(std::memory_order_acquire);
   if (s == 0) {
     int rc;
     try {
@@ -129,10 +128,10 @@ int runtime_ensure(bool caller_reports) {
       g_init_code = rc;
       std::snprintf(g_init_message, sizeof g_init_message, "%s", hm_last_error());
       if (!caller_reports) log(0, "%s", g_init_message);
-      g_state.store(2, std::memory_order_release);
+      g_runtime_state.store(2, std::memory_order_release);
       return rc;
     }
-    g_state.store(1, std::memory_order_release);
+    g_runtime_state.store(1, std::memory_order_release);
     return HM_OK;
   }
   if (s == 2) return fail(HM_EINIT, "hetmem is not initialised: %s", g_init_message);
@@ -141,7 +140,7 @@ int runtime_ensure(bool caller_reports) {
 
 void runtime_finalize() {
   std::lock_guard<std::mutex> lock(g_init_mutex);
-  if (g_state.load() == 1) {
+  if (g_runtime_state.load() == 1) {
     for (int t = 0; t < kMaxTiers; ++t) {
       delete heap_of(t);
       heap_install(t, nullptr);
@@ -155,18 +154,11 @@ void runtime_finalize() {
   }
   options_forget();
   g_runtime_epoch.fetch_add(1);
-  g_state.store(0, std::memory_order_release);
+  g_runtime_state.store(0, std::memory_order_release);
   modes_reset();
 }
 
 void set_alloc_observer(AllocObserver observer) { g_observer.store(observer); }
-
-TierHeap *heap_for(const void *ptr, SlotOwner **owner) {
-  SlotOwner *o = slot_map().get(ptr);
-  if (!o) return nullptr;
-  *owner = o;
-  return heap_of(o->tier);
-}
 
 AllocObserver alloc_observer() { return g_observer.load(std::memory_order_relaxed); }
 

@@ -4,15 +4,22 @@
 #include <cstdint>
 
 #include "alloc/heap.h"
+#include "hetmem/hetmem.h"
 #include "alloc/settings.h"
 
 namespace hm {
 
 // Initialises options, tiers and heaps once; returns HM_OK or the failure recorded at the first
-// attempt (every later call returns the same code and message).
-// Initialises hetmem once. A failure is printed to standard error unless `caller_reports` (hm_init,
-// whose caller has the message in hm_last_error()): an implicit first use has nobody else to say it.
-int runtime_ensure(bool caller_reports = false);
+// attempt (every later call returns the same code and message). A failure is printed to standard
+// error unless `caller_reports` (hm_init, whose caller has the message in hm_last_error()): an
+// implicit first use has nobody else to say it. Inline: every allocation asks, and once started
+// the answer is one load.
+extern std::atomic<int> g_runtime_state;  // 0: not initialised, 1: ready, 2: failed
+int runtime_start(bool caller_reports);
+inline int runtime_ensure(bool caller_reports = false) {
+  if (__builtin_expect(g_runtime_state.load(std::memory_order_acquire) == 1, 1)) return HM_OK;
+  return runtime_start(caller_reports);
+}
 void runtime_finalize();
 // An observer of the C API's allocations and frees (the profiler registers one); the alloc layer
 // calls it without knowing what is above. `caller` is the return address into the application.
@@ -42,6 +49,11 @@ int alloc_split(void *ptr, int tier, size_t tail_offset);
 int default_tier();
 
 // The heap that owns ptr, or nullptr; *owner receives the slot record.
-TierHeap *heap_for(const void *ptr, SlotOwner **owner);
+inline TierHeap *heap_for(const void *ptr, SlotOwner **owner) {
+  SlotOwner *o = slot_map().get(ptr);
+  if (!o) return nullptr;
+  *owner = o;
+  return heap_of(o->tier);
+}
 
 }  // namespace hm

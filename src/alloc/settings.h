@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "hetmem/hetmem.h"
+
 namespace hm {
 
 class TierHeap;
@@ -28,8 +30,10 @@ inline bool thp_enabled() { return g_alloc_settings.thp; }
 inline double sample_budget() { return g_alloc_settings.sample_budget; }
 inline uint64_t retain_limit() { return g_alloc_settings.retain; }
 
-// The heap of each tier: nullptr if no such tier (or before initialisation).
-TierHeap *heap_of(int tier);
+// The heap of each tier: nullptr if no such tier (or before initialisation). Inline: every
+// allocation and free asks.
+extern TierHeap *g_heaps[HM_MAX_TIERS];
+inline TierHeap *heap_of(int tier) { return tier >= 0 && tier < HM_MAX_TIERS ? g_heaps[tier] : nullptr; }
 void heap_install(int tier, TierHeap *heap);
 
 // Changes at every finalize, so thread caches drop stale blocks.

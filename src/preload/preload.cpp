@@ -169,12 +169,18 @@ void *place(size_t size, size_t align, bool zero, const void *caller, const Rule
   return nullptr;
 }
 
-// hetmem's memory: within the bounds of what its allocator ever owned (no call) and in its slot map.
-inline bool owned(const void *p) {
+// Within the bounds of what hetmem's allocator ever owned (no call): the C library's memory mostly
+// is not.
+inline bool within_hetmem_bounds(const void *p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  return a >= __atomic_load_n(&hm_owned_low, __ATOMIC_RELAXED) && a < __atomic_load_n(&hm_owned_high, __ATOMIC_RELAXED) &&
-         hm_owns(p) != 0;
+  return a >= __atomic_load_n(&hm_owned_low, __ATOMIC_RELAXED) && a < __atomic_load_n(&hm_owned_high, __ATOMIC_RELAXED);
 }
+
+// hetmem's memory: within its bounds and in its slot map.
+inline bool owned(const void *p) { return within_hetmem_bounds(p) && hm_owns(p) != 0; }
+
+// Frees `p` if it is hetmem's memory; false if it is not (the C library's to free).
+inline bool freed_if_hetmems(void *p) { return within_hetmem_bounds(p) && hm_free_if_owned(p) != 0; }
 
 // This library's own image: its code and the C++ runtime linked into it (hm_private_runtime in
 // CMakeLists.txt). What that code allocates is hetmem's, not the program's: neither placed nor
@@ -220,15 +226,18 @@ void release(void *p, trace::Fn fn, const void *caller) {
   if (g_enabled && !hm_inside_hook && !from_self(caller)) {
     Inside inside;
     if (g_owing.load(std::memory_order_relaxed)) hm_emul_pay_owed();
-    // The free is recorded before the memory is released: the address cannot be reused first.
-    if (g_profiling) hm_profile_record(trace::kFree, fn, p, 0, caller);
-    if (owned(p)) {
-      if (g_profiling) hm_profile_forget_large(p);
-      hm_free(p);
+    if (g_profiling) {
+      // The free is recorded before the memory is released: the address cannot be reused first.
+      hm_profile_record(trace::kFree, fn, p, 0, caller);
+      if (owned(p)) {
+        hm_profile_forget_large(p);
+        hm_free(p);
+        return;
+      }
+    } else if (freed_if_hetmems(p)) {
       return;
     }
-  } else if (g_enabled && owned(p)) {
-    hm_free(p);
+  } else if (g_enabled && freed_if_hetmems(p)) {
     return;
   }
   g_real.free(p);
