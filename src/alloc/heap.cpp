@@ -42,11 +42,11 @@ struct ClassTables {
   }
 };
 constexpr ClassTables kClassTables;
+
+inline int size_class(size_t s) { return s <= kTableMax ? kClassTables.of_steps[(s + 15) >> 4] : class_of(s); }
+
+inline size_t class_size(int c) { return kClassTables.bytes[c]; }
 }  // namespace
-
-int size_class(size_t s) { return s <= kTableMax ? kClassTables.of_steps[(s + 15) >> 4] : class_of(s); }
-
-size_t class_size(int c) { return kClassTables.bytes[c]; }
 
 namespace {
 

@@ -20,9 +20,6 @@ constexpr size_t kSmallMax = 32 * 1024;                          // largest size
 constexpr size_t kMediumMax = size_t{1} << 20;                   // larger: own mapping
 constexpr int kClasses = 40;
 
-int size_class(size_t size);
-size_t class_size(int cls);
-
 struct TierCounters {
   std::atomic<uint64_t> budget{0}, in_use{0}, high_water{0}, reserved{0};
   std::atomic<uint64_t> allocs{0}, frees{0}, fallbacks_in{0}, fallbacks_out{0}, failures{0};
