@@ -5,7 +5,9 @@
 2. an allocation-heavy program (millions of small allocations from 2 threads): `hetmem profile`
    vs heaptrack (Debian package) on the same run: time and trace size;
 3. rules-only placement: nanoseconds per malloc/free pair with the preload library and a rules
-   file, against the plain C library.
+   file that matches none of them, against the plain C library;
+4. every allocation placed: the same pairs with rules that send them all to a (DRAM) tier, so that
+   hetmem's allocator serves them, against the C library's.
 """
 
 from __future__ import annotations
@@ -100,16 +102,23 @@ def versus_heaptrack(reps: int, tmp: str) -> dict:
     return row
 
 
-def rules_only(reps: int, tmp: str) -> dict:
+def _pairs(reps: int, tmp: str, rules_text: str, env: dict) -> tuple[list[float], list[float]]:
+    """ns per malloc/free pair of bench_pairs, plain and with the preload library and these rules
+    (and `env`), alternating."""
     prog = find_bench_program("bench_pairs")
-    preload = find_preload()
     rules = os.path.join(tmp, "bench.rules")
     with open(rules, "w") as f:
-        f.write("size >= 64M -> capacity\nsize >= 2M -> huge\n")
+        f.write(rules_text)
     plain, ruled = [], []
     for _ in range(reps):
         plain.append(float(_run([prog], _clean_env())[1]))
-        ruled.append(float(_run([prog], _clean_env(LD_PRELOAD=preload, HM_RULES=rules))[1]))
+        ruled.append(float(_run([prog], _clean_env(LD_PRELOAD=find_preload(), HM_RULES=rules, **env))[1]))
+    return plain, ruled
+
+
+def rules_only(reps: int, tmp: str) -> dict:
+    """Rules that match none of the program's allocations: the interposition's own cost."""
+    plain, ruled = _pairs(reps, tmp, "size >= 64M -> capacity\nsize >= 2M -> huge\n", {})
     p, q = statistics.median(plain), statistics.median(ruled)
     added = [b - a for a, b in zip(plain, ruled)]  # per round: the runs alternate
     return {"name": "rules-only placement, malloc/free pair 16..4096 B", "plain_ns": p, "rules_ns": q,
@@ -117,11 +126,23 @@ def rules_only(reps: int, tmp: str) -> dict:
             "verdict": verdicts.within(added, 50)}
 
 
+def rules_placing(reps: int, tmp: str) -> dict:
+    """Rules that place every allocation on a tier (a DRAM one: the capacity tier emulated with its
+    charge off), so that hetmem's allocator serves them all: against the C library's."""
+    plain, ruled = _pairs(reps, tmp, "all -> capacity\n", {"HM_TIERS": "capacity=emul:cxl", "HM_EMUL": "0"})
+    r = verdicts.ratio(ruled, plain, paired=True)
+    return {"name": "every allocation placed (all -> capacity), pair 16..4096 B", "plain_ns": statistics.median(plain),
+            "rules_ns": statistics.median(ruled), **r.as_dict(),
+            "target": "at most 1.0x the C library's in every round (hetmem's allocator as fast as glibc's)",
+            "verdict": verdicts.at_most(r, 1.0)}
+
+
 def main(out: str, quick: bool) -> int:
     reps = 3 if quick else 7
     with tempfile.TemporaryDirectory(prefix="hetmem-bench-") as tmp:
-        rows = [overhead(reps, tmp), versus_heaptrack(3 if quick else 5, tmp), rules_only(reps, tmp)]
-    o, h, r = rows
+        rows = [overhead(reps, tmp), versus_heaptrack(3 if quick else 5, tmp), rules_only(reps, tmp),
+                rules_placing(reps, tmp)]
+    o, h, r, a = rows
     print("hetmem profiler benchmark (medians; programs run alternately; spread: the extremes of the rounds)")
     lo, hi = o["overhead_spread"]
     print(f"  {o['name']:<48} plain {o['plain_thp_s']:.3f} s (THP), profiled {o['profiled_s']:.3f} s: "
@@ -138,6 +159,8 @@ def main(out: str, quick: bool) -> int:
     print(f"  {r['name']:<48} plain {r['plain_ns']:.1f} ns, with rules {r['rules_ns']:.1f} ns: "
           f"+{r['added_ns']:.1f} ns (spread {r['added_spread_ns'][0]:+.1f} to {r['added_spread_ns'][1]:+.1f}; "
           f"{r['verdict']}: {r['target']})")
+    print(f"  {a['name']:<48} plain {a['plain_ns']:.1f} ns, placed {a['rules_ns']:.1f} ns: {a['ratio']:.2f}x "
+          f"(spread {a['spread'][0]:.2f}-{a['spread'][1]:.2f}; {a['verdict']}: {a['target']})")
     with open(out, "w") as f:
         json.dump({"benchmark": "hetmem-bench-profiler", "quick": quick, "results": rows}, f, indent=1)
     print(f"results: {out}")
