@@ -2,8 +2,9 @@
 // tiers, for programs and OpenMP runtimes that ask for memory kinds (docs/memkind.md). Written on
 // hetmem's public C API only, like any client: a kind is a role or a tier with allocation flags.
 //
-// MEMKIND_DEFAULT is the C library's malloc, untouched: OpenMP runtimes route every default
-// allocation through it once they have loaded memkind, and those stay where they would be. Every
+// MEMKIND_DEFAULT is the C library's malloc: OpenMP runtimes route every default allocation
+// through it once they have loaded memkind, and those stay where they would be (its large blocks
+// are kept for reuse when freed: LargeDefaultBlocks). Every
 // free finds the owner from the pointer (hetmem's slot map), so a pointer freed with the wrong
 // kind, or with none, is still freed by the allocator that made it.
 #include <errno.h>
