@@ -153,6 +153,20 @@ def test_run_validates_the_policy_and_passes_it_on():
     assert r.stdout.strip() == "slow-only"
 
 
+def test_run_gives_the_command_its_place_to_the_program():
+    """Once its checks pass, `hetmem run` execs the program: the same process (an MPI launcher's
+    signals reach the program, no interpreter waits beside it), and the program's own status."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("HM_TIERS", None)
+    p = subprocess.Popen([sys.executable, "-m", "hetmem", "run", "--", "sh", "-c", "echo $$; exit 3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 3, err
+    assert int(out.strip()) == p.pid
+    r = run("run", "--", "no-such-program-hetmem")
+    assert r.returncode == 127 and "no-such-program-hetmem: command not found" in r.stderr
+
+
 @pytest.mark.parametrize("args", [("tiers",), ("options",), ("report", "TRACE")])
 def test_a_closed_pipe_ends_quietly(tmp_path, args):
     """`hetmem tiers | head -1` and the like, made certain: the reader is gone before the first write.
