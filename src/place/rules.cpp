@@ -24,6 +24,11 @@ namespace {
 
 std::vector<Rule> *g_rules = nullptr;
 std::atomic<bool> *g_matched = nullptr;  // per rule: has an allocation matched it
+// The indices of the rules that do not depend on the caller (all, size), in file order, and the
+// index of the first rule that does (g_rules->size() if none): an allocation checks only those,
+// and the one caller rule its call site matches, not every rule of a plan's hundreds of sites.
+std::vector<size_t> *g_size_rules = nullptr;
+size_t g_first_caller_rule = 0;
 std::string *g_rules_file = nullptr;
 bool g_need_caller = false;
 
@@ -346,9 +351,18 @@ int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *e
 void install(std::vector<Rule> rules) {
   g_rules = new std::vector<Rule>(std::move(rules));
   g_matched = new std::atomic<bool>[g_rules->size() + 1]();
+  g_size_rules = new std::vector<size_t>();
+  g_first_caller_rule = g_rules->size();
   g_need_caller = false;
-  for (const Rule &r : *g_rules)
-    if (r.kind == Rule::kFunction || r.kind == Rule::kSite) g_need_caller = true;
+  for (size_t i = 0; i < g_rules->size(); ++i) {
+    const Rule &r = (*g_rules)[i];
+    if (r.kind == Rule::kFunction || r.kind == Rule::kSite) {
+      g_need_caller = true;
+      g_first_caller_rule = std::min(g_first_caller_rule, i);
+    } else {
+      g_size_rules->push_back(i);
+    }
+  }
   if (g_need_caller) {
     resolve_functions();
     g_sites = new SiteCache();
@@ -375,38 +389,45 @@ std::vector<std::string> unused_class_rules() {
   return out;
 }
 
-Decision decide(size_t size, const void *caller) {
-  Decision d;
-  if (!g_rules) return d;
-  size_t caller_rule = kNoCallerRule;
-  bool caller_known = false;
-  for (size_t i = 0; i < g_rules->size(); ++i) {
-    const Rule &r = (*g_rules)[i];
-    bool match = false;
-    switch (r.kind) {
-      case Rule::kAll: match = true; break;
-      case Rule::kSizeAtLeast: match = size >= r.size; break;
-      case Rule::kSizeAbove: match = size > r.size; break;
-      case Rule::kSizeAtMost: match = size <= r.size; break;
-      case Rule::kSizeBelow: match = size < r.size; break;
-      case Rule::kFunction:
-      case Rule::kSite:
-        if (!caller_known) {
-          caller_rule = g_sites->lookup(reinterpret_cast<uintptr_t>(caller));
-          caller_known = true;
-        }
-        match = caller_rule == i;
-        break;
-    }
-    if (match) {
-      // Only "never matched" is reported: a flag, not a counter every thread increments.
-      if (!g_matched[i].load(std::memory_order_relaxed)) g_matched[i].store(true, std::memory_order_relaxed);
-      d.target = r.target;
-      d.tier = r.tier;
-      return d;
-    }
+namespace {
+bool size_rule_matches(const Rule &r, size_t size) {
+  switch (r.kind) {
+    case Rule::kAll: return true;
+    case Rule::kSizeAtLeast: return size >= r.size;
+    case Rule::kSizeAbove: return size > r.size;
+    case Rule::kSizeAtMost: return size <= r.size;
+    case Rule::kSizeBelow: return size < r.size;
+    case Rule::kFunction:
+    case Rule::kSite: break;
   }
+  return false;
+}
+
+Decision matched(size_t i) {
+  // Only "never matched" is reported: a flag, not a counter every thread increments.
+  if (!g_matched[i].load(std::memory_order_relaxed)) g_matched[i].store(true, std::memory_order_relaxed);
+  const Rule &r = (*g_rules)[i];
+  Decision d;
+  d.target = r.target;
+  d.tier = r.tier;
   return d;
+}
+}  // namespace
+
+// The first rule in file order that matches: the caller-independent rules before the first caller
+// rule need no look-up of the call site; past it, the call site's one caller rule (a hash look-up)
+// competes with the caller-independent rules before it.
+Decision decide(size_t size, const void *caller) {
+  if (!g_rules) return Decision{};
+  const std::vector<size_t> &sized = *g_size_rules;
+  size_t k = 0;
+  for (; k < sized.size() && sized[k] < g_first_caller_rule; ++k)
+    if (size_rule_matches((*g_rules)[sized[k]], size)) return matched(sized[k]);
+  if (g_first_caller_rule == g_rules->size()) return Decision{};
+  const size_t caller_rule = g_sites->lookup(reinterpret_cast<uintptr_t>(caller));
+  for (; k < sized.size() && sized[k] < caller_rule; ++k)
+    if (size_rule_matches((*g_rules)[sized[k]], size)) return matched(sized[k]);
+  return caller_rule == kNoCallerRule ? Decision{} : matched(caller_rule);
 }
 
 }  // namespace hm::place

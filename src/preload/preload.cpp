@@ -339,7 +339,9 @@ uint32_t emulated_tiers() {  // g_emulated_tiers' bits (HM_EMUL=1)
 
 void start_windows(double window) {
   if (hm_iteration_infer_start("iteration (window)", window) == HM_OK) {
-    g_owing = true;
+    // The windows' sampled charges are owed by the program's threads, paid at their allocations;
+    // without an emulated tier that charges there is nothing to pay, and nothing to ask.
+    g_owing = g_emulated_tiers != 0;
     g_inferred = "window";
   } else {
     say("iterations not inferred", hm_last_error());
@@ -372,11 +374,11 @@ void infer_iterations() {
   }
   const double window = number_option("HM_ITERATION_WINDOW");
   if (!(window > 0)) return;
+  g_emulated_tiers = emulated_tiers();
   if (windows_needed_now()) {
     start_windows(window);
     return;
   }
-  g_emulated_tiers = emulated_tiers();
   if (g_emulated_tiers) {
     g_deferred_window = window;
     g_windows_pending.store(true);
