@@ -45,7 +45,7 @@ constexpr OptionSpec kOptions[] = {
      "to 4)", OptionKind::kFraction},
     {Option::kCalibration, "HM_CALIBRATION", "", "calibration cache file (default $XDG_CACHE_HOME/hetmem/calibration or ~/.cache/...)"},
     {Option::kNtThreshold, "HM_NT_THRESHOLD", "8M", "copies at least this large use non-temporal stores", OptionKind::kSize},
-    {Option::kRetain, "HM_RETAIN", "256M", "freed large mappings kept per tier for reuse before being returned to the OS", OptionKind::kSize},
+    {Option::kRetain, "HM_RETAIN", "256M", "freed large mappings kept per tier for reuse before being returned to the OS (hetmem's libmemkind keeps as many bytes of freed MEMKIND_DEFAULT blocks of 32 MiB or more)", OptionKind::kSize},
     {Option::kDefaultRole, "HM_DEFAULT_ROLE", "fast", "role used by hm_malloc outside any hm_mode_push scope"},
     {Option::kVerbose, "HM_VERBOSE", "0", "0: quiet; 1: log failures; 2: log discovery and decisions", OptionKind::kInteger, 0, 3},
     {Option::kProfile, "HM_PROFILE", "", "preload library: write a heap/phase trace to this file (set by `hetmem profile`)"},
