@@ -170,6 +170,25 @@ TEST(Rules, SiteAndFunctionRulesAreDecidedOncePerCallSiteInFileOrder) {
   unlink(path.c_str());
 }
 
+// A size rule between caller rules: it wins for a call site whose rule comes after it, loses to
+// one whose rule comes before it, and applies to call sites that match no caller rule.
+TEST(Rules, ASizeRuleBetweenCallerRulesKeepsItsPlaceInFileOrder) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:cxl"), HM_OK);
+  const void *a = address_of(hm_rules_test_site_a), *b = address_of(hm_rules_test_marker_b),
+             *c = address_of(hm_rules_test_elsewhere_c);
+  const std::string site = site_of(a);
+  ASSERT_FALSE(site.empty());
+  const std::string path = install_rules(
+      "between.rules", "site " + site + " -> fast\nsize >= 1M -> capacity\nfunction hm_rules_test_marker_b -> huge\n");
+  const size_t big = size_t{2} << 20;
+  EXPECT_EQ(hm::place::decide(big, a).tier, hm_test::tier("fast")) << "the site rule comes first";
+  EXPECT_EQ(hm::place::decide(big, b).tier, hm_test::tier("capacity")) << "the size rule comes before b's";
+  EXPECT_EQ(hm::place::decide(100, b).target, Rule::kHuge);
+  EXPECT_EQ(hm::place::decide(big, c).tier, hm_test::tier("capacity"));
+  EXPECT_EQ(hm::place::decide(100, c).target, Rule::kLibc);
+  unlink(path.c_str());
+}
+
 // A module unloaded (dlclose, then the preload library's forget): the answer for a call site in it
 // is asked again, so that whatever is mapped there next is not placed by the old module's rule;
 // the answers for objects still loaded stand.
