@@ -46,9 +46,6 @@ constexpr ClassTables kClassTables;
 inline int size_class(size_t s) { return s <= kTableMax ? kClassTables.of_steps[(s + 15) >> 4] : class_of(s); }
 
 inline size_t class_size(int c) { return kClassTables.bytes[c]; }
-}  // namespace
-
-namespace {
 
 constexpr uint16_t kMediumClass = 0xffff;
 constexpr uint32_t kAllPagesFree = ~uint32_t{1};  // page 0 holds the segment header
@@ -137,6 +134,17 @@ void meta_free(LargeBlock *lb) {
 struct Bin {
   void *head;
   uint32_t count;
+  void *pop() {  // of a bin that holds a block
+    void *p = head;
+    head = *static_cast<void **>(p);
+    --count;
+    return p;
+  }
+  void push(void *p) {
+    *static_cast<void **>(p) = head;
+    head = p;
+    ++count;
+  }
 };
 // Small-block event counts traffic are kept per thread (written only by their thread, read by
 // hm_tier_stats), so the fast path has a single atomic: the tier's bytes in use.
@@ -359,9 +367,8 @@ void *TierHeap::allocate(size_t size, size_t align, unsigned flags) {
     if (__builtin_expect(tc && tc->epoch == runtime_epoch() && counters_.budget.load(std::memory_order_relaxed) == 0, 1)) {
       const int cls = size_class(size);
       Bin &b = tc->bins[tier_->id][cls];
-      if (void *p = b.head) {
-        b.head = *static_cast<void **>(p);
-        --b.count;
+      if (b.head) {
+        void *p = b.pop();
         bump(tc->allocs[tier_->id]);
         const size_t charged = class_size(cls);
         charge_small(charged, tc);
@@ -435,9 +442,7 @@ void *TierHeap::allocate_small(int cls, ThreadCache *tc) {
     b.head = head;
     b.count = static_cast<uint32_t>(got);
   }
-  void *p = b.head;
-  b.head = *static_cast<void **>(p);
-  --b.count;
+  void *p = b.pop();
   bump(tc->allocs[tier_->id]);
   return p;
 }
@@ -706,9 +711,7 @@ void TierHeap::release(void *ptr, SlotOwner *owner) {
       if (__builtin_expect(b.count < 2 * batch_for(pd.cls), 1)) {
         uncharge_small(pd.block_size, tc);
         bump(tc->frees[tier_->id]);
-        *static_cast<void **>(ptr) = b.head;
-        b.head = ptr;
-        ++b.count;
+        b.push(ptr);
         return;
       }
     }
@@ -757,10 +760,9 @@ void TierHeap::release_general(void *ptr, SlotOwner *owner) {
   uncharge_small(pd.block_size, tc);
   bump(tc->frees[tier_->id]);
   Bin &b = tc->bins[tier_->id][cls];
-  *static_cast<void **>(ptr) = b.head;
-  b.head = ptr;
+  b.push(ptr);
   uint32_t batch = batch_for(cls);
-  if (++b.count > 2 * batch) {
+  if (b.count > 2 * batch) {
     void *head = b.head, *tail = head;
     for (uint32_t i = 1; i < batch; ++i) tail = *static_cast<void **>(tail);
     b.head = *static_cast<void **>(tail);

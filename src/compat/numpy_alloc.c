@@ -181,11 +181,11 @@ static void *cached_alloc(const Place *p, size_t size, unsigned flags) {
   }
   const Cached k = cached_as(size);
   if ((k.bucket < 0 && !k.pages) || g_profiling) return named_alloc(p, size, flags);
-  HandlerCache *c = cache_of(p);
+  // A small array not in its bucket (above) is allocated at its bucket's size; the bucket is
+  // filled by frees (cache_keep makes the thread's cache at the first).
+  HandlerCache *c = k.pages ? cache_of(p) : NULL;
   void *ptr = NULL;
-  if (c && k.bucket >= 0 && c->buckets[k.bucket].count > 0) {
-    ptr = c->buckets[k.bucket].block[--c->buckets[k.bucket].count];
-  } else if (c && k.pages) {
+  if (c) {
     for (int i = 0; i < SCRATCH_DEPTH && !ptr; ++i)
       if (c->scratch.bytes[i] == k.pages) {
         ptr = c->scratch.block[i];

@@ -30,7 +30,6 @@ std::atomic<bool> *g_matched = nullptr;  // per rule: has an allocation matched 
 std::vector<size_t> *g_size_rules = nullptr;
 size_t g_first_caller_rule = 0;
 std::string *g_rules_file = nullptr;
-bool g_need_caller = false;
 
 std::string at(const std::string &file, int line, size_t column, const std::string &what) {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column + 1) + ": " + what;
@@ -353,17 +352,12 @@ void install(std::vector<Rule> rules) {
   g_matched = new std::atomic<bool>[g_rules->size() + 1]();
   g_size_rules = new std::vector<size_t>();
   g_first_caller_rule = g_rules->size();
-  g_need_caller = false;
   for (size_t i = 0; i < g_rules->size(); ++i) {
     const Rule &r = (*g_rules)[i];
-    if (r.kind == Rule::kFunction || r.kind == Rule::kSite) {
-      g_need_caller = true;
-      g_first_caller_rule = std::min(g_first_caller_rule, i);
-    } else {
-      g_size_rules->push_back(i);
-    }
+    if (r.kind == Rule::kFunction || r.kind == Rule::kSite) g_first_caller_rule = std::min(g_first_caller_rule, i);
+    else g_size_rules->push_back(i);
   }
-  if (g_need_caller) {
+  if (g_first_caller_rule < g_rules->size()) {  // some rule depends on the caller
     resolve_functions();
     g_sites = new SiteCache();
   }
