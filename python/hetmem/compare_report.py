@@ -90,9 +90,8 @@ def phase_seconds(doc: dict) -> dict[str, float]:
 def phase_name(name: str) -> str:
     """A phase as the user named it: an inferred iteration's function demangled."""
     if name.startswith("iteration (at ") and name.endswith(")"):
-        from .entry_points import demangle
-        symbol = name[len("iteration (at "):-1]
-        return f"iteration (at {demangle([symbol]).get(symbol, symbol)})"
+        from .lib import plain_library
+        return f"iteration (at {plain_library().demangle(name[len('iteration (at '):-1])})"
     return name
 
 

@@ -2,17 +2,19 @@
 dynamic linker routes (a PLT slot of some object the program loads), so that the preload library
 can end an inferred iteration at each of them.
 
-Reads the ELF files with binutils' readelf (relocations and dynamic symbols, demangled) and the
-program's libraries with the dynamic loader's own list (ldd), as the loader will load them.
+The ELF files are read by the library's reader (src/prim/elf.cpp: the PLT slots and exported
+functions, C++ names demangled), the one the preload library hooks with; the program's libraries
+come from the dynamic loader's own list (ldd), as the loader will load them.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
+
+from .lib import plain_library
 
 
 @dataclass
@@ -37,59 +39,17 @@ def loaded_objects(program: str) -> list[str]:
     return objects
 
 
-def _readelf(args: list[str], path: str) -> str:
-    try:
-        return subprocess.run(["readelf", "-W", *args, path], capture_output=True, text=True, timeout=120).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-
-
-def demangle(symbols: list[str]) -> dict[str, str]:
-    if not symbols or not shutil.which("c++filt"):
-        return {s: s for s in symbols}
-    try:
-        out = subprocess.run(["c++filt"], input="\n".join(symbols), capture_output=True, text=True,
-                             timeout=60).stdout.splitlines()
-    except (OSError, subprocess.TimeoutExpired):
-        return {s: s for s in symbols}
-    return dict(zip(symbols, out)) if len(out) == len(symbols) else {s: s for s in symbols}
-
-
-def _matching(function: str, symbols: set[str]) -> set[str]:
-    """The symbols that are `function`: the symbol itself, or a C++ name that demangles to it (with
-    or without its parameter list)."""
-    found = {s for s in symbols if s == function}
-    parts = [p for p in re.split(r"\W+", function) if p]
-    mangled = [s for s in symbols if s.startswith("_Z") and all(p in s for p in parts)]
-    for s, pretty in demangle(mangled).items():
-        if pretty == function or pretty.startswith(function + "("):
-            found.add(s)
-    return found
-
-
 def check(program: str, function: str) -> EntryCheck:
     """Whether `function` (a symbol, or a demangled C++ name with or without its parameters) can be
     hooked in `program`; the symbol to hook, or the reason it cannot be."""
     result = EntryCheck()
-    if not shutil.which("readelf"):
-        result.error = "readelf (binutils) is not installed, so the program's calls cannot be checked"
-        return result
+    lib = plain_library()
     candidates: dict[str, set[str]] = {}   # symbol -> objects calling it through the PLT
     defined: dict[str, set[str]] = {}      # symbol -> objects exporting it
     for path in loaded_objects(program):
-        calls = set()
-        for line in _readelf(["-r"], path).splitlines():
-            fields = line.split()
-            if "JUMP_SLOT" in line and len(fields) >= 5:
-                calls.add(fields[4].split("@")[0])
-        for symbol in _matching(function, calls):
+        for symbol in lib.functions_named(path, function, exported=False):
             candidates.setdefault(symbol, set()).add(path)
-        exports = set()
-        for line in _readelf(["--dyn-syms"], path).splitlines():
-            fields = line.split()
-            if len(fields) >= 8 and fields[3] == "FUNC" and fields[6] != "UND":
-                exports.add(fields[7].split("@")[0])
-        for symbol in _matching(function, exports):
+        for symbol in lib.functions_named(path, function, exported=True):
             defined.setdefault(symbol, set()).add(path)
     if len(candidates) > 1:
         names = ", ".join(sorted(candidates))

@@ -283,6 +283,9 @@ class Library:
         c.hm_tier_kind_name.restype = ctypes.c_char_p
         c.hm_tier_kind_name.argtypes = [ctypes.c_int]
         c.pm_inspect.argtypes = [ctypes.c_char_p, ctypes.POINTER(_PoolInfo)]
+        c.hm_elf_functions_named.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                             ctypes.c_size_t]
+        c.hm_elf_demangle.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         if not init:
             return
         rc = c.hm_init()
@@ -381,6 +384,22 @@ class Library:
         if rc != 0:
             out.update(state="damaged", problem=self.last_error() or self._c.hm_strerror(rc).decode())
         return out
+
+    def functions_named(self, path: str, function: str, exported: bool) -> list[str]:
+        """The symbols of the ELF file `path` that are `function` (the symbol, or a C++ name with or
+        without its parameters): those it calls through the dynamic linker (a PLT slot), or those
+        it exports. [] for a file that is not a 64-bit ELF object. The reader the preload library
+        hooks with (src/prim/elf.cpp)."""
+        buf = ctypes.create_string_buffer(1 << 16)
+        if self._c.hm_elf_functions_named(path.encode(), function.encode(), int(exported), buf, len(buf)) <= 0:
+            return []
+        return buf.value.decode(errors="replace").split()
+
+    def demangle(self, symbol: str) -> str:
+        """A C++ symbol's name (LAMMPS_NS::Neighbor::decide()); any other symbol as it is."""
+        buf = ctypes.create_string_buffer(4096)
+        self._c.hm_elf_demangle(symbol.encode(), buf, len(buf))
+        return buf.value.decode(errors="replace")
 
     def options(self) -> list[dict]:
         out = []

@@ -144,9 +144,8 @@ def inferred_iterations(trace: Trace) -> dict:
                 "text": f"{count} iteration(s) inferred as time windows of {window:.3g} s: the program marks "
                         "none (hetmem profile --iteration-at FUNCTION ends one at each call of FUNCTION instead)"}
     if names:
-        from .entry_points import demangle
-        symbol = names[0][len("iteration (at "):-1]
-        function = demangle([symbol]).get(symbol, symbol)
+        from .lib import plain_library
+        function = plain_library().demangle(names[0][len("iteration (at "):-1])
         return {"how": "function", "unit": "iteration", "count": count, "function": function,
                 "text": f"{count} iteration(s), one per call of {function} (--iteration-at)"}
     if trace.iterations:

@@ -1,8 +1,6 @@
 #include "place/rules.h"
 #include "place/hooks.h"
 
-#include <elf.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -16,6 +14,7 @@
 #include "base/options.h"
 #include "hetmem/hetmem.h"
 #include "place/classes.h"
+#include "prim/elf.h"
 #include "prim/prim.h"
 #include "tier/tier.h"
 
@@ -45,33 +44,10 @@ void symbols_matching(const char *path, uintptr_t bias, const std::string &fragm
   void *map = nullptr;
   size_t len = 0;
   if (prim::map_file_readonly(path, &map, &len) != HM_OK) return;
-  auto *base = static_cast<const unsigned char *>(map);
-  auto *eh = reinterpret_cast<const Elf64_Ehdr *>(base);
-  bool ok = len >= sizeof(Elf64_Ehdr) && std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
-            eh->e_shoff + static_cast<size_t>(eh->e_shnum) * sizeof(Elf64_Shdr) <= len;
-  if (ok) {
-    auto *sh = reinterpret_cast<const Elf64_Shdr *>(base + eh->e_shoff);
-    for (int pass = 0; pass < 2; ++pass) {  // the full symbol table, else the dynamic one
-      uint32_t want = pass == 0 ? SHT_SYMTAB : SHT_DYNSYM;
-      bool found = false;
-      for (int i = 0; i < eh->e_shnum; ++i) {
-        if (sh[i].sh_type != want || sh[i].sh_link >= eh->e_shnum) continue;
-        const Elf64_Shdr &strs = sh[sh[i].sh_link];
-        if (sh[i].sh_offset + sh[i].sh_size > len || strs.sh_offset + strs.sh_size > len) continue;
-        found = true;
-        auto *syms = reinterpret_cast<const Elf64_Sym *>(base + sh[i].sh_offset);
-        size_t n = sh[i].sh_size / sizeof(Elf64_Sym);
-        const char *names = reinterpret_cast<const char *>(base + strs.sh_offset);
-        for (size_t k = 0; k < n; ++k) {
-          if (ELF64_ST_TYPE(syms[k].st_info) != STT_FUNC || syms[k].st_value == 0 || syms[k].st_name >= strs.sh_size)
-            continue;
-          if (std::strstr(names + syms[k].st_name, fragment.c_str()))
-            out->spans.emplace_back(bias + syms[k].st_value, bias + syms[k].st_value + std::max<uint64_t>(syms[k].st_size, 1));
-        }
-      }
-      if (found) break;
-    }
-  }
+  prim::elf::File(map, len).for_each_function(prim::elf::File::Table::kDefined, [&](const prim::elf::Function &f) {
+    if (std::strstr(f.name, fragment.c_str()))
+      out->spans.emplace_back(bias + f.value, bias + f.value + std::max<uint64_t>(f.size, 1));
+  });
   prim::unmap(map, len);
 }
 

@@ -109,6 +109,22 @@ def test_python_interpreter(tmp_path):
     assert int(((ev["op"] == ALLOC) & (ev["size"] == 10485761)).sum()) == 5
 
 
+def test_iteration_at_ends_an_iteration_at_each_call_of_the_function(tmp_path):
+    """--iteration-at: the check before the start (the library's ELF reader) finds the interpreter's
+    PLT call of getppid, and the preload library's trampoline ends one iteration per call (the last
+    iteration runs from the last call to the exit)."""
+    python = os.path.realpath(sys.executable)
+    counts = {}
+    for calls in (0, 7):
+        r, trace = profile(tmp_path, python, "-c", f"import os; [os.getppid() for _ in range({calls})]",
+                           name=f"calls{calls}.hmtrace", options=("--iteration-at", "getppid"))
+        assert r.returncode == 0, r.stderr
+        iterations = report_json(trace)["iterations"]
+        assert iterations["how"] == "function" and iterations["function"] == "getppid", iterations
+        counts[calls] = iterations["count"]
+    assert counts == {0: 1, 7: 8}
+
+
 def test_lifetime_and_size_table(tmp_path):
     r, trace = profile(tmp_path, PROGRAMS / "prog_lifetime")
     assert r.returncode == 0, r.stderr

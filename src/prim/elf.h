@@ -1,0 +1,96 @@
+// ELF objects as hetmem reads them, in one place: the functions an object file defines (which
+// functions a placement rule names), the functions it exports, and the calls it makes through the
+// dynamic linker (its PLT slots), in a file or in an object the loader has loaded (which calls an
+// entry hook can redirect). 64-bit ELF only; anything else is read as holding nothing.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+namespace hm::prim::elf {
+
+struct Function {
+  const char *name;
+  uint64_t value;  // its ELF address (add the object's load bias for the running address)
+  uint64_t size;
+};
+
+// A PLT slot: the function it calls and where the slot is (an ELF address, as Function::value).
+struct JumpSlot {
+  const char *name;
+  uint64_t slot;
+};
+
+// The tables the dynamic linker uses (a file's, or a loaded object's relocated ones).
+struct Dynamic {
+  const void *symtab = nullptr;  // Elf64_Sym[]
+  const char *strtab = nullptr;
+  size_t strtab_bytes = 0;       // 0: unknown (a loaded object's, trusted)
+  size_t symbols = 0;            // bound on symbol indices; 0: unknown (trusted)
+  const void *jmprel = nullptr;  // Elf64_Rela[]
+  size_t jump_relocations = 0;
+};
+
+// An object file's bytes (mapped by the caller, kept while the File is used), checked once.
+class File {
+ public:
+  File(const void *data, size_t len);
+  bool valid() const { return valid_; }
+
+  enum class Table {
+    kDefined,   // the full symbol table where the file keeps one, else the dynamic one
+    kExported,  // the dynamic symbol table: what other objects can call
+  };
+  using FunctionFn = void (*)(const Function &, void *);
+  void for_each_function(Table table, FunctionFn fn, void *ctx) const;
+  // The dynamic linker's tables, located through the program headers (what a loader reads).
+  Dynamic dynamic() const;
+
+  template <class Fn>
+  void for_each_function(Table table, Fn &&fn) const {
+    using F = std::remove_reference_t<Fn>;
+    for_each_function(table, [](const Function &f, void *c) { (*static_cast<F *>(c))(f); }, &fn);
+  }
+
+ private:
+  // The file offset of ELF address `vaddr` holding `bytes` bytes; SIZE_MAX if no segment holds it.
+  size_t offset_of(uint64_t vaddr, size_t bytes) const;
+  const unsigned char *base_;
+  size_t len_;
+  bool valid_ = false;
+};
+
+// Every PLT slot of the tables (R_X86_64_JUMP_SLOT relocations; none on other machines).
+using JumpSlotFn = void (*)(const JumpSlot &, void *);
+void for_each_jump_slot(const Dynamic &tables, JumpSlotFn fn, void *ctx);
+template <class Fn>
+void for_each_jump_slot(const Dynamic &tables, Fn &&fn) {
+  using F = std::remove_reference_t<Fn>;
+  for_each_jump_slot(tables, [](const JumpSlot &s, void *c) { (*static_cast<F *>(c))(s); }, &fn);
+}
+
+// Whether symbol `symbol` is the function a user named `function`: the symbol itself, or a C++
+// function that demangles to it, with or without its parameter list (LAMMPS_NS::Neighbor::decide).
+bool names_function(const char *symbol, const char *function);
+
+// Points every PLT slot that calls `symbol`, in every loaded object but those holding one of the
+// `keep` addresses (nullptr: none), at `to`; with `patch` false only counts them. Returns the slots.
+int redirect_calls(const char *symbol, void *to, const void *keep1, const void *keep2, bool patch);
+
+}  // namespace hm::prim::elf
+
+// The reader as the preload library and the hetmem command reach it: C functions exported from
+// libhetmem.so (not part of the public API).
+#ifndef HM_HOOK_API
+#define HM_HOOK_API extern "C" __attribute__((visibility("default")))
+#endif
+// hm::prim::elf::redirect_calls.
+HM_HOOK_API int hm_elf_redirect_calls(const char *symbol, void *to, const void *keep1, const void *keep2, int patch);
+// The symbols of the ELF file at `path` that are `function` (names_function), one per line in
+// `out`: those it calls through a PLT slot (`exported` 0) or those it exports (1). Returns how many,
+// or -1 when the file cannot be read as a 64-bit ELF object.
+HM_HOOK_API int hm_elf_functions_named(const char *path, const char *function, int exported, char *out,
+                                       size_t out_len);
+// A C++ symbol demangled into `out` (the symbol itself when it is not a C++ name). Returns 0.
+HM_HOOK_API int hm_elf_demangle(const char *symbol, char *out, size_t out_len);
