@@ -129,10 +129,16 @@ def _plan_for(cmd: list[str], work: Path, options: list[str]) -> Path:
     return plan
 
 
+NEEDS_DECLARED_SPACES = ("hetmem-static+prefetch", "hetmem")
+
+
 def placement(reps: int, tmp: Path, console) -> list[dict]:
     from . import compare
     from .workloads import PlanWorkload
-    policies = ["all-fast", "hetmem-static", "first-touch", "interleave", "memory-mode", "slow-only"]
+    # Every policy of the library but those whose mechanisms beyond hetmem-static act on spaces a
+    # kernel declares (prefetch, staged tiles): an unchanged program declares none, so they would
+    # run hetmem-static again.
+    policies = [p for p in compare.policy_order() if p not in NEEDS_DECLARED_SPACES]
     out = []
     work = _lammps(tmp)
     numpy_work = tmp / "numpy-large"
@@ -148,7 +154,7 @@ def placement(reps: int, tmp: Path, console) -> list[dict]:
         plan = _plan_for(cmd, cwd, options)
         iteration = {"HM_ITERATION_AT": _symbol(cmd[0], options[1])} if options else {}
         workload = PlanWorkload(str(plan), cmd, iteration)
-        result = compare.run(workload, policies, 0.25, None, 2, reps, os.cpu_count() or 1, "capacity=emul:optane",
+        result = compare.run(workload, policies, 0.25, None, 2, reps, os.cpu_count() or 1, compare.SLOW_TIER,
                              str(cwd / "compare"), console)
         result["name"] = name
         out.append(result)

@@ -208,7 +208,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     # An unchanged program keeps its own thread settings (GROMACS refuses an OMP_NUM_THREADS that
     # differs from its -nt) unless --threads is given; the reference codes run on every core.
     threads = args.threads or (None if args.plan else os.cpu_count() or 1)
-    tiers = args.tiers or os.environ.get("HM_TIERS") or "capacity=emul:optane"
+    tiers = args.tiers or os.environ.get("HM_TIERS") or compare.SLOW_TIER
     sweeps = [compare.parse_counts(text, name, high) if text else None
               for text, name, high in ((args.sweep_helpers, "--sweep-helpers", 16),
                                        (args.sweep_prefetch, "--sweep-prefetch", 64))]

@@ -53,6 +53,10 @@ def parse_size(text: str) -> int:
     return value
 
 
+# The tiers a comparison runs on unless told (--tiers, HM_TIERS): DRAM fast, emulated Optane slow.
+SLOW_TIER = "capacity=emul:optane"
+
+
 def policy_order() -> list[str]:
     """The policies a comparison runs: all-fast first (the footprint and the upper bound), then every
     other policy of the library in its order."""
@@ -350,7 +354,7 @@ def bench(out: str, quick: bool, console) -> int:
     preset, iterations, repeat = ("preset:L1", 4, 1) if quick else ("preset:L2", 6, 3)
     helpers, distances = ([1, 2], [0, 2]) if quick else ([0, 1, 2, 3], [0, 1, 2, 4, 8])
     workload = PicWorkload([preset, "hetmem.allocation_order=particles-first"])
-    tiers = "capacity=emul:optane"
+    tiers = SLOW_TIER
     out_dir = os.path.splitext(out)[0]
     result = run(workload, policy_order(), 0.25, None, iterations, repeat, os.cpu_count() or 1, tiers, out_dir, console,
                  helpers, distances)
