@@ -17,8 +17,12 @@ typedef enum hm_rules_target {
   HM_RULES_CLASS = 3,  // a plan's object class, placed by the policy: *tier is the class
 } hm_rules_target_t;
 HM_HOOK_API hm_rules_target_t hm_rules_decide(size_t size, const void *caller, int *tier);
+// hm::place::placed_from: allocations smaller than this go to the C library, whatever their call
+// site, without asking hm_rules_decide.
+HM_HOOK_API size_t hm_rules_placed_from(void);
 // Forgets the per-call-site answers for call sites no longer in a loaded object (the preload
 // library calls it when a module was unloaded).
 HM_HOOK_API void hm_rules_forget_sites(void);
-// Lists on fd the class rules (a plan's sites) no allocation matched.
+// Lists on fd the class rules (a plan's sites) that placed nothing: no allocation of HM_CLASS_MIN
+// bytes or more matched them.
 HM_HOOK_API void hm_rules_report_unused(int fd);

@@ -29,6 +29,9 @@ std::atomic<bool> *g_matched = nullptr;  // per rule: has an allocation matched 
 std::vector<size_t> *g_size_rules = nullptr;
 size_t g_first_caller_rule = 0;
 std::string *g_rules_file = nullptr;
+// HM_CLASS_MIN: a class rule's smaller allocations stay with the C library (a class's cost per
+// allocation would outweigh placing a few bytes; sqlite's allocation wrapper makes them all).
+uint64_t g_class_min = 4096;
 
 std::string at(const std::string &file, int line, size_t column, const std::string &what) {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column + 1) + ": " + what;
@@ -324,6 +327,8 @@ int load_rules(const std::string &path, std::vector<Rule> *rules, std::string *e
 }
 
 void install(std::vector<Rule> rules) {
+  uint64_t class_min = 0;
+  if (option_size(Option::kClassMin, &class_min) == HM_OK) g_class_min = class_min;
   g_rules = new std::vector<Rule>(std::move(rules));
   g_matched = new std::atomic<bool>[g_rules->size() + 1]();
   g_size_rules = new std::vector<size_t>();
@@ -337,6 +342,19 @@ void install(std::vector<Rule> rules) {
     resolve_functions();
     g_sites = new SiteCache();
   }
+}
+
+size_t placed_from() {
+  size_t floor = SIZE_MAX;
+  for (const Rule &r : g_rules ? *g_rules : std::vector<Rule>{}) {
+    if (r.target == Rule::kLibc) continue;
+    size_t least = 0;  // all, size <= / <, function and site rules match any size
+    if (r.kind == Rule::kSizeAtLeast) least = r.size;
+    if (r.kind == Rule::kSizeAbove) least = r.size == SIZE_MAX ? SIZE_MAX : r.size + 1;
+    if (r.target == Rule::kClass) least = std::max<size_t>(least, g_class_min);
+    floor = std::min(floor, least);
+  }
+  return floor;
 }
 
 void forget_sites() {
@@ -373,10 +391,11 @@ bool size_rule_matches(const Rule &r, size_t size) {
   return false;
 }
 
-Decision matched(size_t i) {
-  // Only "never matched" is reported: a flag, not a counter every thread increments.
-  if (!g_matched[i].load(std::memory_order_relaxed)) g_matched[i].store(true, std::memory_order_relaxed);
+Decision matched(size_t i, size_t size) {
   const Rule &r = (*g_rules)[i];
+  if (r.target == Rule::kClass && size < g_class_min) return Decision{};
+  // Only "placed nothing" is reported: a flag, not a counter every thread increments.
+  if (!g_matched[i].load(std::memory_order_relaxed)) g_matched[i].store(true, std::memory_order_relaxed);
   Decision d;
   d.target = r.target;
   d.tier = r.tier;
@@ -392,12 +411,12 @@ Decision decide(size_t size, const void *caller) {
   const std::vector<size_t> &sized = *g_size_rules;
   size_t k = 0;
   for (; k < sized.size() && sized[k] < g_first_caller_rule; ++k)
-    if (size_rule_matches((*g_rules)[sized[k]], size)) return matched(sized[k]);
+    if (size_rule_matches((*g_rules)[sized[k]], size)) return matched(sized[k], size);
   if (g_first_caller_rule == g_rules->size()) return Decision{};
   const size_t caller_rule = g_sites->lookup(reinterpret_cast<uintptr_t>(caller));
   for (; k < sized.size() && sized[k] < caller_rule; ++k)
-    if (size_rule_matches((*g_rules)[sized[k]], size)) return matched(sized[k]);
-  return caller_rule == kNoCallerRule ? Decision{} : matched(caller_rule);
+    if (size_rule_matches((*g_rules)[sized[k]], size)) return matched(sized[k], size);
+  return caller_rule == kNoCallerRule ? Decision{} : matched(caller_rule, size);
 }
 
 }  // namespace hm::place
@@ -444,13 +463,17 @@ hm_rules_target_t hm_rules_decide(size_t size, const void *caller, int *tier) {
   }
 }
 
+size_t hm_rules_placed_from(void) { return hm::place::placed_from(); }
+
 void hm_rules_forget_sites(void) { hm::place::forget_sites(); }
 
 void hm_rules_report_unused(int fd) {
   std::vector<std::string> unused = hm::place::unused_class_rules();
   if (unused.empty()) return;
-  hm::prim::print_fd(fd, "hetmem: %zu plan site(s) never occurred in this run (not an error: the run took another path):\n",
-                     unused.size());
+  hm::prim::print_fd(fd,
+                     "hetmem: %zu plan site(s) placed nothing in this run: no allocation of HM_CLASS_MIN (%zu B) or "
+                     "more came from them (not an error: the run took another path):\n",
+                     unused.size(), static_cast<size_t>(hm::place::g_class_min));
   for (const std::string &u : unused) hm::prim::print_fd(fd, "  %s\n", u.c_str());
 }
 

@@ -51,6 +51,10 @@ bool installed();
 // Where an allocation of `size` bytes made from `caller` goes. Function and site rules are matched
 // once per call site (one dladdr), then answered from a table keyed by the caller's address.
 Decision decide(size_t size, const void *caller);
+// The smallest allocation the rules can send anywhere but the C library (a class's allocations
+// under HM_CLASS_MIN stay there); SIZE_MAX when no rule places anything. Smaller allocations need
+// no decision (no look-up of their call site).
+size_t placed_from();
 // Forgets what was decided per call site (a module was unloaded; another may take its addresses).
 void forget_sites();
 // The class rules (a plan's sites) that no allocation matched so far, one line each

@@ -81,7 +81,12 @@ std::atomic<bool> g_windows_pending{false};
 std::atomic<const char *> g_inferred{""};
 bool g_started = false;  // hm_init has run (the statistics hooks then add hetmem's bytes)
 uint64_t g_large = 256 << 10;
-uint64_t g_class_min = 4096;  // HM_CLASS_MIN: smaller allocations of a plan's class stay with the C library
+// The allocator calls that need no checks, set by update_fast_paths whenever what they depend on
+// changes: an allocation smaller than g_libc_below, with no mode scope open, is the C library's
+// whatever its call site (no rule can place it, nothing records it, no charge is owed), and so is
+// the free of memory outside hetmem's bounds while g_free_direct holds.
+std::atomic<size_t> g_libc_below{SIZE_MAX};
+std::atomic<bool> g_free_direct{true};
 // HM_SUMMARY: the run summary written at exit (hetmem compare --plan), with the wall and CPU time
 // since the library was loaded.
 const char *g_summary = nullptr;
@@ -128,9 +133,8 @@ struct Inside {
   ~Inside() { --hm_inside_hook; }
 };
 
-// Where the rules send an allocation of `size` from `caller`. A class rule leaves allocations
-// under HM_CLASS_MIN to the C library (a site's small ones: sqlite's wrapper makes them all), where
-// a class's cost per allocation would outweigh placing a few bytes.
+// Where the rules send an allocation of `size` from `caller` (a class rule's allocations under
+// HM_CLASS_MIN stay with the C library: the rules say so).
 struct RulesPlacement {
   hm_rules_target_t target = HM_RULES_LIBC;
   int tier = -1;  // the tier (HM_RULES_TIER) or the class (HM_RULES_CLASS)
@@ -139,8 +143,16 @@ struct RulesPlacement {
 RulesPlacement rules_placement(size_t size, const void *caller) {
   RulesPlacement d;
   d.target = hm_rules_decide(size, caller, &d.tier);
-  if (d.target == HM_RULES_CLASS && size < g_class_min) d.target = HM_RULES_LIBC;
   return d;
+}
+
+void update_fast_paths() {
+  const bool records_or_owes = !g_enabled ? false : g_profiling || g_owing.load(std::memory_order_relaxed);
+  size_t below = SIZE_MAX;  // only mode scopes route
+  if (records_or_owes) below = 0;
+  else if (g_enabled && g_rules) below = hm_rules_placed_from();
+  g_libc_below.store(below, std::memory_order_relaxed);
+  g_free_direct.store(!records_or_owes, std::memory_order_relaxed);
 }
 
 // Placement of one allocation: the scoped mode first (hm_mode_push around an unchanged ALLOCATE),
@@ -199,10 +211,15 @@ inline bool from_self(const void *caller) { return reinterpret_cast<uintptr_t>(c
 
 void placed_while_windows_wait(const void *p);
 
-void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *caller,
-               const RulesPlacement *decided = nullptr) {
+// The C library's whatever its call site (g_libc_below).
+inline bool libc_takes(size_t size) { return size < g_libc_below.load(std::memory_order_relaxed) && hm_modes_open == 0; }
+
+// Out of line: malloc, calloc and free keep their checks of the common case (libc_takes,
+// libc_frees) short.
+__attribute__((noinline)) void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *caller,
+                                         const RulesPlacement *decided = nullptr) {
   void *p = nullptr;
-  if (g_enabled && !hm_inside_hook && !from_self(caller)) {
+  if (!(libc_takes(size) && !decided) && g_enabled && !hm_inside_hook && !from_self(caller)) {
     Inside inside;
     if (g_owing.load(std::memory_order_relaxed)) hm_emul_pay_owed();
     p = place(size, align, zero, caller, decided);
@@ -221,7 +238,13 @@ void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *c
   return p;
 }
 
-void release(void *p, trace::Fn fn, const void *caller) {
+// The C library's to free, unchecked: outside hetmem's bounds and the start-up arena while nothing
+// records or owes (g_free_direct).
+inline bool libc_frees(const void *p) {
+  return g_free_direct.load(std::memory_order_relaxed) && !within_hetmem_bounds(p) && !is_boot(p);
+}
+
+__attribute__((noinline)) void release(void *p, trace::Fn fn, const void *caller) {
   if (!p || is_boot(p)) return;
   if (g_enabled && !hm_inside_hook && !from_self(caller)) {
     Inside inside;
@@ -261,7 +284,9 @@ std::new_handler program_new_handler() {
 
 void *new_impl(size_t size, size_t align, trace::Fn fn, const void *caller, bool nothrow) {
   for (;;) {
-    void *p = ready() ? allocate(size ? size : 1, align, false, fn, caller) : boot_alloc(size);
+    void *p = !ready() ? boot_alloc(size)
+              : align == 0 && libc_takes(size) ? g_real.malloc(size ? size : 1)
+                                                : allocate(size ? size : 1, align, false, fn, caller);
     if (p) return p;
     std::new_handler handler = program_new_handler();
     if (!handler) {
@@ -293,6 +318,7 @@ void child_after_fork() {
   g_root = false;  // a forked child is not the run's program, until it execs one (then preloaded anew)
   if (g_profiling) hm_profile_after_fork(g_children);
   g_profiling = hm_profile_active() != 0;
+  update_fast_paths();
 }
 
 void say(const char *what, const char *detail) {
@@ -342,6 +368,7 @@ void start_windows(double window) {
     // The windows' sampled charges are owed by the program's threads, paid at their allocations;
     // without an emulated tier that charges there is nothing to pay, and nothing to ask.
     g_owing = g_emulated_tiers != 0;
+    update_fast_paths();
     g_inferred = "window";
   } else {
     say("iterations not inferred", hm_last_error());
@@ -413,7 +440,6 @@ __attribute__((constructor)) void start_up() {
     if (g_root) g_root_pid = getpid();
     if (first_process) setenv("HM_PROFILE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
     if (const double large = number_option("HM_PROFILE_LARGE"); large > 0) g_large = static_cast<uint64_t>(large);
-    g_class_min = static_cast<uint64_t>(number_option("HM_CLASS_MIN"));
     if (!rules.empty()) {
       char error[512] = {};
       if (hm_rules_install(rules.c_str(), error, sizeof error) == HM_OK) g_rules = true;
@@ -436,10 +462,12 @@ __attribute__((constructor)) void start_up() {
     }
     infer_iterations();
     pthread_atfork(nullptr, nullptr, child_after_fork);
+    update_fast_paths();
   } catch (...) {
     say("start-up failed; passing every call through", nullptr);
     g_profiling = g_rules = false;
     g_enabled = false;
+    update_fast_paths();
   }
 }
 
@@ -479,6 +507,7 @@ __attribute__((destructor)) void shut_down() {
     g_profiling = false;
     hm_profile_stop();
   }
+  update_fast_paths();
 }
 
 }  // namespace
@@ -487,11 +516,13 @@ __attribute__((destructor)) void shut_down() {
 
 HM_EXPORT void *malloc(size_t size) {
   if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
+  if (libc_takes(size)) return g_real.malloc(size);
   return allocate(size, 0, false, trace::kMalloc, CALLER);
 }
 
 HM_EXPORT void free(void *p) {
   if (__builtin_expect(!ready(), 0)) return;
+  if (libc_frees(p)) return g_real.free(p);  // free(NULL) included
   release(p, trace::kFreeFn, CALLER);
 }
 
@@ -502,6 +533,7 @@ HM_EXPORT void *calloc(size_t n, size_t size) {
     return nullptr;
   }
   if (__builtin_expect(!ready(), 0)) return boot_alloc(total);  // static memory is zeroed
+  if (libc_takes(total)) return g_real.calloc(n, size);
   return allocate(total, 0, true, trace::kCalloc, CALLER);
 }
 
@@ -544,7 +576,8 @@ HM_EXPORT void *realloc(void *p, size_t size) {
       return reallocate_by_copy(p, old, size, caller);
     }
   }
-  if (g_rules && !hm_inside_hook && !from_self(caller) && !owned(p)) {
+  if (g_rules && size >= g_libc_below.load(std::memory_order_relaxed) && !hm_inside_hook && !from_self(caller) &&
+      !owned(p)) {
     // A call site that grows its objects with realloc (sqlite's allocation wrapper, a vector's
     // growth in C) is placed as the rules say: a block of the C library that a rule sends to a
     // tier or a class moves there, copied, as realloc may move it anyway.
@@ -681,7 +714,9 @@ HM_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, std::align_val_t a,
 
 #define HM_DELETE(name, params, fn)                          \
   HM_EXPORT void name params {                               \
-    if (ready()) release(p, trace::fn, CALLER);              \
+    if (!ready()) return;                                    \
+    if (libc_frees(p)) return g_real.free(p);                \
+    release(p, trace::fn, CALLER);                           \
   }
 HM_DELETE(_ZdlPv, (void *p), kDelete)
 HM_DELETE(_ZdaPv, (void *p), kDeleteArray)

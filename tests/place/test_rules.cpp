@@ -211,3 +211,43 @@ TEST(Rules, TheAnswerForACallSiteInAnUnloadedModuleIsAskedAgain) {
   EXPECT_EQ(hm::place::decide(100, here).target, Rule::kHuge);
   unlink(path.c_str());
 }
+
+// The smallest allocation the rules can place: smaller ones go to the C library unasked (the
+// preload library's fast path), so it must never exceed a size some rule places.
+TEST(Rules, NothingBelowWhatTheRulesCanPlaceIsPlaced) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:cxl"), HM_OK);
+  const void *a = address_of(hm_rules_test_site_a);
+  const std::string site = site_of(a);
+  ASSERT_FALSE(site.empty());
+  struct Case {
+    std::string text;
+    size_t floor;
+  };
+  const Case cases[] = {
+      {"size >= 64M -> capacity\nsize >= 2M -> huge\n", size_t{2} << 20},
+      {"size > 100 -> capacity\n", 101},
+      {"size < 1K -> libc\n", SIZE_MAX},
+      {"size < 1K -> libc\nall -> capacity\n", 0},
+      {"size <= 10 -> fast\nsize >= 1G -> capacity\n", 0},
+      {"function hm_rules_test_marker_b -> huge\n", 0},
+      {"site " + site + " -> class hot 5\nsize >= 1G -> capacity\n", 4096},  // HM_CLASS_MIN's default
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.text);
+    const std::string path = install_rules("floor.rules", c.text);
+    EXPECT_EQ(hm::place::placed_from(), c.floor);
+    if (c.floor > 0 && c.floor != SIZE_MAX) {
+      EXPECT_EQ(hm::place::decide(c.floor - 1, a).target, Rule::kLibc);
+      EXPECT_NE(hm::place::decide(c.floor, a).target, Rule::kLibc);
+    }
+    unlink(path.c_str());
+  }
+  // A class rule's allocations under HM_CLASS_MIN stay with the C library, and do not count as the
+  // site having placed something.
+  const std::string path = install_rules("small.rules", "site " + site + " -> class hot 5\n");  // as above: one class per site
+  EXPECT_EQ(hm::place::decide(4095, a).target, Rule::kLibc);
+  EXPECT_EQ(hm::place::unused_class_rules().size(), 1u);
+  EXPECT_EQ(hm::place::decide(4096, a).target, Rule::kClass);
+  EXPECT_TRUE(hm::place::unused_class_rules().empty());
+  unlink(path.c_str());
+}

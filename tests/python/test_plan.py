@@ -111,7 +111,7 @@ def test_sites_that_never_occur_are_listed_at_exit(tmp_path):
     plan.write_text(text + "site ./prog_plan_probe+0x1 -> class hot 7\n")
     r = hetmem("run", "--plan", str(plan), "--", str(PROGRAMS / "prog_plan_probe"), env_extra=TIERS)
     assert r.returncode == 0, r.stderr
-    assert "1 plan site(s) never occurred" in r.stderr, r.stderr
+    assert "1 plan site(s) placed nothing" in r.stderr, r.stderr
     assert "site ./prog_plan_probe+0x1 -> class hot 7" in r.stderr
 
 
