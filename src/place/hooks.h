@@ -17,6 +17,9 @@ typedef enum hm_rules_target {
   HM_RULES_CLASS = 3,  // a plan's object class, placed by the policy: *tier is the class
 } hm_rules_target_t;
 HM_HOOK_API hm_rules_target_t hm_rules_decide(size_t size, const void *caller, int *tier);
+// 1 when every allocation gets the same decision (hm::place::uniform), in *target and *tier: the
+// preload library then asks hm_rules_decide nothing.
+HM_HOOK_API int hm_rules_uniform(hm_rules_target_t *target, int *tier);
 // hm::place::placed_from: allocations smaller than this go to the C library, whatever their call
 // site, without asking hm_rules_decide.
 HM_HOOK_API size_t hm_rules_placed_from(void);

@@ -357,6 +357,15 @@ size_t placed_from() {
   return floor;
 }
 
+bool uniform(Decision *d) {
+  if (!g_rules || g_rules->empty()) return false;
+  const Rule &first = g_rules->front();
+  if (first.kind != Rule::kAll || first.target == Rule::kClass) return false;  // a class's use is reported
+  d->target = first.target;
+  d->tier = first.tier;
+  return true;
+}
+
 void forget_sites() {
   if (g_sites) g_sites->forget_unloaded();
 }
@@ -452,8 +461,8 @@ int hm_rules_check(const char *path, char *error, size_t error_len) { return loa
 
 int hm_rules_install(const char *path, char *error, size_t error_len) { return load_file(path, true, error, error_len); }
 
-hm_rules_target_t hm_rules_decide(size_t size, const void *caller, int *tier) {
-  hm::place::Decision d = hm::place::decide(size, caller);
+namespace {
+hm_rules_target_t target_of(const hm::place::Decision &d, int *tier) {
   if (tier) *tier = d.tier;
   switch (d.target) {
     case hm::place::Rule::kTier: return HM_RULES_TIER;
@@ -461,6 +470,18 @@ hm_rules_target_t hm_rules_decide(size_t size, const void *caller, int *tier) {
     case hm::place::Rule::kClass: return HM_RULES_CLASS;
     default: return HM_RULES_LIBC;
   }
+}
+}  // namespace
+
+hm_rules_target_t hm_rules_decide(size_t size, const void *caller, int *tier) {
+  return target_of(hm::place::decide(size, caller), tier);
+}
+
+int hm_rules_uniform(hm_rules_target_t *target, int *tier) {
+  hm::place::Decision d;
+  if (!hm::place::uniform(&d)) return 0;
+  *target = target_of(d, tier);
+  return 1;
 }
 
 size_t hm_rules_placed_from(void) { return hm::place::placed_from(); }

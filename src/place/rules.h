@@ -55,6 +55,9 @@ Decision decide(size_t size, const void *caller);
 // under HM_CLASS_MIN stay there); SIZE_MAX when no rule places anything. Smaller allocations need
 // no decision (no look-up of their call site).
 size_t placed_from();
+// Whether every allocation gets the same decision (the first rule is `all -> TARGET`, not a class),
+// and that decision in *d.
+bool uniform(Decision *d);
 // Forgets what was decided per call site (a module was unloaded; another may take its addresses).
 void forget_sites();
 // The class rules (a plan's sites) that no allocation matched so far, one line each

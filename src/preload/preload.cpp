@@ -87,6 +87,7 @@ uint64_t g_large = 256 << 10;
 // the free of memory outside hetmem's bounds while g_free_direct holds.
 std::atomic<size_t> g_libc_below{SIZE_MAX};
 std::atomic<bool> g_free_direct{true};
+bool g_rules_uniform = false;  // every allocation gets the same decision (`all -> TARGET` first)
 // HM_SUMMARY: the run summary written at exit (hetmem compare --plan), with the wall and CPU time
 // since the library was loaded.
 const char *g_summary = nullptr;
@@ -140,7 +141,10 @@ struct RulesPlacement {
   int tier = -1;  // the tier (HM_RULES_TIER) or the class (HM_RULES_CLASS)
 };
 
+RulesPlacement g_uniform_placement;  // g_rules_uniform's decision
+
 RulesPlacement rules_placement(size_t size, const void *caller) {
+  if (g_rules_uniform) return g_uniform_placement;
   RulesPlacement d;
   d.target = hm_rules_decide(size, caller, &d.tier);
   return d;
@@ -238,10 +242,18 @@ __attribute__((noinline)) void *allocate(size_t size, size_t align, bool zero, t
   return p;
 }
 
-// The C library's to free, unchecked: outside hetmem's bounds and the start-up arena while nothing
-// records or owes (g_free_direct).
-inline bool libc_frees(const void *p) {
-  return g_free_direct.load(std::memory_order_relaxed) && !within_hetmem_bounds(p) && !is_boot(p);
+// A free while nothing records or owes (g_free_direct): hetmem's memory back to hetmem (its own
+// allocations on the way are not the program's: Inside), anything else but the start-up arena to
+// the C library, with no other check. false: release decides.
+inline bool freed_directly(void *p) {
+  if (!g_free_direct.load(std::memory_order_relaxed)) return false;
+  if (!within_hetmem_bounds(p)) {
+    if (!is_boot(p)) g_real.free(p);  // free(NULL) included
+    return true;
+  }
+  Inside inside;
+  if (!hm_free_if_owned(p)) g_real.free(p);
+  return true;
 }
 
 __attribute__((noinline)) void release(void *p, trace::Fn fn, const void *caller) {
@@ -442,8 +454,12 @@ __attribute__((constructor)) void start_up() {
     if (const double large = number_option("HM_PROFILE_LARGE"); large > 0) g_large = static_cast<uint64_t>(large);
     if (!rules.empty()) {
       char error[512] = {};
-      if (hm_rules_install(rules.c_str(), error, sizeof error) == HM_OK) g_rules = true;
-      else say("rules not applied", error);
+      if (hm_rules_install(rules.c_str(), error, sizeof error) == HM_OK) {
+        g_rules = true;
+        g_rules_uniform = hm_rules_uniform(&g_uniform_placement.target, &g_uniform_placement.tier) != 0;
+      } else {
+        say("rules not applied", error);
+      }
     }
     if (!trace.empty()) {
       const int depth = static_cast<int>(number_option("HM_PROFILE_DEPTH"));
@@ -522,8 +538,7 @@ HM_EXPORT void *malloc(size_t size) {
 
 HM_EXPORT void free(void *p) {
   if (__builtin_expect(!ready(), 0)) return;
-  if (libc_frees(p)) return g_real.free(p);  // free(NULL) included
-  release(p, trace::kFreeFn, CALLER);
+  if (!freed_directly(p)) release(p, trace::kFreeFn, CALLER);
 }
 
 HM_EXPORT void *calloc(size_t n, size_t size) {
@@ -712,11 +727,9 @@ HM_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, std::align_val_t a,
   return new_impl(n, static_cast<size_t>(a), trace::kNewArray, CALLER, true);
 }
 
-#define HM_DELETE(name, params, fn)                          \
-  HM_EXPORT void name params {                               \
-    if (!ready()) return;                                    \
-    if (libc_frees(p)) return g_real.free(p);                \
-    release(p, trace::fn, CALLER);                           \
+#define HM_DELETE(name, params, fn)                                   \
+  HM_EXPORT void name params {                                        \
+    if (ready() && !freed_directly(p)) release(p, trace::fn, CALLER); \
   }
 HM_DELETE(_ZdlPv, (void *p), kDelete)
 HM_DELETE(_ZdaPv, (void *p), kDeleteArray)
