@@ -251,3 +251,22 @@ TEST(Rules, NothingBelowWhatTheRulesCanPlaceIsPlaced) {
   EXPECT_TRUE(hm::place::unused_class_rules().empty());
   unlink(path.c_str());
 }
+
+// Rules whose first is `all -> TARGET` give every allocation one decision, which the preload
+// library then takes without asking; any other first rule (or a class, whose use is reported) does not.
+TEST(Rules, AnAllRuleFirstDecidesEveryAllocationAtOnce) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:cxl"), HM_OK);
+  hm::place::Decision d;
+  std::string path = install_rules("uniform.rules", "all -> capacity\nsize >= 1G -> fast\n");
+  ASSERT_TRUE(hm::place::uniform(&d));
+  EXPECT_EQ(d.target, Rule::kTier);
+  EXPECT_EQ(d.tier, hm_test::tier("capacity"));
+  EXPECT_EQ(hm::place::decide(size_t{2} << 30, nullptr).tier, d.tier) << "the first rule wins for every size";
+  unlink(path.c_str());
+  for (const char *text : {"size >= 1 -> capacity\n", "size >= 1G -> fast\nall -> capacity\n", "all -> class cold\n"}) {
+    SCOPED_TRACE(text);
+    path = install_rules("uniform.rules", text);
+    EXPECT_FALSE(hm::place::uniform(&d));
+    unlink(path.c_str());
+  }
+}
