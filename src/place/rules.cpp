@@ -346,7 +346,8 @@ void install(std::vector<Rule> rules) {
 
 size_t placed_from() {
   size_t floor = SIZE_MAX;
-  for (const Rule &r : g_rules ? *g_rules : std::vector<Rule>{}) {
+  if (!g_rules) return floor;
+  for (const Rule &r : *g_rules) {
     if (r.target == Rule::kLibc) continue;
     size_t least = 0;  // all, size <= / <, function and site rules match any size
     if (r.kind == Rule::kSizeAtLeast) least = r.size;

@@ -151,7 +151,7 @@ RulesPlacement rules_placement(size_t size, const void *caller) {
 }
 
 void update_fast_paths() {
-  const bool records_or_owes = !g_enabled ? false : g_profiling || g_owing.load(std::memory_order_relaxed);
+  const bool records_or_owes = g_enabled && (g_profiling || g_owing.load(std::memory_order_relaxed));
   size_t below = SIZE_MAX;  // only mode scopes route
   if (records_or_owes) below = 0;
   else if (g_enabled && g_rules) below = hm_rules_placed_from();
@@ -218,8 +218,8 @@ void placed_while_windows_wait(const void *p);
 // The C library's whatever its call site (g_libc_below).
 inline bool libc_takes(size_t size) { return size < g_libc_below.load(std::memory_order_relaxed) && hm_modes_open == 0; }
 
-// Out of line: malloc, calloc and free keep their checks of the common case (libc_takes,
-// libc_frees) short.
+// Out of line: malloc, calloc, free, new and delete keep their checks of the common case
+// (libc_takes, freed_directly) short.
 __attribute__((noinline)) void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *caller,
                                          const RulesPlacement *decided = nullptr) {
   void *p = nullptr;
