@@ -88,6 +88,9 @@ uint64_t g_large = 256 << 10;
 std::atomic<size_t> g_libc_below{SIZE_MAX};
 std::atomic<bool> g_free_direct{true};
 bool g_rules_uniform = false;  // every allocation gets the same decision (`all -> TARGET` first)
+// `all -> TIER` while nothing records, owes or waits for a first placement: malloc and new place
+// on this tier themselves (-1: they do not).
+std::atomic<int> g_direct_tier{-1};
 // HM_SUMMARY: the run summary written at exit (hetmem compare --plan), with the wall and CPU time
 // since the library was loaded.
 const char *g_summary = nullptr;
@@ -157,6 +160,9 @@ void update_fast_paths() {
   else if (g_enabled && g_rules) below = hm_rules_placed_from();
   g_libc_below.store(below, std::memory_order_relaxed);
   g_free_direct.store(!records_or_owes, std::memory_order_relaxed);
+  const bool direct = g_enabled && g_rules && g_rules_uniform && g_uniform_placement.target == HM_RULES_TIER &&
+                      !records_or_owes && !g_windows_pending.load();
+  g_direct_tier.store(direct ? g_uniform_placement.tier : -1, std::memory_order_relaxed);
 }
 
 // Placement of one allocation: the scoped mode first (hm_mode_push around an unchanged ALLOCATE),
@@ -217,6 +223,19 @@ void placed_while_windows_wait(const void *p);
 
 // The C library's whatever its call site (g_libc_below).
 inline bool libc_takes(size_t size) { return size < g_libc_below.load(std::memory_order_relaxed) && hm_modes_open == 0; }
+
+// The tier of `all -> TIER` rules for an allocation of the program's (g_direct_tier), or -1.
+inline int direct_tier(const void *caller) {
+  const int tier = g_direct_tier.load(std::memory_order_relaxed);
+  return tier >= 0 && hm_modes_open == 0 && !hm_inside_hook && !from_self(caller) ? tier : -1;
+}
+
+// An allocation on the direct tier, the C library's if the tier refuses it (as placement's).
+inline void *placed_directly(int tier, size_t size) {
+  Inside inside;
+  void *p = hm_tier_alloc(tier, size, 0, HM_PREFERRED);
+  return p ? p : g_real.malloc(size);
+}
 
 // Out of line: malloc, calloc, free, new and delete keep their checks of the common case
 // (libc_takes, freed_directly) short.
@@ -296,9 +315,12 @@ std::new_handler program_new_handler() {
 
 void *new_impl(size_t size, size_t align, trace::Fn fn, const void *caller, bool nothrow) {
   for (;;) {
-    void *p = !ready() ? boot_alloc(size)
-              : align == 0 && libc_takes(size) ? g_real.malloc(size ? size : 1)
-                                                : allocate(size ? size : 1, align, false, fn, caller);
+    void *p = nullptr;
+    const size_t n = size ? size : 1;
+    if (!ready()) p = boot_alloc(size);
+    else if (align == 0 && libc_takes(n)) p = g_real.malloc(n);
+    else if (const int tier = align == 0 ? direct_tier(caller) : -1; tier >= 0) p = placed_directly(tier, n);
+    else p = allocate(n, align, false, fn, caller);
     if (p) return p;
     std::new_handler handler = program_new_handler();
     if (!handler) {
@@ -533,6 +555,7 @@ __attribute__((destructor)) void shut_down() {
 HM_EXPORT void *malloc(size_t size) {
   if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
   if (libc_takes(size)) return g_real.malloc(size);
+  if (const int tier = direct_tier(CALLER); tier >= 0) return placed_directly(tier, size);
   return allocate(size, 0, false, trace::kMalloc, CALLER);
 }
 
