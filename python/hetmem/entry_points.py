@@ -47,9 +47,10 @@ def check(program: str, function: str) -> EntryCheck:
     candidates: dict[str, set[str]] = {}   # symbol -> objects calling it through the PLT
     defined: dict[str, set[str]] = {}      # symbol -> objects exporting it
     for path in loaded_objects(program):
-        for symbol in lib.functions_named(path, function, exported=False):
+        calls, exports = lib.functions_named(path, function)
+        for symbol in calls:
             candidates.setdefault(symbol, set()).add(path)
-        for symbol in lib.functions_named(path, function, exported=True):
+        for symbol in exports:
             defined.setdefault(symbol, set()).add(path)
     if len(candidates) > 1:
         names = ", ".join(sorted(candidates))

@@ -283,8 +283,8 @@ class Library:
         c.hm_tier_kind_name.restype = ctypes.c_char_p
         c.hm_tier_kind_name.argtypes = [ctypes.c_int]
         c.pm_inspect.argtypes = [ctypes.c_char_p, ctypes.POINTER(_PoolInfo)]
-        c.hm_elf_functions_named.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                                             ctypes.c_size_t]
+        c.hm_elf_functions_named.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
+                                             ctypes.c_char_p, ctypes.c_size_t]
         c.hm_elf_demangle.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         if not init:
             return
@@ -385,15 +385,16 @@ class Library:
             out.update(state="damaged", problem=self.last_error() or self._c.hm_strerror(rc).decode())
         return out
 
-    def functions_named(self, path: str, function: str, exported: bool) -> list[str]:
+    def functions_named(self, path: str, function: str) -> tuple[list[str], list[str]]:
         """The symbols of the ELF file `path` that are `function` (the symbol, or a C++ name with or
-        without its parameters): those it calls through the dynamic linker (a PLT slot), or those
-        it exports. [] for a file that is not a 64-bit ELF object. The reader the preload library
-        hooks with (src/prim/elf.cpp)."""
-        buf = ctypes.create_string_buffer(1 << 16)
-        if self._c.hm_elf_functions_named(path.encode(), function.encode(), int(exported), buf, len(buf)) <= 0:
-            return []
-        return buf.value.decode(errors="replace").split()
+        without its parameters): those it calls through the dynamic linker (a PLT slot), and those
+        it exports. ([], []) for a file that is not a 64-bit ELF object. The reader the preload
+        library hooks with (src/prim/elf.cpp)."""
+        calls, exports = ctypes.create_string_buffer(1 << 16), ctypes.create_string_buffer(1 << 16)
+        if self._c.hm_elf_functions_named(path.encode(), function.encode(), calls, len(calls), exports,
+                                          len(exports)) != 0:
+            return [], []
+        return calls.value.decode(errors="replace").split(), exports.value.decode(errors="replace").split()
 
     def demangle(self, symbol: str) -> str:
         """A C++ symbol's name (LAMMPS_NS::Neighbor::decide()); any other symbol as it is."""

@@ -402,11 +402,11 @@ void start_windows(double window) {
     // The windows' sampled charges are owed by the program's threads, paid at their allocations;
     // without an emulated tier that charges there is nothing to pay, and nothing to ask.
     g_owing = g_emulated_tiers != 0;
-    update_fast_paths();
     g_inferred = "window";
   } else {
     say("iterations not inferred", hm_last_error());
   }
+  update_fast_paths();  // owing, or no longer waiting for a first placement (either way)
 }
 
 // After hetmem placed an allocation while windows wait: they start if it landed on an emulated tier.

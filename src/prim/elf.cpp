@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "prim/prim.h"
 
@@ -245,37 +246,40 @@ HM_HOOK_API int hm_elf_redirect_calls(const char *symbol, void *to, const void *
   return symbol ? elf::redirect_calls(symbol, to, keep1, keep2, patch != 0) : 0;
 }
 
-HM_HOOK_API int hm_elf_functions_named(const char *path, const char *function, int exported, char *out,
-                                       size_t out_len) {
-  if (out && out_len) out[0] = '\0';
+namespace {
+// Each symbol once, a line each, cut to the buffer (terminated).
+void write_lines(const std::vector<std::string> &symbols, char *out, size_t out_len) {
+  if (!out || !out_len) return;
+  std::string text;
+  for (const std::string &s : symbols) text += s + "\n";
+  const size_t n = std::min(text.size(), out_len - 1);
+  std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+}
+}  // namespace
+
+HM_HOOK_API int hm_elf_functions_named(const char *path, const char *function, char *calls, size_t calls_len,
+                                       char *exports, size_t exports_len) {
+  std::vector<std::string> called, exported;
+  write_lines(called, calls, calls_len);
+  write_lines(exported, exports, exports_len);
   if (!path || !function) return -1;
   void *map = nullptr;
   size_t len = 0;
   if (map_file_readonly(path, &map, &len) != 0) return -1;
   const elf::File file(map, len);
-  std::string found;  // newline-separated, each symbol once
-  int count = -1;
+  auto add = [function](std::vector<std::string> *to, const char *name) {
+    if (elf::names_function(name, function) && std::find(to->begin(), to->end(), name) == to->end())
+      to->emplace_back(name);
+  };
   if (file.valid()) {
-    count = 0;
-    auto add = [&](const char *name) {
-      if (!elf::names_function(name, function)) return;
-      const std::string line = std::string(name) + "\n";
-      if (("\n" + found).find("\n" + line) != std::string::npos) return;
-      found += line;
-      ++count;
-    };
-    if (exported)
-      file.for_each_function(elf::File::Table::kExported, [&](const elf::Function &f) { add(f.name); });
-    else
-      elf::for_each_jump_slot(file.dynamic(), [&](const elf::JumpSlot &s) { add(s.name); });
+    elf::for_each_jump_slot(file.dynamic(), [&](const elf::JumpSlot &s) { add(&called, s.name); });
+    file.for_each_function(elf::File::Table::kExported, [&](const elf::Function &f) { add(&exported, f.name); });
   }
   unmap(map, len);
-  if (out && out_len) {
-    const size_t n = std::min(found.size(), out_len - 1);
-    std::memcpy(out, found.data(), n);
-    out[n] = '\0';
-  }
-  return count;
+  write_lines(called, calls, calls_len);
+  write_lines(exported, exports, exports_len);
+  return file.valid() ? 0 : -1;
 }
 
 HM_HOOK_API int hm_elf_demangle(const char *symbol, char *out, size_t out_len) {

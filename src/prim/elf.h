@@ -87,10 +87,11 @@ int redirect_calls(const char *symbol, void *to, const void *keep1, const void *
 #endif
 // hm::prim::elf::redirect_calls.
 HM_HOOK_API int hm_elf_redirect_calls(const char *symbol, void *to, const void *keep1, const void *keep2, int patch);
-// The symbols of the ELF file at `path` that are `function` (names_function), one per line in
-// `out`: those it calls through a PLT slot (`exported` 0) or those it exports (1). Returns how many,
-// or -1 when the file cannot be read as a 64-bit ELF object.
-HM_HOOK_API int hm_elf_functions_named(const char *path, const char *function, int exported, char *out,
-                                       size_t out_len);
+// The symbols of the ELF file at `path` that are `function` (names_function), each once, one per
+// line: those it calls through a PLT slot in `calls`, those it exports in `exports` (one reading of
+// the file for both). Returns 0, or -1 (both empty) when the file cannot be read as a 64-bit ELF
+// object.
+HM_HOOK_API int hm_elf_functions_named(const char *path, const char *function, char *calls, size_t calls_len,
+                                       char *exports, size_t exports_len);
 // A C++ symbol demangled into `out` (the symbol itself when it is not a C++ name). Returns 0.
 HM_HOOK_API int hm_elf_demangle(const char *symbol, char *out, size_t out_len);
