@@ -6,7 +6,6 @@
 #include <cctype>
 #include <cstring>
 #include <mutex>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -169,12 +168,23 @@ SiteCache *g_sites = nullptr;
 
 }  // namespace
 
+namespace {
+// The words of a piece of a rule, one at a time ("" after the last).
+class Words {
+ public:
+  explicit Words(const std::string &text) : words_(prim::words(text)) {}
+  std::string next() { return at_ < words_.size() ? words_[at_++] : std::string(); }
+
+ private:
+  std::vector<std::string> words_;
+  size_t at_ = 0;
+};
+}  // namespace
+
 int parse_rules(const std::string &text, const std::string &file, std::vector<Rule> *rules, std::string *error) {
   rules->clear();
-  std::istringstream in(text);
-  std::string raw;
   int line_no = 0;
-  while (std::getline(in, raw)) {
+  for (const std::string &raw : prim::split(text, '\n')) {
     ++line_no;
     std::string line = raw.substr(0, raw.find('#'));
     size_t arrow = line.find("->");
@@ -186,15 +196,14 @@ int parse_rules(const std::string &text, const std::string &file, std::vector<Ru
     }
     Rule rule;
     rule.line = line_no;
-    std::istringstream cond(line.substr(0, arrow));
-    std::string word;
-    cond >> word;
+    Words cond(line.substr(0, arrow));
+    const std::string word = cond.next();
     size_t col = first;
     if (word == "all") {
       rule.kind = Rule::kAll;
     } else if (word == "size") {
-      std::string op, value;
-      cond >> op >> value;
+      const std::string op = cond.next();
+      const std::string value = cond.next();
       size_t op_col = line.find(op, first + 4);
       if (op == ">=") rule.kind = Rule::kSizeAtLeast;
       else if (op == ">") rule.kind = Rule::kSizeAbove;
@@ -212,15 +221,14 @@ int parse_rules(const std::string &text, const std::string &file, std::vector<Ru
       }
     } else if (word == "function") {
       rule.kind = Rule::kFunction;
-      cond >> rule.text;
+      rule.text = cond.next();
       if (rule.text.empty()) {
         *error = at(file, line_no, arrow, "expected a function name (or a part of one) after 'function'");
         return HM_EFORMAT;
       }
     } else if (word == "site") {
       rule.kind = Rule::kSite;
-      std::string where;
-      cond >> where;
+      const std::string where = cond.next();
       size_t plus = where.rfind("+0x");
       if (plus == std::string::npos || plus == 0) {
         *error = at(file, line_no, where.empty() ? arrow : line.find(where, first + 4),
@@ -233,22 +241,20 @@ int parse_rules(const std::string &text, const std::string &file, std::vector<Ru
       *error = at(file, line_no, col, "unknown condition '" + word + "' (all, size, function, site)");
       return HM_EFORMAT;
     }
-    std::string extra;
-    if (cond >> extra) {
+    if (const std::string extra = cond.next(); !extra.empty()) {
       *error = at(file, line_no, line.find(extra, first + word.size()), "unexpected '" + extra + "' before '->'");
       return HM_EFORMAT;
     }
-    std::istringstream target(line.substr(arrow + 2));
-    std::string name, more;
-    target >> name;
+    Words target(line.substr(arrow + 2));
+    const std::string name = target.next();
     if (name.empty()) {
       *error = at(file, line_no, arrow + 2,
                   "expected a target after '->' (fast, capacity, persistent, a tier, huge, libc, class KIND)");
       return HM_EFORMAT;
     }
     if (name == "class") {
-      std::string kind, priority;
-      target >> kind >> priority;
+      const std::string kind = target.next();
+      const std::string priority = target.next();
       size_t kind_col = kind.empty() ? arrow + 2 : line.find(kind, line.find("class", arrow) + 5);
       int k = class_kind_of(kind);
       if (k < 0) {
@@ -269,7 +275,7 @@ int parse_rules(const std::string &text, const std::string &file, std::vector<Ru
         }
         rule.priority = static_cast<int>(v);
       }
-      if (target >> more) {
+      if (const std::string more = target.next(); !more.empty()) {
         *error = at(file, line_no, line.find(more, kind_col + kind.size() + priority.size()),
                     "unexpected '" + more + "' after the class");
         return HM_EFORMAT;
@@ -279,7 +285,7 @@ int parse_rules(const std::string &text, const std::string &file, std::vector<Ru
       rules->push_back(rule);
       continue;
     }
-    if (target >> more) {
+    if (const std::string more = target.next(); !more.empty()) {
       *error = at(file, line_no, line.find(more, arrow + 2 + name.size()), "unexpected '" + more + "' after the target");
       return HM_EFORMAT;
     }

@@ -95,6 +95,11 @@ void flush_lines(const void *addr, size_t len);
 void store_fence();
 bool read_text(const std::string &path, std::string *out);  // whole small file (sysfs)
 std::vector<int> parse_id_list(const std::string &text);    // a kernel list of node or CPU ids, "0-1,3"
+// The pieces of `text` between separators, as std::getline gives them ("a\n\nb\n": "a", "", "b"),
+// and its whitespace-separated words (" a  b\t": "a", "b"). Without a string stream: the first
+// stream a process makes builds the C++ locale, which start-up paths (sysfs, options, rules) need not pay.
+std::vector<std::string> split(const std::string &text, char separator);
+std::vector<std::string> words(const std::string &text);
 // The first `bytes` bytes of a file (fewer if it is shorter: *got says how many). HM_EIO if it
 // cannot be opened.
 int read_head(const std::string &path, void *data, size_t bytes, size_t *got);

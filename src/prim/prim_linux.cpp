@@ -547,6 +547,30 @@ bool read_text(const std::string &path, std::string *out) {
   return n == 0;
 }
 
+std::vector<std::string> split(const std::string &text, char separator) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(separator, at);
+    if (end == std::string::npos) end = text.size();
+    out.emplace_back(text, at, end - at);
+    at = end + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> words(const std::string &text) {
+  std::vector<std::string> out;
+  const char *space = " \t\n\r\v\f";
+  size_t at = text.find_first_not_of(space);
+  while (at != std::string::npos) {
+    size_t end = text.find_first_of(space, at);
+    out.emplace_back(text, at, end == std::string::npos ? std::string::npos : end - at);
+    at = end == std::string::npos ? end : text.find_first_not_of(space, end);
+  }
+  return out;
+}
+
 int read_head(const std::string &path, void *data, size_t bytes, size_t *got) {
   int f = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f < 0) return HM_EIO;

@@ -3,7 +3,6 @@
 #include <hwloc.h>
 
 #include <cstdlib>
-#include <sstream>
 
 #include "base/error.h"
 #include "prim/prim.h"
@@ -134,9 +133,7 @@ void from_sysfs(std::vector<NodeInfo> &nodes) {
   }
   std::string tiers;
   if (!prim::list_dir("/sys/devices/virtual/memory_tiering", &tiers)) return;
-  std::stringstream in(tiers);
-  std::string name;
-  while (std::getline(in, name)) {
+  for (const std::string &name : prim::split(tiers, '\n')) {
     if (name.rfind("memory_tier", 0) != 0) continue;
     int rank = std::atoi(name.c_str() + 11);
     std::string list;

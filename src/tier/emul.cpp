@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <charconv>
 #include <sstream>
 #include <string>
 
@@ -73,10 +74,13 @@ void write_row(std::ostringstream &out, const char *key, const double *v, int n)
 bool parse_row(const std::string &line, const char *key, double *v, int *n) {
   size_t klen = std::strlen(key);
   if (line.compare(0, klen, key) != 0 || line.size() <= klen + 2 || line[klen] != ' ') return false;
-  std::istringstream in(line.substr(line.find('=') + 1));
   int i = 0;
-  double x;
-  while (i < 64 && in >> x) v[i++] = x;
+  for (const std::string &word : prim::words(line.substr(line.find('=') + 1))) {
+    double x = 0;
+    const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), x);  // whatever the locale
+    if (i == 64 || ec != std::errc() || end != word.data() + word.size()) break;
+    v[i++] = x;
+  }
   *n = i;
   return i > 0;
 }
@@ -84,13 +88,12 @@ bool parse_row(const std::string &line, const char *key, double *v, int *n) {
 bool load_cache(const std::string &path, hm_calibration_t *cal) {
   std::string text;
   if (!prim::read_text(path, &text)) return false;
-  std::istringstream in(text);
-  std::string line, machine;
+  std::string machine;
   int nr = 0, nw = 0, nc = 0, nl = 0;
   double lat[64];
   bool header = false;
   cal->method = HM_CALIBRATION_UNKNOWN;
-  while (std::getline(in, line)) {
+  for (const std::string &line : prim::split(text, '\n')) {
     if (line == "# hetmem calibration v1" || line == "# hetmem calibration v2") header = true;
     if (line.rfind("machine = ", 0) == 0) machine = line.substr(10);
     if (line == "method = quick") cal->method = HM_CALIBRATION_QUICK;

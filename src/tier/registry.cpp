@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <sstream>
 #include <tuple>
 
 #include "base/error.h"
@@ -209,9 +208,7 @@ int tiers_init() {
   const std::string &text = option_text(Option::kTiers);
   bool capacity_set = false;
   if (!text.empty()) {
-    std::stringstream in(text);
-    std::string item;
-    while (std::getline(in, item, ',')) {
+    for (const std::string &item : prim::split(text, ',')) {
       if (item.empty()) continue;
       std::string role, spec_text = item;
       auto eq = item.find('=');

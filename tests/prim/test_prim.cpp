@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "hetmem/hetmem.h"
 #include "prim/prim.h"
@@ -115,4 +116,21 @@ TEST(Prim, SpinWaitsAtLeastTheDeadline) {
   uint64_t t0 = prim::now_ns();
   prim::spin_until_ns(t0 + 2'000'000);
   EXPECT_GE(prim::now_ns() - t0, 2'000'000u);
+}
+
+TEST(Prim, SplitGivesThePiecesGetlineWould) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(prim::split("a\n\nb\n", '\n'), (V{"a", "", "b"}));
+  EXPECT_EQ(prim::split("a,b", ','), (V{"a", "b"}));
+  EXPECT_EQ(prim::split(",x,", ','), (V{"", "x"}));
+  EXPECT_EQ(prim::split("", ','), V{});
+  EXPECT_EQ(prim::split("one", ','), V{"one"});
+}
+
+TEST(Prim, WordsAreWhatWhitespaceSeparates) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(prim::words(" size  >=\t2M\r\n"), (V{"size", ">=", "2M"}));
+  EXPECT_EQ(prim::words("all"), V{"all"});
+  EXPECT_EQ(prim::words(" \t "), V{});
+  EXPECT_EQ(prim::words(""), V{});
 }
