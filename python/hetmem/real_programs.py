@@ -219,7 +219,10 @@ PROGRAMS = [
     Program("xtb", "xtb", "Fortran + OpenMP quantum chemistry (GFN2-xTB geometry optimisation of water, 2 threads, "
             "OpenBLAS)", ["xtb", "water.xyz", "--opt"], {"water.xyz": WATER}, _xtb_energies,
             tolerance=5e-6, tolerance_source="xtb's energy convergence threshold for --opt (normal): 5e-6 Eh",
-            env={"OMP_NUM_THREADS": "2", "OMP_STACKSIZE": "64M"}, needs=("xtb",)),
+            # OpenBLAS (Debian's pthreads build) would start threads of its own beside the two
+            # OpenMP ones: three spinning threads on a 2-core machine make even plain runs take
+            # 12 ms or 270 ms by the scheduler's luck.
+            env={"OMP_NUM_THREADS": "2", "OMP_STACKSIZE": "64M", "OPENBLAS_NUM_THREADS": "1"}, needs=("xtb",)),
     Program("python-numpy", "python3-numpy", "Python with numpy (Debian's): stencil steps, FFTs, an array grown by "
             "np.append, a matrix product (a main program not built position-independent)",
             ["/usr/bin/python3", "stencil.py"], {"stencil.py": NUMPY_SCRIPT}, needs=("/usr/bin/python3",),
