@@ -51,5 +51,9 @@ if [ -f "$BUILD_DIR/fdb/lib/libhetmem-fdb.so" ]; then
   ECKIT_HOME="$("$VENV/bin/python" -c "import eckitlib, os; print(os.path.dirname(eckitlib.__file__))")"
   mkdir -p "$ECKIT_HOME/share/plugins"
   ln -sfn "$BUILD_DIR/fdb/lib/libhetmem-fdb.so" "$ECKIT_HOME/lib64/libhetmem-fdb.so"
+  # The store links libhetmem.so.0 (one hetmem runtime per process), which its run path ($ORIGIN:
+  # eckit's lib64 once linked there) must find beside it. The loader keeps one copy per process
+  # whichever path loads it first (the same file, the same SONAME).
+  ln -sfn "$BUILD_DIR/libhetmem.so.0" "$ECKIT_HOME/lib64/libhetmem.so.0"
   ln -sfn "$BUILD_DIR/fdb/share/plugins/hetmem-fdb.yml" "$ECKIT_HOME/share/plugins/hetmem-fdb.yml"
 fi

@@ -54,12 +54,18 @@ def tool(name: str) -> str:
     return str(path)
 
 
+def plugin_library() -> Path:
+    """The hetmem store's library as FDB loads it (a link in eckit's lib64)."""
+    return (_package_dir("eckitlib") / "lib64" / "libhetmem-fdb.so").resolve()
+
+
 def plugin_problem() -> str:
     """Empty when FDB loads the hetmem store; otherwise what is missing and how to fix it."""
     home = _package_dir("eckitlib")
     manifest = home / "share" / "plugins" / "hetmem-fdb.yml"
     library = home / "lib64" / "libhetmem-fdb.so"
-    for p in (manifest, library):
+    runtime = home / "lib64" / "libhetmem.so.0"  # what the store links, found beside it
+    for p in (manifest, library, runtime):
         if not p.exists():
             return f"the hetmem store is not installed for FDB ({p} is missing; scripts/setup.sh links it)"
         if not p.resolve().exists():

@@ -1,5 +1,7 @@
 #include "fields/field_pools.h"
 
+// XXH3 compiled in (header only): libhetmem.so needs no libxxhash at start-up.
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <cstring>

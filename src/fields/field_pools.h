@@ -1,4 +1,4 @@
-// Field data on hetmem's persistent tier, for the FDB5 store plugin (fdb_store.cpp) and its tests.
+// Field data on hetmem's persistent tier, for the FDB5 store plugin (src/fdb/fdb_store.cpp, through fields/hooks.h).
 // FDB's own protocol decides visibility: a field is archived (copied into a pool), the store is
 // flushed (every pool this writer touched is committed: data durable, then the pool's root slot),
 // and only then does FDB's catalogue write the index entry that makes the field visible. So a field

@@ -312,6 +312,27 @@ def test_the_library_and_the_store_load_into_one_python_process_in_either_order(
     assert r.returncode == 0 and r.stdout.split() == ["0", "1024"], r.stderr[-800:]
 
 
+def test_the_store_and_the_program_share_one_hetmem_runtime(tmp_path):
+    """The store plugin links libhetmem.so: in a process that uses hetmem itself and archives
+    through FDB, the store's pools are the program's runtime's (one option table, tier registry,
+    calibration and error state), not a second copy linked into the plugin. Seen through the error
+    state: a field too large for a pool, refused inside the store, is the last error of the
+    libhetmem the program loaded."""
+    small = fields.write_config(tmp_path / "small", pool_bytes=65536)
+    program = ("import sys\nsys.path.insert(0, sys.argv[2])\nimport writer\nfrom hetmem import fields\n"
+               "from hetmem.lib import plain_library\nlib = plain_library()\nfdb = fields.open_fdb(sys.argv[1])\n"
+               "try:\n    fdb.archive(writer.field_bytes('hmto', 0, 1, 200))\n    fdb.flush()\n"
+               "    print('archived')\nexcept Exception as e:\n    print('refused')\nprint('last error: ' + lib.last_error())\n")
+    r = subprocess.run([sys.executable, "-c", program, str(small), str(Path(__file__).parent)], capture_output=True,
+                       text=True, env=fields.environment(small), cwd=ROOT / "python", timeout=120)
+    lines = r.stdout.splitlines()  # (FDB prints the exception too)
+    assert r.returncode == 0 and "refused" in lines and "archived" not in lines, r.stdout + r.stderr[-800:]
+    last = [line for line in lines if line.startswith("last error: ")]
+    assert last and "more than a pool of 64.00 KiB" in last[0], r.stdout
+    needed = subprocess.run(["readelf", "-d", str(fields.plugin_library())], capture_output=True, text=True).stdout
+    assert "[libhetmem.so.0]" in needed, needed
+
+
 def test_bad_configurations_and_inputs_get_a_message_and_nothing_half_written(tmp_path):
     grib = tmp_path / "f.grib"
     big = fields.encode_field(writer.field_values("hmtg", 0, 1, 200), step=0, level=1, param=130, expver="hmtg",

@@ -47,7 +47,8 @@ LAYERS = {
     "persist": {"prim", "base", "tier", "alloc"},
     "preload": {"prim", "base", "tier", "alloc", "profile", "place"},
     "compat": set(),  # clients of the public API only: libmemkind, numpy's handler
-    "fields": {"prim", "base", "tier", "alloc", "persist"},  # the FDB5 store plugin (libhetmem-fdb)
+    "fields": {"prim", "base", "tier", "alloc", "persist"},  # the FDB5 store's field pools (in libhetmem)
+    "fdb": {"fields"},  # the FDB5 store plugin (libhetmem-fdb.so): fields/hooks.h over libhetmem.so only
 }
 
 

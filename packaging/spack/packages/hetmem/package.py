@@ -40,6 +40,7 @@ class Hetmem(CMakePackage):
     depends_on("openssl@3:")
     depends_on("boost@1.81:", type="build")  # Boost.Unordered's flat tables, header-only
     depends_on("nlohmann-json@3:", type="build")
+    depends_on("xxhash", type="build")  # the FDB store's field checksums (XXH3), header-only
 
     # The reference simulations (hetmem-pic over MPI with parallel HDF5 output, hetmem-amr's
     # SQLite catalogue, hetmem-mg in Fortran with OpenMP).

@@ -2,6 +2,8 @@
 // `hetmem` and its field location, so that an FDB configured with `store: hetmem` keeps field data
 // in hetmem pools on the persistent tier while FDB's TOC catalogue indexes it. FDB's tools, its C
 // and C++ API and pyfdb load it through eckit's plugin manifests (share/plugins/hetmem-fdb.yml).
+// The pools are libhetmem's (fields/hooks.h): the plugin links libhetmem.so, so a process that
+// uses hetmem itself and loads the plugin holds one runtime.
 //
 // Configuration (the `hetmem:` section of the FDB configuration; every key optional):
 //   pool_bytes: 1073741824   each pool file (sparse: only what is written takes room)
@@ -31,14 +33,21 @@
 
 #include <eccodes.h>
 
-#include "fields/field_pools.h"
+#include "fields/hooks.h"
 #include "hetmem/hetmem.h"
 
 namespace hm::fields {
 namespace {
 
+// What a hetmem store is configured with (the `hetmem:` section of an FDB configuration).
+struct StoreSettings {
+  uint64_t pool_bytes = uint64_t{1} << 30;        // each pool file (sparse until written)
+  const hm_field_device_t *emulate = nullptr;     // charge archive and retrieve as this device (emulated)
+  bool verify = true;                             // check each field's checksum on retrieve
+};
+
 // The emulated device retrieves are charged as: set by the stores a process builds.
-std::atomic<const EmulProfile *> read_profile{nullptr};
+std::atomic<const hm_field_device_t *> read_profile{nullptr};
 std::atomic<bool> verify_reads{true};
 
 // A failure the user can act on (a full medium, a damaged pool): the message, without the
@@ -105,11 +114,11 @@ StoreSettings settings_from(const fdb5::Config &config) {
   }
   if (c.has("emulate")) {
     if (!c.isString("emulate"))
-      refuse("emulate", as_written(c, "emulate"), std::string("a device profile's name (none, ") + emul_profile_names() + ")");
+      refuse("emulate", as_written(c, "emulate"), std::string("a device profile's name (none, ") + hm_field_device_names() + ")");
     const std::string name = c.getString("emulate");
     if (name != "none") {
-      s.emulate = emul_profile(name.c_str());
-      if (!s.emulate) refuse("emulate", "'" + name + "'", std::string("not a device profile (known: none, ") + emul_profile_names() + ")");
+      s.emulate = hm_field_device(name.c_str());
+      if (!s.emulate) refuse("emulate", "'" + name + "'", std::string("not a device profile (known: none, ") + hm_field_device_names() + ")");
     }
   }
   if (c.has("verify")) {
@@ -137,30 +146,33 @@ std::string message_keys(const void *data, uint64_t bytes) {
   return out;
 }
 
-// A retrieved field: its bytes as read_field read them from the pool, copied out by read().
+// A retrieved field: its bytes as hm_field_read read them from the pool, copied out by read().
 class FieldHandle : public eckit::DataHandle {
  public:
-  explicit FieldHandle(FieldView view) : view_(std::move(view)) {}
+  FieldHandle(hm_field_view_t *view, const char *data, uint64_t length) : view_(view), data_(data), length_(length) {}
+  ~FieldHandle() override { hm_field_view_free(view_); }
+  FieldHandle(const FieldHandle &) = delete;
+  FieldHandle &operator=(const FieldHandle &) = delete;
   void print(std::ostream &s) const override {
-    s << "hetmem::FieldHandle[length=" << view_.length << ",position=" << position_ << "]";
+    s << "hetmem::FieldHandle[length=" << length_ << ",position=" << position_ << "]";
   }
   eckit::Length openForRead() override {
     position_ = 0;
-    if (const EmulProfile *p = read_profile.load()) charge_read(*p, view_.length);
-    return view_.length;
+    hm_field_charge_read(read_profile.load(), length_);
+    return length_;
   }
   long read(void *buffer, long length) override {
-    const uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(std::max(length, 0L)), view_.length - position_);
-    std::memcpy(buffer, view_.data + position_, n);
+    const uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(std::max(length, 0L)), length_ - position_);
+    std::memcpy(buffer, data_ + position_, n);
     position_ += n;
     return static_cast<long>(n);
   }
   void close() override {}
-  eckit::Length size() override { return view_.length; }
-  eckit::Length estimate() override { return view_.length; }
+  eckit::Length size() override { return length_; }
+  eckit::Length estimate() override { return length_; }
   eckit::Offset position() override { return position_; }
   eckit::Offset seek(const eckit::Offset &to) override {
-    position_ = std::min<uint64_t>(static_cast<long long>(to), view_.length);
+    position_ = std::min<uint64_t>(static_cast<long long>(to), length_);
     return position_;
   }
   bool canSeek() const override { return true; }
@@ -168,7 +180,9 @@ class FieldHandle : public eckit::DataHandle {
   std::string title() const override { return "hetmem field"; }
 
  private:
-  FieldView view_;
+  hm_field_view_t *view_;
+  const char *data_;
+  uint64_t length_;
   uint64_t position_ = 0;
 };
 
@@ -188,11 +202,13 @@ class HetmemFieldLocation : public fdb5::FieldLocation {
     // An overlay (fdb-overlay) renames keys inside the GRIB message as it is read.
     if (!remapKey_.empty())
       return new fdb5::SingleGribMungePartFileHandle(uri_.path(), offset_, length_, remapKey_);
-    const FieldSpot spot{uri_.path().asString(), static_cast<uint64_t>(static_cast<long long>(offset_)),
-                         static_cast<uint64_t>(static_cast<long long>(length_))};
-    FieldView view;
-    if (read_field(spot, verify_reads.load(), &view) != HM_OK) throw_last("retrieve");
-    return new FieldHandle(std::move(view));
+    const uint64_t length = static_cast<uint64_t>(static_cast<long long>(length_));
+    hm_field_view_t *view = nullptr;
+    const char *data = nullptr;
+    if (hm_field_read(uri_.path().asString().c_str(), static_cast<uint64_t>(static_cast<long long>(offset_)), length,
+                      verify_reads.load(), &view, &data) != HM_OK)
+      throw_last("retrieve");
+    return new FieldHandle(view, data, length);
   }
   std::shared_ptr<const FieldLocation> make_shared() const override {
     return std::make_shared<HetmemFieldLocation>(*this);
@@ -250,18 +266,23 @@ class HetmemStore : public fdb5::Store {
     std::lock_guard<std::mutex> lock(mutex_);  // FDB may archive from several threads of one handle
     if (!writer_) {
       if (!directory_.exists()) directory_.mkdir();
-      remove_abandoned_pools(directory_.asString());
+      hm_field_remove_abandoned(directory_.asString().c_str());
       // Unique to this writer (host, process, time), as FDB's POSIX store names its data files.
       const eckit::PathName unique = eckit::PathName::unique(directory_ / key_.valuesToString());
-      writer_ = std::make_unique<FieldWriter>(directory_.asString(), unique.baseName().asString(), settings_);
+      hm_field_writer_t *writer = nullptr;
+      if (hm_field_writer_open(directory_.asString().c_str(), unique.baseName().asString().c_str(),
+                               settings_.pool_bytes, settings_.emulate, &writer) != HM_OK)
+        throw_last("archive");
+      writer_.reset(writer);
     }
     // The store is given the index's part of the key; with the database it names the field (and
     // a failure names the rest of the key, read from the message).
     std::ostringstream what;
     what << "of " << key << " in " << directory_;
-    FieldSpot spot;
+    const char *pool = nullptr;
+    uint64_t offset = 0;
     const uint64_t bytes = static_cast<uint64_t>(static_cast<long long>(length));
-    if (writer_->archive(data, bytes, what.str(), &spot) != HM_OK) {
+    if (hm_field_archive(writer_.get(), data, bytes, what.str().c_str(), &pool, &offset) != HM_OK) {
       const std::string keys = message_keys(data, bytes);
       if (!keys.empty()) {
         const std::string why = hm_last_error();
@@ -270,13 +291,13 @@ class HetmemStore : public fdb5::Store {
       throw_last("archive");
     }
     ++unflushed_;
-    return std::make_unique<HetmemFieldLocation>(eckit::URI(kScheme, eckit::PathName(spot.pool)),
-                                                 eckit::Offset(spot.offset), eckit::Length(spot.length), fdb5::Key());
+    return std::make_unique<HetmemFieldLocation>(eckit::URI(kScheme, eckit::PathName(pool)),
+                                                 eckit::Offset(offset), eckit::Length(length), fdb5::Key());
   }
 
   size_t flush() override {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (writer_ && writer_->flush() != HM_OK) throw_last("flush");
+    if (writer_ && hm_field_flush(writer_.get()) != HM_OK) throw_last("flush");
     const size_t n = unflushed_;
     unflushed_ = 0;
     return n;
@@ -311,7 +332,7 @@ class HetmemStore : public fdb5::Store {
   bool uriBelongs(const eckit::URI &uri) const override {
     if (uri.scheme() != kScheme && uri.scheme() != "file" && uri.scheme() != "unix") return false;
     const std::string name = uri.path().baseName().asString();
-    return uri.path().dirName().sameAs(directory_) && is_field_pool(name);
+    return uri.path().dirName().sameAs(directory_) && hm_field_pool_name(name.c_str()) != 0;
   }
   bool uriExists(const eckit::URI &uri) const override { return uri.path().exists(); }
   std::set<eckit::URI> collocatedDataURIs() const override {
@@ -320,7 +341,7 @@ class HetmemStore : public fdb5::Store {
     std::vector<eckit::PathName> files, dirs;
     directory_.children(files, dirs);
     for (const auto &f : files)
-      if (is_committed_pool(f.baseName().asString())) out.emplace(kScheme, f);
+      if (hm_field_pool_name(f.baseName().asString().c_str()) == HM_FIELD_POOL_COMMITTED) out.emplace(kScheme, f);
     return out;
   }
   std::set<eckit::URI> asCollocatedDataURIs(const std::set<eckit::URI> &uris) const override {
@@ -350,7 +371,7 @@ class HetmemStore : public fdb5::Store {
     for (const auto &f : files) {
       const eckit::URI u(kScheme, f);
       if (!state.includedDataURIs().count(u) && !state.safeURIs().count(u))
-        state.insertUnrecognised(is_field_pool(f.baseName().asString()) ? u : eckit::URI("file", f));
+        state.insertUnrecognised(hm_field_pool_name(f.baseName().asString().c_str()) != 0 ? u : eckit::URI("file", f));
     }
   }
   bool doWipeUnknowns(const std::set<eckit::URI> &unknown) const override {
@@ -374,7 +395,10 @@ class HetmemStore : public fdb5::Store {
   fdb5::Key key_;
   StoreSettings settings_;
   std::mutex mutex_;
-  std::unique_ptr<FieldWriter> writer_;
+  struct CloseWriter {
+    void operator()(hm_field_writer_t *w) const { hm_field_writer_close(w); }
+  };
+  std::unique_ptr<hm_field_writer_t, CloseWriter> writer_;
   size_t unflushed_ = 0;
 };
 

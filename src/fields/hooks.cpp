@@ -1,0 +1,86 @@
+// The C functions of fields/hooks.h, over field_pools.
+#include "fields/hooks.h"
+
+#include <memory>
+#include <new>
+
+#include "base/error.h"
+#include "fields/field_pools.h"
+#include "hetmem/hetmem.h"
+
+using namespace hm;
+using namespace hm::fields;
+
+struct hm_field_writer {
+  FieldWriter writer;
+  std::string pool;  // where the last field went
+};
+
+struct hm_field_view {
+  FieldView view;
+};
+
+namespace {
+const EmulProfile *profile_of(const hm_field_device_t *device) { return reinterpret_cast<const EmulProfile *>(device); }
+}  // namespace
+
+HM_HOOK_API const hm_field_device_t *hm_field_device(const char *name) {
+  return name ? reinterpret_cast<const hm_field_device_t *>(emul_profile(name)) : nullptr;
+}
+
+HM_HOOK_API const char *hm_field_device_names(void) { return emul_profile_names(); }
+
+HM_HOOK_API int hm_field_writer_open(const char *directory, const char *base, uint64_t pool_bytes,
+                                     const hm_field_device_t *device, hm_field_writer_t **out) {
+  if (!directory || !base || !out) return fail(HM_EINVAL, "hm_field_writer_open: a directory, a name and an out pointer are needed");
+  StoreSettings settings;
+  settings.pool_bytes = pool_bytes;
+  settings.emulate = profile_of(device);
+  *out = new (std::nothrow) hm_field_writer{FieldWriter(directory, base, settings), {}};
+  return *out ? HM_OK : fail(HM_ENOMEM, "hm_field_writer_open: out of memory");
+}
+
+HM_HOOK_API int hm_field_archive(hm_field_writer_t *w, const void *data, uint64_t length, const char *what,
+                                 const char **pool, uint64_t *offset) {
+  if (!w || (!data && length) || !pool || !offset) return fail(HM_EINVAL, "hm_field_archive: a writer, the data and out pointers are needed");
+  FieldSpot spot;
+  if (int rc = w->writer.archive(data, length, what ? what : "(unnamed)", &spot); rc != HM_OK) return rc;
+  w->pool = std::move(spot.pool);
+  *pool = w->pool.c_str();
+  *offset = spot.offset;
+  return HM_OK;
+}
+
+HM_HOOK_API int hm_field_flush(hm_field_writer_t *w) { return w ? w->writer.flush() : HM_OK; }
+
+HM_HOOK_API void hm_field_writer_close(hm_field_writer_t *w) { delete w; }
+
+HM_HOOK_API int hm_field_read(const char *pool, uint64_t offset, uint64_t length, int verify, hm_field_view_t **view,
+                              const char **data) {
+  if (!pool || !view || !data) return fail(HM_EINVAL, "hm_field_read: a pool and out pointers are needed");
+  auto *v = new (std::nothrow) hm_field_view;
+  if (!v) return fail(HM_ENOMEM, "hm_field_read: out of memory");
+  if (int rc = read_field(FieldSpot{pool, offset, length}, verify != 0, &v->view); rc != HM_OK) {
+    delete v;
+    return rc;
+  }
+  *view = v;
+  *data = v->view.data;
+  return HM_OK;
+}
+
+HM_HOOK_API void hm_field_view_free(hm_field_view_t *view) { delete view; }
+
+HM_HOOK_API void hm_field_charge_read(const hm_field_device_t *device, uint64_t bytes) {
+  if (device) charge_read(*profile_of(device), bytes);
+}
+
+HM_HOOK_API int hm_field_pool_name(const char *name) {
+  if (!name) return 0;
+  if (is_committed_pool(name)) return HM_FIELD_POOL_COMMITTED;
+  return is_staging_pool(name) ? HM_FIELD_POOL_STAGING : 0;
+}
+
+HM_HOOK_API int hm_field_remove_abandoned(const char *directory) {
+  return directory ? remove_abandoned_pools(directory) : 0;
+}

@@ -1,0 +1,47 @@
+// The field pools as the FDB store plugin (src/fdb/, libhetmem-fdb.so) reaches them: C functions
+// exported from libhetmem.so (not part of the public API). The plugin links the shared library, so
+// a process that loads both (hetmem-mg archiving through FDB, a Python program with pyfdb and
+// hetmem's arrays) holds one runtime: one option table, tier registry, calibration, budget and
+// error state. Errors: the HM_* codes, with hm_last_error() saying why.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef HM_HOOK_API
+#define HM_HOOK_API extern "C" __attribute__((visibility("default")))
+#endif
+
+typedef struct hm_field_writer hm_field_writer_t;
+typedef struct hm_field_view hm_field_view_t;
+typedef struct hm_field_device hm_field_device_t;
+
+// An emulated device by its profile's name ("optane", "cxl", ...), NULL for an unknown name; and
+// the names it knows, ", "-separated.
+HM_HOOK_API const hm_field_device_t *hm_field_device(const char *name);
+HM_HOOK_API const char *hm_field_device_names(void);
+
+// A writer of fields into pools of `pool_bytes` in `directory`, named `base.<n>.hmpool`; archives
+// are charged as `device` when not NULL (fields::FieldWriter).
+HM_HOOK_API int hm_field_writer_open(const char *directory, const char *base, uint64_t pool_bytes,
+                                     const hm_field_device_t *device, hm_field_writer_t **out);
+// Archives one field; `what` names it in errors. *pool (the writer's, valid until its next call)
+// and *offset say where its data lies.
+HM_HOOK_API int hm_field_archive(hm_field_writer_t *writer, const void *data, uint64_t length, const char *what,
+                                 const char **pool, uint64_t *offset);
+HM_HOOK_API int hm_field_flush(hm_field_writer_t *writer);
+HM_HOOK_API void hm_field_writer_close(hm_field_writer_t *writer);
+
+// Reads and checks the field at `offset` (`length` bytes) of `pool` (fields::read_field): *data
+// stays valid until hm_field_view_free(*view).
+HM_HOOK_API int hm_field_read(const char *pool, uint64_t offset, uint64_t length, int verify, hm_field_view_t **view,
+                              const char **data);
+HM_HOOK_API void hm_field_view_free(hm_field_view_t *view);
+// Charges a retrieve of `bytes` as `device`.
+HM_HOOK_API void hm_field_charge_read(const hm_field_device_t *device, uint64_t bytes);
+
+// The pool naming rule: HM_FIELD_POOL_COMMITTED, HM_FIELD_POOL_STAGING (a writer that has not
+// flushed yet, or was killed) or 0 for any other file name.
+enum { HM_FIELD_POOL_COMMITTED = 1, HM_FIELD_POOL_STAGING = 2 };
+HM_HOOK_API int hm_field_pool_name(const char *name);
+// Removes the staging files in `directory` whose creator is gone; returns how many.
+HM_HOOK_API int hm_field_remove_abandoned(const char *directory);
