@@ -36,16 +36,24 @@ HM_HOOK_API int hm_field_writer_open(const char *directory, const char *base, ui
   StoreSettings settings;
   settings.pool_bytes = pool_bytes;
   settings.emulate = profile_of(device);
-  *out = new (std::nothrow) hm_field_writer{FieldWriter(directory, base, settings), {}};
-  return *out ? HM_OK : fail(HM_ENOMEM, "hm_field_writer_open: out of memory");
+  try {  // nothing is thrown through a C function
+    *out = new hm_field_writer{FieldWriter(directory, base, settings), {}};
+  } catch (...) {
+    return fail(HM_ENOMEM, "hm_field_writer_open: out of memory");
+  }
+  return HM_OK;
 }
 
 HM_HOOK_API int hm_field_archive(hm_field_writer_t *w, const void *data, uint64_t length, const char *what,
                                  const char **pool, uint64_t *offset) {
   if (!w || (!data && length) || !pool || !offset) return fail(HM_EINVAL, "hm_field_archive: a writer, the data and out pointers are needed");
   FieldSpot spot;
-  if (int rc = w->writer.archive(data, length, what ? what : "(unnamed)", &spot); rc != HM_OK) return rc;
-  w->pool = std::move(spot.pool);
+  try {
+    if (int rc = w->writer.archive(data, length, what ? what : "(unnamed)", &spot); rc != HM_OK) return rc;
+    w->pool = std::move(spot.pool);
+  } catch (...) {
+    return fail(HM_ENOMEM, "hm_field_archive: out of memory");
+  }
   *pool = w->pool.c_str();
   *offset = spot.offset;
   return HM_OK;
@@ -60,7 +68,13 @@ HM_HOOK_API int hm_field_read(const char *pool, uint64_t offset, uint64_t length
   if (!pool || !view || !data) return fail(HM_EINVAL, "hm_field_read: a pool and out pointers are needed");
   auto *v = new (std::nothrow) hm_field_view;
   if (!v) return fail(HM_ENOMEM, "hm_field_read: out of memory");
-  if (int rc = read_field(FieldSpot{pool, offset, length}, verify != 0, &v->view); rc != HM_OK) {
+  int rc = HM_OK;
+  try {
+    rc = read_field(FieldSpot{pool, offset, length}, verify != 0, &v->view);
+  } catch (...) {
+    rc = fail(HM_ENOMEM, "hm_field_read: out of memory");
+  }
+  if (rc != HM_OK) {
     delete v;
     return rc;
   }
