@@ -1,12 +1,12 @@
 #include "tier/emul.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
-#include <charconv>
 #include <sstream>
 #include <string>
 
