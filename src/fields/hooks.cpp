@@ -1,8 +1,8 @@
 // The C functions of fields/hooks.h, over field_pools.
 #include "fields/hooks.h"
 
-#include <memory>
 #include <new>
+#include <string>
 
 #include "base/error.h"
 #include "fields/field_pools.h"
@@ -33,6 +33,8 @@ HM_HOOK_API const char *hm_field_device_names(void) { return emul_profile_names(
 HM_HOOK_API int hm_field_writer_open(const char *directory, const char *base, uint64_t pool_bytes,
                                      const hm_field_device_t *device, hm_field_writer_t **out) {
   if (!directory || !base || !out) return fail(HM_EINVAL, "hm_field_writer_open: a directory, a name and an out pointer are needed");
+  if (pool_bytes < persist::kHeaderBytes + 2 * persist::kUnit)
+    return fail(HM_EINVAL, "hm_field_writer_open: pools of %llu bytes hold no field", static_cast<unsigned long long>(pool_bytes));
   StoreSettings settings;
   settings.pool_bytes = pool_bytes;
   settings.emulate = profile_of(device);
