@@ -209,12 +209,7 @@ int remove_abandoned_pools(const std::string &directory) {
   std::string names;
   if (!prim::list_dir(directory, &names)) return 0;
   int removed = 0;
-  size_t start = 0;
-  while (start < names.size()) {
-    size_t end = names.find('\n', start);
-    if (end == std::string::npos) end = names.size();
-    const std::string name = names.substr(start, end - start);
-    start = end + 1;
+  for (const std::string &name : prim::split(names, '\n')) {
     if (!is_staging_pool(name)) continue;
     const std::string path = directory + "/" + name;
     int fd = -1;

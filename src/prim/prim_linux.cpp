@@ -187,12 +187,7 @@ const std::vector<int> &online_nodes() {
 
 std::vector<int> parse_id_list(const std::string &text) {
   std::vector<int> out;
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find(',', at);
-    if (end == std::string::npos) end = text.size();
-    std::string part = text.substr(at, end - at);
-    at = end + 1;
+  for (const std::string &part : split(text, ',')) {
     if (part.empty() || !std::isdigit(static_cast<unsigned char>(part[0]))) continue;
     int a = std::atoi(part.c_str()), b = a;
     size_t dash = part.find('-');
