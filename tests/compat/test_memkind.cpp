@@ -3,12 +3,14 @@
 // (hbw_set_policy once, before any allocation) hold. The tiers are the test defaults: fast = DRAM,
 // capacity = the emulated Optane tier.
 #include <errno.h>
+#include <malloc.h>
 #include <gtest/gtest.h>
 #include <hetmem/hetmem.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hetmem/memkind/hbwmalloc.h"
@@ -114,6 +116,61 @@ TEST(Memkind, ALargeDefaultBlockFreedIsReusedAndStaysTheCLibrarys) {
   ASSERT_NE(half, nullptr);
   EXPECT_NE(half, c);
   memkind_free(nullptr, half);
+}
+
+// Small default blocks are kept by the thread that freed them, as memkind's jemalloc keeps them in
+// its thread cache: the next request of the same size class gets the same block, and it is still
+// the C library's.
+TEST(Memkind, ASmallDefaultBlockFreedIsReusedByItsThreadAndStaysTheCLibrarys) {
+  for (size_t size : {size_t{1}, size_t{64}, size_t{100}, size_t{129}, size_t{1000}, size_t{4096}, size_t{5000},
+                      size_t{20000}, size_t{32} << 10}) {
+    auto *a = static_cast<unsigned char *>(memkind_malloc(MEMKIND_DEFAULT, size));
+    ASSERT_NE(a, nullptr);
+    std::memset(a, 7, size);
+    memkind_free(MEMKIND_DEFAULT, a);
+    auto *b = static_cast<unsigned char *>(memkind_malloc(MEMKIND_DEFAULT, size));
+    EXPECT_EQ(b, a) << size << " B: the block freed is handed out again";
+    EXPECT_EQ(hm_owns(b), 0) << "still the C library's block";
+    EXPECT_GE(malloc_usable_size(b), size) << "a kept block holds the whole request";
+    memkind_free(nullptr, b);
+    auto *z = static_cast<unsigned char *>(memkind_calloc(MEMKIND_DEFAULT, 1, size));
+    ASSERT_EQ(z, a) << size << " B: calloc takes the kept block too";
+    for (size_t i = 0; i < size; ++i) ASSERT_EQ(z[i], 0) << "calloc clears a kept block, byte " << i;
+    std::free(z);  // the C library frees it
+  }
+  // A block serves only requests it holds whole: a freed 1000-byte block is not a 2000-byte one.
+  void *small = memkind_malloc(MEMKIND_DEFAULT, 1000);
+  memkind_free(MEMKIND_DEFAULT, small);
+  void *larger = memkind_malloc(MEMKIND_DEFAULT, 2000);
+  ASSERT_NE(larger, nullptr);
+  EXPECT_GE(malloc_usable_size(larger), 2000u);
+  std::memset(larger, 1, 2000);
+  memkind_free(MEMKIND_DEFAULT, larger);
+  // realloc of a kept block handed out again works as on any C library block.
+  auto *r = static_cast<unsigned char *>(memkind_malloc(MEMKIND_DEFAULT, 1000));
+  std::memset(r, 5, 1000);
+  r = static_cast<unsigned char *>(memkind_realloc(MEMKIND_DEFAULT, r, 100000));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r[999], 5);
+  memkind_free(MEMKIND_DEFAULT, r);
+}
+
+// What a thread keeps goes back to the C library when the thread ends: blocks made here and freed
+// by another thread are the C library's in-use bytes again once that thread has ended.
+TEST(Memkind, AThreadsKeptDefaultBlocksAreFreedWhenItEnds) {
+  constexpr int kBlocks = 16;
+  constexpr size_t kSize = 16 << 10;
+  const size_t before = mallinfo2().uordblks;
+  std::vector<void *> blocks;
+  for (int i = 0; i < kBlocks; ++i) blocks.push_back(memkind_malloc(MEMKIND_DEFAULT, kSize));
+  EXPECT_GE(mallinfo2().uordblks, before + kBlocks * kSize);
+  std::thread freer([&blocks] {
+    for (void *p : blocks) memkind_free(MEMKIND_DEFAULT, p);
+  });
+  freer.join();
+  blocks.clear();
+  blocks.shrink_to_fit();
+  EXPECT_LE(mallinfo2().uordblks, before + 4096) << "the ended thread's kept blocks were freed";
 }
 
 TEST(Memkind, CallocReallocAndAlignment) {
