@@ -719,7 +719,13 @@ def main(argv: list[str] | None = None) -> int:
     if hint := _near_miss(parser, argv):
         print(hint, file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # An optional positional after options (`hetmem fields list --config F class=rd`): argparse has
+    # passed it by when it reads the positionals before the options.
+    if len(extra) == 1 and not extra[0].startswith("-") and getattr(args, "request", None) == "":
+        args.request, extra = extra[0], []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         signal.signal(signal.SIGTERM, _terminated)
     except ValueError:

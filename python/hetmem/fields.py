@@ -29,7 +29,7 @@ from .units import size_text
 SCHEMA = """\
 [ class, expver, stream, date, time, domain?
   [ type, levtype
-    [ step, levelist?, param ]]]
+    [ step, number?, levelist?, param ]]]
 """
 
 POOL_SUFFIX = ".hmpool"
@@ -389,6 +389,8 @@ def _config_of(args: argparse.Namespace) -> str:
 def main(args: argparse.Namespace, console: Any) -> int:
     try:
         return _main(args, console)
+    except HetmemError:
+        raise
     except RuntimeError as exc:  # what FDB refuses (pyfdb raises eckit's exceptions as RuntimeError)
         text = re.sub(r"^(?:\w+: )+", "", str(exc).strip().splitlines()[0] if str(exc).strip() else "")
         raise HetmemError(f"FDB refused '{args.request or 'all'}': {text or type(exc).__name__}") from None
@@ -396,6 +398,9 @@ def main(args: argparse.Namespace, console: Any) -> int:
 
 def _main(args: argparse.Namespace, console: Any) -> int:
     config = _config_of(args)
+    if args.action == "hammer":
+        from .fields_hammer import run
+        return run(args, config, lambda text: console.print(text, highlight=False, markup=False))
     request = parse_request(args.request or "")
     if args.action == "list":
         fdb = open_fdb(config)
@@ -461,15 +466,21 @@ def _main(args: argparse.Namespace, console: Any) -> int:
 def add_parser(sub: Any, handler: Any) -> None:
     f = sub.add_parser("fields", help="weather fields in FDB5 on hetmem's persistent tier: list, status (visible "
                        "and durable), follow new steps, stats")
-    f.add_argument("action", choices=["list", "status", "follow", "stats", "consume"],
+    f.add_argument("action", choices=["list", "status", "follow", "stats", "consume", "hammer"],
                    help="list: the fields; status: per database, fields visible and durable, steps, pools; follow: "
                         "print each step as it becomes visible; stats: status plus totals; consume: a product "
-                        "generator (per-level statistics and a coarsened field, archived back) for each new step")
-    f.add_argument("request", nargs="?", default="", help="MARS keys, e.g. class=rd,expver=hmmg (default: all)")
+                        "generator (per-level statistics and a coarsened field, archived back) for each new step; "
+                        "hammer: FDB's fdb-hammer benchmark (its options and output), with writer and reader processes")
+    f.add_argument("request", nargs="?", default="", help="MARS keys, e.g. class=rd,expver=hmmg (default: all); "
+                   "hammer: the template GRIB file (fdb-hammer's <grib_path>; default: a generated field)")
     f.add_argument("--config", help="the FDB configuration (default: $FDB5_CONFIG_FILE)")
     f.add_argument("--location", action="store_true", help="list: each field's pool, offset and length")
     f.add_argument("--steps", type=int, help="follow, consume: stop after this many steps")
     f.add_argument("--product-expver", default="hmpg", help="consume: the expver of the products (default hmpg)")
-    f.add_argument("--out", help="consume: write one JSON line per step (timings, statistics) here")
-    f.add_argument("--timeout", type=float, default=3600.0, help="follow, consume: stop after this many seconds (default 3600)")
+    f.add_argument("--out", help="consume: write one JSON line per step (timings, statistics) here; hammer: the "
+                   "plan and every process's results as JSON")
+    f.add_argument("--timeout", type=float, default=3600.0,
+                   help="follow, consume: stop after this many seconds; hammer: a reader's wait for a step (default 3600)")
+    from .fields_hammer import add_arguments
+    add_arguments(f)
     f.set_defaults(func=handler)

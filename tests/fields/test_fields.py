@@ -2,8 +2,10 @@
 retrieve, list, wipe and purge; many writer processes at once; readers that see only flushed
 steps; producers killed at random moments; damaged pools and bad configurations refused."""
 
+import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -397,6 +399,58 @@ def test_fdb_hammer_writes_and_reads_through_the_hetmem_store(config, tmp_path):
     r = fields.run_tool("fdb-hammer", ["--read"] + common, config, check=False)
     assert r.returncode == 0, r.stderr[-800:]
     assert any(n.endswith(".hmpool") for n in files_of(tmp_path / "root"))
+
+
+def hammer(config, *args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "hetmem", "fields", "hammer", "--config", str(config), *args],
+                          capture_output=True, text=True, cwd=ROOT / "python", timeout=timeout)
+
+
+@pytest.mark.parametrize("store", ["hetmem", "file"])
+def test_hetmem_fields_hammer_writes_and_reads_with_fdb_hammers_options_and_output(tmp_path, store):
+    """fdb-hammer's benchmark on either store: 2 writer processes (each its own ensemble member) and 2
+    readers beside them that wait for each step and check every field's bytes; then --read and
+    --list alone, as fdb-hammer's modes."""
+    config = fields.write_config(tmp_path, store=store, pool_bytes=4 << 20)
+    common = ["--nsteps", "3", "--nlevels", "4", "--nparams", "2", "--grid", "19x36"]
+    r = hammer(config, *common, "--writers", "2", "--readers", "2", "--full-check", "--out", str(tmp_path / "r.json"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    for w in (0, 1):
+        assert f"[writer {w}] Fields written: 24" in r.stdout, r.stdout
+        for line in ("Bytes written: ", "GRIB duration: ", "Writing duration: ", "Total rate: "):
+            assert f"[writer {w}] {line}" in r.stdout, r.stdout
+        assert re.search(rf"\[writer {w}\] Total rate: [0-9.e+]+ MB / s", r.stdout), r.stdout
+    for rd in (0, 1):  # every reader reads both writers' fields, all of them as written
+        assert f"[reader {rd}] Fields read: 48" in r.stdout and f"[reader {rd}] Check failures: 0" in r.stdout
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert sorted(x["role"] for x in result["results"]) == ["reader", "reader", "writer", "writer"]
+    assert result["plan"]["members"] == [1, 2] and result["plan"]["params"] == [1, 2]
+    if store == "hetmem":
+        assert any(n.endswith(".hmpool") for n in files_of(tmp_path / "root"))
+    # fdb-hammer's --read and --list on what is there.
+    r = hammer(config, *common, "--nensembles", "2", "--read", "--md-check")
+    assert r.returncode == 0 and "[reader 0] Fields read: 48" in r.stdout, r.stdout + r.stderr
+    r = hammer(config, *common, "--nensembles", "2", "--list")
+    assert r.returncode == 0 and "[list 0] fdb-hammer - Fields listed: 48" in r.stdout, r.stdout + r.stderr
+    # A check that cannot pass says so: the fields hold random values, not the template's.
+    r = hammer(config, *common, "--nensembles", "2", "--read", "--full-check", "--no-randomise-data")
+    assert r.returncode == 1 and "48 field(s) did not match what was written" in r.stdout, r.stdout + r.stderr
+    # A step that never comes: the reader gives up after --timeout, naming the step.
+    r = hammer(config, *common, "--nensembles", "2", "--nsteps", "4", "--read", "--timeout", "1")
+    assert r.returncode == 1 and "step 3: 0 of 16 fields visible after 1 s (--timeout)" in r.stdout, r.stdout
+
+
+def test_hetmem_fields_hammer_refuses_bad_options_with_a_message(config, tmp_path):
+    for args, message in ((["--read", "--list"], "--read and --list options are mutually exclusive"),
+                          (["--nparams", "500"], "exceeds the 174 valid parameters"),
+                          (["--levels", "1,x"], "comma-separated level numbers"),
+                          (["--expver", "abc"], "MARS experiment versions have 4 characters"),
+                          (["--writers", "0"], "--writers 0: at least 1"),
+                          (["--grid", "1x5"], "at least 2x2 points"),
+                          ([str(tmp_path / "none.grib")], "no such GRIB file")):
+        r = hammer(config, *args, timeout=60)
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert not files_of(tmp_path / "root"), "nothing written"
 
 
 def test_hetmem_fields_status_and_stats(config):
