@@ -511,20 +511,25 @@ uint32_t capture_site(const void *caller, size_t size) {
     return intern_site(&frame, 1);
   }
   // Drop the profiler's and the hook's frames: everything before the hooked call's return address.
-  // There are as many as the last walk found (a handful); a walk that finds none within them
-  // walks again with room for 16.
-  void *raw[kMaxDepth + 16];
-  const int inner = g_hook_frames.load(std::memory_order_relaxed);
-  int n = prim::stack_trace(raw, depth + inner + 1);
-  int first = -1;
-  for (int i = 0; i < n && first < 0; ++i)
-    if (raw[i] == caller) first = i;
-  if (first < 0 && n == depth + inner + 1) {
-    n = prim::stack_trace(raw, depth + 16);
-    for (int i = 0; i < n && first < 0; ++i)
-      if (raw[i] == caller) first = i;
+  // There are as many as the last walk found (a handful, at most 15). A walk cut short before it
+  // holds the caller and `depth` frames from it walks again with room for 16, so that a call
+  // stack is always the same site.
+  constexpr int kRoom = 16;
+  void *raw[kMaxDepth + kRoom];
+  auto find_caller = [&](int n) {
+    for (int i = 0; i < n; ++i)
+      if (raw[i] == caller) return i;
+    return -1;
+  };
+  int want = depth + std::min(g_hook_frames.load(std::memory_order_relaxed), kRoom - 1) + 1;
+  int n = prim::stack_trace(raw, want);
+  int first = find_caller(n);
+  if (n == want && (first < 0 || n - first < depth) && want < depth + kRoom) {
+    want = depth + kRoom;
+    n = prim::stack_trace(raw, want);
+    first = find_caller(n);
   }
-  if (first >= 0 && first != inner) g_hook_frames.store(first, std::memory_order_relaxed);
+  if (first >= 0 && first < kRoom) g_hook_frames.store(first, std::memory_order_relaxed);
   if (first < 0) first = 0;
   uint64_t frames[kMaxDepth];
   int m = 0;
