@@ -20,6 +20,7 @@ and on 2 cores they would otherwise measure CPU sharing rather than the stores' 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import statistics
@@ -75,8 +76,7 @@ def _consumer(config: str, writers: int, size: int, steps: int) -> None:
     out = []
     lister = fields.open_fdb(config)  # listing sees what was flushed since; retrieving needs a new handle
     for step in range(steps):
-        while sum(1 for _ in lister.list({**key, "step": str(step)})) < per_step:
-            time.sleep(0.002)
+        fields.wait_for_fields(lister, {**key, "step": str(step)}, per_step, math.inf, interval=0.002)
         seen = time.time()
         fdb = fields.open_fdb(config)
         levels = "/".join(str(1000 * (w + 1) + f) for w in range(writers) for f in range(_fields_per_step(size)))

@@ -311,6 +311,22 @@ def follow(config: str | Path, request: dict[str, str], steps: int | None, timeo
         time.sleep(interval)
 
 
+def wait_for_fields(fdb: Any, request: dict[str, str], count: int, timeout: float,
+                    interval: float = 0.005) -> tuple[int, int, float]:
+    """Lists `request` until at least `count` fields are visible (flushed) or `timeout` seconds
+    have passed: (fields visible at the last listing, listings made, seconds spent listing)."""
+    deadline = time.monotonic() + timeout
+    listings, listing_s = 0, 0.0
+    while True:
+        t0 = time.perf_counter()
+        seen = sum(1 for _ in fdb.list(request))
+        listing_s += time.perf_counter() - t0
+        listings += 1
+        if seen >= count or time.monotonic() > deadline:
+            return seen, listings, listing_s
+        time.sleep(interval)
+
+
 # --- the consumer -------------------------------------------------------------------------------
 
 def coarsen(values: Any, factor: int = 2) -> Any:

@@ -128,6 +128,11 @@ class Fields:
         finally:
             ec.codes_release(h)
 
+    def database(self) -> dict[str, str]:
+        """The keys every field of the plan shares (its database and index), as FDB lists them."""
+        return {k: self.ec.codes_get_string(self.base, k)
+                for k in ("class", "expver", "stream", "date", "time", "domain", "type", "levtype")}
+
     def keys(self, message: bytes) -> tuple[int, int, int, int]:
         ec = self.ec
         h = ec.codes_new_from_message(message)
@@ -136,17 +141,6 @@ class Fields:
             return ec.codes_get(h, "step"), member, ec.codes_get(h, "level"), ec.codes_get(h, "paramId")
         finally:
             ec.codes_release(h)
-
-
-def _database(plan: dict[str, Any], msg: bytes) -> dict[str, str]:
-    """The request for one step of the plan's fields (MARS keys as FDB lists them)."""
-    import eccodes
-    h = eccodes.codes_new_from_message(msg)
-    try:
-        return {k: eccodes.codes_get_string(h, k) for k in ("class", "expver", "stream", "date", "time", "domain",
-                                                             "type", "levtype")}
-    finally:
-        eccodes.codes_release(h)
 
 
 # --- the processes ---------------------------------------------------------------------------------
@@ -182,8 +176,7 @@ def reader(plan: dict[str, Any], index: int) -> dict[str, Any]:
     from .fields import split_messages
     config = os.environ["FDB5_CONFIG_FILE"]
     made = Fields(plan)
-    first = made.message(plan["steps"][0], plan["members"][0], plan["levels"][0], plan["params"][0])
-    db = _database(plan, first)
+    db = made.database()
     lister = fields.open_fdb(config)
     per_step = len(plan["members"]) * len(plan["levels"]) * len(plan["params"])
     stats = {"role": "reader", "index": index, "fields": 0, "bytes": 0, "list_attempts": 0, "list_seconds": 0.0,
@@ -191,18 +184,12 @@ def reader(plan: dict[str, Any], index: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     for step in plan["steps"]:
         request = {**db, "step": str(step)}
-        deadline = time.monotonic() + plan["timeout"]
-        while True:
-            lt = time.perf_counter()
-            seen = sum(1 for _ in lister.list(request))
-            stats["list_seconds"] += time.perf_counter() - lt
-            stats["list_attempts"] += 1
-            if seen >= per_step:
-                break
-            if time.monotonic() > deadline:
-                raise HetmemError(f"reader {index}: step {step}: {seen} of {per_step} fields visible after "
-                                  f"{plan['timeout']:g} s (--timeout)")
-            time.sleep(0.005)
+        seen, listings, listing_s = fields.wait_for_fields(lister, request, per_step, plan["timeout"])
+        stats["list_attempts"] += listings
+        stats["list_seconds"] += listing_s
+        if seen < per_step:
+            raise HetmemError(f"reader {index}: step {step}: {seen} of {per_step} fields visible after "
+                              f"{plan['timeout']:g} s (--timeout)")
         rt = time.perf_counter()
         fdb = fields.open_fdb(config)  # a new handle sees what was flushed since the last one
         want = {**request, "levelist": "/".join(map(str, plan["levels"])),
@@ -232,11 +219,10 @@ def reader(plan: dict[str, Any], index: int) -> dict[str, Any]:
 
 
 def lister(plan: dict[str, Any]) -> dict[str, Any]:
-    made = Fields(plan)
-    first = made.message(plan["steps"][0], plan["members"][0], plan["levels"][0], plan["params"][0])
+    db = Fields(plan).database()
     fdb = fields.open_fdb(os.environ["FDB5_CONFIG_FILE"])
     t0 = time.perf_counter()
-    count = sum(1 for _ in fdb.list(_database(plan, first)))
+    count = sum(1 for _ in fdb.list(db))
     return {"role": "list", "index": 0, "fields": count, "seconds": time.perf_counter() - t0}
 
 
