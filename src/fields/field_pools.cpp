@@ -1,7 +1,16 @@
 #include "fields/field_pools.h"
 
-// XXH3 compiled in (header only): libhetmem.so needs no libxxhash at start-up.
+// XXH3 compiled in (header only): libhetmem.so needs no libxxhash at start-up. Its AVX2 loop is
+// compiled beside the baseline one and chosen at run time (xxHash's own x86 dispatch scheme):
+// the hash is the same either way, about 3 times as fast on a long field (800 KiB: 13 against
+// 41 us), which is a few % of archiving it.
 #define XXH_INLINE_ALL
+#if defined(__x86_64__)
+#define XXH_X86DISPATCH
+#define XXH_DISPATCH_AVX2 1
+#define XXH_TARGET_AVX2 __attribute__((__target__("avx2")))
+#include <immintrin.h>
+#endif
 #include <xxhash.h>
 
 #include <cstring>
@@ -35,7 +44,22 @@ std::string at_text(const FieldSpot &s) {
 
 }  // namespace
 
-uint64_t field_checksum(const void *data, uint64_t length) { return XXH3_64bits(data, length); }
+#if defined(__x86_64__)
+namespace {
+__attribute__((__target__("avx2"), noinline)) uint64_t long_checksum_avx2(const void *data, size_t length) {
+  return XXH3_hashLong_64b_internal(data, length, XXH3_kSecret, sizeof(XXH3_kSecret), XXH3_accumulate_512_avx2,
+                                    XXH3_scrambleAcc_avx2);
+}
+const bool kHasAvx2 = __builtin_cpu_supports("avx2");
+}  // namespace
+#endif
+
+uint64_t field_checksum(const void *data, uint64_t length) {
+#if defined(__x86_64__)
+  if (length > XXH3_MIDSIZE_MAX && kHasAvx2) return long_checksum_avx2(data, length);
+#endif
+  return XXH3_64bits(data, length);
+}
 
 namespace {
 // A name that is more than the suffix and ends with it.
@@ -58,6 +82,7 @@ FieldWriter::~FieldWriter() {
 }
 
 int FieldWriter::next_pool() {
+  if (int rc = write_combined(); rc != HM_OK) return rc;
   if (pool_ && dirty_) {
     if (int rc = pool_->commit(0); rc != HM_OK) return rc;
   }
@@ -68,7 +93,21 @@ int FieldWriter::next_pool() {
   return HM_OK;
 }
 
+int FieldWriter::write_combined() {
+  if (!lost_.empty()) return fail(HM_EIO, "%s", lost_.c_str());
+  if (combined_.empty()) return HM_OK;
+  const uint64_t at = combined_at_, bytes = combined_.size();
+  const int rc = pool_->write(at, combined_.data(), bytes, nullptr, 0);
+  combined_.clear();
+  if (rc == HM_OK) return HM_OK;
+  lost_ = "hetmem store: fields archived into pool '" + pool_->path() + "' at offsets " + std::to_string(at) + ".." +
+          std::to_string(at + bytes) + " could not be written (" + hm_last_error() +
+          "); they and every field after them are never flushed by this writer";
+  return fail(rc, "%s", lost_.c_str());
+}
+
 int FieldWriter::archive(const void *data, uint64_t length, const std::string &what, FieldSpot *out) {
+  if (!lost_.empty()) return fail(HM_EIO, "%s", lost_.c_str());
   const uint64_t need = sizeof(FieldRecord) + length;
   if (need > settings_.pool_bytes - persist::kHeaderBytes)
     return fail(HM_ECAPACITY, "hetmem store: field %s has %llu bytes, more than a pool of %s holds (hetmem.pool_bytes "
@@ -87,7 +126,21 @@ int FieldWriter::archive(const void *data, uint64_t length, const std::string &w
   r.length = length;
   r.data_checksum = field_checksum(data, length);
   r.record_checksum = record_checksum(r);
-  if (int rc = pool_->write(offset, &r, sizeof r, data, length); rc != HM_OK) {
+  if (need <= kCombineField) {
+    // Behind the buffered fields (the pool allocates in order), else after writing them.
+    if (!combined_.empty() && combined_at_ + combined_.size() != offset)
+      if (int rc = write_combined(); rc != HM_OK) return rc;
+    if (combined_.empty()) {
+      combined_at_ = offset;
+      combined_.reserve(kCombineBytes + kCombineField);
+    }
+    const size_t at = combined_.size();
+    combined_.resize(at + persist::round_up(need, persist::kUnit));  // the pad is zeros, as in a new pool
+    std::memcpy(combined_.data() + at, &r, sizeof r);
+    std::memcpy(combined_.data() + at + sizeof r, data, length);
+    if (combined_.size() >= kCombineBytes)
+      if (int rc = write_combined(); rc != HM_OK) return rc;
+  } else if (int rc = pool_->write(offset, &r, sizeof r, data, length); rc != HM_OK) {
     const std::string why = hm_last_error();
     pool_->set_top(offset);  // the space goes back to the next field; nothing refers to it
     return fail(rc, "hetmem store: field %s (%llu bytes) not archived: %s", what.c_str(),
@@ -102,6 +155,7 @@ int FieldWriter::archive(const void *data, uint64_t length, const std::string &w
 }
 
 int FieldWriter::flush() {
+  if (int rc = write_combined(); rc != HM_OK) return rc;
   if (!pool_ || !dirty_) return HM_OK;
   if (int rc = pool_->commit(0); rc != HM_OK) return rc;
   dirty_ = false;

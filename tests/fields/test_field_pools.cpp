@@ -1,0 +1,71 @@
+// The field store's checksum is XXH3 (64 bit), whichever of its loops this CPU runs: the pools
+// written on one machine are read on another.
+#include <xxhash.h>  // the shared libxxhash, the reference
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fields/field_pools.h"
+#include "hetmem/hetmem.h"
+
+TEST(FieldChecksum, IsXxh3AtEveryLengthAndAlignment) {
+  std::vector<unsigned char> data((size_t{3} << 20) + 100);
+  std::mt19937_64 rng(7);
+  for (auto &b : data) b = static_cast<unsigned char>(rng());
+  // Short keys, both sides of XXH3's 240-byte switch to its long loop, stripes and blocks.
+  for (size_t length : {size_t{0}, size_t{1}, size_t{64}, size_t{240}, size_t{241}, size_t{1023}, size_t{1024},
+                        size_t{65536} + 3, size_t{800} << 10, (size_t{3} << 20) + 17})
+    for (size_t shift : {size_t{0}, size_t{1}, size_t{13}, size_t{64}})
+      EXPECT_EQ(hm::fields::field_checksum(data.data() + shift, length), XXH3_64bits(data.data() + shift, length))
+          << length << " bytes at offset " << shift;
+}
+
+namespace {
+std::string temp_directory() {
+  char pattern[] = "/tmp/hetmem-fields-XXXXXX";
+  const char *dir = mkdtemp(pattern);
+  EXPECT_NE(dir, nullptr);
+  return dir ? dir : "/tmp";
+}
+}  // namespace
+
+// Small fields are gathered and written together, large ones directly, across pools that fill up:
+// each reads back as it was archived, and a flush makes all of them durable.
+TEST(FieldWriter, SmallAndLargeFieldsInterleavedAcrossFullPoolsReadBackExactly) {
+  const std::string dir = temp_directory();
+  hm::fields::StoreSettings settings;
+  settings.pool_bytes = uint64_t{4} << 20;
+  std::vector<std::pair<hm::fields::FieldSpot, std::vector<unsigned char>>> archived;
+  std::mt19937_64 rng(11);
+  {
+    hm::fields::FieldWriter writer(dir, "w", settings);
+    for (int i = 0; i < 60; ++i) {
+      // Mostly small (combined), every seventh above the combining size (written at once).
+      const size_t length = i % 7 == 6 ? (size_t{300} << 10) + i : size_t{1} + rng() % (size_t{70} << 10);
+      std::vector<unsigned char> data(length);
+      for (auto &b : data) b = static_cast<unsigned char>(rng());
+      hm::fields::FieldSpot spot;
+      ASSERT_EQ(writer.archive(data.data(), length, "field " + std::to_string(i), &spot), HM_OK) << hm_last_error();
+      archived.emplace_back(spot, std::move(data));
+    }
+    ASSERT_EQ(writer.flush(), HM_OK) << hm_last_error();
+  }
+  std::set<std::string> pools;
+  for (const auto &[spot, data] : archived) {
+    pools.insert(spot.pool);
+    hm::fields::FieldView view;
+    ASSERT_EQ(hm::fields::read_field(spot, true, &view), HM_OK) << hm_last_error();
+    ASSERT_EQ(view.length, data.size());
+    EXPECT_EQ(std::memcmp(view.data, data.data(), data.size()), 0) << spot.pool << " at " << spot.offset;
+  }
+  EXPECT_GE(pools.size(), 2u) << "the fields should have filled more than one 4 MiB pool";
+  std::filesystem::remove_all(dir);
+}
