@@ -10,7 +10,7 @@
     hetmem compare [--policies LIST] [--fraction F | --budget SIZE] [--iterations N] [--repeat R]
                    [--threads T] [--tiers SPEC] [--out DIR] [INPUT [key=value ...] | --plan PLAN -- CMD ARGS]
     hetmem bench alloc|emul|profiler|pic|octree|placement|stream|mg|memkind|overhead|fields|unchanged [--quick] [--out PATH]
-        (pic: [--ranks 1,2]; octree: [--large])
+        (pic: [--ranks 1,2] [--warpx SOURCES_OR_BINARY [--amrex DIR]]; octree: [--large])
     hetmem fuzz [--cases N] [--seed S] [--targets LIST] [--time-limit S] [--out PATH]
     hetmem fuzz-replica [--connections N] [--seed S] [--out PATH]
     hetmem fields ...   (the FDB store for weather fields: docs/fields.md)
@@ -149,6 +149,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise HetmemError(f"--ranks is for `hetmem bench pic`, not `{args.what}`")
     if args.large and args.what != "octree":
         raise HetmemError(f"--large is for `hetmem bench octree`, not `{args.what}`")
+    if (args.warpx or args.amrex) and args.what != "pic":
+        raise HetmemError(f"--warpx and --amrex are for `hetmem bench pic`, not `{args.what}`")
+    if args.amrex and not args.warpx:
+        raise HetmemError("--amrex names AMReX's sources for the WarpX build of --warpx; give --warpx too")
+    if args.warpx and args.ranks:
+        raise HetmemError("--warpx compares with one process of 1 and 2 threads; it does not combine with --ranks")
     study = f"{args.what}-ranks" if args.ranks else f"{args.what}-large" if args.large else args.what
     out = args.out or str(results_dir() / f"hetmem-bench-{study}.json")
     if args.large:
@@ -163,6 +169,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if not ranks or min(ranks) < 1:
             raise HetmemError(f"--ranks '{args.ranks}': rank counts separated by commas, e.g. 1,2")
         return main_ranks(out, args.quick, ranks)
+    if args.warpx:
+        from .bench_pic import main
+        return main(out, args.quick, warpx=args.warpx, amrex=args.amrex)
     from . import benchmarks
     return benchmarks.find(args.what).run(out, args.quick, _console())
 
@@ -611,6 +620,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help="; ".join(f"{bm.name}: {bm.doc}" for bm in benchmarks.BENCHMARKS).replace("%", "%%"))
         b.add_argument("--quick", action="store_true", help="smaller sizes and fewer repetitions")
         b.add_argument("--ranks", help="pic only: the problem over these MPI rank counts (e.g. 1,2), one thread each")
+        b.add_argument("--warpx", metavar="SOURCES_OR_BINARY",
+                       help="pic only: run WarpX 24.10 beside hetmem-pic, built from these sources (twice: "
+                            "-march=native and WarpX's own flags; kept under the build tree) or this executable")
+        b.add_argument("--amrex", metavar="DIR", help="pic with --warpx: AMReX 24.10's sources (default: a directory "
+                                                      "named amrex* beside WarpX's)")
         b.add_argument("--large", action="store_true",
                        help="octree only: the transformation and the per-step comparison on trees of at least 10^7 "
                             "octants (about 35 minutes)")
