@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -180,6 +181,85 @@ run hetmem-bench-octree --restart-only --quick --no-p4est --dir /mnt/pmem --json
 run hetmem-bench-octree --restart-only --quick --no-p4est --dir /tmp --json /tmp/restart-ram.json
 """,
 }
+
+# The hetmem store inside FDB on the DAX mount (a CTest entry: every run checks its data and MAP_SYNC). The store's C API test, then the
+# C writer (tests/fields/c_api_bench.c) for FDB's POSIX store and the hetmem store alternately,
+# three rounds of three field sizes, 8 MiB a step, the pool mapped with MAP_SYNC (checked in
+# /proc/self/smaps). TCG figures: the two stores compare with each other here, not with hardware.
+FDB_SCHEMA = """[ class, expver, stream, date, time, domain?
+  [ type, levtype
+    [ step, number?, levelist?, param ]]]
+"""
+FIELD_SIZES = [(65536, 128), (819200, 10), (3355648, 4)]  # bytes, fields per step: hetmem bench fields' sizes
+RECIPES["pmem-fields"] = {
+    **RECIPES["pmem"],
+    "binaries": {"tests/fields_c_api": "fields_c_api", "tests/fields_c_bench": "fields_c_bench"},
+    "fdb_plugin": True,
+    "texts": {f"fdb/{store}/config.yaml": f"type: local\nengine: toc\nstore: {store}\nschema: /fdb/schema\n"
+              f"spaces:\n- handler: Default\n  roots:\n  - path: /mnt/pmem/fdb-{store}\n"
+              for store in ("file", "hetmem")} | {"fdb/schema": FDB_SCHEMA},
+    "steps": PMEM_SETUP + r"""
+export HM_EXPECT_MAP_SYNC=1
+mkdir -p /mnt/pmem/fdb-file /mnt/pmem/fdb-hetmem
+run env FDB5_CONFIG_FILE=/fdb/hetmem/config.yaml fields_c_api
+rm -rf /mnt/pmem/fdb-hetmem/*
+for round in 1 2 3; do
+  for size in @FIELD_SIZES@; do
+    for store in file hetmem; do
+      run env FDB5_CONFIG_FILE=/fdb/$store/config.yaml fields_c_bench $store ${size%x*} ${size#*x} 8
+      rm -rf /mnt/pmem/fdb-$store/*
+    done
+  done
+done
+""".replace("@FIELD_SIZES@", " ".join(f"{b}x{n}" for b, n in FIELD_SIZES)),
+}
+
+
+def fdb_plugin_files() -> dict[str, str]:
+    """FDB's store plugin where eckit looks for it (beside libeckit, as the wheels install it):
+    the manifest, the plugin and the libhetmem it links, at their paths on the host."""
+    import importlib.util
+    spec = importlib.util.find_spec("eckitlib")
+    if spec is None or not spec.submodule_search_locations:
+        raise Skip("the FDB wheels (eckitlib) are not installed in this Python")
+    home = Path(list(spec.submodule_search_locations)[0])
+    files = {}
+    for rel in ("share/plugins/hetmem-fdb.yml", "lib64/libhetmem-fdb.so", "lib64/libhetmem.so.0"):
+        path = home / rel
+        if not path.exists():
+            raise Skip(f"{path} is missing (the FDB store is not built or not installed beside FDB)")
+        files[str(path).lstrip("/")] = str(path.resolve())
+    return files
+
+
+def bench_report(text: str, out: Path) -> None:
+    """The pmem-fields guest's writer lines as a table: each store's median GiB/s per size and the
+    hetmem store over the POSIX store round by round, written to `out` as JSON too."""
+    runs: dict[tuple[int, str], list[dict]] = {}
+    for m in re.finditer(r"^c_api_bench: (.*)$", text, re.M):
+        row = dict(kv.split("=", 1) for kv in m.group(1).split())
+        runs.setdefault((int(row["bytes"]), row["store"]), []).append(row)
+    if not runs:
+        return
+    print("hetmem store against FDB's POSIX store on ext4 -o dax (fsdax NVDIMM, QEMU TCG: figures compare with "
+          "each other only), 8 steps of 8 MiB, a flush per step; medians of the rounds")
+    print(f"  {'field':>9} {'file GiB/s':>10} {'hetmem GiB/s':>12} {'hetmem / file':>27} {'flush ms f/h':>14} "
+          f"{'MAP_SYNC':>8}")
+    rows = []
+    for size in sorted({b for b, _ in runs}):
+        f, h = runs.get((size, "file"), []), runs.get((size, "hetmem"), [])
+        if not f or not h or len(f) != len(h):
+            continue
+        ratios = [float(a["gib_s"]) / float(b["gib_s"]) for a, b in zip(h, f)]
+        med = lambda rs, k: statistics.median(float(r[k]) for r in rs)  # noqa: E731
+        ratio = statistics.median(ratios)
+        print(f"  {size / 1024:>7.0f} K {med(f, 'gib_s'):>10.3f} {med(h, 'gib_s'):>12.3f} "
+              f"{ratio:>8.2f}x (spread {min(ratios):.2f}-{max(ratios):.2f}) "
+              f"{med(f, 'flush_ms'):>6.2f}/{med(h, 'flush_ms'):<6.2f} {','.join(sorted({r['map_sync'] for r in h})):>8}")
+        rows.append({"bytes": size, "file": f, "hetmem": h, "ratio": ratio, "spread": [min(ratios), max(ratios)]})
+    out.write_text(json.dumps({"medium": "ext4 -o dax on an fsdax NVDIMM namespace (QEMU TCG)", "rows": rows},
+                              indent=1))
+
 
 INIT = """#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -397,6 +477,8 @@ def build_initramfs(recipe: dict, build_dir: Path, moddir: Path, out: Path) -> N
             files[f"opt/bin/{tool}"] = str(Path(which(tool)).resolve())
         for lib in loaded_when_needed(build_dir):
             files[lib.lstrip("/")] = str(Path(lib).resolve())
+        if recipe.get("fdb_plugin"):
+            files.update(fdb_plugin_files())
         for dest, src in list(files.items()):
             for lib in library_deps(src):
                 resolved = Path(lib).resolve()
@@ -423,6 +505,9 @@ def build_initramfs(recipe: dict, build_dir: Path, moddir: Path, out: Path) -> N
         (stage / "modules.order").write_text("\n".join(Path(r).name.removesuffix(".xz") for r in order) + "\n")
         if recipe.get("plan_probe"):
             (stage / "plan_probe.plan").write_text(probe_plan(build_dir))
+        for dest, text in recipe.get("texts", {}).items():
+            (stage / dest).parent.mkdir(parents=True, exist_ok=True)
+            (stage / dest).write_text(text)
         init = stage / "init"
         init.write_text(INIT.replace("@STEPS@", steps_of(recipe, build_dir)))
         init.chmod(0o755)
@@ -509,6 +594,7 @@ def main() -> int:
     text = serial.read_text(errors="replace")
     print(text)
     report_time(args.recipe, elapsed, args.timeout, step_times(text), work / f"{args.recipe}.timing.json")
+    bench_report(text, work / f"{args.recipe}.json")
     # isa-debug-exit: QEMU exits with (status << 1) | 1; 0 means the guest stopped without reporting.
     if rc == 1:
         log(f"'{args.recipe}' guest passed in {elapsed:.1f} s")
