@@ -8,6 +8,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "particle_kernel.hpp"
 #include "pic.hpp"
 
 namespace pic {
@@ -18,7 +19,8 @@ const char *kGlobalKeys[] = {"max_step", "amr.n_cell", "geometry.prob_hi", "warp
                              "particles.species_names", "hetmem.tile_size", "hetmem.seed", "hetmem.fields",
                              "hetmem.particles", "diag.interval", "diag.directory", "diag.energy_log",
                              "diag.progress", "diag.summary", "hetmem.strict", "hetmem.allocation_order", "hetmem.sort_interval", "preset",
-                             "diag.checkpoint_interval", "diag.checkpoint_directory", "restart", "hetmem.decomposition", "hetmem.kernel"};
+                             "diag.checkpoint_interval", "diag.checkpoint_directory", "restart", "hetmem.decomposition", "hetmem.kernel",
+                             "hetmem.simd_target"};
 const char *kSpeciesKeys[] = {"charge", "mass", "density", "num_particles_per_cell_each_dim", "u_th", "ux", "uy",
                               "uz", "langmuir.epsilon", "langmuir.modes", "langmuir.sign"};
 
@@ -268,6 +270,14 @@ bool parse_input(const std::string &text, const std::vector<std::string> &overri
       *error = "hetmem.kernel = '" + p.kernel + "': simd (vectorized, the default) or scalar";
       return false;
     }
+  }
+  if (kv.count("hetmem.simd_target")) {
+    p.simd_target = kv["hetmem.simd_target"];
+    if (p.kernel != "simd") {
+      *error = "hetmem.simd_target = '" + p.simd_target + "' is for the vectorized kernel (hetmem.kernel = simd)";
+      return false;
+    }
+    if (!limit_simd_target(p.simd_target, error)) return false;
   }
   if (kv.count("hetmem.sort_interval") && !ints(kv["hetmem.sort_interval"], 1, &p.sort_interval, 0)) {
     *error = "hetmem.sort_interval = '" + kv["hetmem.sort_interval"] + "': steps between sorts by cell, 0 for never";

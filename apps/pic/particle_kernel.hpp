@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <initializer_list>
+#include <string>
 
 #include "pic.hpp"
 
@@ -54,5 +55,9 @@ void push_deposit_scalar(const PushConstants &k, const TileWork &w);
 void push_deposit_simd(const PushConstants &k, const TileWork &w);
 // The instruction set the vectorized kernel runs with on this machine ("AVX3", "AVX2", ...).
 const char *simd_target();
+// Keeps the vectorized kernel at `name` (a Highway target in lower case: avx2, sse4, avx3, ...) or
+// below, so that a narrower instruction set's kernel can be measured on a wider CPU. False with
+// `error` set when the kernel is not built for it or the CPU cannot run it.
+bool limit_simd_target(const std::string &name, std::string *error);
 
 }  // namespace pic

@@ -23,6 +23,8 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cctype>
+#include <string>
 
 #include "particle_kernel.hpp"
 
@@ -270,6 +272,29 @@ HWY_EXPORT(TargetHere);
 void push_deposit_simd(const PushConstants &k, const TileWork &w) { HWY_DYNAMIC_DISPATCH(PushDepositTile)(k, w); }
 
 const char *simd_target() { return HWY_DYNAMIC_DISPATCH(TargetHere)(); }
+
+bool limit_simd_target(const std::string &name, std::string *error) {
+  // Highway's targets are bits, the more preferred the lower: keeping `name` as the best one
+  // disables every bit below it.
+  const int64_t supported = hwy::SupportedTargets() & HWY_TARGETS;
+  std::string known;
+  for (int64_t bits = HWY_TARGETS; bits != 0; bits &= bits - 1) {
+    const int64_t target = bits & -bits;
+    std::string here = hwy::TargetName(target);
+    for (auto &c : here) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (here == name) {
+      if (!(supported & target)) {
+        *error = "hetmem.simd_target = '" + name + "': this CPU does not run it";
+        return false;
+      }
+      hwy::DisableTargets(target - 1);
+      return true;
+    }
+    if (supported & target) known += (known.empty() ? "" : ", ") + here;
+  }
+  *error = "hetmem.simd_target = '" + name + "': not a target the kernel is built for (this CPU runs: " + known + ")";
+  return false;
+}
 
 }  // namespace pic
 #endif

@@ -106,6 +106,7 @@ struct Params {
   uint64_t seed = 1;
   std::string pusher = "boris";         // boris or vay
   std::string kernel = "simd";          // the particle kernel: simd (vectorized) or scalar (particle_kernel.hpp)
+  std::string simd_target;              // the widest instruction set the vectorized kernel may use ("": the CPU's)
   int sort_interval = 0;                // sort tiles by cell every N steps (0: never)
   bool static_fields = false;           // fields stay as set (pusher tests): no deposit effect, no solve
   std::vector<SpeciesParams> species;

@@ -21,9 +21,9 @@ from .lib import HetmemError, find_program, mpi_env, mpirun_prefix, results_dir
 WARPX_NS = (160, 182)
 
 
-def run(threads: int, steps: int, tmp: str) -> dict:
+def run(threads: int, steps: int, tmp: str, extra: tuple[str, ...] = ()) -> dict:
     """One process of `threads` threads: the headline and its split by phase in core time."""
-    row = run_ranks(1, threads, steps, tmp)
+    row = run_ranks(1, threads, steps, tmp, extra)
     # hetmem-pic prints each phase's wall time per particle-step; core time is wall time x threads,
     # the unit of the headline, so the split adds up to it (less the time outside the phases).
     row["phases_core_ns"] = {name: ns * threads for name, ns in row.pop("phase_ns").items()}
@@ -99,12 +99,19 @@ def main(out: str, quick: bool, warpx: str | None = None, amrex: str | None = No
         runs = {1: [], 2: []}
         loop = {1: [], 2: []}
         peer_runs = {(p.name, t): [] for p in peers for t in (1, 2)}
+        # With WarpX, also hetmem-pic's kernel held to AVX2 where the CPU has wider vectors: the
+        # instruction set most machines (and WarpX's generic build) have.
+        avx2 = (peers and "avx512f" in Path("/proc/cpuinfo").read_text()
+                and "AVX2" in run(1, 2, tmp, ("hetmem.simd_target=avx2",)).get("kernel", ""))
+        avx2_runs = {1: [], 2: []}
         for i in range(reps):
             for threads in (1, 2):
                 runs[threads].append(run(threads, steps, tmp))
                 loop[threads].append(scaling_loop(threads))
                 for p in peers:
                     peer_runs[(p.name, threads)].append(bench_warpx.run(p, threads, steps, tmp))
+                if avx2:
+                    avx2_runs[threads].append(run(threads, steps, tmp, ("hetmem.simd_target=avx2",)))
             if peers:
                 print(f"  round {i + 1} of {reps} done", flush=True)
         rows = [median_run(runs[1]), median_run(runs[2])]
@@ -128,7 +135,7 @@ def main(out: str, quick: bool, warpx: str | None = None, amrex: str | None = No
           f"{machine.text(2)}; the PIC code's over the machine's: {relative.text(3)}")
     print(f"  for reference only: at most 80 ns core time per particle-step at 1 thread in every run (2x WarpX 24.10's "
           f"{WARPX_NS[0]} ns, published once for an AVX-512 machine, not this run's): {core_verdict}")
-    peer_result = warpx_table(peers, peer_runs, runs) if peers else {"run": False}
+    peer_result = warpx_table(peers, peer_runs, runs, avx2_runs if peers and avx2 else None) if peers else {"run": False}
     if not peers:
         print("  WarpX: not run (hetmem bench pic --warpx WARPX_SOURCES_OR_BINARY runs WarpX 24.10 beside hetmem-pic; "
               "docs/pic.md); target hetmem-pic at least 2x WarpX -march=native: not measured")
@@ -159,7 +166,7 @@ def main(out: str, quick: bool, warpx: str | None = None, amrex: str | None = No
     return 0
 
 
-def warpx_table(peers: list, peer_runs: dict, runs: dict) -> dict:
+def warpx_table(peers: list, peer_runs: dict, runs: dict, avx2_runs: dict | None) -> dict:
     """WarpX beside hetmem-pic: each build's core ns per particle-step and phases, and WarpX's time
     over hetmem-pic's round by round (target: at least 2 against the -march=native build)."""
     from .bench_warpx import PHASES, VERSION
@@ -174,6 +181,14 @@ def warpx_table(peers: list, peer_runs: dict, runs: dict) -> dict:
         lo, hi = verdicts.spread([x["core_ns"] for x in runs[threads]])
         print(f"  {'hetmem-pic':<18} {('kernel ' + h.get('kernel', '?'))[:30]:<30} {threads:>3} {h['core_ns']:>8.1f} "
               f"{lo:>6.1f}-{hi:<6.1f}  " + "  ".join(f"{h['phases_core_ns'].get(ph, 0):>19.1f}" for ph in phases))
+        if avx2_runs:
+            a = median_run(avx2_runs[threads])
+            lo, hi = verdicts.spread([x["core_ns"] for x in avx2_runs[threads]])
+            print(f"  {'hetmem-pic AVX2':<18} {('kernel ' + a.get('kernel', '?'))[:30]:<30} {threads:>3} "
+                  f"{a['core_ns']:>8.1f} {lo:>6.1f}-{hi:<6.1f}  " +
+                  "  ".join(f"{a['phases_core_ns'].get(ph, 0):>19.1f}" for ph in phases))
+            result.setdefault("avx2_kernel", []).append({"threads": threads, "median": a,
+                                                         "core_ns_runs": [x["core_ns"] for x in avx2_runs[threads]]})
         for p in peers:
             rs = peer_runs[(p.name, threads)]
             w = sorted(rs, key=lambda x: x["core_ns"])[len(rs) // 2]
@@ -213,11 +228,11 @@ def _pic_env(threads: int) -> dict:
     return mpi_env(env)
 
 
-def run_ranks(ranks: int, threads: int, steps: int, tmp: str) -> dict:
+def run_ranks(ranks: int, threads: int, steps: int, tmp: str, extra: tuple[str, ...] = ()) -> dict:
     """One run of the comparison problem on `ranks` processes of `threads` threads each: time per
     particle-step, the slowest rank's phases and exchanges, and rank 0's messages per step."""
     cmd = [find_program("hetmem-pic"), "preset:warpx-uniform", f"max_step={steps}", f"diag.directory={tmp}",
-           "diag.progress=0"]
+           "diag.progress=0", *extra]
     if ranks > 1:
         cmd = [*mpirun_prefix(ranks), *cmd]
     r = subprocess.run(cmd, capture_output=True, text=True, env=_pic_env(threads))
