@@ -268,3 +268,14 @@ def test_doubtful_but_runnable_problems_are_warned_about_with_the_number(tmp_pat
     assert "Debye" not in r.stderr, "resolved: 0.59 Debye lengths per cell"
     r = pic("preset:L0", "max_step=4", *common)
     assert "warning" not in r.stderr, "the default problem is a fraction of a plasma period"
+
+
+def test_the_vectorized_kernel_can_be_held_to_a_narrower_instruction_set(tmp_path):
+    args = ("preset:L0", "max_step=1", "diag.progress=0", f"diag.directory={tmp_path}")
+    r = pic(*args, "hetmem.simd_target=sse4")
+    assert r.returncode == 0 and "particle kernel: simd (SSE4)" in r.stdout, r.stderr + r.stdout[-500:]
+    r = pic(*args, "hetmem.simd_target=neon")
+    assert r.returncode != 0 and "hetmem.simd_target = 'neon': not a target the kernel is built for" in r.stderr
+    assert "this CPU runs: " in r.stderr and "sse4" in r.stderr, r.stderr
+    r = pic(*args, "hetmem.kernel=scalar", "hetmem.simd_target=avx2")
+    assert r.returncode != 0 and "is for the vectorized kernel" in r.stderr, r.stderr
