@@ -12,6 +12,7 @@ import re
 import statistics
 import subprocess
 import tempfile
+from pathlib import Path
 
 from . import verdicts
 from .lib import HetmemError, find_program, mpi_env, mpirun_prefix, results_dir

@@ -101,24 +101,18 @@ electrons.uz_th = 0.01
 
 
 def native_isa() -> str:
-    """What -march=native means on this machine: GCC's CPU name and the widest vector extension."""
+    """What -march=native means to this machine's GCC: its CPU name and the widest vector extension
+    it turns on (from `gcc -march=native -Q --help=target`, so what the build used, not only what
+    the CPU has)."""
     try:
         out = subprocess.run(["gcc", "-march=native", "-Q", "--help=target"], capture_output=True, text=True).stdout
-        arch = re.search(r"^\s*-march=\s*(\S+)", out, re.M)
-        name = arch.group(1) if arch else "native"
     except OSError:
-        name = "native"
-    flags = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    vector = "AVX-512" if "avx512f" in flags else "AVX2+FMA" if {"avx2", "fma"} <= flags else \
-        "AVX" if "avx" in flags else "SSE"
-    return f"-march={name} ({vector})"
+        return "-march=native"
+    arch = re.search(r"^\s*-march=\s*(\S+)", out, re.M)
+    enabled = set(re.findall(r"^\s*-m(\S+)\s+\[enabled\]", out, re.M))
+    vector = "AVX-512" if "avx512f" in enabled else "AVX2+FMA" if {"avx2", "fma"} <= enabled else \
+        "AVX" if "avx" in enabled else "SSE"
+    return f"-march={arch.group(1) if arch else 'native'} ({vector})"
 
 
 def locate_sources(path: Path, amrex: Path | None) -> tuple[Path, Path]:
@@ -206,7 +200,7 @@ def peers(given: str, amrex: str | None, cache: Path, jobs: int) -> list[Peer]:
         raise HetmemError("--warpx: building WarpX needs cmake and ninja (Debian: apt-get install cmake ninja-build)")
     warpx, amrex_dir = locate_sources(path, Path(amrex).expanduser() if amrex else None)
     return [Peer("native", build(warpx, amrex_dir, "native", cache, jobs), native_isa()),
-            Peer("default", build(warpx, amrex_dir, "default", cache, jobs), "x86-64 (SSE2; WarpX's own flags)")]
+            Peer("default", build(warpx, amrex_dir, "default", cache, jobs), "x86-64 (SSE2), WarpX's flags")]
 
 
 def parse_tinyprofiler(text: str) -> dict[str, float]:
