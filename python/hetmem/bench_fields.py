@@ -121,10 +121,19 @@ def _background() -> None:
     os.nice(19)
 
 
+def _worker_environment(config: Path) -> tuple[dict[str, str], Path]:
+    """A worker's environment and working directory: hetmem's package importable, and the
+    configuration's directory to work in, where FDB writes what it dumps on an error (a catalogue
+    it could not read: `dump_of_toc.*`), not the source tree."""
+    env = fields.environment(config)
+    package = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package, env.get("PYTHONPATH", "")) if p)
+    return env, config.parent
+
+
 def _run_store(config: Path, writers: int, consumers: int, size: int, steps: int) -> dict[str, Any]:
     me = [sys.executable, "-m", "hetmem.bench_fields"]
-    env = fields.environment(config)
-    cwd = Path(__file__).resolve().parents[1]
+    env, cwd = _worker_environment(config)
     start_at = time.time() + 2.0  # after every process has imported pyfdb and touched its memory
     cons = [subprocess.Popen(me + ["consumer", str(config), str(writers), str(size), str(steps)], env=env, cwd=cwd,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_background)
@@ -182,9 +191,10 @@ def _fs_type(path: Path) -> str:
 def _workflow(config: Path, consumers: int, n: int, steps: int) -> float:
     """Seconds per model step of hetmem-mg writing every step, with `consumers` product generators."""
     request = ",".join(f"{k}={v}" for k, v in {**_db("hmmg"), "date": ""}.items() if v)
-    cwd = Path(__file__).resolve().parents[1]
+    env, cwd = _worker_environment(config)
     cons = [subprocess.Popen([sys.executable, "-m", "hetmem", "fields", "consume", request, "--config", str(config),
                               "--steps", str(steps), "--timeout", "600", "--product-expver", f"pg{c:02d}"], cwd=cwd,
+                             env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_background)
             for c in range(consumers)]
     time.sleep(1.0 if consumers else 0)
