@@ -134,7 +134,26 @@ HWY_INLINE void GatherPush(D d, const PushConstants &K, const int origin[3], con
   const auto c0 = hn::ConvertTo(
       di, hn::MulAdd(ck, hn::Set(d, static_cast<double>(K.sz)),
                      hn::MulAdd(cj, hn::Set(d, static_cast<double>(K.sy)), hn::Add(ci, hn::Set(d, static_cast<double>(K.origin))))));
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  // x86: scalar loads put together beat the gather instructions, which AMD's cores run as
+  // microcode (the same values either way, so the same bits).
+  HWY_ALIGN int64_t idx[8];
+  hn::Store(c0, di, idx);
+  auto quad = [&](const double *b, const int64_t *i) {
+    const __m256d lo = _mm256_castpd128_pd256(_mm_loadh_pd(_mm_load_sd(b + i[0]), b + i[1]));
+    return _mm256_insertf128_pd(lo, _mm_loadh_pd(_mm_load_sd(b + i[2]), b + i[3]), 1);
+  };
+#if HWY_TARGET == HWY_AVX2
+  auto at = [&](const double *base, long shift) { return V{quad(base + shift, idx)}; };
+#else
+  auto at = [&](const double *base, long shift) {
+    const double *b = base + shift;
+    return V{_mm512_insertf64x4(_mm512_castpd256_pd512(quad(b, idx)), quad(b, idx + 4), 1)};
+  };
+#endif
+#else
   auto at = [&](const double *base, long shift) { return hn::GatherIndex(d, base + shift, c0); };
+#endif
   const long SY = K.sy, SZ = K.sz;
   // Energy-conserving gather: shape 0 along a component's staggered direction, 1 across.
   const V ex = hn::MulAdd(gz, hn::MulAdd(gy, at(K.ex, 0), hn::Mul(fy, at(K.ex, SY))),
