@@ -177,8 +177,9 @@ def warpx_table(peers: list, peer_runs: dict, runs: dict, avx2_runs: dict | None
     print(f"  {'code':<18} {'ISA':<30} {'thr':>3} {'core ns':>8} {'spread':>13}  " +
           "  ".join(f"{ph:>19}" for ph in phases))
     result: dict = {"run": True, "builds": [], "comparisons": []}
+    median = {threads: median_run(runs[threads]) for threads in (1, 2)}
     for threads in (1, 2):
-        h = median_run(runs[threads])
+        h = median[threads]
         lo, hi = verdicts.spread([x["core_ns"] for x in runs[threads]])
         print(f"  {'hetmem-pic':<18} {('kernel ' + h.get('kernel', '?'))[:30]:<30} {threads:>3} {h['core_ns']:>8.1f} "
               f"{lo:>6.1f}-{hi:<6.1f}  " + "  ".join(f"{h['phases_core_ns'].get(ph, 0):>19.1f}" for ph in phases))
@@ -192,7 +193,7 @@ def warpx_table(peers: list, peer_runs: dict, runs: dict, avx2_runs: dict | None
                                                          "core_ns_runs": [x["core_ns"] for x in avx2_runs[threads]]})
         for p in peers:
             rs = peer_runs[(p.name, threads)]
-            w = sorted(rs, key=lambda x: x["core_ns"])[len(rs) // 2]
+            w = median_run(rs)
             lo, hi = verdicts.spread([x["core_ns"] for x in rs])
             print(f"  {'WarpX ' + p.name:<18} {p.isa[:30]:<30} {threads:>3} {w['core_ns']:>8.1f} {lo:>6.1f}-{hi:<6.1f}  " +
                   "  ".join(f"{w['phases_core_ns'][ph]:>19.1f}" for ph in phases))
@@ -204,7 +205,7 @@ def warpx_table(peers: list, peer_runs: dict, runs: dict, avx2_runs: dict | None
         for threads in (1, 2):
             r = verdicts.ratio([x["core_ns"] for x in peer_runs[(p.name, threads)]],
                                [x["core_ns"] for x in runs[threads]], paired=True)
-            h = median_run(runs[threads])
+            h = median[threads]
             w_runs = peer_runs[(p.name, threads)]
             per_phase = {ph: statistics.median(x["phases_core_ns"][ph] for x in w_runs) / h["phases_core_ns"][ph]
                          for ph in phases if h["phases_core_ns"].get(ph)}

@@ -14,6 +14,7 @@ A binary given instead of sources is run as it is; its flags are not known and a
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import re
@@ -151,9 +152,9 @@ def build(warpx: Path, amrex: Path, variant: str, cache: Path, jobs: int) -> Pat
     """The WarpX executable of `variant`, built once under `cache` and reused after."""
     flags = BUILDS[variant]
     where = cache / f"warpx-{VERSION}-{variant}-{_build_key(warpx, amrex, flags)}"
-    done = where / "built"
-    if done.is_file() and Path(done.read_text().strip()).is_file():
-        return Path(done.read_text().strip())
+    done = where / "built"  # the executable's path, once built
+    if done.is_file() and (exe := Path(done.read_text().strip())).is_file():
+        return exe
     where.mkdir(parents=True, exist_ok=True)
     log = where / "build.log"
     configure = ["cmake", "-S", str(warpx), "-B", str(where / "tree"), "-G", "Ninja",
@@ -167,16 +168,16 @@ def build(warpx: Path, amrex: Path, variant: str, cache: Path, jobs: int) -> Pat
             f.write("$ " + " ".join(cmd) + "\n")
             f.flush()
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            last = 0.0
+            last, tail = 0.0, collections.deque(maxlen=15)  # the end of the output, for an error
             for line in p.stdout:
                 f.write(line)
+                tail.append(line.rstrip("\n"))
                 m = re.match(r"\[(\d+)/(\d+)\]", line)
                 if m and time.monotonic() - last > 30:  # progress, twice a minute
                     last = time.monotonic()
                     print(f"    {variant}: {m.group(1)}/{m.group(2)} compiled, {(last - started) / 60:.0f} min",
                           flush=True)
             if p.wait() != 0:
-                tail = log.read_text().strip().splitlines()[-15:]
                 raise HetmemError(f"building WarpX ({variant}) failed; the end of {log}:\n" + "\n".join(tail))
     found = sorted((where / "tree" / "bin").glob("warpx.3d*"))
     exe = next((b for b in found if os.access(b, os.X_OK) and not b.is_symlink()), found[0] if found else None)
