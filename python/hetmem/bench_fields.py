@@ -48,7 +48,8 @@ WARM_MIB = 256  # memory each worker touches and frees before it starts (see abo
 PAGE_REPORTING = Path("/sys/module/page_reporting/parameters/reported_kib")
 
 
-def _fields_per_step(size: int) -> int:
+def fields_per_step(size: int) -> int:
+    """Fields of `size` bytes a writer archives per step: STEP_BYTES, at least 4."""
     return max(4, STEP_BYTES // size)
 
 
@@ -74,7 +75,7 @@ def _touch_and_free(mib: int) -> None:
 def _writer(config: str, writer: int, size: int, steps: int, start_at: float) -> None:
     fdb = fields.open_fdb(config)
     data = os.urandom(size)
-    per_step = _fields_per_step(size)
+    per_step = fields_per_step(size)
     key = _db("bfld")
     time.sleep(max(0.0, start_at - 0.5 - time.time()))  # just before the start: the host backs it then
     _touch_and_free(WARM_MIB)
@@ -94,7 +95,7 @@ def _writer(config: str, writer: int, size: int, steps: int, start_at: float) ->
 
 
 def _consumer(config: str, writers: int, size: int, steps: int) -> None:
-    per_step = writers * _fields_per_step(size)
+    per_step = writers * fields_per_step(size)
     key = _db("bfld")
     out = []
     _touch_and_free(WARM_MIB)
@@ -103,7 +104,7 @@ def _consumer(config: str, writers: int, size: int, steps: int) -> None:
         fields.wait_for_fields(lister, {**key, "step": str(step)}, per_step, math.inf, interval=0.002)
         seen = time.time()
         fdb = fields.open_fdb(config)
-        levels = "/".join(str(1000 * (w + 1) + f) for w in range(writers) for f in range(_fields_per_step(size)))
+        levels = "/".join(str(1000 * (w + 1) + f) for w in range(writers) for f in range(fields_per_step(size)))
         with fdb.retrieve({**key, "step": str(step), "levelist": levels, "param": "130"}) as h:
             got = len(h.read())
         if got != per_step * size:
@@ -142,7 +143,7 @@ def _run_store(config: Path, writers: int, consumers: int, size: int, steps: int
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(writers)]
     store = config.parent.name  # _config's directory: the store's name
     w_out, c_out = _results(wrs, f"writer of the {store} store"), _results(cons, f"consumer of the {store} store")
-    pushed = writers * steps * _fields_per_step(size) * size
+    pushed = writers * steps * fields_per_step(size) * size
     wall = max(w["end"] for w in w_out) - min(w["start"] for w in w_out)
     flushed_at = [max(w["steps"][s]["flushed_at"] for w in w_out) for s in range(steps)]
     return {"gib_s": pushed / wall / 2**30,

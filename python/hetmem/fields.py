@@ -83,16 +83,22 @@ def write_config(directory: str | Path, store: str = "hetmem", root: str | Path 
     root = Path(root) if root else directory / "root"
     root.mkdir(parents=True, exist_ok=True)
     (directory / "schema").write_text(SCHEMA)
-    lines = ["type: local", "engine: toc", f"store: {store}", f"schema: {directory / 'schema'}", "spaces:",
-             "- handler: Default", "  roots:", f"  - path: {root}"]
     options = {k: v for k, v in (("pool_bytes", pool_bytes), ("emulate", emulate),
                                  ("verify", None if verify is None else str(verify).lower())) if v is not None}
+    path = directory / "config.yaml"
+    path.write_text(config_text(store, directory / "schema", root, options))
+    return path
+
+
+def config_text(store: str, schema: str | Path, root: str | Path, options: dict[str, Any] | None = None) -> str:
+    """An FDB configuration: a local FDB with FDB's TOC catalogue and the given store, the schema
+    file and the root its databases go under, and (for the hetmem store) its `hetmem:` options."""
+    lines = ["type: local", "engine: toc", f"store: {store}", f"schema: {schema}", "spaces:",
+             "- handler: Default", "  roots:", f"  - path: {root}"]
     if options and store == "hetmem":
         lines.append("hetmem:")
         lines += [f"  {k}: {v}" for k, v in options.items()]
-    path = directory / "config.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return "\n".join(lines) + "\n"
 
 
 def environment(config: str | Path) -> dict[str, str]:

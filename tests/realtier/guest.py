@@ -35,6 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+from hetmem import bench_fields, fields  # noqa: E402  (the FDB schema, configuration and sizes of pmem-fields)
+
 SKIP = 77
 PACKAGES = {  # command -> Debian package
     "qemu-system-x86_64": "qemu-system-x86",
@@ -182,22 +185,19 @@ run hetmem-bench-octree --restart-only --quick --no-p4est --dir /tmp --json /tmp
 """,
 }
 
-# The hetmem store inside FDB on the DAX mount (a CTest entry: every run checks its data and MAP_SYNC). The store's C API test, then the
-# C writer (tests/fields/c_api_bench.c) for FDB's POSIX store and the hetmem store alternately,
-# three rounds of three field sizes, 8 MiB a step, the pool mapped with MAP_SYNC (checked in
-# /proc/self/smaps). TCG figures: the two stores compare with each other here, not with hardware.
-FDB_SCHEMA = """[ class, expver, stream, date, time, domain?
-  [ type, levtype
-    [ step, number?, levelist?, param ]]]
-"""
-FIELD_SIZES = [(65536, 128), (819200, 10), (3355648, 4)]  # bytes, fields per step: hetmem bench fields' sizes
+# The hetmem store inside FDB on the DAX mount (a CTest entry: every run checks its data and
+# MAP_SYNC). The store's C API test, then the C writer (tests/fields/c_api_bench.c) for FDB's POSIX
+# store and the hetmem store alternately, three rounds of hetmem bench fields' field sizes and
+# fields per step, the pool mapped with MAP_SYNC (checked in /proc/self/smaps). TCG figures: the
+# two stores compare with each other here, not with hardware. The FDB configurations and schema
+# are hetmem.fields' own, with the databases on the DAX mount.
+FIELD_SIZES = [(size, bench_fields.fields_per_step(size)) for size in bench_fields.SIZES.values()]
 RECIPES["pmem-fields"] = {
     **RECIPES["pmem"],
     "binaries": {"tests/fields_c_api": "fields_c_api", "tests/fields_c_bench": "fields_c_bench"},
     "fdb_plugin": True,
-    "texts": {f"fdb/{store}/config.yaml": f"type: local\nengine: toc\nstore: {store}\nschema: /fdb/schema\n"
-              f"spaces:\n- handler: Default\n  roots:\n  - path: /mnt/pmem/fdb-{store}\n"
-              for store in ("file", "hetmem")} | {"fdb/schema": FDB_SCHEMA},
+    "texts": {**{f"fdb/{store}/config.yaml": fields.config_text(store, "/fdb/schema", f"/mnt/pmem/fdb-{store}")
+                 for store in ("file", "hetmem")}, "fdb/schema": fields.SCHEMA},
     "steps": PMEM_SETUP + r"""
 export HM_EXPECT_MAP_SYNC=1
 mkdir -p /mnt/pmem/fdb-file /mnt/pmem/fdb-hetmem
