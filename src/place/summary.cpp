@@ -210,6 +210,12 @@ extern "C" int hm_summary_write(const char *path, const char *extra_json) {
     doc["iteration_cpu_seconds"] = hm::place::clock_instance()->cpu_seconds();
     doc["iteration_phase_seconds"] = hm::place::clock_instance()->phase_seconds(totals);
     doc["emulator_own_seconds"] = static_cast<double>(sampler.own_ns + sampler.inflicted_ns) * 1e-9;
+    doc["sampler"] = {{"sampled", sampler.phases_sampled},
+                      {"carried", sampler.phases_carried},
+                      {"skipped", sampler.phases_skipped},
+                      {"own_seconds", static_cast<double>(sampler.own_ns) * 1e-9},
+                      {"inflicted_seconds", static_cast<double>(sampler.inflicted_ns) * 1e-9},
+                      {"page_cost_ns", sampler.page_cost_ns}};
     if (!hm::prim::write_text_atomic(path, doc.dump(1) + "\n"))
       return hm::fail(HM_EIO, "hm_summary_write: cannot write '%s'", path);
     return HM_OK;

@@ -866,7 +866,24 @@ int clear_referenced() {
   return ok ? HM_OK : HM_ENOTSUP;
 }
 
-int read_smaps(std::string *text) { return read_text("/proc/self/smaps", text) ? HM_OK : HM_ENOTSUP; }
+int read_smaps(std::string *text) {
+  // Each read() of smaps takes the process's mmap lock and finds its place again, and returns only
+  // the whole mappings that fit: read in large pieces straight into the text (4 KiB at a time, a
+  // process of 300 mappings took 3-6 ms instead of 1-2).
+  int f = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
+  if (f < 0) return HM_ENOTSUP;
+  constexpr size_t kPiece = 256 << 10;
+  size_t used = 0;
+  ssize_t n = 0;
+  do {
+    if (text->size() < used + kPiece) text->resize(used + kPiece);
+    n = read(f, text->data() + used, kPiece);
+    if (n > 0) used += static_cast<size_t>(n);
+  } while (n > 0 || (n < 0 && errno == EINTR));
+  close(f);
+  text->resize(used);
+  return n == 0 ? HM_OK : HM_ENOTSUP;
+}
 
 namespace {
 constexpr size_t kThreadBlockHead = 16;  // the mapping's size, before the block
