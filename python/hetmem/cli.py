@@ -712,11 +712,11 @@ def _commands(parser: argparse.ArgumentParser) -> dict:
 
 def _near_miss(parser: argparse.ArgumentParser, argv: list[str]) -> str:
     """'did you mean' for a command that is not one (argparse lists the choices only)."""
-    import difflib
     first = next((a for a in argv if not a.startswith("-")), None)
     commands = _commands(parser)
     if first is None or first in commands or argv.index(first) != 0:
         return ""
+    import difflib  # only for a word that is not a command: every run of the command would pay it
     close = difflib.get_close_matches(first, list(commands), n=3, cutoff=0.6)
     return f"hetmem: error: '{first}' is not a command; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
 
