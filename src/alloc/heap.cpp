@@ -583,24 +583,45 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
   if (!pool) {
     // A mapping freed earlier is reused: no mmap, no page faults, no munmap's TLB shootdown later.
     // A guarded one (the profiler's large objects, a mapping each so that the kernel reports their
-    // referenced bytes) only for a guarded request of the same page-rounded size, so that the
-    // mapping is still exactly the object's; pages its previous object referenced since the last
-    // sample count for the new one (both lived within that one sampling interval).
-    std::lock_guard<std::mutex> lock(large_mutex_);
+    // referenced bytes) only for a guarded request, resized to it so that the mapping is still
+    // exactly the object's: from half to twice its size, so that an array grown by copying into a
+    // larger one (numpy's np.append, a vector's growth) keeps the pages its previous copies
+    // faulted in, as the C library's heap does. Pages its previous object referenced since the
+    // last sample count for the new one (both lived within that one sampling interval).
+    std::unique_lock<std::mutex> lock(large_mutex_);
     int best = -1;
     const size_t pages = round_up(len, prim::kPageSize);
+    auto distance = [&](const Extent &r) {
+      const size_t have = round_up(r.size, prim::kPageSize);
+      return have > pages ? have - pages : pages - have;
+    };
     for (int i = 0; i < kRetainSlots; ++i) {
       const Extent &r = retained_[i];
       if (!r.addr || r.guarded != guarded) continue;
-      const bool fits = guarded ? round_up(r.size, prim::kPageSize) == pages : r.size >= len && r.size <= 2 * len;
+      const bool fits = guarded ? 2 * round_up(r.size, prim::kPageSize) >= pages && r.size <= 2 * len
+                                : r.size >= len && r.size <= 2 * len;
       const bool aligned = (reinterpret_cast<uintptr_t>(r.addr) & (align - 1)) == 0;
-      if (fits && aligned && (best < 0 || r.size < retained_[best].size)) best = i;
+      if (!fits || !aligned) continue;
+      if (best < 0 || (guarded ? distance(r) < distance(retained_[best]) : r.size < retained_[best].size)) best = i;
     }
     if (best >= 0) {
       e = retained_[best];
       retained_[best] = Extent{};
       retained_bytes_ -= e.size;
-      if (guarded) e.size = len;
+    }
+    lock.unlock();
+    if (e.addr && guarded && round_up(e.size, prim::kPageSize) != pages) {
+      const size_t had = e.size;
+      if (tier_->backing->resize_guarded(&e, len) == HM_OK) {
+        counters_.reserved.fetch_add(e.size, std::memory_order_relaxed);
+        counters_.reserved.fetch_sub(had, std::memory_order_relaxed);
+      } else {  // not resizable here: returned, and a new one mapped below
+        tier_->backing->unmap(e);
+        counters_.reserved.fetch_sub(had, std::memory_order_relaxed);
+        e = Extent{};
+      }
+    } else if (e.addr && guarded) {
+      e.size = len;
     }
   }
   if (!pool && !e.addr) {

@@ -35,6 +35,11 @@ void *thread_block(ThreadBlockKey *key, size_t bytes);
 // keeps it a VMA of its own (per-object Referenced counts in smaps). Free with unmap_guarded.
 int map_anon_guarded(size_t size, size_t align, void **out);
 int unmap_guarded(void *addr, size_t size);
+// Resizes a guarded mapping of `size` bytes at `addr` to `new_size`, keeping its pages up to the
+// smaller of the two (none copied) and its flags (huge-page advice, NUMA binding), still one
+// mapping between two inaccessible pages, 2 MiB-aligned: in place where it shrinks or the address
+// space after it is free, else moved to a new place (*out). On failure the mapping is as it was.
+int resize_guarded(void *addr, size_t size, size_t new_size, void **out);
 // Maps `len` bytes of file `fd` at `offset` exactly at `addr` (MAP_FIXED, shared). Tries MAP_SYNC
 // first when `try_sync`; *synced says whether it took.
 int map_file_fixed(void *addr, size_t len, int fd, uint64_t offset, bool try_sync, bool *synced);

@@ -107,6 +107,41 @@ int unmap_guarded(void *addr, size_t size) {
   return unmap(static_cast<char *>(addr) - kPageSize, size + 2 * kPageSize);
 }
 
+int resize_guarded(void *addr, size_t size, size_t new_size, void **out) {
+  size = (size + kPageSize - 1) & ~(kPageSize - 1);
+  new_size = (new_size + kPageSize - 1) & ~(kPageSize - 1);
+  char *data = static_cast<char *>(addr);
+  *out = addr;
+  if (new_size == size) return HM_OK;
+  if (new_size < size) {
+    // The page after the new end becomes the guard; the old tail and its guard are returned.
+    if (munmap(data + new_size + kPageSize, size - new_size) != 0) return errno_code(errno);
+    madvise(data + new_size, kPageSize, MADV_DONTNEED);
+    mprotect(data + new_size, kPageSize, PROT_NONE);
+    return HM_OK;
+  }
+  // Growing: the trailing guard goes, the mapping grows over it (one mapping, the same flags).
+  if (munmap(data + size, kPageSize) != 0) return errno_code(errno);
+  if (mremap(data, size, new_size + kPageSize, 0) != MAP_FAILED) {  // in place, with a page for the guard
+    mprotect(data + new_size, kPageSize, PROT_NONE);
+    return HM_OK;
+  }
+  // Elsewhere: a place laid out as map_anon_guarded lays one out, the pages moved onto it.
+  void *moved = nullptr;
+  int rc = map_anon_guarded(new_size, kHugePage2M, &moved);
+  if (rc == HM_OK && mremap(data, size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, moved) == MAP_FAILED) {
+    rc = errno_code(errno);
+    unmap_guarded(moved, new_size);
+  }
+  if (rc != HM_OK) {  // as it was: the guard back (unless something was mapped there meanwhile)
+    mmap(data + size, kPageSize, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    return rc;
+  }
+  munmap(data - kPageSize, kPageSize);  // the old leading guard
+  *out = moved;
+  return HM_OK;
+}
+
 int reserve(size_t size, size_t align, void **out) {
   int rc = map_anon(size, align, 0, out);
   if (rc == HM_OK) mprotect(*out, size, PROT_NONE);

@@ -46,6 +46,16 @@ int AnonBacking::map_guarded(size_t size, size_t align, Extent *out) {
   return HM_OK;
 }
 
+int AnonBacking::resize_guarded(Extent *e, size_t size) {
+  if (!e->guarded) return HM_ENOTSUP;
+  void *p = nullptr;
+  // The mapping keeps its NUMA binding (mremap keeps a mapping's policy, and it stays one mapping).
+  if (int rc = prim::resize_guarded(e->addr, e->size, size, &p); rc != HM_OK) return rc;
+  e->addr = p;
+  e->size = size;
+  return HM_OK;
+}
+
 int AnonBacking::do_unmap(const Extent &e) {
   return e.guarded ? prim::unmap_guarded(e.addr, e.size) : prim::unmap(e.addr, e.size);
 }

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <string>
 
+#include "hetmem/hetmem.h"
+
 namespace hm {
 
 constexpr uint64_t kNoFileOffset = ~uint64_t{0};
@@ -26,6 +28,9 @@ class Backing {
   int map(size_t size, size_t align, Extent *out) { return do_map(size, align, out); }
   // Maps an extent between two inaccessible pages; backings that cannot map it plainly.
   virtual int map_guarded(size_t size, size_t align, Extent *out) { return do_map(size, align, out); }
+  // Resizes a guarded extent to `size` bytes, keeping its pages (e->addr may change); HM_ENOTSUP
+  // where the backing cannot, and on any failure the extent is as it was.
+  virtual int resize_guarded(Extent *, size_t) { return HM_ENOTSUP; }
   // Unmaps the extent's address range and releases its storage.
   int unmap(const Extent &e) { return do_unmap(e); }
   // Replaces whatever is at e.addr with this backing's storage `from` (same size), consuming
@@ -52,6 +57,7 @@ class AnonBacking final : public Backing {
   uint64_t capacity() const override { return capacity_; }
   std::string describe() const override;
   int map_guarded(size_t size, size_t align, Extent *out) override;
+  int resize_guarded(Extent *e, size_t size) override;
 
  private:
   int bind(void *p, size_t size);

@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -192,7 +195,34 @@ TEST_F(AllocApi, GuardedBlocksSmallerThanASlotKeepTheirOwnRecords) {
 // A freed guarded mapping (the profiler's large objects) is kept like any large mapping, and given
 // again only to a guarded request of the same page-rounded size: the mapping stays exactly the
 // object's, so the kernel's referenced bytes for it stay the object's.
-TEST_F(AllocApi, GuardedMappingsAreReusedOnlyForGuardedRequestsOfTheirSize) {
+// The mappings of the process that `p` lies in: [start, end) and its protection ("rw-p", "---p").
+struct MappingOf {
+  uintptr_t start = 0, end = 0;
+  std::string perms;
+};
+static MappingOf mapping_of(uintptr_t p) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    unsigned long lo = 0, hi = 0;
+    char perms[8] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %7s", &lo, &hi, perms) == 3 && p >= lo && p < hi) return {lo, hi, perms};
+  }
+  return {};
+}
+
+// A guarded block is exactly one mapping of its page-rounded size, between two inaccessible pages.
+static void expect_own_guarded_mapping(const char *p, size_t size, const char *what) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p), pages = (size + 4095) / 4096 * 4096;
+  const MappingOf m = mapping_of(a);
+  EXPECT_EQ(m.start, a) << what;
+  EXPECT_EQ(m.end, a + pages) << what;
+  EXPECT_EQ(a % (size_t{2} << 20), 0u) << what << ": 2 MiB-aligned";
+  EXPECT_EQ(mapping_of(a - 1).perms, "---p") << what << ": the guard before it";
+  EXPECT_EQ(mapping_of(a + pages).perms, "---p") << what << ": the guard after it";
+}
+
+TEST_F(AllocApi, GuardedMappingsAreReusedOnlyForGuardedRequestsAndResizedToThem) {
   constexpr size_t kSize = (size_t{3} << 20) + 100;
   char *a = static_cast<char *>(hm_tier_alloc(fast_, kSize, 0, HM_GUARDED | HM_ZERO));
   ASSERT_NE(a, nullptr) << hm_last_error();
@@ -201,16 +231,50 @@ TEST_F(AllocApi, GuardedMappingsAreReusedOnlyForGuardedRequestsOfTheirSize) {
   char *plain = static_cast<char *>(hm_tier_alloc(fast_, kSize, 0, 0));
   ASSERT_NE(plain, nullptr);
   EXPECT_NE(plain, a) << "a guarded mapping given to an unguarded request";
-  char *other = static_cast<char *>(hm_tier_alloc(fast_, kSize + (size_t{1} << 20), 0, HM_GUARDED));
-  ASSERT_NE(other, nullptr);
-  EXPECT_NE(other, a) << "a guarded mapping given to a request of another size";
+  char *far = static_cast<char *>(hm_tier_alloc(fast_, 3 * kSize, 0, HM_GUARDED));
+  ASSERT_NE(far, nullptr);
+  EXPECT_NE(far, a) << "a guarded mapping given to a request more than twice its size";
+  hm_free(far);
   char *again = static_cast<char *>(hm_tier_alloc(fast_, kSize - 50, 0, HM_GUARDED | HM_ZERO));
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again, a) << "the guarded mapping of the same page-rounded size was not reused";
   EXPECT_EQ(hm_usable_size(again), (kSize - 50 + 4095) / 4096 * 4096) << "the usable size of a fresh one";
   EXPECT_EQ(again[0], 0);
   EXPECT_EQ(again[kSize - 51], 0) << "HM_ZERO on a reused mapping";
-  for (char *p : {plain, other, again}) hm_free(p);
+  std::memset(again, 9, kSize - 50);
+  hm_free(again);
+  // Grown (an array copied into a larger one): the pages kept, the mapping still exactly its own.
+  const size_t grown = kSize + (size_t{1} << 20) + 5000;
+  char *bigger = static_cast<char *>(hm_tier_alloc(fast_, grown, 0, HM_GUARDED));
+  ASSERT_NE(bigger, nullptr) << hm_last_error();
+  EXPECT_EQ(bigger[0], 9) << "a grown mapping keeps its pages (none fresh, none copied)";
+  EXPECT_EQ(bigger[kSize - 51], 9);
+  expect_own_guarded_mapping(bigger, grown, "grown");
+  std::memset(bigger, 3, grown);
+  EXPECT_EQ(hm_usable_size(bigger), (grown + 4095) / 4096 * 4096);
+  hm_free(bigger);
+  // Shrunk: the tail returned, the page after the new end a guard.
+  const size_t shrunk = grown - (size_t{1} << 20) - 8192;
+  char *smaller = static_cast<char *>(hm_tier_alloc(fast_, shrunk, 0, HM_GUARDED | HM_ZERO));
+  ASSERT_NE(smaller, nullptr) << hm_last_error();
+  expect_own_guarded_mapping(smaller, shrunk, "shrunk");
+  EXPECT_EQ(smaller[shrunk - 1], 0) << "HM_ZERO on a resized mapping";
+  std::memset(smaller, 5, shrunk);
+  // Grown where the address space right after it is taken: moved elsewhere, still its own.
+  hm_free(smaller);
+  const uintptr_t after = reinterpret_cast<uintptr_t>(smaller) + (shrunk + 4095) / 4096 * 4096 + 4096;
+  void *blocker = mmap(reinterpret_cast<void *>(after), 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  ASSERT_NE(blocker, MAP_FAILED);
+  char *moved = static_cast<char *>(hm_tier_alloc(fast_, shrunk + (size_t{1} << 20), 0, HM_GUARDED));
+  ASSERT_NE(moved, nullptr) << hm_last_error();
+  EXPECT_NE(moved, smaller) << "grown in place over a mapping that was there";
+  EXPECT_EQ(moved[0], 5) << "a mapping moved to grow keeps its pages";
+  EXPECT_EQ(moved[shrunk - 1], 5);
+  EXPECT_EQ(mapping_of(reinterpret_cast<uintptr_t>(smaller)).start == reinterpret_cast<uintptr_t>(smaller), false)
+      << "the old place is returned";
+  expect_own_guarded_mapping(moved, shrunk + (size_t{1} << 20), "moved");
+  munmap(blocker, 4096);
+  for (char *p : {plain, moved}) hm_free(p);
 }
 
 TEST_F(AllocApi, CallocOverflowIsAnError) {
