@@ -43,17 +43,19 @@ bool emulation_wants() {
   return false;
 }
 
-// The cost of one accessed-bit update on a 4 KiB page: time to touch 128 pages again after a
+// The cost of one accessed-bit update on a 4 KiB page: time to touch 1024 pages again after a
 // clear, over touching them again without one. Measured once, at the first sample, around the
-// clear that sample needs anyway. 128 pages, not more: the probe's own page faults are paid by
-// that first sample (1024 pages took 20 ms of a profiled 0.25 s numpy run in a VM whose fresh
-// memory the host faults in again).
+// clear that sample needs anyway. Not fewer pages: 128 measured about half the cost (60-100 ns
+// against 105-240 ns here), a budget built on that samples more than it can afford, and with 128
+// a run of `hetmem tiers --validate` put an emulated tier's sampled row 50% over its model.
+// The probe's page faults are the first sample's (in a VM whose host faults fresh memory in
+// again, up to 20 ms).
 void clear_with_page_cost() {
   if (g_page_cost_ns >= 0) {
     prim::clear_referenced();
     return;
   }
-  constexpr size_t kPages = 128, kBytes = kPages * prim::kPageSize;
+  constexpr size_t kPages = 1024, kBytes = kPages * prim::kPageSize;
   void *mem = nullptr;
   if (prim::map_anon(kBytes, prim::kPageSize, 0, &mem) != HM_OK) {
     g_page_cost_ns = 0;
