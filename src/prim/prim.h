@@ -98,7 +98,8 @@ int lock_file(int fd);
 // store fence that orders it: the persistence primitives of a MAP_SYNC mapping.
 void flush_lines(const void *addr, size_t len);
 void store_fence();
-bool read_text(const std::string &path, std::string *out);  // whole small file (sysfs)
+// A whole file (sysfs, /proc), read `piece` bytes at a time; false if it cannot be read.
+bool read_text(const std::string &path, std::string *out, size_t piece = 4096);
 std::vector<int> parse_id_list(const std::string &text);    // a kernel list of node or CPU ids, "0-1,3"
 // The pieces of `text` between separators, as std::getline gives them ("a\n\nb\n": "a", "", "b"),
 // and its whitespace-separated words (" a  b\t": "a", "b"). Without a string stream: the first
