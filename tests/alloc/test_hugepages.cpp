@@ -83,6 +83,33 @@ TEST(HugePages, TransparentHugePagesWhenNoPool) {
   hm_finalize();
 }
 
+TEST(HugePages, AnObjectOfHalfAGibibyteOrMoreKeepsItsEndsInSmallPages) {
+  // A program that writes two elements of a huge array (numpy's np.empty, then a[0] and a[-1])
+  // faults two 4 KiB pages, as with the C library's mapping, not two 2 MiB pages zeroed.
+  if (!hm::prim::thp_available()) GTEST_SKIP() << "transparent huge pages are disabled on this kernel";
+  ASSERT_EQ(hm_test::configure(""), HM_OK);
+  const size_t bytes = size_t{512} << 20, unit = hm::prim::kHugePage2M;
+  char *p = static_cast<char *>(hm_alloc(HM_FAST, bytes, 0, 0));
+  ASSERT_NE(p, nullptr);  // MAP_NORESERVE: nothing is faulted in below but two pages
+  p[0] = 1;
+  p[bytes - 1] = 1;
+  EXPECT_EQ(smaps_of(p).find(" hg"), std::string::npos) << "first 2 MiB:\n" << smaps_of(p);
+  EXPECT_NE(smaps_of(p).find(" nh"), std::string::npos) << "first 2 MiB:\n" << smaps_of(p);
+  EXPECT_NE(smaps_of(p + unit).find(" hg"), std::string::npos) << "interior:\n" << smaps_of(p + unit);
+  EXPECT_NE(smaps_of(p + bytes - unit - 1).find(" hg"), std::string::npos) << smaps_of(p + bytes - unit - 1);
+  EXPECT_EQ(smaps_of(p + bytes - 1).find(" hg"), std::string::npos) << "last 2 MiB:\n" << smaps_of(p + bytes - 1);
+  EXPECT_NE(smaps_of(p).find("AnonHugePages:         0 kB"), std::string::npos) << smaps_of(p);
+  EXPECT_NE(smaps_of(p + bytes - 1).find("AnonHugePages:         0 kB"), std::string::npos);
+  // Below that size the whole object is advised, ends included.
+  char *q = static_cast<char *>(hm_alloc(HM_FAST, bytes - unit, 0, 0));
+  ASSERT_NE(q, nullptr);
+  EXPECT_NE(smaps_of(q).find(" hg"), std::string::npos) << smaps_of(q);
+  EXPECT_NE(smaps_of(q + bytes - unit - 1).find(" hg"), std::string::npos);
+  hm_free(p);
+  hm_free(q);
+  hm_finalize();
+}
+
 TEST(HugePages, MissingPoolFallsBackQuietly) {
   // Ask for far more hugetlb memory than any machine here reserves: hetmem falls back to THP.
   ASSERT_EQ(hm_test::configure("", "HM_HUGETLB_POOL", "64T"), HM_OK);
