@@ -569,9 +569,9 @@ constexpr size_t kSmallEndsBytes = size_t{512} << 20;
 // outside a whole aligned 2 MiB: a program that touches a few elements of a huge array faults in
 // 4 KiB pages there, not two huge pages zeroed (numpy's np.empty of 1 GiB with its two ends
 // written: 0.19 ms against 0.03 ms). One that touches the whole object pays for its first touch
-// about 2% more than with huge pages throughout (2 of 256 units or more in small pages, about 7x
-// the cost a byte of a huge page in this VM), and about 1% more than numpy's own, which has one
-// such unit. A guarded mapping (the profiler's) stays one mapping: huge pages throughout.
+// at most 4.7% more than with huge pages throughout (2 of 256 units or more in small pages, each
+// about 7x the cost of a huge page to fault in this VM), and 2.3% more than numpy's own, which has
+// one such unit. A guarded mapping (the profiler's) stays one mapping: huge pages throughout.
 static void advise_huge_pages(const Extent &e, bool guarded) {
   if (!thp_enabled() || guarded || e.size < kSmallEndsBytes) {
     prim::advise_huge(e.addr, e.size, thp_enabled());
