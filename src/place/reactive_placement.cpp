@@ -65,9 +65,11 @@ void react(uint32_t iteration) {
       continue;
     }
     const auto at = reinterpret_cast<uintptr_t>(o.ptr);
+    // Every mapping the object spans: one of 512 MiB or more is three (its ends in small pages).
     auto it = seen.upper_bound(at);
+    if (it != seen.begin() && at < std::prev(it)->second.end) --it;
     uint64_t ref = 0;
-    if (it != seen.begin() && at < std::prev(it)->second.end) ref = std::prev(it)->second.referenced;
+    for (; it != seen.end() && it->first < at + o.size; ++it) ref += it->second.referenced;
     movable.push_back({o, o.size ? static_cast<double>(ref) / static_cast<double>(o.size) : 0});
   }
   std::stable_sort(movable.begin(), movable.end(), [](const Candidate &a, const Candidate &b) { return a.heat > b.heat; });

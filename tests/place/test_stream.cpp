@@ -469,6 +469,35 @@ TEST(Reactive, PromotesWhatTheLastIterationUsedAndDemotesWhatItDidNot) {
   hm_test::configure("");
 }
 
+// An object of 512 MiB or more is three mappings (its first and last 2 MiB in small pages): its
+// use is what the program referenced in all three, here only in the middle one.
+TEST(Reactive, AHugeObjectUsedOnlyInItsInteriorIsPromoted) {
+  const size_t n = size_t{512} << 20, unit = size_t{2} << 20;
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", "513M"), HM_OK);
+  ASSERT_EQ(hm_policy_select("reactive"), HM_OK) << hm_last_error();
+  hm_class_t cls;
+  ASSERT_EQ(hm_class_define("reactive.huge", HM_CLASS_HOT, 0, &cls), HM_OK);
+  auto *cold = static_cast<char *>(hm_class_alloc(cls, unit, 0, 0));  // takes the fast tier
+  auto *hot = static_cast<char *>(hm_class_alloc(cls, n, 0, 0));      // does not fit beside it
+  ASSERT_TRUE(cold && hot) << hm_last_error();
+  std::memset(cold, 1, unit);
+  hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity"), t;
+  ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
+  ASSERT_EQ(t, capacity);
+  ASSERT_EQ(hm_phase_begin("use"), HM_OK);
+  for (size_t i = unit; i < n - unit; i += 64 << 10) hot[i] = 7;
+  ASSERT_EQ(hm_phase_end(), HM_OK);
+  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
+  EXPECT_EQ(t, fast) << "promoted: its interior was used";
+  ASSERT_EQ(hm_ptr_tier(cold, &t), HM_OK);
+  EXPECT_EQ(t, capacity) << "demoted: not used";
+  EXPECT_EQ(hot[unit + (64 << 10)], 7) << "the data moved with the object";
+  hm_free(cold);
+  hm_free(hot);
+  hm_test::configure("");
+}
+
 // hm_prefetch_distance: nothing under policies that do not prefetch or with every hot object
 // fast; HM_PREFETCH_DISTANCE forces a distance, and one out of range turns prefetch off.
 TEST(PrefetchModel, TheDistanceFollowsThePolicyThePlacementAndTheOverride) {
