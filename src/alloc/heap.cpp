@@ -577,13 +577,13 @@ static void advise_huge_pages(const Extent &e, bool guarded) {
     prim::advise_huge(e.addr, e.size, thp_enabled());
     return;
   }
+  // The mapping starts on a 2 MiB boundary (kSlotSize); `last` is the offset of the unit that
+  // holds its last byte.
+  const size_t unit = prim::kHugePage2M, last = round_up(e.size, unit) - unit;
   char *base = static_cast<char *>(e.addr);
-  const uintptr_t start = reinterpret_cast<uintptr_t>(base);
-  const uintptr_t first = (start + prim::kHugePage2M) & ~(uintptr_t)(prim::kHugePage2M - 1);
-  const uintptr_t last = (start + e.size - 1) & ~(uintptr_t)(prim::kHugePage2M - 1);
-  prim::advise_huge(base, first - start, false);  // also where THP is "always"
-  prim::advise_huge(reinterpret_cast<void *>(first), last - first, true);
-  prim::advise_huge(reinterpret_cast<void *>(last), start + e.size - last, false);
+  prim::advise_huge(base, unit, false);  // also where THP is "always"
+  prim::advise_huge(base + unit, last - unit, true);
+  prim::advise_huge(base + last, e.size - last, false);
 }
 
 void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
