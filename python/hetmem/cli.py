@@ -351,9 +351,15 @@ def _mpi_rank() -> int | None:
 def _profile_env(args: argparse.Namespace, cmd: list[str], trace: str) -> dict:
     """The environment of `hetmem profile` (HetmemError saying what is wrong)."""
     iteration = _iteration_env(args, cmd)
+    sampling = {}
+    if args.sample is not None:
+        error = Library(init=False).check_option("HM_PROFILE_SAMPLE", args.sample)
+        if error:
+            raise HetmemError(f"--sample {args.sample}: {error}")
+        sampling["HM_PROFILE_SAMPLE"] = args.sample
     return _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
                          "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0",
-                         **iteration})
+                         **sampling, **iteration})
 
 
 # Programs whose work is done by the processes they start.
@@ -575,6 +581,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         pr.add_argument("--depth", type=int, default=8, help="return addresses per call site (0..32, default 8)")
         pr.add_argument("--large", default="256K", help="objects at least this large get a mapping of their own and "
                         "referenced bytes per phase or inferred iteration (default 256K)")
+        pr.add_argument("--sample", metavar="BYTES",
+                        help="record smaller allocations by sampling, one every BYTES allocated on average, and "
+                             "estimate their counts in the report (default: HM_PROFILE_SAMPLE, 64K); 0 records "
+                             "every allocation and free")
         pr.add_argument("--children", action="store_true",
                         help="follow every process the program starts: each forked child and each exec'd program writes "
                              "its own trace, TRACE.PID (a forked child that then execs: TRACE.PID up to the exec, "

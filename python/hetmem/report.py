@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .figures import png, write_images
-from .units import MiB
+from .units import MiB, size_text
 from .trace import ALLOC, FREE, FUNCTIONS, Trace
 
 BIN_EDGES = [0, 1, 2, 4, 8, 16, 32, 64]  # MiB; the last bin is [64, inf)
@@ -165,13 +165,14 @@ def iteration_of(times: np.ndarray, trace: Trace) -> np.ndarray:
 
 
 def peak_live(times_alloc, sizes, times_free) -> int:
-    """Peak of the bytes alive at once, for allocations with their free times (-1: never freed)."""
+    """Peak of the bytes alive at once, for allocations with their free times (-1: never freed).
+    `sizes` may be estimates (a sampled allocation's size times its weight)."""
     if len(sizes) == 0:
         return 0
     t = np.concatenate([times_alloc, times_free[times_free >= 0]])
-    d = np.concatenate([sizes.astype(np.int64), -sizes[times_free >= 0].astype(np.int64)])
+    d = np.concatenate([sizes.astype(np.float64), -sizes[times_free >= 0].astype(np.float64)])
     order = np.lexsort((d, t))  # at equal times, frees (negative) first
-    return int(np.cumsum(d[order]).max(initial=0))
+    return int(round(float(np.cumsum(d[order]).max(initial=0))))
 
 
 
@@ -196,6 +197,24 @@ def _sampling_doubt(sampled: list[dict], span: tuple[int, int], unit: str) -> st
     return None
 
 
+def _counts(bins: np.ndarray, weights: np.ndarray, n: int) -> list[int]:
+    return [int(round(c)) for c in np.bincount(bins, weights=weights, minlength=n)] if n else []
+
+
+def _recording(trace: Trace, ev: np.ndarray, a_weight: np.ndarray) -> dict:
+    """How the trace recorded allocations: every one, or small ones sampled (counts estimated)."""
+    if not trace.sampled:
+        return {"sampled": False, "text": "every allocation and free recorded"}
+    every_from = min(trace.sample_bytes, trace.large_threshold or trace.sample_bytes)
+    recorded = int((ev["op"] == ALLOC).sum())
+    return {"sampled": True, "sample_bytes": trace.sample_bytes, "every_from": every_from,
+            "recorded_allocations": recorded,
+            "text": f"allocations of {size_text(every_from)} or more recorded, smaller ones sampled (one every "
+                    f"{size_text(trace.sample_bytes)} allocated on average): {recorded} recorded stand for about "
+                    f"{int(round(a_weight.sum()))}; counts and bytes of small allocations are estimates "
+                    "(hetmem profile --sample 0 records every one)"}
+
+
 def analyse(trace: Trace, top: int = 10) -> dict:
     ev = trace.events
     sym = Symbolizer(trace.modules)
@@ -204,6 +223,13 @@ def analyse(trace: Trace, top: int = 10) -> dict:
     a_size = ev["size"][alloc_idx].astype(np.int64)
     a_site = ev["site"][alloc_idx]
     f_time = np.where(free_idx >= 0, ev["time_ns"][np.maximum(free_idx, 0)].astype(np.int64), -1)
+    # How many allocations each recorded one stands for (1 unless small ones were sampled), and
+    # the same weight on every event: a free weighs what its allocation does.
+    a_weight = trace.allocation_weights(a_size)
+    a_bytes = a_size * a_weight
+    ev_weight = np.ones(len(ev))
+    ev_weight[alloc_idx] = a_weight
+    ev_weight[free_idx[free_idx >= 0]] = a_weight[free_idx >= 0]
     a_iter = iteration_of(a_time.astype(np.uint64), trace)
     f_iter = np.where(free_idx >= 0, iteration_of(np.maximum(f_time, 0).astype(np.uint64), trace), -1)
     # A block that realloc moves lives on at its new address: the move is not the object's end.
@@ -213,7 +239,7 @@ def analyse(trace: Trace, top: int = 10) -> dict:
     # trace when never freed). A container's growth copies are many and short-lived, but the bytes
     # of the one it keeps live the whole run: the site is not temporary.
     t_end = int(ev["time_ns"].max(initial=0)) if len(ev) else 0
-    byte_life = a_size.astype(np.float64) * np.maximum(np.where(f_time >= 0, f_time, t_end) - a_time, 1)
+    byte_life = a_bytes * np.maximum(np.where(f_time >= 0, f_time, t_end) - a_time, 1)
     inference = inferred_iterations(trace)
 
     # Figure 1: allocations and frees per iteration.
@@ -221,8 +247,8 @@ def analyse(trace: Trace, top: int = 10) -> dict:
     n_iter = int(iters.max(initial=0)) + 1 if len(ev) else 0
     per_iter = {
         "iteration": list(range(n_iter)),
-        "allocations": np.bincount(iters[ev["op"] == ALLOC], minlength=n_iter).tolist() if n_iter else [],
-        "frees": np.bincount(iters[ev["op"] == FREE], minlength=n_iter).tolist() if n_iter else [],
+        "allocations": _counts(iters[ev["op"] == ALLOC], ev_weight[ev["op"] == ALLOC], n_iter),
+        "frees": _counts(iters[ev["op"] == FREE], ev_weight[ev["op"] == FREE], n_iter),
     }
 
     # Table 2: lifetime x size.
@@ -233,10 +259,10 @@ def analyse(trace: Trace, top: int = 10) -> dict:
         m = bins == b
         table2.append({
             "size_mib": label,
-            "short_lived": int((m & short).sum()),
-            "long_lived": int((m & ~short).sum()),
-            "accumulated_bytes": int(a_size[m].sum()),
-            "peak_bytes": peak_live(a_time[m], a_size[m], f_time[m]),
+            "short_lived": int(round(a_weight[m & short].sum())),
+            "long_lived": int(round(a_weight[m & ~short].sum())),
+            "accumulated_bytes": int(round(a_bytes[m].sum())),
+            "peak_bytes": peak_live(a_time[m], a_bytes[m], f_time[m]),
         })
 
     # Table 3: time per phase.
@@ -255,8 +281,8 @@ def analyse(trace: Trace, top: int = 10) -> dict:
     for pid, name in trace.phase_names.items():
         m = alloc_mask & (ev["phase"] == pid)
         row = phase_rows.setdefault(name, {"phase": name, "calls": 0, "seconds": 0.0})
-        row["allocations"] = int(m.sum())
-        row["bytes_allocated"] = int(ev["size"][m].sum())
+        row["allocations"] = int(round(ev_weight[m].sum()))
+        row["bytes_allocated"] = int(round((ev["size"][m] * ev_weight[m]).sum()))
     top_level = sum(r["seconds"] for r in phase_rows.values())
     for r in phase_rows.values():
         r["share"] = r["seconds"] / max(top_level, span, 1e-12)
@@ -297,10 +323,11 @@ def analyse(trace: Trace, top: int = 10) -> dict:
         where = site_frame(frames)
         direct = None if named else direct_caller(frames)
         sites[g] = {
-            "site": g, "count": int(m.sum()), "bytes": int(a_size[m].sum()),
-            "peak_bytes": peak_live(a_time[m], a_size[m], f_time[m]),
+            "site": g, "count": int(round(a_weight[m].sum())), "bytes": int(round(a_bytes[m].sum())),
+            "recorded": int(m.sum()),
+            "peak_bytes": peak_live(a_time[m], a_bytes[m], f_time[m]),
             "largest": int(a_size[m].max(initial=0)),
-            "short_lived_fraction": float(short[m].mean()) if m.any() else 0.0,
+            "short_lived_fraction": float(a_weight[m & short].sum() / a_weight[m].sum()) if m.any() else 0.0,
             "short_lived_byte_share": float(byte_life[m & short].sum() / byte_life[m].sum())
             if m.any() and byte_life[m].sum() > 0 else 0.0,
             "stacks": int(sum(1 for s, gg in group_of.items() if gg == g)),
@@ -396,8 +423,9 @@ def analyse(trace: Trace, top: int = 10) -> dict:
         "execs": [{"time_s": t / 1e9, "program": program} for t, program in trace.execs],
         "iterations": inference,
         "sampled": {"instances": len(trace.phases), "sampled": sum(1 for p in trace.phases if p.get("sampled", True))},
-        "totals": {"events": int(len(ev)), "allocations": int((ev["op"] == ALLOC).sum()),
-                   "frees": int((ev["op"] == FREE).sum()), "bytes_allocated": int(a_size.sum()),
+        "recording": _recording(trace, ev, a_weight),
+        "totals": {"events": int(len(ev)), "allocations": int(round(a_weight.sum())),
+                   "frees": int(round(ev_weight[ev["op"] == FREE].sum())), "bytes_allocated": int(round(a_bytes.sum())),
                    "threads": int(len(np.unique(ev["thread"]))) if len(ev) else 0,
                    "iterations": n_iter, "functions": {FUNCTIONS.get(int(f), str(f)): int(c) for f, c in
                                                        zip(*np.unique(ev["fn"], return_counts=True))}},
@@ -477,6 +505,8 @@ def html_page(result: dict, images: dict[str, bytes]) -> str:
         parts.append('<p class="warn">PARTIAL TRACE: ' + html.escape("; ".join(result["problems"])) + "</p>")
     parts.append(f"<p>{t['allocations']} allocations, {t['frees']} frees, {t['bytes_allocated'] / MiB:.1f} MiB "
                  f"allocated, {t['threads']} thread(s), {t['iterations']} iteration(s).</p>")
+    if result.get("recording"):
+        parts.append(f"<p>{html.escape(result['recording']['text'])}.</p>")
     if result.get("iterations"):
         parts.append(f"<p>{html.escape(result['iterations']['text'])}</p>")
     parts.append("<h2>Allocations and frees per iteration</h2>" + img("per_iteration.png"))
@@ -514,6 +544,8 @@ def text_report(result: dict) -> str:
     lines.append(f"trace {result['trace']} (pid {result['pid']}): {t['allocations']} allocations, {t['frees']} frees, "
                  f"{t['bytes_allocated'] / MiB:.1f} MiB allocated, {t['threads']} thread(s), "
                  f"{t['iterations']} iteration(s)")
+    if result.get("recording", {}).get("sampled"):
+        lines.append(result["recording"]["text"])
     it = result.get("iterations")
     if it:
         lines.append(it["text"])

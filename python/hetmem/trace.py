@@ -1,4 +1,4 @@
-"""Reads hetmem trace files (format versions 1 to 4, docs/trace-format.md)."""
+"""Reads hetmem trace files (format versions 1 to 5, docs/trace-format.md)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import numpy as np
 import zstandard
 
 MAGIC = b"HMTRACE\0"
-VERSION = 4  # also reads 1 (every phase instance sampled), 2 (no record checksums), 3 (sites one by one)
+VERSION = 5  # also reads 1 (every phase instance sampled), 2 (no record checksums), 3 (sites one by one),
+             # 4 (every allocation recorded)
 PHASE_SAMPLED = 1 << 16
-HEADER = struct.Struct("<8sIIQQIIQ16s")  # 64 bytes
+HEADER = struct.Struct("<8sIIQQIIQQ8s")  # 64 bytes
 RECORD = struct.Struct("<IIII")     # version 3: type, bytes, CRC-32, reserved
 RECORD_V2 = struct.Struct("<II")    # versions 1 and 2: type, bytes
 EVENTS_HEADER = struct.Struct("<IIII")
@@ -93,6 +94,7 @@ class Trace:
     stack_depth: int
     large_threshold: int
     events: np.ndarray                      # EVENT_DTYPE plus "thread", sorted by time
+    sample_bytes: int = 0                   # 0: every allocation recorded (see allocation_weights)
     sites: dict[int, list[int]] = field(default_factory=dict)
     site_names: dict[int, str] = field(default_factory=dict)   # sites named by hm_profile_site_name
     phase_names: dict[int, str] = field(default_factory=dict)
@@ -106,6 +108,22 @@ class Trace:
     @property
     def partial(self) -> bool:
         return not self.complete or bool(self.problems)
+
+    @property
+    def sampled(self) -> bool:
+        """Whether small allocations were sampled (HM_PROFILE_SAMPLE), so that counts are estimates."""
+        return self.sample_bytes > 0
+
+    def allocation_weights(self, sizes: np.ndarray) -> np.ndarray:
+        """How many allocations an allocation of each size recorded stands for: 1 when every
+        allocation was recorded or when it is at least sample_bytes or large_threshold, else
+        1 / (1 - exp(-size / sample_bytes)), the inverse of its chance to be sampled."""
+        sizes = np.asarray(sizes, dtype=np.float64)
+        if not self.sample_bytes:
+            return np.ones(len(sizes))
+        every_from = min(self.sample_bytes, self.large_threshold or self.sample_bytes)
+        chance = -np.expm1(-np.maximum(sizes, 1.0) / self.sample_bytes)
+        return np.where(sizes >= every_from, 1.0, 1.0 / chance)
 
 
 def _sealed(data: bytes, pos: int) -> int:
@@ -145,17 +163,19 @@ def read_trace(path: str | os.PathLike) -> Trace:
         raise TraceError(f"{path}: truncated header: the trace ends after {len(data)} of its {HEADER.size} header "
                          "bytes")
     version = struct.unpack_from("<I", data, 8)[0]
-    if version not in (1, 2, 3, VERSION):
+    if version not in (1, 2, 3, 4, VERSION):
         raise TraceError(f"{path}: trace format version {version}; this hetmem reads versions 1 to {VERSION} "
                          f"(record it again with this hetmem, or report it with the hetmem that wrote it)")
     if len(data) < HEADER.size:
         raise TraceError(f"{path}: truncated header: the trace ends after {len(data)} of its {HEADER.size} header "
                          "bytes")
-    _, _, header_bytes, _, start_unix, pid, depth, large, _ = HEADER.unpack_from(data, 0)
+    _, _, header_bytes, _, start_unix, pid, depth, large, sample, _ = HEADER.unpack_from(data, 0)
+    if version < 5:
+        sample = 0  # reserved bytes before
     if header_bytes < HEADER.size or header_bytes > len(data):
         raise TraceError(f"{path}: damaged header: it announces {header_bytes} header bytes")
     trace = Trace(path=path, pid=pid, start_unix_ns=start_unix, stack_depth=depth, large_threshold=large,
-                  events=np.zeros(0, dtype=EVENT_DTYPE))
+                  events=np.zeros(0, dtype=EVENT_DTYPE), sample_bytes=sample)
     blocks, threads = [], []
     decompressor = zstandard.ZstdDecompressor()
     head = RECORD if version >= 3 else RECORD_V2

@@ -56,6 +56,9 @@ constexpr OptionSpec kOptions[] = {
     {Option::kProfileStackMin, "HM_PROFILE_STACK_MIN", "4K", "allocations smaller than this are recorded with their "
      "caller's address, not a stack walk (plans place only large objects; a walk costs 100-200 ns); 0: a stack for "
      "every allocation", OptionKind::kSize},
+    {Option::kProfileSample, "HM_PROFILE_SAMPLE", "64K", "allocations smaller than this (and than HM_PROFILE_LARGE) "
+     "are sampled, one every this many bytes on average, and the report estimates their counts; 0 records every one",
+     OptionKind::kSize},
     {Option::kProfileChildren, "HM_PROFILE_CHILDREN", "0", "1: forked children write their own trace (TRACE.PID) and exec'd programs are preloaded", OptionKind::kSwitch},
     {Option::kProfileRootPid, "HM_PROFILE_ROOT_PID", "", "set by the preload library: the run's first process (and what it execs), whose "
      "trace is TRACE and which alone writes the run summary and names unused plan sites; every other process of the "

@@ -32,6 +32,7 @@ enum class Option : int {
   kProfileDepth,
   kProfileLarge,
   kProfileStackMin,
+  kProfileSample,
   kProfileChildren,
   kProfileRootPid,
   kIterationWindow,

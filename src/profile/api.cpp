@@ -33,6 +33,7 @@ int hm_profile_start(const char *path, int stack_depth, uint64_t large_threshold
     o.depth = stack_depth;
     o.large = large_threshold ? large_threshold : (1u << 20);
     if ((rc = hm::option_size(hm::Option::kProfileStackMin, &o.stack_min)) != HM_OK) return rc;
+    if ((rc = hm::option_size(hm::Option::kProfileSample, &o.sample)) != HM_OK) return rc;
     rc = hm::profile::start(o);
   } catch (...) {
     return hm::fail(HM_ENOMEM, "hm_profile_start: out of memory");

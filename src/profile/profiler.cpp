@@ -19,6 +19,7 @@
 #include "base/options.h"
 #include "hetmem/hetmem.h"
 #include "prim/prim.h"
+#include "profile/sampling.h"
 
 namespace hm::profile {
 
@@ -548,6 +549,7 @@ int write_header() {
   h.pid = static_cast<uint32_t>(prim::process_id());
   h.stack_depth = static_cast<uint32_t>(g_options.depth);
   h.large_threshold = g_options.large;
+  h.sample_bytes = g_options.sample;
   prim::Piece piece{&h, sizeof h};
   return prim::write_pieces(g_fd, &piece, 1);
 }
@@ -618,6 +620,8 @@ int start(const Options &options) {
     g_site_block = new (mem) SiteBlock;  // likewise
   }
   if (!g_large) g_large = new std::vector<std::pair<uintptr_t, size_t>>();
+  if (sampling_start(options.sample, options.large) != HM_OK)
+    return fail(HM_ENOMEM, "cannot map the table of sampled allocations");
   g_start_ns = prim::fast_now_ns();
   std::string why;
   if (options.depth > 0 && prim::stack_trace_start(&why) != HM_OK)
@@ -667,6 +671,7 @@ int stop() {
   }
   g_large->clear();
   clear_sites();
+  sampling_clear();
   return HM_OK;
 }
 
@@ -687,8 +692,10 @@ void before_exit() {
   if (g_fd >= 0 && prim::process_id() == g_trace_pid) stop();
 }
 
-void record(trace::Op op, trace::Fn fn, const void *ptr, size_t size, const void *caller) {
-  if (!active()) return;
+namespace {
+
+__attribute__((noinline)) void record_event(trace::Op op, trace::Fn fn, const void *ptr, size_t size,
+                                            const void *caller) {
   ThreadBuffer *b = buffer();
   if (!b) return;
   uint32_t site = op == trace::kAlloc ? capture_site(caller, size) : 0;
@@ -717,6 +724,14 @@ void record(trace::Op op, trace::Fn fn, const void *ptr, size_t size, const void
     b->flushed_ns = e.time_ns;
   }
   unlock(b);
+}
+
+}  // namespace
+
+void record(trace::Op op, trace::Fn fn, const void *ptr, size_t size, const void *caller) {
+  if (!active()) return;
+  if (op == trace::kAlloc ? !sample_allocation(ptr, size) : !sampled_free(ptr)) return;
+  record_event(op, fn, ptr, size, caller);
 }
 
 void note_large(const void *ptr, size_t size) {
@@ -755,6 +770,7 @@ void after_fork_in_child(bool follow) {
   t_buffer = nullptr;
   g_writer = nullptr;  // the parent's thread is not the child's: the child's threads write their own blocks
   new (&g_mutex) std::mutex();
+  sampling_after_fork();
   if (g_site_block) {  // another thread may have held it: the parent's sites are the parent's
     g_site_block->lock.store(0);
     g_site_block->count = g_site_block->frames = 0;

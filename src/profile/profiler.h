@@ -18,6 +18,7 @@ struct Options {
   int depth = 8;              // return addresses recorded per call site (0: none)
   uint64_t large = 1 << 20;   // objects at least this large: per-phase referenced bytes
   uint64_t stack_min = 4096;  // smaller allocations: the caller's address only, no stack walk
+  uint64_t sample = 0;        // mean bytes between recorded smaller allocations (0: every one; sampling.h)
 };
 
 extern std::atomic<bool> g_active;

@@ -8,8 +8,8 @@
 namespace hm::trace {
 
 constexpr char kMagic[8] = {'H', 'M', 'T', 'R', 'A', 'C', 'E', '\0'};
-constexpr uint32_t kVersion = 4;  // 2: PhaseHeader.phase carries kPhaseSampled; 3: RecordHead.crc;
-                                   // 4: call sites in compressed blocks (kSites)
+constexpr uint32_t kVersion = 5;  // 2: PhaseHeader.phase carries kPhaseSampled; 3: RecordHead.crc;
+                                   // 4: call sites in compressed blocks (kSites); 5: sample_bytes
 
 struct FileHeader {  // 64 bytes
   char magic[8];
@@ -20,7 +20,11 @@ struct FileHeader {  // 64 bytes
   uint32_t pid;
   uint32_t stack_depth;
   uint64_t large_threshold;     // objects at least this large get per-phase referenced bytes
-  uint8_t reserved[16];
+  // Version 5: 0 when every allocation is recorded; else allocations smaller than both this and
+  // large_threshold were sampled, each recorded with probability 1 - exp(-size / sample_bytes)
+  // (with its free), and stand for 1 / that many allocations. Earlier versions: 0 (reserved).
+  uint64_t sample_bytes;
+  uint8_t reserved[8];
 };
 static_assert(sizeof(FileHeader) == 64);
 

@@ -25,6 +25,9 @@ def hetmem(*args, env_extra=None, cwd=None, timeout=300):
     for name in ("HM_TIERS", "HM_PROFILE", "HM_RULES", "LD_PRELOAD", "HM_PROFILE_ROOT_PID"):
         env.pop(name, None)
     env["PYTHONPATH"] = str(ROOT / "python")
+    # Every allocation recorded, so that counts are exact; the sampled default is tested by the
+    # tests that set HM_PROFILE_SAMPLE (test_sampled_*).
+    env["HM_PROFILE_SAMPLE"] = "0"
     env.update(env_extra or {})
     # A session of its own: a run that hangs is stopped whole (the program under hetmem too).
     proc = subprocess.Popen([sys.executable, "-m", "hetmem", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -52,6 +55,39 @@ def report_json(trace):
 
 def sites_named(result, function):
     return [s for s in result["sites"] if s["function"].startswith(function)]
+
+
+# The default profile samples small allocations (HM_PROFILE_SAMPLE=64K): 2,000,000 blocks of
+# 256 B each have the chance p = 1 - exp(-256 / 65536) = 0.0039 of being recorded, so about 7,800
+# are, and the estimated count N_recorded / p has a relative standard deviation of
+# sqrt((1 - p) / (N p)) = 1.1%. The bound of 6% is 5.3 of them. The two 8 MiB arrays are at least
+# the mean: recorded exactly.
+def test_sampled_profile_estimates_small_allocations_and_records_large_ones_exactly(tmp_path):
+    n, size = 2_000_000, 256
+    r, trace = profile(tmp_path, PROGRAMS / "prog_churn", str(n), str(size), options=("--sample", "64K"))
+    assert r.returncode == 0, r.stderr
+    result = report_json(trace)
+    assert not result["partial"]
+    recording = result["recording"]
+    assert recording["sampled"] and recording["sample_bytes"] == 64 << 10
+    assert recording["recorded_allocations"] < 0.01 * n, "sampling records a small share of the allocations"
+    small = sites_named(result, "churn_small")
+    assert len(small) == 1
+    assert abs(small[0]["count"] - n) < 0.06 * n, small[0]
+    assert abs(small[0]["bytes"] - n * size) < 0.06 * n * size, small[0]
+    assert small[0]["short_lived_fraction"] > 0.98, "the frees of sampled blocks are recorded"
+    arrays = sites_named(result, "churn_arrays")
+    assert len(arrays) == 1 and arrays[0]["count"] == 2 and arrays[0]["bytes"] == 2 * (8 << 20)
+    assert arrays[0]["recorded"] == 2
+    text = hetmem("report", "--out", str(tmp_path / "text"), str(trace))
+    assert text.returncode == 0 and "smaller ones sampled" in text.stdout and "estimates" in text.stdout
+
+
+def test_bad_sample_size_is_refused_before_the_program_runs(tmp_path):
+    marker = tmp_path / "ran"
+    r = hetmem("profile", "-o", str(tmp_path / "t.hmtrace"), "--sample", "lots", "--", "sh", "-c", f"touch {marker}")
+    assert r.returncode == 2 and "--sample lots" in r.stderr and "HM_PROFILE_SAMPLE" in r.stderr, r.stderr
+    assert not marker.exists()
 
 
 def test_c_program_counts_and_bytes_exact(tmp_path):
@@ -256,7 +292,7 @@ def test_bad_traces_are_clear_errors(tmp_path):
     future = tmp_path / "future.hmtrace"
     future.write_bytes(bytes(data[:8]) + (9).to_bytes(4, "little") + bytes(data[12:]))
     r = hetmem("report", str(future))
-    assert r.returncode == 2 and "version 9" in r.stderr and "reads versions 1 to 4" in r.stderr
+    assert r.returncode == 2 and "version 9" in r.stderr and "reads versions 1 to 5" in r.stderr
     cut = tmp_path / "cut.hmtrace"
     cut.write_bytes(bytes(data[: len(data) // 2]))
     r = hetmem("report", "--out", str(tmp_path / "cut"), str(cut))

@@ -1,0 +1,205 @@
+#include "profile/sampling.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#include "hetmem/hetmem.h"
+#include "prim/prim.h"
+
+namespace hm::profile {
+
+namespace {
+
+// The counting filter: one byte per 16-byte granule of a 2 MiB window of addresses (a pointer's
+// granule modulo the window), the number of remembered allocations there (255 sticks: the granule
+// is then always looked up). 128 KiB, read by every free: by address, not by a hash, so that the
+// frees of neighbouring blocks read the same cache lines (a hashed index cost a cache miss a
+// free, most of an unsampled free's cost).
+constexpr int kFilterBits = 17;
+constexpr size_t kFilterBytes = size_t{1} << kFilterBits;
+constexpr uint8_t kSticky = 255;
+constexpr size_t kFirstSlots = size_t{1} << 12;
+
+uint64_t g_mean = 0;         // 0: every allocation
+uint64_t g_every_from = 0;   // allocations at least this large are always recorded
+std::atomic<uint32_t> g_generation{0};  // a new start: every thread draws its interval afresh
+std::atomic<uint8_t> *g_filter = nullptr;
+// The remembered pointers: open addressing with linear probing and backward-shift deletion,
+// under g_lock (taken only for a sampled allocation and a free the filter cannot rule out).
+std::atomic<int> g_lock{0};
+uint64_t *g_slots = nullptr;
+size_t g_capacity = 0;
+size_t g_used = 0;
+
+// Bytes the thread may still allocate before its next sample point, and its random state.
+__thread int64_t t_left __attribute__((tls_model("initial-exec"))) = 0;
+__thread uint32_t t_generation __attribute__((tls_model("initial-exec"))) = 0;
+__thread uint64_t t_random __attribute__((tls_model("initial-exec"))) = 0;
+
+inline uint64_t mix(uint64_t x) {  // MurmurHash3's finaliser
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+inline size_t filter_index(uint64_t key) { return (key >> 4) & (kFilterBytes - 1); }
+inline size_t home(uint64_t key, size_t capacity) { return mix(key) & (capacity - 1); }
+
+void lock() {
+  while (g_lock.exchange(1, std::memory_order_acquire)) {
+  }
+}
+void unlock() { g_lock.store(0, std::memory_order_release); }
+
+// Bytes to the next sample point: exponentially distributed with mean g_mean (xorshift64*).
+__attribute__((noinline)) int64_t draw() {
+  if (t_random == 0) t_random = mix(prim::fast_now_ns() ^ (uint64_t(prim::thread_id()) << 32)) | 1;
+  t_random ^= t_random >> 12;
+  t_random ^= t_random << 25;
+  t_random ^= t_random >> 27;
+  const double u = double((t_random * 0x2545f4914f6cdd1dull) >> 11) * 0x1.0p-53;  // [0, 1)
+  const double bytes = -std::log1p(-u) * double(g_mean);
+  return bytes >= 9.0e18 ? INT64_MAX : int64_t(bytes) + 1;
+}
+
+void insert_locked(uint64_t key) {
+  size_t i = home(key, g_capacity);
+  while (g_slots[i]) i = (i + 1) & (g_capacity - 1);
+  g_slots[i] = key;
+  ++g_used;
+}
+
+// Doubles the table when half full. False when no memory: the allocation is then recorded but not
+// remembered, and its free goes unrecorded (the object looks alive to the end).
+bool make_room_locked() {
+  if (g_slots && 2 * (g_used + 1) <= g_capacity) return true;
+  const size_t capacity = g_capacity ? 2 * g_capacity : kFirstSlots;
+  void *mem = nullptr;
+  if (prim::map_anon(capacity * sizeof(uint64_t), prim::kPageSize, 0, &mem) != HM_OK) return false;
+  uint64_t *old = g_slots;
+  const size_t old_capacity = g_capacity;
+  g_slots = static_cast<uint64_t *>(mem);
+  g_capacity = capacity;
+  g_used = 0;
+  for (size_t i = 0; i < old_capacity; ++i)
+    if (old[i]) insert_locked(old[i]);
+  if (old) prim::unmap(old, old_capacity * sizeof(uint64_t));
+  return true;
+}
+
+__attribute__((noinline)) void remember(uint64_t key) {
+  lock();
+  if (make_room_locked()) {
+    insert_locked(key);
+    std::atomic<uint8_t> &count = g_filter[filter_index(key)];
+    const uint8_t c = count.load(std::memory_order_relaxed);
+    if (c != kSticky) count.store(c + 1, std::memory_order_relaxed);
+  }
+  unlock();
+}
+
+bool forget_locked(uint64_t key) {
+  if (!g_slots) return false;
+  const size_t mask = g_capacity - 1;
+  size_t i = home(key, g_capacity);
+  while (g_slots[i] != key) {
+    if (!g_slots[i]) return false;
+    i = (i + 1) & mask;
+  }
+  // Backward-shift deletion: every entry after the hole that may move back into it does, so that
+  // probes never meet a hole inside their run.
+  for (size_t j = (i + 1) & mask; g_slots[j]; j = (j + 1) & mask) {
+    const size_t k = home(g_slots[j], g_capacity);
+    const bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+    if (!stays) {
+      g_slots[i] = g_slots[j];
+      i = j;
+    }
+  }
+  g_slots[i] = 0;
+  --g_used;
+  std::atomic<uint8_t> &count = g_filter[filter_index(key)];
+  const uint8_t c = count.load(std::memory_order_relaxed);
+  if (c != kSticky && c != 0) count.store(c - 1, std::memory_order_relaxed);
+  return true;
+}
+
+__attribute__((noinline)) bool forget(uint64_t key) {
+  lock();
+  const bool found = forget_locked(key);
+  unlock();
+  return found;
+}
+
+}  // namespace
+
+int sampling_start(uint64_t mean_bytes, uint64_t every_from) {
+  if (mean_bytes && !g_filter) {
+    void *mem = nullptr;
+    if (prim::map_anon(kFilterBytes, prim::kPageSize, 0, &mem) != HM_OK) return HM_ENOMEM;
+    g_filter = static_cast<std::atomic<uint8_t> *>(mem);
+  }
+  g_mean = mean_bytes;
+  g_every_from = mean_bytes ? std::min(mean_bytes, every_from ? every_from : mean_bytes) : 0;
+  g_generation.fetch_add(1, std::memory_order_relaxed);
+  return HM_OK;
+}
+
+void sampling_clear() {
+  lock();
+  if (g_slots) std::memset(g_slots, 0, g_capacity * sizeof(uint64_t));
+  g_used = 0;
+  if (g_filter) prim::zero_pages(g_filter, kFilterBytes);
+  unlock();
+}
+
+void sampling_after_fork() {
+  if (g_lock.load(std::memory_order_relaxed)) {
+    // Held by a thread of the parent, maybe halfway through a change: start the table afresh.
+    g_slots = nullptr;  // the parent's mapping, left as it is
+    g_capacity = g_used = 0;
+    if (g_filter) prim::zero_pages(g_filter, kFilterBytes);
+    g_lock.store(0, std::memory_order_relaxed);
+  }
+}
+
+bool sample_allocation(const void *ptr, size_t size) {
+  if (g_mean == 0) return true;
+  const uint64_t key = reinterpret_cast<uint64_t>(ptr);
+  if (size < g_every_from) {
+    const uint32_t generation = g_generation.load(std::memory_order_relaxed);
+    if (t_generation == generation && t_left > int64_t(size)) {
+      t_left -= int64_t(size);
+      return false;
+    }
+    if (t_generation != generation) {  // the thread's first allocation of this trace
+      t_generation = generation;
+      t_left = draw();
+      if (t_left > int64_t(size)) {
+        t_left -= int64_t(size);
+        return false;
+      }
+    }
+    t_left = draw();  // a sample point fell inside: the next one is drawn from its end
+  }
+  remember(key);
+  return true;
+}
+
+bool sampled_free(const void *ptr) {
+  if (g_mean == 0) return true;
+  const uint64_t key = reinterpret_cast<uint64_t>(ptr);
+  if (g_filter[filter_index(key)].load(std::memory_order_relaxed) == 0) return false;
+  return forget(key);
+}
+
+size_t sampled_live() {
+  lock();
+  const size_t n = g_used;
+  unlock();
+  return n;
+}
+
+}  // namespace hm::profile
