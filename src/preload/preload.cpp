@@ -29,6 +29,7 @@
 #include "hetmem/hetmem.h"
 #include "place/hooks.h"
 #include "profile/hooks.h"
+#include "profile/sampling.h"
 #include "profile/trace_format.h"
 
 #define HM_EXPORT extern "C" __attribute__((visibility("default")))
@@ -87,6 +88,9 @@ uint64_t g_large = 256 << 10;
 // the free of memory outside hetmem's bounds while g_free_direct holds.
 std::atomic<size_t> g_libc_below{SIZE_MAX};
 std::atomic<bool> g_free_direct{true};
+// A profile alone (no rules, nothing owed): the small allocations its sampler skips, and the frees
+// of what it did not sample, are the C library's too (profile/sampling.h).
+std::atomic<bool> g_sampled_only{false};
 bool g_rules_uniform = false;  // every allocation gets the same decision (`all -> TARGET` first)
 // `all -> TIER` while nothing records, owes or waits for a first placement: malloc and new place
 // on this tier themselves (-1: they do not).
@@ -160,6 +164,8 @@ void update_fast_paths() {
   else if (g_enabled && g_rules) below = hm_rules_placed_from();
   g_libc_below.store(below, std::memory_order_relaxed);
   g_free_direct.store(!records_or_owes, std::memory_order_relaxed);
+  g_sampled_only.store(g_enabled && g_profiling && !g_rules && !g_owing.load(std::memory_order_relaxed),
+                       std::memory_order_relaxed);
   const bool direct = g_enabled && g_rules && g_rules_uniform && g_uniform_placement.target == HM_RULES_TIER &&
                       !records_or_owes && !g_windows_pending.load();
   g_direct_tier.store(direct ? g_uniform_placement.tier : -1, std::memory_order_relaxed);
@@ -222,7 +228,11 @@ inline bool from_self(const void *caller) { return reinterpret_cast<uintptr_t>(c
 void placed_while_windows_wait(const void *p);
 
 // The C library's whatever its call site (g_libc_below).
-inline bool libc_takes(size_t size) { return size < g_libc_below.load(std::memory_order_relaxed) && hm_modes_open == 0; }
+inline bool libc_takes(size_t size) {
+  if (hm_modes_open != 0) return false;
+  return size < g_libc_below.load(std::memory_order_relaxed) ||
+         (g_sampled_only.load(std::memory_order_relaxed) && hm::profile::skips_allocation(size));
+}
 
 // The tier of `all -> TIER` rules for an allocation of the program's (g_direct_tier), or -1.
 inline int direct_tier(const void *caller) {
@@ -265,7 +275,12 @@ __attribute__((noinline)) void *allocate(size_t size, size_t align, bool zero, t
 // allocations on the way are not the program's: Inside), anything else but the start-up arena to
 // the C library, with no other check. false: release decides.
 inline bool freed_directly(void *p) {
-  if (!g_free_direct.load(std::memory_order_relaxed)) return false;
+  if (!g_free_direct.load(std::memory_order_relaxed)) {
+    if (!g_sampled_only.load(std::memory_order_relaxed) || within_hetmem_bounds(p) || !hm::profile::skips_free(p))
+      return false;
+    if (!is_boot(p)) g_real.free(p);  // free(NULL) included
+    return true;
+  }
   if (!within_hetmem_bounds(p)) {
     if (!is_boot(p)) g_real.free(p);  // free(NULL) included
     return true;

@@ -7,6 +7,10 @@
 #include "hetmem/hetmem.h"
 #include "prim/prim.h"
 
+__thread int64_t hm_profile_bytes_to_sample __attribute__((tls_model("initial-exec"))) = 0;
+uint64_t hm_profile_sample_below = 0;
+const uint8_t *hm_profile_sample_filter = nullptr;
+
 namespace hm::profile {
 
 namespace {
@@ -16,15 +20,12 @@ namespace {
 // is then always looked up). 128 KiB, read by every free: by address, not by a hash, so that the
 // frees of neighbouring blocks read the same cache lines (a hashed index cost a cache miss a
 // free, most of an unsampled free's cost).
-constexpr int kFilterBits = 17;
-constexpr size_t kFilterBytes = size_t{1} << kFilterBits;
+constexpr size_t kFilterBytes = kSampleFilterBytes;
 constexpr uint8_t kSticky = 255;
 constexpr size_t kFirstSlots = size_t{1} << 12;
 
 uint64_t g_mean = 0;         // 0: every allocation
-uint64_t g_every_from = 0;   // allocations at least this large are always recorded
-std::atomic<uint32_t> g_generation{0};  // a new start: every thread draws its interval afresh
-std::atomic<uint8_t> *g_filter = nullptr;
+std::atomic<uint8_t> *g_filter = nullptr;  // hm_profile_sample_filter's bytes
 // The remembered pointers: open addressing with linear probing and backward-shift deletion,
 // under g_lock (taken only for a sampled allocation and a free the filter cannot rule out).
 std::atomic<int> g_lock{0};
@@ -32,9 +33,7 @@ uint64_t *g_slots = nullptr;
 size_t g_capacity = 0;
 size_t g_used = 0;
 
-// Bytes the thread may still allocate before its next sample point, and its random state.
-__thread int64_t t_left __attribute__((tls_model("initial-exec"))) = 0;
-__thread uint32_t t_generation __attribute__((tls_model("initial-exec"))) = 0;
+// The thread's random state (hm_profile_bytes_to_sample: its bytes to the next sample point).
 __thread uint64_t t_random __attribute__((tls_model("initial-exec"))) = 0;
 
 inline uint64_t mix(uint64_t x) {  // MurmurHash3's finaliser
@@ -44,7 +43,7 @@ inline uint64_t mix(uint64_t x) {  // MurmurHash3's finaliser
   x *= 0xc4ceb9fe1a85ec53ull;
   return x ^ (x >> 33);
 }
-inline size_t filter_index(uint64_t key) { return (key >> 4) & (kFilterBytes - 1); }
+inline size_t filter_index(uint64_t key) { return sample_filter_index(reinterpret_cast<const void *>(key)); }
 inline size_t home(uint64_t key, size_t capacity) { return mix(key) & (capacity - 1); }
 
 void lock() {
@@ -141,9 +140,13 @@ int sampling_start(uint64_t mean_bytes, uint64_t every_from) {
     if (prim::map_anon(kFilterBytes, prim::kPageSize, 0, &mem) != HM_OK) return HM_ENOMEM;
     g_filter = static_cast<std::atomic<uint8_t> *>(mem);
   }
+  // A thread's bytes to its next sample point carry over from an earlier trace: the distance is
+  // exponential, so what is left of it is too (with the earlier mean if the mean changed).
   g_mean = mean_bytes;
-  g_every_from = mean_bytes ? std::min(mean_bytes, every_from ? every_from : mean_bytes) : 0;
-  g_generation.fetch_add(1, std::memory_order_relaxed);
+  __atomic_store_n(&hm_profile_sample_below, mean_bytes ? std::min(mean_bytes, every_from ? every_from : mean_bytes) : 0,
+                   __ATOMIC_RELAXED);
+  __atomic_store_n(&hm_profile_sample_filter, mean_bytes ? reinterpret_cast<const uint8_t *>(g_filter) : nullptr,
+                   __ATOMIC_RELAXED);
   return HM_OK;
 }
 
@@ -167,32 +170,22 @@ void sampling_after_fork() {
 
 bool sample_allocation(const void *ptr, size_t size) {
   if (g_mean == 0) return true;
-  const uint64_t key = reinterpret_cast<uint64_t>(ptr);
-  if (size < g_every_from) {
-    const uint32_t generation = g_generation.load(std::memory_order_relaxed);
-    if (t_generation == generation && t_left > int64_t(size)) {
-      t_left -= int64_t(size);
-      return false;
+  if (size < hm_profile_sample_below) {
+    if (skips_allocation(size)) return false;
+    if (hm_profile_bytes_to_sample == 0) {  // the thread's first allocation: its first distance
+      hm_profile_bytes_to_sample = draw();
+      if (skips_allocation(size)) return false;
     }
-    if (t_generation != generation) {  // the thread's first allocation of this trace
-      t_generation = generation;
-      t_left = draw();
-      if (t_left > int64_t(size)) {
-        t_left -= int64_t(size);
-        return false;
-      }
-    }
-    t_left = draw();  // a sample point fell inside: the next one is drawn from its end
+    hm_profile_bytes_to_sample = draw();  // a sample point fell inside: the next one from its end
   }
-  remember(key);
+  remember(reinterpret_cast<uint64_t>(ptr));
   return true;
 }
 
 bool sampled_free(const void *ptr) {
   if (g_mean == 0) return true;
-  const uint64_t key = reinterpret_cast<uint64_t>(ptr);
-  if (g_filter[filter_index(key)].load(std::memory_order_relaxed) == 0) return false;
-  return forget(key);
+  if (skips_free(ptr)) return false;
+  return forget(reinterpret_cast<uint64_t>(ptr));
 }
 
 size_t sampled_live() {
