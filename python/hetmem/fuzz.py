@@ -83,7 +83,7 @@ ENV_VALUES = {"HM_TIERS": "fast=dram,capacity=emul:optane", "HM_FAST_BUDGET": "6
               "HM_POOL_SIZE": "64M", "HM_THP": "1", "HM_EMUL": "1", "HM_POLICY": "hetmem-static",
               "HM_MIGRATION_SPACE": "1M", "HM_HELPERS": "2", "HM_PREFETCH_DISTANCE": "4", "HM_SAMPLE_BUDGET": "0.01",
               "HM_NT_THRESHOLD": "8M", "HM_RETAIN": "256M", "HM_DEFAULT_ROLE": "fast", "HM_VERBOSE": "0",
-              "HM_PROFILE_DEPTH": "8", "HM_PROFILE_LARGE": "256K", "HM_ITERATION_WINDOW": "0.1",
+              "HM_PROFILE_DEPTH": "8", "HM_PROFILE_LARGE": "256K", "HM_PROFILE_SAMPLE": "64K", "HM_ITERATION_WINDOW": "0.1",
               "HM_HUGETLB_POOL": "0", "HM_PM_CHECK": "0"}
 NUMERIC = {"max_step", "warpx.cfl", "electrons.density", "electrons.u_th", "electrons.ux", "hetmem.seed",
            "hetmem.sort_interval", "diag.interval", "diag.progress", "amr.n_cell", "geometry.prob_hi",
@@ -92,7 +92,8 @@ NUMERIC = {"max_step", "warpx.cfl", "electrons.density", "electrons.u_th", "elec
            "--spheres", "--radius", "--fast-kib", "--pool-mib", "--progress", "--snapshot-every",
            "HM_FAST_BUDGET", "HM_CAPACITY_BUDGET", "HM_POOL_SIZE", "HM_THP", "HM_EMUL", "HM_MIGRATION_SPACE",
            "HM_HELPERS", "HM_PREFETCH_DISTANCE", "HM_SAMPLE_BUDGET", "HM_NT_THRESHOLD", "HM_RETAIN", "HM_VERBOSE",
-           "HM_PROFILE_DEPTH", "HM_PROFILE_LARGE", "HM_ITERATION_WINDOW", "HM_HUGETLB_POOL", "HM_PM_CHECK"}
+           "HM_PROFILE_DEPTH", "HM_PROFILE_LARGE", "HM_PROFILE_SAMPLE", "HM_ITERATION_WINDOW", "HM_HUGETLB_POOL",
+           "HM_PM_CHECK"}
 
 
 def mutate_value(key: str, value: str, rng: random.Random) -> str:

@@ -88,8 +88,10 @@ uint64_t g_large = 256 << 10;
 // the free of memory outside hetmem's bounds while g_free_direct holds.
 std::atomic<size_t> g_libc_below{SIZE_MAX};
 std::atomic<bool> g_free_direct{true};
-// A profile alone (no rules, nothing owed): the small allocations its sampler skips, and the frees
-// of what it did not sample, are the C library's too (profile/sampling.h).
+// A profile without rules: the small allocations its sampler skips, and the frees of what it did
+// not sample, are the C library's too (profile/sampling.h). Charges an emulated tier's windows
+// found are then paid at the next allocation the profile records (every one of 64 KiB or more, and
+// a small one every 64 KiB allocated on average), or at a phase's end.
 std::atomic<bool> g_sampled_only{false};
 bool g_rules_uniform = false;  // every allocation gets the same decision (`all -> TARGET` first)
 // `all -> TIER` while nothing records, owes or waits for a first placement: malloc and new place
@@ -164,8 +166,7 @@ void update_fast_paths() {
   else if (g_enabled && g_rules) below = hm_rules_placed_from();
   g_libc_below.store(below, std::memory_order_relaxed);
   g_free_direct.store(!records_or_owes, std::memory_order_relaxed);
-  g_sampled_only.store(g_enabled && g_profiling && !g_rules && !g_owing.load(std::memory_order_relaxed),
-                       std::memory_order_relaxed);
+  g_sampled_only.store(g_enabled && g_profiling && !g_rules, std::memory_order_relaxed);
   const bool direct = g_enabled && g_rules && g_rules_uniform && g_uniform_placement.target == HM_RULES_TIER &&
                       !records_or_owes && !g_windows_pending.load();
   g_direct_tier.store(direct ? g_uniform_placement.tier : -1, std::memory_order_relaxed);
