@@ -276,12 +276,11 @@ __attribute__((noinline)) void *allocate(size_t size, size_t align, bool zero, t
 // allocations on the way are not the program's: Inside), anything else but the start-up arena to
 // the C library, with no other check. false: release decides.
 inline bool freed_directly(void *p) {
-  if (!g_free_direct.load(std::memory_order_relaxed)) {
-    if (!g_sampled_only.load(std::memory_order_relaxed) || within_hetmem_bounds(p) || !hm::profile::skips_free(p))
-      return false;
-    if (!is_boot(p)) g_real.free(p);  // free(NULL) included
-    return true;
-  }
+  // While only a profile runs, a block it did not sample is freed as directly: it is not one of
+  // the profile's large objects either, which are always recorded.
+  if (!g_free_direct.load(std::memory_order_relaxed) &&
+      !(g_sampled_only.load(std::memory_order_relaxed) && hm::profile::skips_free(p)))
+    return false;
   if (!within_hetmem_bounds(p)) {
     if (!is_boot(p)) g_real.free(p);  // free(NULL) included
     return true;

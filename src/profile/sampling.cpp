@@ -71,7 +71,7 @@ void insert_locked(uint64_t key) {
 }
 
 // Doubles the table when half full. False when no memory: the allocation is then recorded but not
-// remembered, and its free goes unrecorded (the object looks alive to the end).
+// remembered, and its free goes unrecorded (the object looks alive to the end of the trace).
 bool make_room_locked() {
   if (g_slots && 2 * (g_used + 1) <= g_capacity) return true;
   const size_t capacity = g_capacity ? 2 * g_capacity : kFirstSlots;
@@ -88,14 +88,14 @@ bool make_room_locked() {
   return true;
 }
 
+// The filter counts the pointer even when the table has no room for it: its free then still
+// takes the slow path (where the preload library forgets a large object), and finds nothing.
 __attribute__((noinline)) void remember(uint64_t key) {
   lock();
-  if (make_room_locked()) {
-    insert_locked(key);
-    std::atomic<uint8_t> &count = g_filter[filter_index(key)];
-    const uint8_t c = count.load(std::memory_order_relaxed);
-    if (c != kSticky) count.store(c + 1, std::memory_order_relaxed);
-  }
+  if (make_room_locked()) insert_locked(key);
+  std::atomic<uint8_t> &count = g_filter[filter_index(key)];
+  const uint8_t c = count.load(std::memory_order_relaxed);
+  if (c != kSticky) count.store(c + 1, std::memory_order_relaxed);
   unlock();
 }
 
@@ -159,6 +159,7 @@ void sampling_clear() {
 }
 
 void sampling_after_fork() {
+  t_random = 0;  // the child's samples are drawn afresh, not as the parent's next ones
   if (g_lock.load(std::memory_order_relaxed)) {
     // Held by a thread of the parent, maybe halfway through a change: start the table afresh.
     g_slots = nullptr;  // the parent's mapping, left as it is

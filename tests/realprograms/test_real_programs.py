@@ -21,6 +21,8 @@ from hetmem.report import analyse  # noqa: E402
 from hetmem.trace import read_trace  # noqa: E402
 
 REPEAT = int(os.environ.get("HM_REAL_REPEAT", "2"))
+# Programs started through a shell or Rscript: the profile (without --children) is of that process.
+LAUNCHING = {"sh", "Rscript"}
 
 
 def _check(program, reference, outcome):
@@ -50,7 +52,12 @@ def test_real_program_runs_unharmed_in_every_mode(program, tmp_path):
             trace = read_trace(str(t))
             assert not trace.partial, f"{t}: {trace.problems}"
             result = analyse(trace)
-            assert result["totals"]["allocations"] > 0
+            if os.path.basename(program.command[0]) in LAUNCHING:
+                # The traced process only starts the program (its children are not followed): its
+                # few small allocations may all escape the default sampling.
+                assert result["totals"]["allocations"] > 0 or trace.sampled, f"{t}: no allocation recorded"
+            else:
+                assert result["totals"]["allocations"] > 0, f"{t}: no allocation recorded"
             assert result["iterations"]["how"] == "window", "a program that marks nothing gets inferred windows"
     made = rp.make_plan(program, tmp_path, rp.traces_of(tmp_path, "profile0")[0])
     assert made.returncode == 0, made.stderr
