@@ -570,10 +570,13 @@ int hm_iteration_inferred(void);     /* 1 while iterations are inferred */
 uint64_t hm_emul_pay_owed(void);
 
 /* ---------------------------------------------------------------------------------------------
- * The heap profiler (what `hetmem profile` turns on through the preload library). Records every
- * allocation and free that reaches hetmem or the preload hooks into a trace file (format:
+ * The heap profiler (what `hetmem profile` turns on through the preload library). Records the
+ * allocations and frees that reach hetmem or the preload hooks into a trace file (format:
  * docs/trace-format.md): size, time, thread, call site (stack_depth return addresses, symbolised
- * offline), phase. Objects of large_threshold bytes or more get per-phase referenced bytes.
+ * offline), phase. Objects of large_threshold bytes or more get per-phase referenced bytes. Every
+ * allocation of HM_PROFILE_SAMPLE bytes (64 KiB) or more, or of large_threshold or more, is
+ * recorded with its free; a smaller one with probability 1 - exp(-size / HM_PROFILE_SAMPLE), and
+ * its free if it was (HM_PROFILE_SAMPLE=0: every allocation and free). The report scales them.
  * ------------------------------------------------------------------------------------------- */
 int hm_profile_start(const char *path, int stack_depth, uint64_t large_threshold);
 int hm_profile_stop(void);

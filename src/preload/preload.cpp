@@ -90,8 +90,9 @@ std::atomic<size_t> g_libc_below{SIZE_MAX};
 std::atomic<bool> g_free_direct{true};
 // A profile without rules: the small allocations its sampler skips, and the frees of what it did
 // not sample, are the C library's too (profile/sampling.h). Charges an emulated tier's windows
-// found are then paid at the next allocation the profile records (every one of 64 KiB or more, and
-// a small one every 64 KiB allocated on average), or at a phase's end.
+// found are then paid at the next allocation the profile records (every one of HM_PROFILE_SAMPLE
+// bytes or more, and a smaller one every HM_PROFILE_SAMPLE bytes allocated on average), or at a
+// phase's end.
 std::atomic<bool> g_sampled_only{false};
 bool g_rules_uniform = false;  // every allocation gets the same decision (`all -> TARGET` first)
 // `all -> TIER` while nothing records, owes or waits for a first placement: malloc and new place
@@ -228,7 +229,8 @@ inline bool from_self(const void *caller) { return reinterpret_cast<uintptr_t>(c
 
 void placed_while_windows_wait(const void *p);
 
-// The C library's whatever its call site (g_libc_below).
+// The C library's whatever its call site (g_libc_below), or a small one the profile's sampler
+// skips (g_sampled_only).
 inline bool libc_takes(size_t size) {
   if (hm_modes_open != 0) return false;
   return size < g_libc_below.load(std::memory_order_relaxed) ||
