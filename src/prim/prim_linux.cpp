@@ -322,19 +322,37 @@ int open_pool_file(const std::string &path, uint64_t size, int *fd, uint64_t *ac
 int close_fd(int fd) { return close(fd) == 0 ? HM_OK : HM_EIO; }
 
 int create_staging_file(const std::string &path, uint64_t size, int *fd) {
-  int f = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (f < 0) return HM_EIO;
-  if (flock(f, LOCK_EX | LOCK_NB) != 0) {
-    const int code = errno == EWOULDBLOCK ? HM_EBUSY : HM_EIO;
-    close(f);
-    return code;
+  // Whoever removes abandoned staging files takes a file's lock before removing it, and may come
+  // between this open and this lock: it then holds the lock for a moment (tried again), or has
+  // removed the file this descriptor names (the lock is taken on a file no path leads to: tried
+  // again, with a new file). Only a lock held for the whole 50 ms is another creator's.
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    int f = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (f < 0) return HM_EIO;
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      close(f);
+      if (error != EWOULDBLOCK) return HM_EIO;
+      usleep(1000);
+      continue;
+    }
+    struct stat held, named;
+    if (fstat(f, &held) != 0) {
+      close(f);
+      return HM_EIO;
+    }
+    if (stat(path.c_str(), &named) != 0 || named.st_ino != held.st_ino || named.st_dev != held.st_dev) {
+      close(f);
+      continue;
+    }
+    if (ftruncate(f, 0) != 0 || ftruncate(f, static_cast<off_t>(size)) != 0) {
+      close(f);
+      return HM_EIO;
+    }
+    *fd = f;
+    return HM_OK;
   }
-  if (ftruncate(f, 0) != 0 || ftruncate(f, static_cast<off_t>(size)) != 0) {
-    close(f);
-    return HM_EIO;
-  }
-  *fd = f;
-  return HM_OK;
+  return HM_EBUSY;
 }
 
 int publish_file(int fd, const std::string &from, const std::string &to) {

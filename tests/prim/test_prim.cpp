@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -133,4 +135,45 @@ TEST(Prim, WordsAreWhatWhitespaceSeparates) {
   EXPECT_EQ(prim::words("all"), V{"all"});
   EXPECT_EQ(prim::words(" \t "), V{});
   EXPECT_EQ(prim::words(""), V{});
+}
+
+// A creator of staging files beside a sweeper that removes every staging file whose lock it can
+// take (as fields::remove_abandoned_pools does for killed writers): the sweeper may come between
+// the creator's open and its lock. Every file created must still be the one its path names, locked
+// by its creator, so that publishing it later finds it.
+TEST(StagingFiles, ASweeperNeverTakesAFileFromItsCreator) {
+  const std::string dir = hm_test::temp_path("staging-race");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  std::atomic<bool> done{false};
+  std::thread sweeper([&] {
+    while (!done.load()) {
+      std::string names;
+      if (!hm::prim::list_dir(dir, &names)) continue;
+      for (const std::string &name : hm::prim::split(names, '\n')) {
+        if (name.size() < 9 || name.compare(name.size() - 9, 9, ".creating") != 0) continue;
+        const std::string path = dir + "/" + name;
+        int fd = -1;
+        uint64_t size = 0;
+        if (hm::prim::open_existing(path, &fd, &size) != HM_OK) continue;
+        if (hm::prim::lock_file(fd) == HM_OK) hm::prim::remove_path(path);
+        hm::prim::close_fd(fd);
+      }
+    }
+  });
+  int lost = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string path = dir + "/pool" + std::to_string(i) + ".creating";
+    int fd = -1;
+    ASSERT_EQ(hm::prim::create_staging_file(path, 4096, &fd), HM_OK) << i;
+    struct stat held, named;
+    ASSERT_EQ(::fstat(fd, &held), 0);
+    if (::stat(path.c_str(), &named) != 0 || named.st_ino != held.st_ino) ++lost;
+    EXPECT_EQ(hm::prim::publish_file(fd, path, path + ".done"), HM_OK) << i;
+    hm::prim::close_fd(fd);
+    hm::prim::remove_path(path + ".done");
+  }
+  done = true;
+  sweeper.join();
+  EXPECT_EQ(lost, 0) << "staging files removed from under their creators";
+  ::rmdir(dir.c_str());
 }
