@@ -1,6 +1,7 @@
 // OS primitives: the only place that calls mmap, mbind, move_pages, sysfs and getenv.
 // Every function returns 0 or a negative HM_E* code; results go to out-parameters.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -246,6 +247,14 @@ uint64_t process_cpu_ns();  // CPU time of every thread of the process (CLOCK_PR
 // A cheaper monotonic clock for per-event timestamps: the invariant TSC scaled to nanoseconds
 // (its rate measured against CLOCK_MONOTONIC over the first 5 ms of use, CLOCK_MONOTONIC itself
 // until then), or now_ns() where there is no invariant TSC.
+// A lock held for a few instructions by code that must not call into the C library (the
+// profiler's, taken inside malloc): it spins.
+inline void spin_lock(std::atomic<int> &lock) {
+  while (lock.exchange(1, std::memory_order_acquire)) {
+  }
+}
+inline void spin_unlock(std::atomic<int> &lock) { lock.store(0, std::memory_order_release); }
+
 uint64_t fast_now_ns();
 void spin_until_ns(uint64_t deadline);
 int cpu_count();

@@ -278,11 +278,8 @@ void block_full(ThreadBuffer *b) {
   w->wake.notify_one();
 }
 
-void lock(ThreadBuffer *b) {
-  while (b->lock.exchange(1, std::memory_order_acquire)) {
-  }
-}
-void unlock(ThreadBuffer *b) { b->lock.store(0, std::memory_order_release); }
+void lock(ThreadBuffer *b) { prim::spin_lock(b->lock); }
+void unlock(ThreadBuffer *b) { prim::spin_unlock(b->lock); }
 
 void thread_exit(void *p) {
   auto *b = static_cast<ThreadBuffer *>(p);
@@ -388,11 +385,8 @@ void flush_sites_locked(SiteBlock *b) {
   b->count = b->frames = 0;
 }
 
-void lock_sites(SiteBlock *b) {
-  while (b->lock.exchange(1, std::memory_order_acquire)) {
-  }
-}
-void unlock_sites(SiteBlock *b) { b->lock.store(0, std::memory_order_release); }
+void lock_sites(SiteBlock *b) { prim::spin_lock(b->lock); }
+void unlock_sites(SiteBlock *b) { prim::spin_unlock(b->lock); }
 
 void add_site(uint32_t id, const uint64_t *frames, uint32_t depth) {
   SiteBlock *b = g_site_block;

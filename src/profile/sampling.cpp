@@ -46,11 +46,8 @@ inline uint64_t mix(uint64_t x) {  // MurmurHash3's finaliser
 inline size_t filter_index(uint64_t key) { return sample_filter_index(reinterpret_cast<const void *>(key)); }
 inline size_t home(uint64_t key, size_t capacity) { return mix(key) & (capacity - 1); }
 
-void lock() {
-  while (g_lock.exchange(1, std::memory_order_acquire)) {
-  }
-}
-void unlock() { g_lock.store(0, std::memory_order_release); }
+void lock() { prim::spin_lock(g_lock); }
+void unlock() { prim::spin_unlock(g_lock); }
 
 // Bytes to the next sample point: exponentially distributed with mean g_mean (xorshift64*).
 __attribute__((noinline)) int64_t draw() {
