@@ -85,9 +85,10 @@ uint64_t g_large = 256 << 10;
 // The allocator calls that need no checks, set by update_fast_paths whenever what they depend on
 // changes: an allocation smaller than g_libc_below, with no mode scope open, is the C library's
 // whatever its call site (no rule can place it, nothing records it, no charge is owed), and so is
-// the free of memory outside hetmem's bounds while g_free_direct holds.
-std::atomic<size_t> g_libc_below{SIZE_MAX};
-std::atomic<bool> g_free_direct{true};
+// the free of memory outside hetmem's bounds while g_free_direct holds. Both say no until the C
+// library's functions are known, so the entry points' fast paths need no other check.
+std::atomic<size_t> g_libc_below{0};
+std::atomic<bool> g_free_direct{false};
 // A profile without rules: the small allocations its sampler skips, and the frees of what it did
 // not sample, are the C library's too (profile/sampling.h). Charges an emulated tier's windows
 // found are then paid at the next allocation the profile records (every one of HM_PROFILE_SAMPLE
@@ -115,6 +116,8 @@ void *boot_alloc(size_t n) {
 }
 bool is_boot(const void *p) { return p >= g_boot && p < g_boot + sizeof g_boot; }
 
+void update_fast_paths();
+
 void resolve() {
   int expected = 0;
   if (!g_state.compare_exchange_strong(expected, 1)) {
@@ -130,6 +133,7 @@ void resolve() {
   g_real.posix_memalign = reinterpret_cast<PosixMemalignFn>(dlsym(RTLD_NEXT, "posix_memalign"));
   g_real.usable = reinterpret_cast<UsableFn>(dlsym(RTLD_NEXT, "malloc_usable_size"));
   g_state.store(2);
+  update_fast_paths();
 }
 
 inline bool ready() {
@@ -161,15 +165,16 @@ RulesPlacement rules_placement(size_t size, const void *caller) {
 }
 
 void update_fast_paths() {
+  const bool resolved = g_state.load(std::memory_order_acquire) == 2;
   const bool records_or_owes = g_enabled && (g_profiling || g_owing.load(std::memory_order_relaxed));
   size_t below = SIZE_MAX;  // only mode scopes route
-  if (records_or_owes) below = 0;
+  if (!resolved || records_or_owes) below = 0;
   else if (g_enabled && g_rules) below = hm_rules_placed_from();
-  g_libc_below.store(below, std::memory_order_relaxed);
-  g_free_direct.store(!records_or_owes, std::memory_order_relaxed);
-  g_sampled_only.store(g_enabled && g_profiling && !g_rules, std::memory_order_relaxed);
-  const bool direct = g_enabled && g_rules && g_rules_uniform && g_uniform_placement.target == HM_RULES_TIER &&
-                      !records_or_owes && !g_windows_pending.load();
+  g_libc_below.store(below, std::memory_order_release);
+  g_free_direct.store(resolved && !records_or_owes, std::memory_order_release);
+  g_sampled_only.store(resolved && g_enabled && g_profiling && !g_rules, std::memory_order_release);
+  const bool direct = resolved && g_enabled && g_rules && g_rules_uniform &&
+                      g_uniform_placement.target == HM_RULES_TIER && !records_or_owes && !g_windows_pending.load();
   g_direct_tier.store(direct ? g_uniform_placement.tier : -1, std::memory_order_relaxed);
 }
 
@@ -230,10 +235,10 @@ inline bool from_self(const void *caller) { return reinterpret_cast<uintptr_t>(c
 void placed_while_windows_wait(const void *p);
 
 // The C library's whatever its call site (g_libc_below), or a small one the profile's sampler
-// skips (g_sampled_only).
+// skips (g_sampled_only). False until the C library's functions are known.
 inline bool libc_takes(size_t size) {
   if (hm_modes_open != 0) return false;
-  return size < g_libc_below.load(std::memory_order_relaxed) ||
+  return size < g_libc_below.load(std::memory_order_acquire) ||
          (g_sampled_only.load(std::memory_order_relaxed) && hm::profile::skips_allocation(size));
 }
 
@@ -274,17 +279,24 @@ __attribute__((noinline)) void *allocate(size_t size, size_t align, bool zero, t
   return p;
 }
 
-// A free while nothing records or owes (g_free_direct): hetmem's memory back to hetmem (its own
-// allocations on the way are not the program's: Inside), anything else but the start-up arena to
-// the C library, with no other check. false: release decides.
+// A free that nothing records or owes (g_free_direct): while only a profile runs, a block it did
+// not sample is one too (it is not one of the profile's large objects either, which are always
+// recorded). False until the C library's functions are known.
+inline bool frees_directly(const void *p) {
+  return g_free_direct.load(std::memory_order_acquire) ||
+         (g_sampled_only.load(std::memory_order_relaxed) && hm::profile::skips_free(p));
+}
+
+// The fast path of free and delete: a direct free of the C library's memory (free(NULL) included).
+inline bool frees_to_libc(const void *p) { return frees_directly(p) && !within_hetmem_bounds(p) && !is_boot(p); }
+
+// A direct free: hetmem's memory back to hetmem (its own allocations on the way are not the
+// program's: Inside), anything else but the start-up arena to the C library, with no other check.
+// false: release decides.
 inline bool freed_directly(void *p) {
-  // While only a profile runs, a block it did not sample is freed as directly: it is not one of
-  // the profile's large objects either, which are always recorded.
-  if (!g_free_direct.load(std::memory_order_relaxed) &&
-      !(g_sampled_only.load(std::memory_order_relaxed) && hm::profile::skips_free(p)))
-    return false;
+  if (!frees_directly(p)) return false;
   if (!within_hetmem_bounds(p)) {
-    if (!is_boot(p)) g_real.free(p);  // free(NULL) included
+    if (!is_boot(p)) g_real.free(p);
     return true;
   }
   Inside inside;
@@ -330,7 +342,8 @@ std::new_handler program_new_handler() {
   throw std::bad_alloc();
 }
 
-void *new_impl(size_t size, size_t align, trace::Fn fn, const void *caller, bool nothrow) {
+// Every operator new past its fast path (new_entry).
+__attribute__((noinline)) void *new_impl(size_t size, size_t align, trace::Fn fn, const void *caller, bool nothrow) {
   for (;;) {
     void *p = nullptr;
     const size_t n = size ? size : 1;
@@ -567,18 +580,43 @@ __attribute__((destructor)) void shut_down() {
 
 }  // namespace
 
+// malloc, calloc, free, new and delete: the common case (libc_takes, frees_to_libc) inline, with
+// no stack frame, and a jump to the C library's function; everything else out of line.
+namespace {
+
+__attribute__((noinline)) void *malloc_slow(size_t size, const void *caller) {
+  if (!ready()) return boot_alloc(size);
+  if (const int tier = direct_tier(caller); tier >= 0) return placed_directly(tier, size);
+  return allocate(size, 0, false, trace::kMalloc, caller);
+}
+
+__attribute__((noinline)) void *calloc_slow(size_t total, const void *caller) {
+  if (!ready()) return boot_alloc(total);  // static memory is zeroed
+  return allocate(total, 0, true, trace::kCalloc, caller);
+}
+
+__attribute__((noinline)) void free_slow(void *p, trace::Fn fn, const void *caller) {
+  if (ready() && !freed_directly(p)) release(p, fn, caller);
+}
+
+inline void *new_entry(size_t n, trace::Fn fn, const void *caller, bool nothrow) {
+  if (__builtin_expect(libc_takes(n), 1))
+    if (void *p = g_real.malloc(n ? n : 1)) return p;
+  return new_impl(n, 0, fn, caller, nothrow);
+}
+
+}  // namespace
+
 #define CALLER __builtin_return_address(0)
 
 HM_EXPORT void *malloc(size_t size) {
-  if (__builtin_expect(!ready(), 0)) return boot_alloc(size);
-  if (libc_takes(size)) return g_real.malloc(size);
-  if (const int tier = direct_tier(CALLER); tier >= 0) return placed_directly(tier, size);
-  return allocate(size, 0, false, trace::kMalloc, CALLER);
+  if (__builtin_expect(libc_takes(size), 1)) return g_real.malloc(size);
+  return malloc_slow(size, CALLER);
 }
 
 HM_EXPORT void free(void *p) {
-  if (__builtin_expect(!ready(), 0)) return;
-  if (!freed_directly(p)) release(p, trace::kFreeFn, CALLER);
+  if (__builtin_expect(frees_to_libc(p), 1)) return g_real.free(p);
+  free_slow(p, trace::kFreeFn, CALLER);
 }
 
 HM_EXPORT void *calloc(size_t n, size_t size) {
@@ -587,9 +625,8 @@ HM_EXPORT void *calloc(size_t n, size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
-  if (__builtin_expect(!ready(), 0)) return boot_alloc(total);  // static memory is zeroed
-  if (libc_takes(total)) return g_real.calloc(n, size);
-  return allocate(total, 0, true, trace::kCalloc, CALLER);
+  if (__builtin_expect(libc_takes(total), 1)) return g_real.calloc(n, size);
+  return calloc_slow(total, CALLER);
 }
 
 namespace {
@@ -748,11 +785,11 @@ HM_EXPORT size_t malloc_usable_size(void *p) {
 
 // operator new and delete, every form. They do not call the C library's operator new (which
 // would come back through malloc and be recorded twice).
-HM_EXPORT void *_Znwm(size_t n) { return new_impl(n, 0, trace::kNew, CALLER, false); }
-HM_EXPORT void *_Znam(size_t n) { return new_impl(n, 0, trace::kNewArray, CALLER, false); }
-HM_EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const std::nothrow_t &) { return new_impl(n, 0, trace::kNew, CALLER, true); }
+HM_EXPORT void *_Znwm(size_t n) { return new_entry(n, trace::kNew, CALLER, false); }
+HM_EXPORT void *_Znam(size_t n) { return new_entry(n, trace::kNewArray, CALLER, false); }
+HM_EXPORT void *_ZnwmRKSt9nothrow_t(size_t n, const std::nothrow_t &) { return new_entry(n, trace::kNew, CALLER, true); }
 HM_EXPORT void *_ZnamRKSt9nothrow_t(size_t n, const std::nothrow_t &) {
-  return new_impl(n, 0, trace::kNewArray, CALLER, true);
+  return new_entry(n, trace::kNewArray, CALLER, true);
 }
 HM_EXPORT void *_ZnwmSt11align_val_t(size_t n, std::align_val_t a) {
   return new_impl(n, static_cast<size_t>(a), trace::kNew, CALLER, false);
@@ -767,9 +804,10 @@ HM_EXPORT void *_ZnamSt11align_val_tRKSt9nothrow_t(size_t n, std::align_val_t a,
   return new_impl(n, static_cast<size_t>(a), trace::kNewArray, CALLER, true);
 }
 
-#define HM_DELETE(name, params, fn)                                   \
-  HM_EXPORT void name params {                                        \
-    if (ready() && !freed_directly(p)) release(p, trace::fn, CALLER); \
+#define HM_DELETE(name, params, fn)                                           \
+  HM_EXPORT void name params {                                                \
+    if (__builtin_expect(frees_to_libc(p), 1)) return g_real.free(p);        \
+    free_slow(p, trace::fn, CALLER);                                          \
   }
 HM_DELETE(_ZdlPv, (void *p), kDelete)
 HM_DELETE(_ZdaPv, (void *p), kDeleteArray)
