@@ -261,6 +261,8 @@ contains
 
   subroutine write_json()
     integer :: u, ios
+    integer(c_int) :: tier
+    type(hm_tier_stats_t) :: st
     open(newunit=u, file=trim(json), status="replace", action="write", iostat=ios)
     if (ios /= 0) call fail("mg.json = '" // trim(json) // "' cannot be written")
     write(u, '("{""n"": ", i0, ", ""bc"": """, a, """, ""cycle"": """, a, """, ""threads"": ", i0, ",")') n, &
@@ -273,6 +275,12 @@ contains
          t_domain / steps, mg_bytes, domain_bytes
     if (output_interval > 0) write(u, '(" ,""output_s"": ", es14.6, ", ""output_fields"": ", i0, ", ""output_bytes"": ", &
          & i0)') t_output, mg_fields_count(), mg_fields_bytes()
+    ! The domain's tier as the process sees it: its arrays, and the fields an FDB store configured
+    ! with hetmem.tier counts there (one budget).
+    if (hm_role_tier(domain_role, tier) == HM_OK) then
+       if (hm_tier_stats(tier, st) == HM_OK) write(u, '(" ,""domain_tier_budget"": ", i0, ", ""domain_tier_in_use"": ", &
+            & i0, ", ""domain_tier_high_water"": ", i0)') st%budget, st%in_use, st%high_water
+    end if
     if (steps > 1) then
        write(u, '(" ,""steady_solve_s"": ", es14.6, ", ""steady_domain_s"": ", es14.6, ", ""steady_output_s"": ", es14.6, &
             & "}")') steady_solve / (steps - 1), steady_domain / (steps - 1), steady_output / (steps - 1)

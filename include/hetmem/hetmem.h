@@ -170,7 +170,7 @@ int hm_tier_set_budget(hm_tier_t tier, uint64_t bytes);
 
 typedef struct hm_tier_stats {
   uint64_t budget;          /* 0 = unlimited */
-  uint64_t in_use;          /* usable bytes of live allocations (exact) */
+  uint64_t in_use;          /* usable bytes of live allocations (exact), and claimed bytes */
   uint64_t high_water;      /* largest in_use since start or hm_stats_reset() */
   uint64_t reserved;        /* bytes mapped from the backing (in_use plus caches and metadata) */
   uint64_t allocs;          /* successful allocations placed on this tier */
@@ -186,6 +186,15 @@ typedef struct hm_tier_stats {
 } hm_tier_stats_t;
 
 int hm_tier_stats(hm_tier_t tier, hm_tier_stats_t *stats);
+/* Counts `bytes` that this process holds on `tier` outside hetmem's allocator (a file on the
+ * tier's medium: the FDB store's field pools) in the tier's budget and statistics (in_use,
+ * high_water), so that they and the process's allocations there share one budget. HM_EBUDGET,
+ * with nothing counted, when the budget cannot hold them (hm_last_error() names the tier, the
+ * request and what is left); HM_ENOTIER for an unknown tier. */
+int hm_tier_claim(hm_tier_t tier, uint64_t bytes);
+/* Gives back bytes counted by hm_tier_claim() (HM_EINVAL, with nothing changed, for more than
+ * are claimed on the tier). */
+int hm_tier_unclaim(hm_tier_t tier, uint64_t bytes);
 /* Resets high-water marks to the current in_use and zeroes the event counters. */
 void hm_stats_reset(void);
 /* Prints a table of every tier's accounting to stderr (or the stream named by fd 1/2). */

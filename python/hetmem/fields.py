@@ -74,17 +74,21 @@ def plugin_problem() -> str:
 
 
 def write_config(directory: str | Path, store: str = "hetmem", root: str | Path | None = None,
-                 pool_bytes: int | None = None, emulate: str | None = None, verify: bool | None = None) -> Path:
+                 pool_bytes: int | None = None, emulate: str | None = None, verify: bool | None = None,
+                 tier: str | None = None) -> Path:
     """Writes an FDB configuration (and its schema) into `directory`: a local FDB with FDB's TOC
     catalogue and the given store (`hetmem`, or FDB's POSIX store `file`), its databases under
-    `root` (default: directory/root). Returns the configuration file's path."""
+    `root` (default: directory/root), and the hetmem store's options that are given (`tier`: the
+    hetmem tier whose budget counts the fields a writer writes). Returns the configuration file's
+    path."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     root = Path(root) if root else directory / "root"
     root.mkdir(parents=True, exist_ok=True)
     (directory / "schema").write_text(SCHEMA)
     options = {k: v for k, v in (("pool_bytes", pool_bytes), ("emulate", emulate),
-                                 ("verify", None if verify is None else str(verify).lower())) if v is not None}
+                                 ("verify", None if verify is None else str(verify).lower()),
+                                 ("tier", tier)) if v is not None}
     path = directory / "config.yaml"
     path.write_text(config_text(store, directory / "schema", root, options))
     return path

@@ -208,6 +208,29 @@ int hm_tier_set_budget(hm_tier_t tier, uint64_t bytes) {
   return HM_OK;
 }
 
+int hm_tier_claim(hm_tier_t tier, uint64_t bytes) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  TierHeap *h = heap_of(tier);
+  if (!h) return fail(HM_ENOTIER, "unknown tier %d (known: %s)", tier, known_tier_names().c_str());
+  if (h->claim(bytes)) return HM_OK;
+  const TierCounters &c = h->counters();
+  const uint64_t budget = c.budget.load(), used = c.in_use.load();
+  return fail(HM_EBUDGET, "tier '%s': a claim of %s does not fit its budget (%s budget, %s in use, %s remaining)",
+              h->tier()->name.c_str(), format_size(bytes).c_str(), format_size(budget).c_str(),
+              format_size(used).c_str(), format_size(budget > used ? budget - used : 0).c_str());
+}
+
+int hm_tier_unclaim(hm_tier_t tier, uint64_t bytes) {
+  int rc = runtime_ensure();
+  if (rc != HM_OK) return rc;
+  TierHeap *h = heap_of(tier);
+  if (!h) return fail(HM_ENOTIER, "unknown tier %d (known: %s)", tier, known_tier_names().c_str());
+  if (h->unclaim(bytes)) return HM_OK;
+  return fail(HM_EINVAL, "hm_tier_unclaim: %s is more than tier '%s' has claimed (%s)", format_size(bytes).c_str(),
+              h->tier()->name.c_str(), format_size(h->counters().claimed.load()).c_str());
+}
+
 int hm_tier_stats(hm_tier_t tier, hm_tier_stats_t *s) {
   int rc = runtime_ensure();
   if (rc != HM_OK) return rc;

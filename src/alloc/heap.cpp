@@ -304,6 +304,24 @@ void TierHeap::unwind(uint64_t n) {
 
 void TierHeap::uncharge(uint64_t n) { counters_.in_use.fetch_sub(n, std::memory_order_relaxed); }
 
+bool TierHeap::claim(uint64_t n) {
+  if (!charge(n)) {
+    counters_.failures.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  counters_.claimed.fetch_add(n, std::memory_order_relaxed);
+  return true;
+}
+
+bool TierHeap::unclaim(uint64_t n) {
+  uint64_t cur = counters_.claimed.load(std::memory_order_relaxed);
+  do {
+    if (n > cur) return false;
+  } while (!counters_.claimed.compare_exchange_weak(cur, cur - n, std::memory_order_relaxed));
+  uncharge(n);
+  return true;
+}
+
 // Small blocks on a tier without a budget are accounted in the thread's pending bytes, published
 // to in_use in steps of kPublishBytes: no atomic on the fast path. hm_tier_stats adds the pending
 // bytes, so in_use stays exact; the high-water mark moves at publication, so for small blocks it

@@ -22,6 +22,7 @@ constexpr int kClasses = 40;
 
 struct TierCounters {
   std::atomic<uint64_t> budget{0}, in_use{0}, high_water{0}, reserved{0};
+  std::atomic<uint64_t> claimed{0};  // of in_use: bytes held outside the heap (hm_tier_claim)
   std::atomic<uint64_t> allocs{0}, frees{0}, fallbacks_in{0}, fallbacks_out{0}, failures{0};
   std::atomic<uint64_t> moves_in{0}, bytes_copied_in{0}, huge_bytes{0};
   std::atomic<uint64_t> allocs_base{0}, frees_base{0};  // event counts at the last reset
@@ -71,6 +72,12 @@ class TierHeap {
   // Marks the record as declared (hm_access); true the first time.
   bool declare(SlotOwner *owner);
   int move_to(void *ptr, SlotOwner *owner, TierHeap &dst);
+
+  // Bytes held on the tier outside this heap (hm_tier_claim), in its budget and in_use; false,
+  // with nothing counted and a refusal recorded, when the budget cannot hold them.
+  bool claim(uint64_t bytes);
+  // Gives back claimed bytes; false, with nothing changed, for more than are claimed.
+  bool unclaim(uint64_t bytes);
 
   Tier *tier() const { return tier_; }
   // Allocations and frees since start or the last reset (thread caches included).

@@ -9,6 +9,8 @@
 //   pool_bytes: 1073741824   each pool file (sparse: only what is written takes room)
 //   emulate: optane          charge archive and retrieve as this emulated device (DESIGN.md)
 //   verify: true             check every retrieved field's checksum
+//   tier: persistent         count the fields a writer writes in this hetmem tier's budget (a tier
+//                            or role name), one budget with the process's own allocations there
 #include <eckit/config/LocalConfiguration.h>
 #include <eckit/exception/Exceptions.h>
 #include <eckit/filesystem/PathName.h>
@@ -44,6 +46,7 @@ struct StoreSettings {
   uint64_t pool_bytes = uint64_t{1} << 30;        // each pool file (sparse until written)
   const hm_field_device_t *emulate = nullptr;     // charge archive and retrieve as this device (emulated)
   bool verify = true;                             // check each field's checksum on retrieve
+  int tier = -1;                                  // count the fields written in this tier's budget
 };
 
 // The emulated device retrieves are charged as: set by the stores a process builds.
@@ -97,12 +100,12 @@ StoreSettings settings_from(const fdb5::Config &config) {
   if (!config.has("hetmem")) return s;
   if (!config.isSubConfiguration("hetmem"))
     throw eckit::UserError("hetmem store: 'hetmem' in the FDB configuration is not a section of keys "
-                           "(pool_bytes, emulate, verify)");
+                           "(pool_bytes, emulate, verify, tier)");
   const eckit::LocalConfiguration c = config.getSubConfiguration("hetmem");
   for (const std::string &key : c.keys())
-    if (key != "pool_bytes" && key != "emulate" && key != "verify")
+    if (key != "pool_bytes" && key != "emulate" && key != "verify" && key != "tier")
       throw eckit::UserError("hetmem store: unknown key 'hetmem." + key +
-                             "' in the FDB configuration (known: pool_bytes, emulate, verify)");
+                             "' in the FDB configuration (known: pool_bytes, emulate, verify, tier)");
   if (c.has("pool_bytes")) {
     uint64_t bytes = 0;
     if (c.isIntegral("pool_bytes") && c.getLong("pool_bytes") > 0) bytes = static_cast<uint64_t>(c.getLong("pool_bytes"));
@@ -124,6 +127,13 @@ StoreSettings settings_from(const fdb5::Config &config) {
   if (c.has("verify")) {
     if (!c.isBoolean("verify")) refuse("verify", as_written(c, "verify"), "true or false");
     s.verify = c.getBool("verify");
+  }
+  if (c.has("tier")) {
+    hm_tier_t tier = -1;
+    if (!c.isString("tier")) refuse("tier", as_written(c, "tier"), "a hetmem tier's name or role (fast, capacity, persistent)");
+    if (hm_tier_find(c.getString("tier").c_str(), &tier) != HM_OK)
+      refuse("tier", as_written(c, "tier"), hm_last_error());
+    s.tier = tier;
   }
   read_profile.store(s.emulate);
   verify_reads.store(s.verify);
@@ -271,7 +281,7 @@ class HetmemStore : public fdb5::Store {
       const eckit::PathName unique = eckit::PathName::unique(directory_ / key_.valuesToString());
       hm_field_writer_t *writer = nullptr;
       if (hm_field_writer_open(directory_.asString().c_str(), unique.baseName().asString().c_str(),
-                               settings_.pool_bytes, settings_.emulate, &writer) != HM_OK)
+                               settings_.pool_bytes, settings_.emulate, settings_.tier, &writer) != HM_OK)
         throw_last("archive");
       writer_.reset(writer);
     }

@@ -121,6 +121,30 @@ int FieldWriter::archive(const void *data, uint64_t length, const std::string &w
     if (int rc = next_pool(); rc != HM_OK) return rc;
     if (int rc = pool_->allocate(need, &offset); rc != HM_OK) return rc;
   }
+  // The field's room on the medium, in the budget of the tier it is counted in (one budget with
+  // the process's own allocations there).
+  const uint64_t held = persist::round_up(need, persist::kUnit);
+  if (settings_.tier >= 0 && hm_tier_claim(settings_.tier, held) != HM_OK) {
+    const std::string why = hm_last_error();
+    pool_->set_top(offset);
+    return fail(HM_EBUDGET, "hetmem store: field %s (%llu bytes) not archived: %s (hetmem.tier in the FDB "
+                "configuration)", what.c_str(), static_cast<unsigned long long>(length), why.c_str());
+  }
+  const int rc = place(offset, data, length, what);
+  if (rc != HM_OK) {
+    if (settings_.tier >= 0) hm_tier_unclaim(settings_.tier, held);
+    return rc;
+  }
+  dirty_ = true;
+  if (settings_.emulate) emul_charge(*settings_.emulate, emul_, 0, need, 0, kEmulCopy);
+  out->pool = pool_->path();
+  out->offset = offset + sizeof(FieldRecord);
+  out->length = length;
+  return HM_OK;
+}
+
+int FieldWriter::place(uint64_t offset, const void *data, uint64_t length, const std::string &what) {
+  const uint64_t need = sizeof(FieldRecord) + length;
   FieldRecord r{};
   std::memcpy(r.magic, kRecordMagic, sizeof kRecordMagic);
   r.length = length;
@@ -146,11 +170,6 @@ int FieldWriter::archive(const void *data, uint64_t length, const std::string &w
     return fail(rc, "hetmem store: field %s (%llu bytes) not archived: %s", what.c_str(),
                 static_cast<unsigned long long>(length), why.c_str());
   }
-  dirty_ = true;
-  if (settings_.emulate) emul_charge(*settings_.emulate, emul_, 0, need, 0, kEmulCopy);
-  out->pool = pool_->path();
-  out->offset = offset + sizeof(FieldRecord);
-  out->length = length;
   return HM_OK;
 }
 

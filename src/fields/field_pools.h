@@ -31,6 +31,7 @@ struct StoreSettings {
   uint64_t pool_bytes = uint64_t{1} << 30;  // each pool file (sparse until written)
   const EmulProfile *emulate = nullptr;     // charge archive and retrieve as this device (emulated)
   bool verify = true;                       // check each field's checksum on retrieve
+  int tier = -1;                            // count the fields written in this tier's budget (-1: none)
 };
 
 // Where an archived field lives.
@@ -49,8 +50,10 @@ class FieldWriter {
   FieldWriter &operator=(const FieldWriter &) = delete;
 
   // Copies `length` bytes into the current pool (a new one when it is full). `what` names the field
-  // in errors. HM_ECAPACITY when the field is larger than a pool or the medium is full, HM_EIO,
-  // HM_EBUSY; on error this field was not archived (hm_last_error() says why).
+  // in errors. HM_ECAPACITY when the field is larger than a pool or the medium is full, HM_EBUDGET
+  // when the budget of the tier the fields are counted in cannot hold it, HM_EIO, HM_EBUSY; on
+  // error this field was not archived (hm_last_error() says why). The fields written stay counted
+  // in that tier for the rest of the process: they hold room on its medium.
   //
   // Fields of up to kCombineField bytes are gathered in a buffer laid out as in the pool and
   // written with their neighbours, one write per kCombineBytes, as FDB's POSIX store buffers its
@@ -66,6 +69,7 @@ class FieldWriter {
 
  private:
   int next_pool();
+  int place(uint64_t offset, const void *data, uint64_t length, const std::string &what);  // record and data
   int write_combined();  // the buffered fields into the pool
 
   std::string directory_, base_;

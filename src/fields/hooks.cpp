@@ -31,13 +31,18 @@ HM_HOOK_API const hm_field_device_t *hm_field_device(const char *name) {
 HM_HOOK_API const char *hm_field_device_names(void) { return emul_profile_names(); }
 
 HM_HOOK_API int hm_field_writer_open(const char *directory, const char *base, uint64_t pool_bytes,
-                                     const hm_field_device_t *device, hm_field_writer_t **out) {
+                                     const hm_field_device_t *device, int tier, hm_field_writer_t **out) {
   if (!directory || !base || !out) return fail(HM_EINVAL, "hm_field_writer_open: a directory, a name and an out pointer are needed");
   if (pool_bytes < persist::kHeaderBytes + 2 * persist::kUnit)
     return fail(HM_EINVAL, "hm_field_writer_open: pools of %llu bytes hold no field", static_cast<unsigned long long>(pool_bytes));
   StoreSettings settings;
   settings.pool_bytes = pool_bytes;
   settings.emulate = profile_of(device);
+  if (tier != -1) {
+    hm_tier_info_t info;
+    if (int rc = hm_tier_info(tier, &info); rc != HM_OK) return rc;
+    settings.tier = tier;
+  }
   try {  // nothing is thrown through a C function
     *out = new hm_field_writer{FieldWriter(directory, base, settings), {}};
   } catch (...) {

@@ -21,9 +21,10 @@ HM_HOOK_API const hm_field_device_t *hm_field_device(const char *name);
 HM_HOOK_API const char *hm_field_device_names(void);
 
 // A writer of fields into pools of `pool_bytes` in `directory`, named `base.<n>.hmpool`; archives
-// are charged as `device` when not NULL (fields::FieldWriter).
+// are charged as `device` when not NULL, and the fields written are counted in the budget of
+// `tier` when it is not -1 (fields::FieldWriter).
 HM_HOOK_API int hm_field_writer_open(const char *directory, const char *base, uint64_t pool_bytes,
-                                     const hm_field_device_t *device, hm_field_writer_t **out);
+                                     const hm_field_device_t *device, int tier, hm_field_writer_t **out);
 // Archives one field; `what` names it in errors. *pool (the writer's, valid until its next call)
 // and *offset say where its data lies.
 HM_HOOK_API int hm_field_archive(hm_field_writer_t *writer, const void *data, uint64_t length, const char *what,

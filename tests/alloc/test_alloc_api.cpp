@@ -93,6 +93,34 @@ TEST_F(AllocApi, PersistentNeverFallsBack) {
   unlink(pool.c_str());
 }
 
+// Bytes held outside the allocator (a store's files on the tier's medium) share the tier's budget
+// with its allocations, exactly, and a claim the budget cannot hold changes nothing.
+TEST_F(AllocApi, ClaimedBytesShareTheBudgetWithAllocations) {
+  ASSERT_EQ(hm_tier_set_budget(cap_, 4 << 20), HM_OK);
+  void *p = hm_tier_alloc(cap_, 2 << 20, 0, HM_STRICT);
+  ASSERT_NE(p, nullptr) << hm_last_error();
+  const uint64_t held = hm_test::stats(cap_).in_use;
+  ASSERT_EQ(hm_tier_claim(cap_, 1 << 20), HM_OK) << hm_last_error();
+  EXPECT_EQ(hm_test::stats(cap_).in_use, held + (1 << 20));
+  EXPECT_EQ(hm_tier_claim(cap_, 2 << 20), HM_EBUDGET) << "2 MiB + 1 MiB claimed + 2 MiB is over 4 MiB";
+  const std::string why = hm_last_error();
+  EXPECT_NE(why.find("tier 'emul:cxl'"), std::string::npos) << why;
+  EXPECT_NE(why.find("does not fit its budget"), std::string::npos) << why;
+  EXPECT_EQ(hm_test::stats(cap_).in_use, held + (1 << 20)) << "a refused claim counts nothing";
+  EXPECT_EQ(hm_test::stats(cap_).failures, 1u);
+  EXPECT_EQ(hm_tier_alloc(cap_, 2 << 20, 0, HM_STRICT), nullptr) << "the claim holds room an allocation wanted";
+  EXPECT_EQ(hm_tier_unclaim(cap_, 2 << 20), HM_EINVAL) << "more than was claimed";
+  EXPECT_EQ(hm_test::stats(cap_).in_use, held + (1 << 20));
+  ASSERT_EQ(hm_tier_unclaim(cap_, 1 << 20), HM_OK);
+  EXPECT_EQ(hm_test::stats(cap_).in_use, held);
+  EXPECT_GE(hm_test::stats(cap_).high_water, held + (1 << 20));
+  void *q = hm_tier_alloc(cap_, 1 << 20, 0, HM_STRICT);
+  EXPECT_NE(q, nullptr) << "room given back serves allocations again: " << hm_last_error();
+  EXPECT_EQ(hm_tier_claim(42, 1), HM_ENOTIER);
+  hm_free(q);
+  hm_free(p);
+}
+
 TEST_F(AllocApi, UnknownRoleAndTier) {
   EXPECT_EQ(hm_alloc(static_cast<hm_role_t>(9), 10, 0, 0), nullptr);
   EXPECT_EQ(hm_last_error_code(), HM_ENOTIER);

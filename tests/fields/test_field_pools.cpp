@@ -37,6 +37,48 @@ std::string temp_directory() {
 }
 }  // namespace
 
+// A writer whose fields are counted in a tier: each field's room (record, data, padding) is in the
+// tier's budget, and a field the budget cannot hold is refused, named, with nothing counted and the
+// fields before it still archived and readable.
+TEST(FieldWriter, FieldsCountedInATierStopAtItsBudget) {
+  ASSERT_EQ(hm_init(), HM_OK) << hm_last_error();
+  hm_tier_t tier = -1;
+  ASSERT_EQ(hm_tier_find("capacity", &tier), HM_OK) << hm_last_error();
+  hm_tier_stats_t before{};
+  ASSERT_EQ(hm_tier_stats(tier, &before), HM_OK);
+  const std::string dir = temp_directory();
+  hm::fields::StoreSettings settings;
+  settings.pool_bytes = uint64_t{4} << 20;
+  settings.tier = tier;
+  constexpr uint64_t kField = 100000, kRoom = (64 + kField + 63) / 64 * 64;
+  ASSERT_EQ(hm_tier_set_budget(tier, before.in_use + 3 * kRoom + kRoom / 2), HM_OK);
+  std::vector<char> data(kField, 'x');
+  std::vector<hm::fields::FieldSpot> spots(3);
+  {
+    hm::fields::FieldWriter writer(dir, "w", settings);
+    for (auto &spot : spots) ASSERT_EQ(writer.archive(data.data(), kField, "f", &spot), HM_OK) << hm_last_error();
+    hm_tier_stats_t now{};
+    ASSERT_EQ(hm_tier_stats(tier, &now), HM_OK);
+    EXPECT_EQ(now.in_use, before.in_use + 3 * kRoom);
+    hm::fields::FieldSpot refused;
+    EXPECT_EQ(writer.archive(data.data(), kField, "step=4,param=130", &refused), HM_EBUDGET);
+    const std::string why = hm_last_error();
+    EXPECT_NE(why.find("field step=4,param=130"), std::string::npos) << why;
+    EXPECT_NE(why.find("does not fit its budget"), std::string::npos) << why;
+    ASSERT_EQ(hm_tier_stats(tier, &now), HM_OK);
+    EXPECT_EQ(now.in_use, before.in_use + 3 * kRoom) << "the refused field counts nothing";
+    ASSERT_EQ(writer.flush(), HM_OK) << hm_last_error();
+  }
+  for (const auto &spot : spots) {
+    hm::fields::FieldView view;
+    ASSERT_EQ(hm::fields::read_field(spot, true, &view), HM_OK) << hm_last_error();
+    EXPECT_EQ(view.length, kField);
+  }
+  hm_tier_set_budget(tier, 0);
+  hm_tier_unclaim(tier, 3 * kRoom);
+  std::filesystem::remove_all(dir);
+}
+
 // Small fields are gathered and written together, large ones directly, across pools that fill up:
 // each reads back as it was archived, and a flush makes all of them durable.
 TEST(FieldWriter, SmallAndLargeFieldsInterleavedAcrossFullPoolsReadBackExactly) {

@@ -354,7 +354,9 @@ def test_bad_configurations_and_inputs_get_a_message_and_nothing_half_written(tm
                           ("  pool_bytes: 12\n", "hetmem.pool_bytes = 12 in the FDB configuration: outside 64 KiB"),
                           ("  pool_bytes: lots\n", "hetmem.pool_bytes = 'lots' in the FDB configuration: a size"),
                           ("  verify: maybe\n", "hetmem.verify = 'maybe' in the FDB configuration: true or false"),
-                          ("  emulate: 5\n", "hetmem.emulate = 5 in the FDB configuration: a device profile's name")):
+                          ("  emulate: 5\n", "hetmem.emulate = 5 in the FDB configuration: a device profile's name"),
+                          ("  tier: hbm\n", "hetmem.tier = 'hbm' in the FDB configuration: "),
+                          ("  tier: 3\n", "hetmem.tier = 3 in the FDB configuration: a hetmem tier's name or role")):
         cfg = fields.write_config(tmp_path / "bad", pool_bytes=1 << 20)
         text = cfg.read_text().replace("  pool_bytes: 1048576\n", extra)
         cfg.write_text(text)

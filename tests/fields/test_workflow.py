@@ -82,3 +82,46 @@ def test_the_model_refuses_output_settings_it_cannot_use(tmp_path):
     assert r.returncode == 2 and "4 characters" in r.stderr, r.stderr
     r = subprocess.run([mg, "mg.n=8", "mg.output_interval=-1"], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "mg.output_interval" in r.stderr, r.stderr
+
+
+def _model(config, tmp_path, name, steps, **env):
+    out = tmp_path / f"{name}.json"
+    r = subprocess.run([str(BUILD / "apps" / "mg" / "hetmem-mg"), f"mg.n={N}", f"mg.steps={steps}",
+                        "mg.output_interval=1", f"mg.output_expver={name}", f"mg.json={out}"],
+                       env={**fields.environment(config), **env}, capture_output=True, text=True, timeout=120)
+    return r, (json.loads(out.read_text()) if r.returncode == 0 else None)
+
+
+def test_the_model_s_fields_and_its_own_arrays_share_one_budget(tmp_path):
+    """With `hetmem.tier: capacity`, the fields hetmem-mg archives are counted in the budget of the
+    tier its domain arrays live on, in the one runtime the model and the store share: the tier's
+    in-use bytes grow by the fields' room in the pools (64-byte record and padding per field), and
+    a budget the arrays and the fields together exceed stops the archive with a message naming the
+    tier, while every step flushed before it stays whole."""
+    per_step = 7 * N
+    plain, alone = _model(fields.write_config(tmp_path / "plain"), tmp_path, "hmb0", 2)
+    assert plain.returncode == 0, plain.stderr
+    counted, shared = _model(fields.write_config(tmp_path / "counted", tier="capacity"), tmp_path, "hmb1", 2)
+    assert counted.returncode == 0, counted.stderr
+    assert shared["output_fields"] == alone["output_fields"] == 2 * per_step
+    fields_room = shared["domain_tier_in_use"] - alone["domain_tier_in_use"]
+    n, data = shared["output_fields"], shared["output_bytes"]
+    assert data + 64 * n <= fields_room < data + 128 * n, (fields_room, data, n)
+    assert shared["domain_tier_high_water"] >= shared["domain_tier_in_use"] >= shared["domain_bytes"] + fields_room
+
+    # A budget for the arrays and two and a half steps of fields (fields_room is two steps' worth),
+    # given to a run of four steps: the third step's archive is refused half-way, never flushed.
+    config = fields.write_config(tmp_path / "tight", tier="capacity")
+    budget = alone["domain_tier_in_use"] + fields_room * 5 // 4
+    r, _ = _model(config, tmp_path, "hmb2", 4, HM_CAPACITY_BUDGET=str(budget))
+    assert r.returncode != 0, r.stdout
+    assert "does not fit its budget" in r.stderr and "hetmem.tier" in r.stderr, r.stderr
+    st = {d.key["expver"]: d for d in fields.status(config, {"class": "rd"})}["hmb2"]
+    assert st.fields == st.durable == 2 * per_step, (st.fields, st.durable)
+    fdb = fields.open_fdb(config)
+    date = next(iter(fdb.list({"class": "rd", "expver": "hmb2"}))).combined_key()["date"]
+    for step in (1, 2):
+        with fdb.retrieve({**SOURCE, "expver": "hmb2", "date": date, "step": str(step), "levelist": str(N),
+                           "param": "130"}) as h:
+            _, values = fields.decode_field(h.read())
+        assert values.shape == (N, N) and np.all(np.isfinite(values))
