@@ -307,6 +307,8 @@ def command(program: Program, mode: str, workdir: Path, tag: str) -> list[str]:
     wrap: list[str] = []
     if mode == "profile":
         wrap = hetmem_command() + ["profile", "-o", str(workdir / f"{tag}.hmtrace"), "--"]
+    elif mode == "profile-every":  # every allocation recorded, small ones included (no sampling)
+        wrap = hetmem_command() + ["profile", "-o", str(workdir / f"{tag}.hmtrace"), "--sample", "0", "--"]
     elif mode == "rules":
         wrap = hetmem_command() + ["run", "--rules", str(workdir / "all-capacity.rules"), "--"]
     elif mode == "plan":
