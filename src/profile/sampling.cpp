@@ -27,11 +27,16 @@ constexpr size_t kFirstSlots = size_t{1} << 12;
 uint64_t g_mean = 0;         // 0: every allocation
 std::atomic<uint8_t> *g_filter = nullptr;  // hm_profile_sample_filter's bytes
 // The remembered pointers: open addressing with linear probing and backward-shift deletion,
-// under g_lock (taken only for a sampled allocation and a free the filter cannot rule out).
-std::atomic<int> g_lock{0};
-uint64_t *g_slots = nullptr;
-size_t g_capacity = 0;
-size_t g_used = 0;
+// under the lock (taken only for a sampled allocation and a free the filter cannot rule out).
+// A cache line of its own: what a sampled event writes must not share one with what every
+// allocation and free reads (hm_profile_sample_below, hm_profile_sample_filter).
+struct alignas(64) Table {
+  std::atomic<int> lock{0};
+  uint64_t *slots = nullptr;
+  size_t capacity = 0;
+  size_t used = 0;
+};
+Table g_table;
 
 // The thread's random state (hm_profile_bytes_to_sample: its bytes to the next sample point).
 __thread uint64_t t_random __attribute__((tls_model("initial-exec"))) = 0;
@@ -46,8 +51,8 @@ inline uint64_t mix(uint64_t x) {  // MurmurHash3's finaliser
 inline size_t filter_index(uint64_t key) { return sample_filter_index(reinterpret_cast<const void *>(key)); }
 inline size_t home(uint64_t key, size_t capacity) { return mix(key) & (capacity - 1); }
 
-void lock() { prim::spin_lock(g_lock); }
-void unlock() { prim::spin_unlock(g_lock); }
+void lock() { prim::spin_lock(g_table.lock); }
+void unlock() { prim::spin_unlock(g_table.lock); }
 
 // Bytes to the next sample point: exponentially distributed with mean g_mean (xorshift64*).
 __attribute__((noinline)) int64_t draw() {
@@ -61,24 +66,24 @@ __attribute__((noinline)) int64_t draw() {
 }
 
 void insert_locked(uint64_t key) {
-  size_t i = home(key, g_capacity);
-  while (g_slots[i]) i = (i + 1) & (g_capacity - 1);
-  g_slots[i] = key;
-  ++g_used;
+  size_t i = home(key, g_table.capacity);
+  while (g_table.slots[i]) i = (i + 1) & (g_table.capacity - 1);
+  g_table.slots[i] = key;
+  ++g_table.used;
 }
 
 // Doubles the table when half full. False when no memory: the allocation is then recorded but not
 // remembered, and its free goes unrecorded (the object looks alive to the end of the trace).
 bool make_room_locked() {
-  if (g_slots && 2 * (g_used + 1) <= g_capacity) return true;
-  const size_t capacity = g_capacity ? 2 * g_capacity : kFirstSlots;
+  if (g_table.slots && 2 * (g_table.used + 1) <= g_table.capacity) return true;
+  const size_t capacity = g_table.capacity ? 2 * g_table.capacity : kFirstSlots;
   void *mem = nullptr;
   if (prim::map_anon(capacity * sizeof(uint64_t), prim::kPageSize, 0, &mem) != HM_OK) return false;
-  uint64_t *old = g_slots;
-  const size_t old_capacity = g_capacity;
-  g_slots = static_cast<uint64_t *>(mem);
-  g_capacity = capacity;
-  g_used = 0;
+  uint64_t *old = g_table.slots;
+  const size_t old_capacity = g_table.capacity;
+  g_table.slots = static_cast<uint64_t *>(mem);
+  g_table.capacity = capacity;
+  g_table.used = 0;
   for (size_t i = 0; i < old_capacity; ++i)
     if (old[i]) insert_locked(old[i]);
   if (old) prim::unmap(old, old_capacity * sizeof(uint64_t));
@@ -97,25 +102,25 @@ __attribute__((noinline)) void remember(uint64_t key) {
 }
 
 bool forget_locked(uint64_t key) {
-  if (!g_slots) return false;
-  const size_t mask = g_capacity - 1;
-  size_t i = home(key, g_capacity);
-  while (g_slots[i] != key) {
-    if (!g_slots[i]) return false;
+  if (!g_table.slots) return false;
+  const size_t mask = g_table.capacity - 1;
+  size_t i = home(key, g_table.capacity);
+  while (g_table.slots[i] != key) {
+    if (!g_table.slots[i]) return false;
     i = (i + 1) & mask;
   }
   // Backward-shift deletion: every entry after the hole that may move back into it does, so that
   // probes never meet a hole inside their run.
-  for (size_t j = (i + 1) & mask; g_slots[j]; j = (j + 1) & mask) {
-    const size_t k = home(g_slots[j], g_capacity);
+  for (size_t j = (i + 1) & mask; g_table.slots[j]; j = (j + 1) & mask) {
+    const size_t k = home(g_table.slots[j], g_table.capacity);
     const bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
     if (!stays) {
-      g_slots[i] = g_slots[j];
+      g_table.slots[i] = g_table.slots[j];
       i = j;
     }
   }
-  g_slots[i] = 0;
-  --g_used;
+  g_table.slots[i] = 0;
+  --g_table.used;
   std::atomic<uint8_t> &count = g_filter[filter_index(key)];
   const uint8_t c = count.load(std::memory_order_relaxed);
   if (c != kSticky && c != 0) count.store(c - 1, std::memory_order_relaxed);
@@ -149,20 +154,20 @@ int sampling_start(uint64_t mean_bytes, uint64_t every_from) {
 
 void sampling_clear() {
   lock();
-  if (g_slots) std::memset(g_slots, 0, g_capacity * sizeof(uint64_t));
-  g_used = 0;
+  if (g_table.slots) std::memset(g_table.slots, 0, g_table.capacity * sizeof(uint64_t));
+  g_table.used = 0;
   if (g_filter) prim::zero_pages(g_filter, kFilterBytes);
   unlock();
 }
 
 void sampling_after_fork() {
   t_random = 0;  // the child's samples are drawn afresh, not as the parent's next ones
-  if (g_lock.load(std::memory_order_relaxed)) {
+  if (g_table.lock.load(std::memory_order_relaxed)) {
     // Held by a thread of the parent, maybe halfway through a change: start the table afresh.
-    g_slots = nullptr;  // the parent's mapping, left as it is
-    g_capacity = g_used = 0;
+    g_table.slots = nullptr;  // the parent's mapping, left as it is
+    g_table.capacity = g_table.used = 0;
     if (g_filter) prim::zero_pages(g_filter, kFilterBytes);
-    g_lock.store(0, std::memory_order_relaxed);
+    g_table.lock.store(0, std::memory_order_relaxed);
   }
 }
 
@@ -188,7 +193,7 @@ bool sampled_free(const void *ptr) {
 
 size_t sampled_live() {
   lock();
-  const size_t n = g_used;
+  const size_t n = g_table.used;
   unlock();
   return n;
 }
