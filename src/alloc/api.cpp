@@ -88,6 +88,15 @@ void *fall_back(TierHeap *first, size_t size, size_t align, unsigned flags) {
 
 int current_tier() { return hm_modes_open > 0 ? t_modes[hm_modes_open - 1] : default_tier(); }
 
+// The heap of `tier` for a C function that names one, the runtime started; nullptr with *rc the
+// error (HM_ENOTIER listing the known tiers).
+TierHeap *named_heap(hm_tier_t tier, int *rc) {
+  if ((*rc = runtime_ensure()) != HM_OK) return nullptr;
+  TierHeap *h = heap_of(tier);
+  if (!h) *rc = fail(HM_ENOTIER, "unknown tier %d (known: %s)", tier, known_tier_names().c_str());
+  return h;
+}
+
 }  // namespace
 
 void modes_reset() { hm_modes_open = 0; }
@@ -200,19 +209,17 @@ const char *hm_tier_kind_name(hm_tier_kind_t kind) {
 }
 
 int hm_tier_set_budget(hm_tier_t tier, uint64_t bytes) {
-  int rc = runtime_ensure();
-  if (rc != HM_OK) return rc;
-  TierHeap *h = heap_of(tier);
-  if (!h) return fail(HM_ENOTIER, "unknown tier %d", tier);
+  int rc = HM_OK;
+  TierHeap *h = named_heap(tier, &rc);
+  if (!h) return rc;
   h->counters().budget.store(bytes);
   return HM_OK;
 }
 
 int hm_tier_claim(hm_tier_t tier, uint64_t bytes) {
-  int rc = runtime_ensure();
-  if (rc != HM_OK) return rc;
-  TierHeap *h = heap_of(tier);
-  if (!h) return fail(HM_ENOTIER, "unknown tier %d (known: %s)", tier, known_tier_names().c_str());
+  int rc = HM_OK;
+  TierHeap *h = named_heap(tier, &rc);
+  if (!h) return rc;
   if (h->claim(bytes)) return HM_OK;
   const TierCounters &c = h->counters();
   const uint64_t budget = c.budget.load(), used = c.in_use.load();
@@ -222,20 +229,18 @@ int hm_tier_claim(hm_tier_t tier, uint64_t bytes) {
 }
 
 int hm_tier_unclaim(hm_tier_t tier, uint64_t bytes) {
-  int rc = runtime_ensure();
-  if (rc != HM_OK) return rc;
-  TierHeap *h = heap_of(tier);
-  if (!h) return fail(HM_ENOTIER, "unknown tier %d (known: %s)", tier, known_tier_names().c_str());
+  int rc = HM_OK;
+  TierHeap *h = named_heap(tier, &rc);
+  if (!h) return rc;
   if (h->unclaim(bytes)) return HM_OK;
   return fail(HM_EINVAL, "hm_tier_unclaim: %s is more than tier '%s' has claimed (%s)", format_size(bytes).c_str(),
               h->tier()->name.c_str(), format_size(h->counters().claimed.load()).c_str());
 }
 
 int hm_tier_stats(hm_tier_t tier, hm_tier_stats_t *s) {
-  int rc = runtime_ensure();
-  if (rc != HM_OK) return rc;
-  TierHeap *h = heap_of(tier);
-  if (!h) return fail(HM_ENOTIER, "unknown tier %d", tier);
+  int rc = HM_OK;
+  TierHeap *h = named_heap(tier, &rc);
+  if (!h) return rc;
   if (!s) return fail(HM_EINVAL, "hm_tier_stats: stats is NULL");
   TierCounters &c = h->counters();
   s->budget = c.budget.load();
@@ -260,14 +265,16 @@ int hm_tier_stats(hm_tier_t tier, hm_tier_stats_t *s) {
 void hm_stats_reset(void) {
   if (runtime_ensure() != HM_OK) return;
   for (int i = 0; i < tier_count(); ++i) {
-    TierCounters &c = heap_of(i)->counters();
-    heap_of(i)->reset_event_counts();
+    TierHeap *h = heap_of(i);
+    if (!h) continue;
+    TierCounters &c = h->counters();
+    h->reset_event_counts();
     c.fallbacks_in = 0;
     c.fallbacks_out = 0;
     c.failures = 0;
     c.moves_in = 0;
     c.bytes_copied_in = 0;
-    heap_of(i)->tier()->emul.reset();
+    h->tier()->emul.reset();
   }
 }
 

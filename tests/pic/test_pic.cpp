@@ -283,7 +283,9 @@ TEST_F(Pic, StreamedRunsGiveBitwiseIdenticalResultsForEveryHelperCount) {
     // Staging declined or withdrawn: the slots went and the space's 2 MiB went to the free space
     // (its high water is what the staged sweeps held).
     EXPECT_LE(mig.high_water, staged ? mig.budget : uint64_t{2} << 20);
-    if (!staged) EXPECT_EQ(mig.in_use, 0u);
+    if (!staged) {
+      EXPECT_EQ(mig.in_use, 0u);
+    }
     hm_tier_stats_t fast = hm_test::stats(hm_test::tier("fast"));
     EXPECT_LE(fast.high_water, fast.budget);
   }
