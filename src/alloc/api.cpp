@@ -221,11 +221,8 @@ int hm_tier_claim(hm_tier_t tier, uint64_t bytes) {
   TierHeap *h = named_heap(tier, &rc);
   if (!h) return rc;
   if (h->claim(bytes)) return HM_OK;
-  const TierCounters &c = h->counters();
-  const uint64_t budget = c.budget.load(), used = c.in_use.load();
-  return fail(HM_EBUDGET, "tier '%s': a claim of %s does not fit its budget (%s budget, %s in use, %s remaining)",
-              h->tier()->name.c_str(), format_size(bytes).c_str(), format_size(budget).c_str(),
-              format_size(used).c_str(), format_size(budget > used ? budget - used : 0).c_str());
+  return fail(HM_EBUDGET, "tier '%s': a claim of %s does not fit its budget (%s)", h->tier()->name.c_str(),
+              format_size(bytes).c_str(), h->budget_state().c_str());
 }
 
 int hm_tier_unclaim(hm_tier_t tier, uint64_t bytes) {

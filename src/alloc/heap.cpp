@@ -304,6 +304,12 @@ void TierHeap::unwind(uint64_t n) {
 
 void TierHeap::uncharge(uint64_t n) { counters_.in_use.fetch_sub(n, std::memory_order_relaxed); }
 
+std::string TierHeap::budget_state() const {
+  const uint64_t budget = counters_.budget.load(), used = counters_.in_use.load();
+  return format_size(budget) + " budget, " + format_size(used) + " in use, " +
+         format_size(budget > used ? budget - used : 0) + " remaining";
+}
+
 bool TierHeap::claim(uint64_t n) {
   if (!charge(n)) {
     counters_.failures.fetch_add(1, std::memory_order_relaxed);
@@ -442,13 +448,10 @@ void *TierHeap::allocate_general(size_t size, size_t align, unsigned flags) {
   if (!p) unwind(charged);
   return p;
 
-over_budget : {
-  uint64_t budget = counters_.budget.load(), used = counters_.in_use.load();
+over_budget:
   counters_.failures.fetch_add(1, std::memory_order_relaxed);
-  return fail_null(HM_EBUDGET, "tier '%s': request of %s does not fit its budget (%s budget, %s in use, %s remaining)",
-                   tier_->name.c_str(), format_size(size).c_str(), format_size(budget).c_str(),
-                   format_size(used).c_str(), format_size(budget > used ? budget - used : 0).c_str());
-}
+  return fail_null(HM_EBUDGET, "tier '%s': request of %s does not fit its budget (%s)", tier_->name.c_str(),
+                   format_size(size).c_str(), budget_state().c_str());
 }
 
 void *TierHeap::allocate_small(int cls, ThreadCache *tc) {
@@ -902,10 +905,9 @@ int TierHeap::move_to(void *ptr, SlotOwner *owner, TierHeap &dst) {
   Tier *st = tier_, *dt = dst.tier_;
   size_t len = lb->usable;
   if (!dst.charge(len)) {
-    uint64_t b = dst.counters_.budget.load(), u = dst.counters_.in_use.load();
     dst.counters_.failures.fetch_add(1, std::memory_order_relaxed);
-    return fail(HM_EBUDGET, "hm_move: tier '%s' cannot take %s (%s budget, %s in use)", dt->name.c_str(),
-                format_size(len).c_str(), format_size(b).c_str(), format_size(u).c_str());
+    return fail(HM_EBUDGET, "hm_move: tier '%s' cannot take %s (%s)", dt->name.c_str(), format_size(len).c_str(),
+                dst.budget_state().c_str());
   }
   int rc = HM_OK;
   if (!st->backing->is_file() && !dt->backing->is_file()) {

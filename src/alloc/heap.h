@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 #include "alloc/slot_map.h"
 #include "hetmem/hetmem.h"
@@ -78,6 +79,9 @@ class TierHeap {
   bool claim(uint64_t bytes);
   // Gives back claimed bytes; false, with nothing changed, for more than are claimed.
   bool unclaim(uint64_t bytes);
+
+  // "B budget, U in use, R remaining", for the messages of requests the budget refuses.
+  std::string budget_state() const;
 
   Tier *tier() const { return tier_; }
   // Allocations and frees since start or the last reset (thread caches included).

@@ -255,8 +255,8 @@ inline void *placed_directly(int tier, size_t size) {
   return p ? p : g_real.malloc(size);
 }
 
-// Out of line: malloc, calloc, free, new and delete keep their checks of the common case
-// (libc_takes, freed_directly) short.
+// Every allocation past the entry points' fast paths (libc_takes) that the C library does not
+// take directly.
 __attribute__((noinline)) void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *caller,
                                          const RulesPlacement *decided = nullptr) {
   void *p = nullptr;

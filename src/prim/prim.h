@@ -244,9 +244,6 @@ uint64_t now_ns();
 int64_t wall_seconds();
 uint64_t wall_ns();  // the same, in nanoseconds
 uint64_t process_cpu_ns();  // CPU time of every thread of the process (CLOCK_PROCESS_CPUTIME_ID)
-// A cheaper monotonic clock for per-event timestamps: the invariant TSC scaled to nanoseconds
-// (its rate measured against CLOCK_MONOTONIC over the first 5 ms of use, CLOCK_MONOTONIC itself
-// until then), or now_ns() where there is no invariant TSC.
 // A lock held for a few instructions by code that must not call into the C library (the
 // profiler's, taken inside malloc): it spins.
 inline void spin_lock(std::atomic<int> &lock) {
@@ -255,6 +252,9 @@ inline void spin_lock(std::atomic<int> &lock) {
 }
 inline void spin_unlock(std::atomic<int> &lock) { lock.store(0, std::memory_order_release); }
 
+// A cheaper monotonic clock for per-event timestamps: the invariant TSC scaled to nanoseconds
+// (its rate measured against CLOCK_MONOTONIC over the first 5 ms of use, CLOCK_MONOTONIC itself
+// until then), or now_ns() where there is no invariant TSC.
 uint64_t fast_now_ns();
 void spin_until_ns(uint64_t deadline);
 int cpu_count();
