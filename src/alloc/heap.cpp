@@ -103,21 +103,23 @@ namespace {
 std::mutex g_meta_mutex;
 LargeBlock *g_meta_free = nullptr;
 
+// Records never handed out, in the newest chunk: taken in order, so a chunk is touched as far as
+// it is used.
+LargeBlock *g_meta_next = nullptr, *g_meta_end = nullptr;
+
 LargeBlock *meta_alloc() {
   std::lock_guard<std::mutex> lock(g_meta_mutex);
-  if (!g_meta_free) {
+  if (LargeBlock *lb = g_meta_free) {
+    g_meta_free = lb->next_free;
+    return lb;
+  }
+  if (g_meta_next == g_meta_end) {
     void *mem = nullptr;
     if (prim::map_anon(kPageBytes, prim::kPageSize, 0, &mem) != HM_OK) return nullptr;
-    auto *arr = static_cast<LargeBlock *>(mem);
-    size_t n = kPageBytes / sizeof(LargeBlock);
-    for (size_t i = 0; i < n; ++i) {
-      arr[i].next_free = g_meta_free;
-      g_meta_free = &arr[i];
-    }
+    g_meta_next = static_cast<LargeBlock *>(mem);
+    g_meta_end = g_meta_next + kPageBytes / sizeof(LargeBlock);
   }
-  LargeBlock *lb = g_meta_free;
-  g_meta_free = lb->next_free;
-  return lb;
+  return g_meta_next++;
 }
 
 void meta_free(LargeBlock *lb) {
@@ -470,45 +472,44 @@ void *TierHeap::allocate_small(int cls, ThreadCache *tc) {
 
 int TierHeap::refill(int cls, void **head, uint32_t want) {
   Central &c = central_[cls];
-  {
-    std::lock_guard<std::mutex> lock(c.mutex);
-    if (c.head) {
-      void *first = c.head, *last = c.head;
-      uint32_t n = 1;
-      while (n < want && *static_cast<void **>(last)) {
-        last = *static_cast<void **>(last);
-        ++n;
-      }
-      c.head = *static_cast<void **>(last);
-      *static_cast<void **>(last) = nullptr;
-      c.count -= n;
-      *head = first;
-      return static_cast<int>(n);
+  size_t bs = class_size(cls);
+  std::lock_guard<std::mutex> lock(c.mutex);
+  if (c.head) {
+    void *first = c.head, *last = c.head;
+    uint32_t n = 1;
+    while (n < want && *static_cast<void **>(last)) {
+      last = *static_cast<void **>(last);
+      ++n;
     }
+    c.head = *static_cast<void **>(last);
+    *static_cast<void **>(last) = nullptr;
+    c.count -= n;
+    *head = first;
+    return static_cast<int>(n);
   }
-  // Carve a fresh page into blocks: `want` go to the caller, the rest to the central list.
-  Segment *seg = nullptr;
-  size_t page = 0;
-  {
-    std::lock_guard<std::mutex> lock(segment_mutex_);
-    if (!take_pages(1, &seg, &page)) return -1;
-    size_t bs = class_size(cls);
-    seg->pages[page] = PageDesc{static_cast<uint32_t>(bs), static_cast<uint16_t>(cls),
-                                static_cast<uint16_t>(page), 1, 0};
+  // Blocks are carved from the class's current page only as they are handed out, so that a page
+  // is touched (and faulted in) as far as it is used: a process that allocates a few blocks of
+  // many classes touches a few KiB of each 64 KiB page, not all of them.
+  if (c.carve == c.carve_end) {
+    Segment *seg = nullptr;
+    size_t page = 0;
+    {
+      std::lock_guard<std::mutex> segments(segment_mutex_);
+      if (!take_pages(1, &seg, &page)) return -1;
+      seg->pages[page] = PageDesc{static_cast<uint32_t>(bs), static_cast<uint16_t>(cls),
+                                  static_cast<uint16_t>(page), 1, 0};
+    }
+    c.carve = static_cast<char *>(seg->extent.addr) + page * kPageBytes;
+    c.carve_end = c.carve + kPageBytes / bs * bs;
   }
-  size_t bs = class_size(cls), n = kPageBytes / bs;
-  char *base = static_cast<char *>(seg->extent.addr) + page * kPageBytes;
+  size_t left = static_cast<size_t>(c.carve_end - c.carve) / bs;
+  size_t n = left < want ? left : want;
+  char *base = c.carve;
   for (size_t i = 0; i + 1 < n; ++i) *reinterpret_cast<void **>(base + i * bs) = base + (i + 1) * bs;
   *reinterpret_cast<void **>(base + (n - 1) * bs) = nullptr;
-  uint32_t mine = static_cast<uint32_t>(n < want ? n : want);
-  char *last_mine = base + (mine - 1) * bs;
-  if (mine < n) {
-    void *rest = base + mine * bs;
-    *reinterpret_cast<void **>(last_mine) = nullptr;
-    give_back(cls, rest, base + (n - 1) * bs, static_cast<uint32_t>(n - mine));
-  }
+  c.carve += n * bs;
   *head = base;
-  return static_cast<int>(mine);
+  return static_cast<int>(n);
 }
 
 void TierHeap::give_back(int cls, void *head, void *tail, uint32_t count) {

@@ -120,6 +120,8 @@ class TierHeap {
     std::mutex mutex;
     void *head = nullptr;
     uint64_t count = 0;
+    // The part of the class's newest page no block has been carved from yet.
+    char *carve = nullptr, *carve_end = nullptr;
   } central_[kClasses];
 
   std::mutex segment_mutex_;
