@@ -405,8 +405,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if after is None or (after == before and after[0] == "file"):
         if rc in (126, 127):
             return rc  # the program did not start: the launcher said why
-        print(f"hetmem: error: no trace was written to {trace}: the preload library did not start in {cmd[0]} (its "
-              "reason, if it gave one, is above; a statically linked program cannot be preloaded)", file=sys.stderr)
+        print(f"hetmem: error: this run wrote no trace to {trace}: the preload library did not start in {cmd[0]}, "
+              "or the program removed the trace (the reason, if one was given, is above; a statically linked "
+              "program cannot be preloaded)", file=sys.stderr)
         return 2
     if after[0] == "file":
         print(f"hetmem: trace written to {trace} (hetmem report {trace})", file=sys.stderr)

@@ -2,6 +2,7 @@
 // Every function returns 0 or a negative HM_E* code; results go to out-parameters.
 #pragma once
 #include <atomic>
+#include <mutex>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -140,14 +141,46 @@ int sync_fd(int fd);
 int sync_data(int fd);
 int rename_path(const std::string &from, const std::string &to);
 int remove_path(const std::string &path);
-// Creates (truncating) `path` for appending records: every write lands at the end, whole.
-int create_append_file(const std::string &path, int *fd);
 // Writes the pieces in order with one system call (writev); HM_EIO unless all were written.
 struct Piece {
   const void *data;
   size_t bytes;
 };
 int write_pieces(int fd, const Piece *pieces, int count);
+
+// A file of records a library appends to from inside a program that is not its own. The program
+// may close every descriptor (a launcher's child does before it execs) or give the number to a
+// file of its own (dup2, or the lowest free number an open takes), so each write first checks
+// that the descriptor is still this file, and otherwise reopens the file by its path: records
+// never land in the program's files, and none are lost while the file itself is there. "This
+// file" is its device and inode number, which the file keeps while a page of it stays mapped (a
+// number freed by a removed and closed file is given to the next file created). The descriptor
+// is close-on-exec and kept above the numbers programs use. Writes from several threads are safe
+// (each record lands whole, at the end).
+class AppendFile {
+ public:
+  AppendFile() = default;
+  AppendFile(const AppendFile &) = delete;
+  AppendFile &operator=(const AppendFile &) = delete;
+  // Creates (truncating) `path`; HM_EIO with errno set if it cannot.
+  int create(const std::string &path);
+  // HM_EIO with errno set when the write fails, or when the file can no longer be reopened
+  // (errno ENOENT: it was removed, or replaced by another file under its name).
+  int write(const Piece *pieces, int count);
+  // Closes the descriptor if it is still this file's; never one the program has taken over.
+  void close();
+  bool is_open() const { return fd_.load(std::memory_order_relaxed) >= 0; }
+  const std::string &path() const { return path_; }
+
+ private:
+  bool owns(int fd) const;
+  int reopen(int stale);
+  std::atomic<int> fd_{-1};
+  void *pin_ = nullptr;  // the page mapped to keep the inode
+  uint64_t device_ = 0, inode_ = 0;
+  std::string path_;
+  std::mutex reopen_mutex_;
+};
 // A whole file mapped read-only and private; release with unmap(*data, *len).
 int map_file_readonly(const std::string &path, void **data, size_t *len);
 

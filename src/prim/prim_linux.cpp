@@ -762,10 +762,6 @@ int rename_path(const std::string &from, const std::string &to) {
 }
 int remove_path(const std::string &path) { return unlink(path.c_str()) == 0 ? HM_OK : HM_EIO; }
 
-int create_append_file(const std::string &path, int *fd) {
-  *fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  return *fd >= 0 ? HM_OK : HM_EIO;
-}
 
 int write_pieces(int fd, const Piece *pieces, int count) {
   iovec iov[8];
@@ -779,6 +775,80 @@ int write_pieces(int fd, const Piece *pieces, int count) {
   do w = writev(fd, iov, count);
   while (w < 0 && errno == EINTR);
   return w == static_cast<ssize_t>(total) ? HM_OK : HM_EIO;
+}
+
+namespace {
+// Descriptors from this number up are left alone by the programs hetmem runs in (shells take 10
+// and 255, most programs the lowest free ones).
+constexpr int kHighDescriptor = 300;
+
+// `fd` moved above kHighDescriptor when the limit allows (else left where it is).
+int moved_high(int fd) {
+  if (fd < 0 || fd >= kHighDescriptor) return fd;
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, kHighDescriptor);
+  if (high < 0) return fd;
+  ::close(fd);
+  return high;
+}
+}  // namespace
+
+int AppendFile::create(const std::string &path) {
+  // Read-write: a mapping needs a readable descriptor. The page is never touched (the file may
+  // be shorter than it); it only holds the file.
+  int fd = moved_high(open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+  struct stat st;
+  if (fd < 0) return HM_EIO;
+  void *pin = MAP_FAILED;
+  if (fstat(fd, &st) != 0 || (pin = mmap(nullptr, kPageSize, PROT_NONE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+    int saved = errno;
+    ::close(fd);
+    errno = saved;
+    return HM_EIO;
+  }
+  pin_ = pin;
+  device_ = st.st_dev;
+  inode_ = st.st_ino;
+  path_ = path;
+  fd_.store(fd);
+  return HM_OK;
+}
+
+bool AppendFile::owns(int fd) const {
+  struct stat st;
+  return fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == device_ && st.st_ino == inode_;
+}
+
+// The descriptor `stale` is no longer this file's: the file opened again by its path, if it is
+// still the same file. The stale number is not closed: it is the program's now, or nothing.
+int AppendFile::reopen(int stale) {
+  std::lock_guard<std::mutex> lock(reopen_mutex_);
+  int fd = fd_.load();
+  if (fd != stale) return fd;  // another thread reopened it
+  fd = moved_high(open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC));
+  if (fd >= 0 && !owns(fd)) {
+    ::close(fd);
+    fd = -1;
+    errno = ENOENT;
+  }
+  fd_.store(fd);
+  return fd;
+}
+
+int AppendFile::write(const Piece *pieces, int count) {
+  int fd = fd_.load(std::memory_order_acquire);
+  if (fd < 0) {
+    errno = EBADF;
+    return HM_EIO;
+  }
+  if (!owns(fd) && (fd = reopen(fd)) < 0) return HM_EIO;
+  return write_pieces(fd, pieces, count);
+}
+
+void AppendFile::close() {
+  int fd = fd_.exchange(-1);
+  if (owns(fd)) ::close(fd);
+  if (pin_) munmap(pin_, kPageSize);
+  pin_ = nullptr;
 }
 
 int map_file_readonly(const std::string &path, void **data, size_t *len) {

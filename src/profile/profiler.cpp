@@ -79,7 +79,7 @@ constexpr size_t kSiteTableBytes = sizeof(SiteSlot) * kSiteSlots;
 constexpr size_t kSiteFrameWords = size_t{kSiteSlots} * (kMaxDepth + 1);
 constexpr uint32_t kSlotsPerPage = 4096 / sizeof(SiteSlot);
 
-int g_fd = -1;
+prim::AppendFile g_trace;  // this process's trace
 int g_trace_pid = 0;  // the process the open trace belongs to (a vfork child is not it)
 Options g_options;
 std::atomic<uint64_t> g_generation{0};  // a new trace (start, or a followed fork) starts a new one
@@ -121,6 +121,18 @@ void disable(const char *why) {
   }
 }
 
+// After a write the trace refused (errno says why).
+void write_failed() {
+  const int why = errno;
+  char text[sizeof g_failure];
+  if (why == ENOENT)
+    std::snprintf(text, sizeof text, "the trace %s was removed or replaced while the program ran",
+                  g_trace.path().c_str());
+  else
+    std::snprintf(text, sizeof text, "writing the trace %s failed: %s", g_trace.path().c_str(), std::strerror(why));
+  disable(text);
+}
+
 // One record: its head (length and CRC-32 over type, length and payload), then the payload pieces,
 // in one write (O_APPEND: each record lands whole, whichever thread writes it).
 int write_sealed(uint32_t type, const prim::Piece *payload, int pieces) {
@@ -132,7 +144,7 @@ int write_sealed(uint32_t type, const prim::Piece *payload, int pieces) {
   head.crc = static_cast<uint32_t>(crc);
   prim::Piece all[4] = {{&head, sizeof head}};
   for (int i = 0; i < pieces; ++i) all[i + 1] = payload[i];
-  return prim::write_pieces(g_fd, all, pieces + 1);
+  return g_trace.write(all, pieces + 1);
 }
 
 // Lays the block out column by column, each column split into byte planes (all low bytes, then
@@ -173,7 +185,7 @@ void flush_sites(uint64_t older_than_ns);
 
 // Lays out, compresses and writes one block of events of thread `tid`.
 void write_events(uint32_t tid, const trace::Event *events, uint32_t n, BlockScratch *scratch) {
-  if (n == 0 || g_fd < 0) return;
+  if (n == 0 || !g_trace.is_open()) return;
   if (!scratch->zstd) scratch->zstd = ZSTD_createCCtx();
   size_t raw = pack_columns(events, n, scratch->columns);
   // zstd's fast level -4: the columns are regular enough that it keeps most of level 1's ratio
@@ -187,7 +199,7 @@ void write_events(uint32_t tid, const trace::Event *events, uint32_t n, BlockScr
   }
   trace::EventsHeader eh{tid, n, static_cast<uint32_t>(packed), 0};
   prim::Piece payload[2] = {{&eh, sizeof eh}, {scratch->packed, packed}};
-  if (write_sealed(trace::kEvents, payload, 2) != HM_OK) disable("writing the trace failed (disk full?)");
+  if (write_sealed(trace::kEvents, payload, 2) != HM_OK) write_failed();
 }
 
 // Writes the block handed to the writer, if the writer has not taken it; waits for the writer if
@@ -335,7 +347,7 @@ struct SiteBlock {
 SiteBlock *g_site_block = nullptr;  // mapped with the site table
 
 void flush_sites_locked(SiteBlock *b) {
-  if (b->count == 0 || g_fd < 0) {
+  if (b->count == 0 || !g_trace.is_open()) {
     b->count = b->frames = 0;
     return;
   }
@@ -380,7 +392,7 @@ void flush_sites_locked(SiteBlock *b) {
   } else {
     trace::SitesHeader sh{b->count, static_cast<uint32_t>(raw), static_cast<uint32_t>(packed), 0};
     prim::Piece payload[2] = {{&sh, sizeof sh}, {b->packed, packed}};
-    if (write_sealed(trace::kSites, payload, 2) != HM_OK) disable("writing the trace failed (disk full?)");
+    if (write_sealed(trace::kSites, payload, 2) != HM_OK) write_failed();
   }
   b->count = b->frames = 0;
 }
@@ -545,7 +557,7 @@ int write_header() {
   h.large_threshold = g_options.large;
   h.sample_bytes = g_options.sample;
   prim::Piece piece{&h, sizeof h};
-  return prim::write_pieces(g_fd, &piece, 1);
+  return g_trace.write(&piece, 1);
 }
 
 // The executable segments of every loaded object, so that addresses can be symbolised offline.
@@ -566,13 +578,13 @@ int write_modules() {
 }
 
 int open_trace(const std::string &path) {
-  if (prim::create_append_file(path, &g_fd) != HM_OK)
+  if (g_trace.create(path) != HM_OK)
     return fail(HM_EIO, "cannot write the trace %s: %s", path.c_str(), std::strerror(errno));
   g_trace_pid = prim::process_id();
   if (write_header() != HM_OK) {
-    prim::close_fd(g_fd);
-    g_fd = -1;
-    return fail(HM_EIO, "cannot write the trace %s", path.c_str());
+    const int saved = errno;
+    g_trace.close();
+    return fail(HM_EIO, "cannot write the trace %s: %s", path.c_str(), std::strerror(saved));
   }
   return HM_OK;
 }
@@ -586,10 +598,10 @@ const char *failure() { return g_failure; }
 uint64_t large_threshold() { return g_options.large; }
 
 int write_record(uint32_t type, const void *payload, size_t bytes, const void *extra, size_t extra_bytes) {
-  if (g_fd < 0) return HM_EINVAL;
+  if (!g_trace.is_open()) return HM_EINVAL;
   prim::Piece pieces[2] = {{payload, bytes}, {extra, extra_bytes}};
   int rc = write_sealed(type, pieces, extra_bytes ? 2 : 1);
-  if (rc != HM_OK) disable("writing the trace failed (disk full?)");
+  if (rc != HM_OK) write_failed();
   return rc;
 }
 
@@ -649,19 +661,18 @@ void flush(bool all) {
 
 int stop() {
   InternalScope internal;
-  if (!set_active(false) && g_fd < 0) return HM_OK;
+  if (!set_active(false) && !g_trace.is_open()) return HM_OK;
   flush(true);
   flush_sites(0);
   std::lock_guard<std::mutex> guard(g_mutex);
   write_modules();  // again: libraries loaded since the start
   write_record(trace::kEnd, nullptr, 0);
   {
-    // Not while the writer writes (a block handed after the flush above is dropped: g_fd < 0).
+    // Not while the writer writes (a block handed after the flush above is dropped: closed).
     Writer *w = g_writer.load();
     std::unique_lock<std::mutex> writing;
     if (w) writing = std::unique_lock<std::mutex>(w->write_mutex);
-    prim::close_fd(g_fd);
-    g_fd = -1;
+    g_trace.close();
   }
   g_large->clear();
   clear_sites();
@@ -672,7 +683,7 @@ int stop() {
 void before_exec(const char *program) {
   InternalScope internal;
   // A vfork child shares the parent's memory and buffers; the parent's trace is not its to write.
-  if (!g_active.load() || g_fd < 0 || prim::process_id() != g_trace_pid) return;
+  if (!g_active.load() || !g_trace.is_open() || prim::process_id() != g_trace_pid) return;
   flush(true);
   flush_sites(0);
   std::lock_guard<std::mutex> guard(g_mutex);
@@ -683,7 +694,7 @@ void before_exec(const char *program) {
 }
 
 void before_exit() {
-  if (g_fd >= 0 && prim::process_id() == g_trace_pid) stop();
+  if (g_trace.is_open() && prim::process_id() == g_trace_pid) stop();
 }
 
 namespace {
@@ -769,8 +780,7 @@ void after_fork_in_child(bool follow) {
     g_site_block->lock.store(0);
     g_site_block->count = g_site_block->frames = 0;
   }
-  if (g_fd >= 0) prim::close_fd(g_fd);
-  g_fd = -1;
+  g_trace.close();  // the parent's descriptor, inherited
   if (!g_active.load()) return;
   if (!follow) {
     set_active(false);

@@ -234,30 +234,19 @@ void EmulState::reset() {
 }
 
 std::string calibration_problem(const hm_calibration_t &cal) {
-  const char *fix = "run `hetmem tiers --bench` to measure every thread count";
-  std::string when = format_time(cal.measured_unix);
-  char buf[512];
-  if (cal.method == HM_CALIBRATION_QUICK) {
-    std::snprintf(buf, sizeof buf, "the DRAM calibration (%s) is a quick one-thread measurement from %s; %s",
-                  cal.path, when.c_str(), fix);
-    return buf;
-  }
-  if (cal.method != HM_CALIBRATION_FULL) {
-    std::snprintf(buf, sizeof buf, "the DRAM calibration (%s) was written by an older hetmem and does not say "
-                  "how it was made; %s", cal.path, fix);
-    return buf;
-  }
+  const std::string fix = "; run `hetmem tiers --bench` to measure every thread count";
+  const std::string what = std::string("the DRAM calibration (") + cal.path + ")";
+  if (cal.method == HM_CALIBRATION_QUICK)
+    return what + " is a quick one-thread measurement from " + format_time(cal.measured_unix) + fix;
+  if (cal.method != HM_CALIBRATION_FULL)
+    return what + " was written by an older hetmem and does not say how it was made" + fix;
   int64_t age = static_cast<int64_t>(prim::wall_seconds()) - cal.measured_unix;
-  if (cal.measured_unix <= 0 || age > kStaleSeconds) {
-    std::snprintf(buf, sizeof buf, "the DRAM calibration (%s) is from %s, more than 30 days ago; %s", cal.path,
-                  when.c_str(), fix);
-    return buf;
-  }
+  if (cal.measured_unix <= 0 || age > kStaleSeconds)
+    return what + " is from " + format_time(cal.measured_unix) + ", more than 30 days ago" + fix;
   if (cal.threads < prim::cpu_count()) {
-    std::snprintf(buf, sizeof buf, "the DRAM calibration (%s) covers 1..%d threads of this machine's %d cores; "
-                  "charges for more threads use the %d-thread figures; %s", cal.path, cal.threads,
-                  prim::cpu_count(), cal.threads, fix);
-    return buf;
+    const std::string threads = std::to_string(cal.threads);
+    return what + " covers 1.." + threads + " threads of this machine's " + std::to_string(prim::cpu_count()) +
+           " cores; charges for more threads use the " + threads + "-thread figures" + fix;
   }
   return "";
 }

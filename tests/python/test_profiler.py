@@ -272,6 +272,33 @@ def test_events_before_exec_are_kept(tmp_path):
     assert rr.returncode == 0 and "PARTIAL" not in rr.stdout and "exec'd true" in rr.stdout, rr.stdout
 
 
+def test_a_program_that_closes_and_reuses_every_descriptor_keeps_its_files_and_the_trace(tmp_path):
+    """A launcher's child closes every descriptor before it execs (Open MPI's daemons do): the
+    trace's number may then be the program's. Nothing of the trace may land in the program's file,
+    and the trace goes on in its own file, whole."""
+    own = tmp_path / "own.txt"
+    r, trace = profile(tmp_path, PROGRAMS / "prog_closes_fds", str(own))
+    assert r.returncode == 0, r.stderr
+    assert own.read_bytes() == b"mine\n" * 397, "the program's file holds its own lines only"
+    assert "profiler disabled" not in r.stderr and "preload" not in r.stderr, r.stderr
+    t = read_trace(trace)
+    assert t.complete and not t.problems
+    mallocs = t.events[t.events["fn"] == 1]
+    assert len(mallocs[(mallocs["size"] >= 300) & (mallocs["size"] < 500)]) == 200, "the allocations before and after"
+
+
+def test_a_trace_removed_under_the_program_stops_the_profile_with_a_message(tmp_path):
+    """The trace removed and its descriptor closed by the program: the profile cannot go on. It
+    says why, never recreates or writes another file, and the program runs to its end."""
+    own = tmp_path / "own.txt"
+    trace = tmp_path / "gone.hmtrace"
+    r = hetmem("profile", "-o", str(trace), "--", str(PROGRAMS / "prog_closes_fds"), str(own), str(trace))
+    assert own.read_bytes() == b"mine\n" * 397, "the program ran to its end"
+    assert f"profiler disabled: the trace {trace} was removed or replaced while the program ran" in r.stderr, r.stderr
+    assert r.returncode == 2 and f"this run wrote no trace to {trace}" in r.stderr, r.stderr
+    assert not trace.exists()
+
+
 def test_a_shell_that_execs_its_last_command_leaves_a_whole_trace(tmp_path):
     r = hetmem("profile", "-o", str(tmp_path / "sh.hmtrace"), "--", "sh", "-c", "ls >/dev/null; ls >/dev/null")
     assert r.returncode == 0, r.stderr
@@ -486,7 +513,7 @@ def test_profile_fails_with_status_2_when_the_preload_library_cannot_start(tmp_p
     assert trace.read_text() == "an older run's trace", "an older trace is neither taken for this run's nor lost"
     problems = [line for line in r.stderr.splitlines() if "unknown emulation profile 'nosuchprofile'" in line]
     assert len(problems) == 1, r.stderr
-    assert "no trace was written" in r.stderr
+    assert "this run wrote no trace" in r.stderr
     ok = hetmem("profile", "-o", str(trace), "--", str(PROGRAMS / "prog_alloc_pattern"))
     assert ok.returncode == 0 and trace.exists(), ok.stderr
 
