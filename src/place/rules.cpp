@@ -126,7 +126,11 @@ class SiteCache {
           decided = true;
         }
         const uint64_t mine = (uint64_t{caller} << 16) | (rule == kNoCallerRule ? kNone : rule + 1);
-        if (slots_[h].compare_exchange_strong(word, mine, std::memory_order_acq_rel)) return rule;
+        if (slots_[h].compare_exchange_strong(word, mine, std::memory_order_acq_rel)) {
+          filled_[filled_count_.fetch_add(1, std::memory_order_acq_rel)].store(static_cast<uint16_t>(h),
+                                                                                std::memory_order_release);
+          return rule;
+        }
         if ((word >> 16) == caller) return rule;  // another thread wrote the same answer
         continue;
       }
@@ -140,7 +144,9 @@ class SiteCache {
 
   // A module was unloaded: another may be mapped where it was, so the answers for call sites no
   // longer inside a loaded object's code are forgotten (marked, so that the probe sequences that
-  // pass them stay whole); those of every object still loaded stand.
+  // pass them stay whole); those of every object still loaded stand. Only the slots ever filled
+  // are looked at (a program has a few thousand call sites; Open MPI closes dozens of components
+  // at start-up).
   void forget_unloaded() {
     std::vector<std::pair<uintptr_t, uintptr_t>> code;
     prim::for_each_loaded_object(
@@ -150,7 +156,9 @@ class SiteCache {
         },
         &code);
     std::sort(code.begin(), code.end());
-    for (auto &slot : slots_) {
+    const size_t filled = filled_count_.load(std::memory_order_acquire);
+    for (size_t i = 0; i < filled; ++i) {
+      std::atomic<uint64_t> &slot = slots_[filled_[i].load(std::memory_order_acquire)];
       const uint64_t word = slot.load(std::memory_order_relaxed);
       if (word == 0 || word == kForgotten) continue;
       const uintptr_t caller = word >> 16;
@@ -162,6 +170,10 @@ class SiteCache {
 
  private:
   std::atomic<uint64_t> slots_[kSlots] = {};
+  // The slots filled, in order (a slot is filled once: it is forgotten, never emptied). An entry
+  // not yet written reads as slot 0, which is then merely looked at.
+  std::atomic<uint16_t> filled_[kSlots] = {};
+  std::atomic<size_t> filled_count_{0};
 };
 
 SiteCache *g_sites = nullptr;
@@ -499,9 +511,10 @@ void hm_rules_report_unused(int fd) {
   std::vector<std::string> unused = hm::place::unused_class_rules();
   if (unused.empty()) return;
   hm::prim::print_fd(fd,
-                     "hetmem: %zu plan site(s) placed nothing in this run: no allocation of HM_CLASS_MIN (%zu B) or "
-                     "more came from them (not an error: the run took another path):\n",
-                     unused.size(), static_cast<size_t>(hm::place::g_class_min));
+                     "hetmem: %zu plan site(s) placed nothing in this run of %s (process %d): no allocation of "
+                     "HM_CLASS_MIN (%zu B) or more came from them (not an error: the run took another path):\n",
+                     unused.size(), hm::prim::program_name(), hm::prim::process_id(),
+                     static_cast<size_t>(hm::place::g_class_min));
   for (const std::string &u : unused) hm::prim::print_fd(fd, "  %s\n", u.c_str());
 }
 

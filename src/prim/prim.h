@@ -270,6 +270,8 @@ int stack_trace_start(std::string *why = nullptr);
 int stack_trace(void **frames, int depth);
 int thread_id();
 int process_id();
+// The program's name as it was started (the last part of argv[0]).
+const char *program_name();
 
 // Time.
 uint64_t now_ns();

@@ -1070,6 +1070,7 @@ int stack_trace(void **frames, int depth) {
 
 int thread_id() { return static_cast<int>(syscall(SYS_gettid)); }
 int process_id() { return static_cast<int>(getpid()); }
+const char *program_name() { return program_invocation_short_name; }
 
 namespace {
 uint64_t clock_ns(clockid_t clock) {
