@@ -319,3 +319,29 @@ TEST_F(AllocApi, StatsResetKeepsInUse) {
   EXPECT_GT(s.in_use, 0u);
   hm_free(p);
 }
+
+// A small block's page is carved into blocks as they are handed out: the first allocation of a
+// size class touches the few blocks it and the thread's cache take, not the whole 64 KiB page (a
+// short process allocating a few blocks of many sizes would otherwise fault in 64 KiB for each).
+TEST_F(AllocApi, TheFirstBlockOfASizeClassTouchesFewPagesOfItsPage) {
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(thp, mode);
+  if (mode.find("[always]") != std::string::npos)
+    GTEST_SKIP() << "transparent huge pages are always on: the segment may be one huge page";
+  constexpr size_t kPage = size_t{64} << 10;
+  for (size_t size : {16, 48, 256, 1000}) {
+    char *p = static_cast<char *>(hm_tier_alloc(fast_, size, 0, 0));
+    ASSERT_NE(p, nullptr) << hm_last_error();
+    p[0] = 1;
+    void *page = reinterpret_cast<void *>(reinterpret_cast<uintptr_t>(p) & ~(kPage - 1));
+    unsigned char resident[kPage / 4096];
+    ASSERT_EQ(mincore(page, kPage, resident), 0);
+    int touched = 0;
+    for (unsigned char r : resident) touched += r & 1;
+    // The batch a thread cache takes is at most 16 KiB of blocks (heap.cpp): 4 pages, 5 when
+    // the block straddles.
+    EXPECT_LE(touched, 5) << size << "-byte blocks: " << touched << " of the page's 16 pages touched";
+    hm_free(p);
+  }
+}
