@@ -112,13 +112,23 @@ class SiteCache {
   static constexpr uint64_t kNone = 0xffff;
   static constexpr uint64_t kForgotten = 1;  // caller 0 (never cached), rule 0
 
+  // The table in fresh anonymous pages, which read as zeros (empty) until written: a table built
+  // by its constructor was written whole (640 KiB), and every process under a plan faulted in 160
+  // pages at start-up for the few its call sites use. nullptr if the pages cannot be mapped.
+  static SiteCache *create() {
+    void *mem = nullptr;
+    if (prim::map_anon(kSlots * (sizeof(uint64_t) + sizeof(uint16_t)), prim::kPageSize, 0, &mem) != HM_OK)
+      return nullptr;
+    return new SiteCache(static_cast<uint64_t *>(mem));
+  }
+
   size_t lookup(uintptr_t caller) {
     if ((caller >> 48) != 0 || caller == 0 || g_rules->size() >= kNone) return first_caller_rule(caller);
     size_t h = (caller * 0x9E3779B97F4A7C15ull) >> (64 - kSlotBits);
     bool decided = false;  // asked once, however many slots another thread takes first
     size_t rule = kNoCallerRule;
     for (int probe = 0; probe < kProbes; ++probe, h = (h + 1) & (kSlots - 1)) {
-      uint64_t word = slots_[h].load(std::memory_order_acquire);
+      uint64_t word = slot(h).load(std::memory_order_acquire);
       if (word == kForgotten) continue;
       if (word == 0) {
         if (!decided) {
@@ -126,9 +136,9 @@ class SiteCache {
           decided = true;
         }
         const uint64_t mine = (uint64_t{caller} << 16) | (rule == kNoCallerRule ? kNone : rule + 1);
-        if (slots_[h].compare_exchange_strong(word, mine, std::memory_order_acq_rel)) {
-          filled_[filled_count_.fetch_add(1, std::memory_order_acq_rel)].store(static_cast<uint16_t>(h),
-                                                                                std::memory_order_release);
+        if (slot(h).compare_exchange_strong(word, mine, std::memory_order_acq_rel)) {
+          filled(filled_count_.fetch_add(1, std::memory_order_acq_rel)).store(static_cast<uint16_t>(h),
+                                                                               std::memory_order_release);
           return rule;
         }
         if ((word >> 16) == caller) return rule;  // another thread wrote the same answer
@@ -156,23 +166,27 @@ class SiteCache {
         },
         &code);
     std::sort(code.begin(), code.end());
-    const size_t filled = filled_count_.load(std::memory_order_acquire);
-    for (size_t i = 0; i < filled; ++i) {
-      std::atomic<uint64_t> &slot = slots_[filled_[i].load(std::memory_order_acquire)];
-      const uint64_t word = slot.load(std::memory_order_relaxed);
+    const size_t count = filled_count_.load(std::memory_order_acquire);
+    for (size_t i = 0; i < count; ++i) {
+      const std::atomic_ref<uint64_t> at = slot(filled(i).load(std::memory_order_acquire));
+      const uint64_t word = at.load(std::memory_order_relaxed);
       if (word == 0 || word == kForgotten) continue;
       const uintptr_t caller = word >> 16;
       auto after = std::upper_bound(code.begin(), code.end(), std::make_pair(caller, UINTPTR_MAX));
       const bool loaded = after != code.begin() && caller < std::prev(after)->second;
-      if (!loaded) slot.store(kForgotten, std::memory_order_relaxed);
+      if (!loaded) at.store(kForgotten, std::memory_order_relaxed);
     }
   }
 
  private:
-  std::atomic<uint64_t> slots_[kSlots] = {};
+  explicit SiteCache(uint64_t *pages) : slots_(pages), filled_(reinterpret_cast<uint16_t *>(pages + kSlots)) {}
+  std::atomic_ref<uint64_t> slot(size_t h) const { return std::atomic_ref<uint64_t>(slots_[h]); }
+  std::atomic_ref<uint16_t> filled(size_t i) const { return std::atomic_ref<uint16_t>(filled_[i]); }
+
+  uint64_t *slots_;   // kSlots words
   // The slots filled, in order (a slot is filled once: it is forgotten, never emptied). An entry
   // not yet written reads as slot 0, which is then merely looked at.
-  std::atomic<uint16_t> filled_[kSlots] = {};
+  uint16_t *filled_;  // kSlots entries
   std::atomic<size_t> filled_count_{0};
 };
 
@@ -358,7 +372,7 @@ void install(std::vector<Rule> rules) {
   }
   if (g_first_caller_rule < g_rules->size()) {  // some rule depends on the caller
     resolve_functions();
-    g_sites = new SiteCache();
+    g_sites = SiteCache::create();
   }
 }
 
@@ -441,7 +455,8 @@ Decision decide(size_t size, const void *caller) {
   for (; k < sized.size() && sized[k] < g_first_caller_rule; ++k)
     if (size_rule_matches((*g_rules)[sized[k]], size)) return matched(sized[k], size);
   if (g_first_caller_rule == g_rules->size()) return Decision{};
-  const size_t caller_rule = g_sites->lookup(reinterpret_cast<uintptr_t>(caller));
+  const size_t caller_rule =
+      g_sites ? g_sites->lookup(reinterpret_cast<uintptr_t>(caller)) : first_caller_rule(reinterpret_cast<uintptr_t>(caller));
   for (; k < sized.size() && sized[k] < caller_rule; ++k)
     if (size_rule_matches((*g_rules)[sized[k]], size)) return matched(sized[k], size);
   return caller_rule == kNoCallerRule ? Decision{} : matched(caller_rule, size);

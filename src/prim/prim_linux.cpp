@@ -762,7 +762,6 @@ int rename_path(const std::string &from, const std::string &to) {
 }
 int remove_path(const std::string &path) { return unlink(path.c_str()) == 0 ? HM_OK : HM_EIO; }
 
-
 int write_pieces(int fd, const Piece *pieces, int count) {
   iovec iov[8];
   if (count > 8) return HM_EINVAL;
