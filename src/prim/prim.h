@@ -2,7 +2,6 @@
 // Every function returns 0 or a negative HM_E* code; results go to out-parameters.
 #pragma once
 #include <atomic>
-#include <mutex>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -179,7 +178,6 @@ class AppendFile {
   void *pin_ = nullptr;  // the page mapped to keep the inode
   uint64_t device_ = 0, inode_ = 0;
   std::string path_;
-  std::mutex reopen_mutex_;
 };
 // A whole file mapped read-only and private; release with unmap(*data, *len).
 int map_file_readonly(const std::string &path, void **data, size_t *len);

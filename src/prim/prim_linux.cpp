@@ -819,17 +819,23 @@ bool AppendFile::owns(int fd) const {
 
 // The descriptor `stale` is no longer this file's: the file opened again by its path, if it is
 // still the same file. The stale number is not closed: it is the program's now, or nothing.
+// Threads that find it stale together each open one; the first to swap it in wins and the others
+// close theirs (no lock: a forked child may not inherit one held).
 int AppendFile::reopen(int stale) {
-  std::lock_guard<std::mutex> lock(reopen_mutex_);
-  int fd = fd_.load();
-  if (fd != stale) return fd;  // another thread reopened it
-  fd = moved_high(open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC));
+  int fd = moved_high(open(path_.c_str(), O_RDWR | O_APPEND | O_CLOEXEC));
+  int why = errno;  // the open's, when it failed
   if (fd >= 0 && !owns(fd)) {
     ::close(fd);
     fd = -1;
-    errno = ENOENT;
+    why = ENOENT;  // another file under its name
   }
-  fd_.store(fd);
+  int current = stale;
+  if (!fd_.compare_exchange_strong(current, fd)) {
+    if (fd >= 0) ::close(fd);
+    fd = current;  // another thread's reopen, or the file closed
+    why = EBADF;
+  }
+  if (fd < 0) errno = why;
   return fd;
 }
 
