@@ -30,6 +30,7 @@ const EmulProfile kProfiles[] = {
 constexpr int64_t kStaleSeconds = 30 * 24 * 3600;
 
 std::atomic<bool> g_enabled{true};
+std::atomic<bool> g_paused{false};  // emul_pause_waits
 std::atomic<bool> g_cal_ready{false};
 std::mutex g_cal_mutex;
 hm_calibration_t g_cal;
@@ -226,6 +227,7 @@ const EmulProfile *emul_profile(const char *name) {
 const char *emul_profile_names() { return "optane, cxl, nvbm, dram"; }
 
 void emul_set_enabled(bool on) { g_enabled.store(on, std::memory_order_relaxed); }
+void emul_pause_waits(bool paused) { g_paused.store(paused, std::memory_order_relaxed); }
 bool emul_enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
 void EmulState::reset() {
@@ -330,7 +332,7 @@ uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes
   state.read_bytes[source].fetch_add(read_bytes, std::memory_order_relaxed);
   state.write_bytes[source].fetch_add(write_bytes, std::memory_order_relaxed);
   state.accesses[source].fetch_add(dependent, std::memory_order_relaxed);
-  if (!emul_charges(p)) return 0;
+  if (!emul_charges(p) || g_paused.load(std::memory_order_relaxed)) return 0;
   calibration_warn_once();
   const hm_calibration_t &cal = calibration();
   if (t_defer_charges) {
