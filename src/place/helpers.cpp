@@ -1,7 +1,6 @@
 // Helper threads and the copy bandwidth they reach (place/stream.h).
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
 #include <string>
 
 #include "base/error.h"
@@ -106,10 +105,9 @@ std::string bandwidth_key(int fast, int cap) {
   hm_tier_info_t f, c;
   if (hm_calibration_get(&cal) != HM_OK || hm_tier_info(fast, &f) != HM_OK || hm_tier_info(cap, &c) != HM_OK)
     return "";
-  std::ostringstream key;
-  key << cal.cpu << "|cpus=" << prim::cpu_count() << "|fast=" << f.kind << ":" << f.name << "|capacity=" << c.kind
-      << ":" << c.name << "|emul=" << (emul_enabled() ? 1 : 0) << "|copies=streaming";
-  return key.str();
+  return std::string(cal.cpu) + "|cpus=" + std::to_string(prim::cpu_count()) + "|fast=" + std::to_string(f.kind) + ":" +
+         f.name + "|capacity=" + std::to_string(c.kind) + ":" + c.name + "|emul=" + (emul_enabled() ? "1" : "0") +
+         "|copies=streaming";
 }
 
 std::string cache_file() {
@@ -123,25 +121,24 @@ std::string cache_file() {
 // Space-separated MB/s figures as bytes/s.
 std::vector<double> numbers(const std::string &text) {
   std::vector<double> v;
-  std::istringstream in(text);
-  double x;
-  while (in >> x) v.push_back(x * 1e6);
+  double x = 0;
+  for (const std::string &word : prim::words(text)) {
+    if (!prim::parse_number(word, &x)) break;
+    v.push_back(x * 1e6);
+  }
   return v;
 }
 
 // The cache holds one line per configuration: "key\tin MB/s...\tout MB/s...".
 bool read_cache(const std::string &key, int threads, CopyBandwidth *out) {
-  std::string text, line;
+  std::string text;
   if (!prim::read_text(cache_file(), &text)) return false;
-  std::istringstream in(text);
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string k, ins, outs;
-    if (!std::getline(fields, k, '\t') || k != key || !std::getline(fields, ins, '\t') || !std::getline(fields, outs))
-      continue;
+  for (const std::string &line : prim::split(text, '\n')) {
+    const std::vector<std::string> fields = prim::split(line, '\t');  // key, in MB/s, out MB/s
+    if (fields.size() != 3 || fields[0] != key) continue;
     CopyBandwidth bw;
-    bw.in = numbers(ins);
-    bw.out = numbers(outs);
+    bw.in = numbers(fields[1]);
+    bw.out = numbers(fields[2]);
     if (static_cast<int>(bw.in.size()) >= threads && static_cast<int>(bw.out.size()) >= threads &&
         std::all_of(bw.in.begin(), bw.in.end(), [](double x) { return x > 0; }) &&
         std::all_of(bw.out.begin(), bw.out.end(), [](double x) { return x > 0; })) {
@@ -155,17 +152,15 @@ bool read_cache(const std::string &key, int threads, CopyBandwidth *out) {
 void write_cache(const std::string &key, const CopyBandwidth &bw) {
   const std::string path = cache_file();
   if (path.empty()) return;
-  std::string text, kept, line;
+  std::string text, kept;
   prim::read_text(path, &text);  // none yet: the first row
-  std::istringstream in(text);
-  while (std::getline(in, line))
-    if (line.compare(0, key.size() + 1, key + "\t") != 0) kept += line + "\n";
-  std::ostringstream row;
-  row << key << '\t';
-  for (double x : bw.in) row << ' ' << x * 1e-6;
-  row << '\t';
-  for (double x : bw.out) row << ' ' << x * 1e-6;
-  prim::write_text_atomic(path, kept + row.str() + "\n");  // a read-only directory: measured again next time
+  for (const std::string &line : prim::split(text, '\n'))
+    if (!line.empty() && line.compare(0, key.size() + 1, key + "\t") != 0) kept += line + "\n";
+  std::string row = key + "\t";
+  for (double x : bw.in) row += " " + prim::format_number(x * 1e-6);
+  row += "\t";
+  for (double x : bw.out) row += " " + prim::format_number(x * 1e-6);
+  prim::write_text_atomic(path, kept + row + "\n");  // a read-only directory: measured again next time
 }
 
 // Best of three passes of `threads` threads each copying its share of `bytes`.

@@ -107,6 +107,11 @@ std::vector<int> parse_id_list(const std::string &text);    // a kernel list of 
 // stream a process makes builds the C++ locale, which start-up paths (sysfs, options, rules) need not pay.
 std::vector<std::string> split(const std::string &text, char separator);
 std::vector<std::string> words(const std::string &text);
+// A number as text and back, whatever the locale, without a string stream: the shortest text that
+// reads back as the same double ("2.5", "1e-06"), and the whole of `text` as one number (false if
+// anything else is in it).
+std::string format_number(double x);
+bool parse_number(const std::string &text, double *x);
 // The first `bytes` bytes of a file (fewer if it is shorter: *got says how many). HM_EIO if it
 // cannot be opened.
 int read_head(const std::string &path, void *data, size_t bytes, size_t *got);

@@ -33,6 +33,7 @@
 #include <libunwind.h>
 
 #include <atomic>
+#include <charconv>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -621,6 +622,17 @@ std::vector<std::string> words(const std::string &text) {
     at = end == std::string::npos ? end : text.find_first_not_of(space, end);
   }
   return out;
+}
+
+std::string format_number(double x) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  return ec == std::errc() ? std::string(buf, end) : std::string("nan");
+}
+
+bool parse_number(const std::string &text, double *x) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *x);
+  return ec == std::errc() && end == text.data() + text.size() && !text.empty();
 }
 
 int read_head(const std::string &path, void *data, size_t bytes, size_t *got) {

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <ctime>
 #include <mutex>
-#include <sstream>
 #include <string>
 
 #include "base/error.h"
@@ -66,10 +65,10 @@ std::string cache_path() {
   return dir + "/hetmem/calibration";
 }
 
-void write_row(std::ostringstream &out, const char *key, const double *v, int n) {
-  out << key << " =";
-  for (int i = 0; i < n; ++i) out << ' ' << v[i];
-  out << '\n';
+void write_row(std::string &out, const char *key, const double *v, int n) {
+  out += std::string(key) + " =";
+  for (int i = 0; i < n; ++i) out += " " + prim::format_number(v[i]);
+  out += '\n';
 }
 
 bool parse_row(const std::string &line, const char *key, double *v, int *n) {
@@ -78,8 +77,7 @@ bool parse_row(const std::string &line, const char *key, double *v, int *n) {
   int i = 0;
   for (const std::string &word : prim::words(line.substr(line.find('=') + 1))) {
     double x = 0;
-    const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), x);  // whatever the locale
-    if (i == 64 || ec != std::errc() || end != word.data() + word.size()) break;
+    if (i == 64 || !prim::parse_number(word, &x)) break;
     v[i++] = x;
   }
   *n = i;
@@ -134,20 +132,20 @@ bool save_cache(const hm_calibration_t &cal) {
   std::string path = cal.path;
   auto slash = path.rfind('/');
   if (slash != std::string::npos) prim::make_dirs(path.substr(0, slash));
-  std::ostringstream out;
-  out << "# hetmem calibration v2\n";
-  out << "# DRAM figures for the emulated tier; written by `hetmem tiers --bench` (full) or on first use (quick)\n";
-  out << "machine = " << machine_key() << '\n';
-  out << "method = " << (cal.method == HM_CALIBRATION_FULL ? "full" : "quick") << '\n';
-  out << "measured_unix = " << cal.measured_unix << '\n';
-  out << "measured = " << format_time(cal.measured_unix) << '\n';
-  out << "cpu = " << cal.cpu << '\n';
+  std::string out = "# hetmem calibration v2\n"
+                    "# DRAM figures for the emulated tier; written by `hetmem tiers --bench` (full) or on first use "
+                    "(quick)\n";
+  out += "machine = " + machine_key() + "\n";
+  out += std::string("method = ") + (cal.method == HM_CALIBRATION_FULL ? "full" : "quick") + "\n";
+  out += "measured_unix = " + std::to_string(cal.measured_unix) + "\n";
+  out += "measured = " + format_time(cal.measured_unix) + "\n";
+  out += std::string("cpu = ") + cal.cpu + "\n";
   write_row(out, "read_bw_mbps", cal.read_bw_mbps, cal.threads);
   write_row(out, "write_bw_mbps", cal.write_bw_mbps, cal.threads);
   write_row(out, "copy_bw_mbps", cal.copy_bw_mbps, cal.threads);
-  out << "latency_ns = " << cal.latency_ns << '\n';
-  if (cal.gather_ns > 0) out << "gather_ns = " << cal.gather_ns << '\n';
-  return prim::write_text_atomic(path, out.str());
+  out += "latency_ns = " + prim::format_number(cal.latency_ns) + "\n";
+  if (cal.gather_ns > 0) out += "gather_ns = " + prim::format_number(cal.gather_ns) + "\n";
+  return prim::write_text_atomic(path, out);
 }
 
 // A quick single-thread measurement (about half a second) used when no cache exists.

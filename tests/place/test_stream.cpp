@@ -3,7 +3,9 @@
 // two performance models on synthetic inputs with known answers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -12,6 +14,7 @@
 
 #include "hetmem/hetmem.h"
 #include "../support.h"
+#include "place/helpers.h"
 #include "place/models.h"
 
 namespace {
@@ -326,6 +329,40 @@ TEST_F(Stream, TheHelperModelIsReportedPerPhase) {
   ASSERT_GE(hm_copy_bandwidth(in, out, 4), 1);
   EXPECT_GT(in[0], 0);
   EXPECT_GT(out[0], 0);
+}
+
+// The copy bandwidth is measured once per configuration and kept beside the calibration, one line
+// per configuration ("key<TAB> in MB/s...<TAB> out MB/s..."): a later run reads its line back.
+TEST_F(Stream, TheCopyBandwidthIsCachedBesideTheCalibrationAndReadBack) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
+  hm_calibration_t cal;
+  ASSERT_EQ(hm_calibration_get(&cal), HM_OK);
+  std::string path = cal.path;
+  path = path.substr(0, path.rfind('/') + 1) + "copy-bandwidth";
+  std::remove(path.c_str());
+  hm::place::copy_bandwidth_forget();  // nothing from an earlier test in this process
+  double in[2] = {}, out[2] = {};
+  ASSERT_EQ(hm_copy_bandwidth(in, out, 2), 2) << hm_last_error();
+  ASSERT_GT(in[0], 0);
+  const std::vector<char> bytes = hm_test::read_file(path);
+  const std::string text(bytes.begin(), bytes.end());
+  ASSERT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  const size_t tab = text.find('\t');
+  ASSERT_NE(tab, std::string::npos) << text;
+  // The same configuration's line with other figures, and another configuration's line.
+  {
+    std::FILE *f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fprintf(f, "other machine\t 1 2\t 3 4\n%s\t 1234.5 2000\t 678.25 900\n", text.substr(0, tab).c_str());
+    std::fclose(f);
+  }
+  hm::place::copy_bandwidth_forget();  // as a new run starts: the cache is read again
+  ASSERT_EQ(hm_copy_bandwidth(in, out, 2), 2) << hm_last_error();
+  EXPECT_DOUBLE_EQ(in[0], 1234.5);
+  EXPECT_DOUBLE_EQ(in[1], 2000);
+  EXPECT_DOUBLE_EQ(out[0], 678.25);
+  EXPECT_DOUBLE_EQ(out[1], 900);
+  std::remove(path.c_str());
 }
 
 // ------------------------------------------------------------------------------------------------
