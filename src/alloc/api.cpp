@@ -372,6 +372,17 @@ int hm_free_if_owned(void *ptr) {
   return 1;
 }
 
+void *hm_grow_guarded(void *ptr, size_t size) {
+  SlotOwner *owner = nullptr;
+  TierHeap *h = ptr ? heap_for(ptr, &owner) : nullptr;
+  return h ? h->grow_guarded(ptr, owner, size) : nullptr;
+}
+
+int hm_growable(const void *ptr) {
+  SlotOwner *owner = nullptr;
+  return ptr && heap_for(ptr, &owner) && TierHeap::growable(ptr, owner);
+}
+
 size_t hm_usable_size(const void *ptr) {
   SlotOwner *owner = nullptr;
   if (!ptr || !heap_for(ptr, &owner)) return 0;
@@ -402,6 +413,11 @@ void *hm_realloc(void *ptr, size_t size) {
   if (!h) return fail_null(HM_ENOTOWNED, "hm_realloc(%p): not allocated by hetmem; left alone", ptr);
   size_t old = TierHeap::usable_size(ptr, owner);
   if (size <= old && size >= old / 2) return ptr;
+  if (void *grown = size > old ? h->grow_guarded(ptr, owner, size) : nullptr) {
+    notify(ptr, old, true, __builtin_return_address(0));
+    notify(grown, size, false, __builtin_return_address(0));
+    return grown;
+  }
   void *np = alloc_chain(h->tier()->id, size, 16, HM_PREFERRED);
   if (!np) return nullptr;  // the old block stays valid, as realloc promises
   notify(ptr, old, true, __builtin_return_address(0));

@@ -707,6 +707,48 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
   return e.addr;
 }
 
+bool TierHeap::growable(const void *ptr, const SlotOwner *owner) {
+  if (owner->kind != OwnerKind::kLarge || owner->is_tracked()) return false;
+  auto *lb = reinterpret_cast<const LargeBlock *>(owner);
+  return ptr == lb->extent.addr && lb->extent.guarded && !lb->pool && lb->tail_tier < 0;
+}
+
+void *TierHeap::grow_guarded(void *ptr, SlotOwner *owner, size_t size) {
+  if (!growable(ptr, owner)) return nullptr;
+  auto *lb = reinterpret_cast<LargeBlock *>(owner);
+  const Extent from = lb->extent;
+  const size_t had = lb->usable, want = round_up(size, prim::kPageSize);
+  if (want <= had || !charge(want - had)) return nullptr;
+  Extent to;
+  if (tier_->backing->map_guarded(want, kSlotSize, &to) != HM_OK) {
+    uncharge(want - had);
+    return nullptr;
+  }
+  // The slot map holds the new range before the pages move there (a leaf it cannot map fails
+  // here, with nothing moved); the old range's slots are other slots (each mapping starts on one).
+  if (!slot_map().set(to.addr, to.size, owner)) {
+    slot_map().set(from.addr, from.size, owner);  // its leaves are mapped: the record as it was
+    tier_->backing->unmap(to);
+    uncharge(want - had);
+    return nullptr;
+  }
+  if (tier_->backing->move_guarded(from, to) != HM_OK) {
+    slot_map().clear(to.addr, to.size);
+    slot_map().set(from.addr, from.size, owner);
+    tier_->backing->unmap(to);
+    uncharge(want - had);
+    return nullptr;
+  }
+  slot_map().clear(from.addr, from.size);
+  // The moved mapping keeps its own flags: huge pages as a fresh guarded mapping of this size has.
+  if (want >= prim::kHugePage2M) prim::advise_huge(to.addr, want, thp_enabled());
+  counters_.reserved.fetch_add(to.size, std::memory_order_relaxed);
+  counters_.reserved.fetch_sub(from.size, std::memory_order_relaxed);
+  lb->extent = to;
+  lb->usable = want;
+  return to.addr;
+}
+
 bool TierHeap::declare(SlotOwner *owner) {
   if (owner->is_declared() || __atomic_exchange_n(&owner->declared, 1u, __ATOMIC_RELAXED) != 0) return false;
   counters_.undeclared_records.fetch_sub(1, std::memory_order_relaxed);

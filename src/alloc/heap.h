@@ -50,6 +50,15 @@ class TierHeap {
   // Frees a block this heap owns (`owner` from the slot map).
   void release(void *ptr, SlotOwner *owner);
   static size_t usable_size(const void *ptr, SlotOwner *owner);
+  // Grows a guarded large block (the profiler's objects: a mapping each) to `size` bytes without
+  // copying: its pages move onto a larger guarded mapping (mremap), as the C library grows its
+  // mmapped chunks, so a growing array keeps the pages it faulted in and is not copied at each
+  // growth. The new address, or nullptr (nothing changed: the caller copies) when the block is
+  // not a guarded one of its own (split, huge pool, tracked by placement), `size` is not larger,
+  // the budget cannot hold the growth, or the backing refuses.
+  void *grow_guarded(void *ptr, SlotOwner *owner, size_t size);
+  // Whether grow_guarded can grow this block (it can still fail on the budget or the backing).
+  static bool growable(const void *ptr, const SlotOwner *owner);
   // Every lock of this heap, taken before a fork and released after it on both sides, so that a
   // child never inherits one held by a thread it does not have (alloc/runtime.cpp).
   void lock_for_fork();

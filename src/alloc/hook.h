@@ -20,6 +20,12 @@ extern uintptr_t hm_owned_high __attribute__((visibility("default")));
 // hm_free for a pointer that may not be hetmem's: frees it and returns 1 if it is, returns 0 (and
 // records no error) if not. One look-up of the slot map where hm_owns and hm_free take two.
 __attribute__((visibility("default"))) int hm_free_if_owned(void *ptr);
+// Grows a block of the profiler's own (a guarded mapping) to `size` bytes by moving its pages, none
+// copied (TierHeap::grow_guarded). The new address, or NULL when it cannot: the block is unchanged
+// and the caller copies.
+__attribute__((visibility("default"))) void *hm_grow_guarded(void *ptr, size_t size);
+// Non-zero if hm_grow_guarded can grow this block (it can still fail on the budget or the mapping).
+__attribute__((visibility("default"))) int hm_growable(const void *ptr);
 }
 
 namespace hm {

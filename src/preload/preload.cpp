@@ -633,6 +633,24 @@ namespace {
 // realloc by a new block where placement decides (allocate; `decided`: the rules were asked
 // already) and the old one released (release), each recorded as the profiler records them;
 // nullptr leaves the old block valid, as realloc promises.
+// A profiled large object (a mapping of its own) grown by moving its pages, none copied
+// (hm_grow_guarded), as the C library grows a chunk it mapped: recorded as a realloc that moved,
+// the old block freed (first: its address cannot be reused before), the new one allocated.
+// nullptr when it cannot: the block is unchanged (recorded as allocated again), the caller copies.
+void *grow_large(void *p, size_t old, size_t size, const void *caller) {
+  Inside inside;
+  if (!hm_growable(p)) return nullptr;
+  if (g_owing.load(std::memory_order_relaxed)) hm_emul_pay_owed();
+  hm_profile_record(trace::kFree, trace::kRealloc, p, 0, caller);
+  hm_profile_forget_large(p);
+  void *np = hm_grow_guarded(p, size);
+  const bool grown = np != nullptr;
+  if (!grown) np = p, size = old;
+  hm_profile_note_large(np, size);
+  hm_profile_record(trace::kAlloc, trace::kRealloc, np, size, caller);
+  return grown ? np : nullptr;
+}
+
 void *reallocate_by_copy(void *p, size_t old, size_t size, const void *caller,
                          const RulesPlacement *decided = nullptr) {
   void *np = allocate(size, 0, false, trace::kRealloc, caller, decided);
@@ -665,6 +683,8 @@ HM_EXPORT void *realloc(void *p, size_t size) {
     const size_t old = mine ? hm_usable_size(p) : g_real.usable(p);
     if (size >= g_large || (mine && old >= g_large)) {
       if (mine && size <= old && size >= old / 2) return p;  // in place, as hm_realloc would
+      if (mine && size > old)
+        if (void *np = grow_large(p, old, size, caller)) return np;
       return reallocate_by_copy(p, old, size, caller);
     }
   }

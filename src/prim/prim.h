@@ -41,6 +41,12 @@ int unmap_guarded(void *addr, size_t size);
 // mapping between two inaccessible pages, 2 MiB-aligned: in place where it shrinks or the address
 // space after it is free, else moved to a new place (*out). On failure the mapping is as it was.
 int resize_guarded(void *addr, size_t size, size_t new_size, void **out);
+// Moves the pages of the guarded mapping of `size` bytes at `addr` onto `target`, a guarded
+// mapping of `new_size` bytes (map_anon_guarded), none copied: the mapping, grown to `new_size`
+// (what is new reads as zeros), replaces the target's data and keeps its own flags (huge-page
+// advice, NUMA binding); the old address range and its guards are returned. On failure both are
+// as they were.
+int move_guarded(void *addr, size_t size, void *target, size_t new_size);
 // Maps `len` bytes of file `fd` at `offset` exactly at `addr` (MAP_FIXED, shared). Tries MAP_SYNC
 // first when `try_sync`; *synced says whether it took.
 int map_file_fixed(void *addr, size_t len, int fd, uint64_t offset, bool try_sync, bool *synced);

@@ -143,6 +143,17 @@ int resize_guarded(void *addr, size_t size, size_t new_size, void **out) {
   return HM_OK;
 }
 
+int move_guarded(void *addr, size_t size, void *target, size_t new_size) {
+  size = (size + kPageSize - 1) & ~(kPageSize - 1);
+  new_size = (new_size + kPageSize - 1) & ~(kPageSize - 1);
+  char *data = static_cast<char *>(addr);
+  // One mapping, grown where the target's data was: its flags and NUMA policy go with it.
+  if (mremap(data, size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target) == MAP_FAILED) return errno_code(errno);
+  munmap(data - kPageSize, kPageSize);  // the old guards
+  munmap(data + size, kPageSize);
+  return HM_OK;
+}
+
 int reserve(size_t size, size_t align, void **out) {
   int rc = map_anon(size, align, 0, out);
   if (rc == HM_OK) mprotect(*out, size, PROT_NONE);

@@ -56,6 +56,11 @@ int AnonBacking::resize_guarded(Extent *e, size_t size) {
   return HM_OK;
 }
 
+int AnonBacking::move_guarded(const Extent &from, const Extent &to) {
+  if (!from.guarded || !to.guarded || to.size < from.size) return HM_ENOTSUP;
+  return prim::move_guarded(from.addr, from.size, to.addr, to.size);
+}
+
 int AnonBacking::do_unmap(const Extent &e) {
   return e.guarded ? prim::unmap_guarded(e.addr, e.size) : prim::unmap(e.addr, e.size);
 }

@@ -31,6 +31,10 @@ class Backing {
   // Resizes a guarded extent to `size` bytes, keeping its pages (e->addr may change); HM_ENOTSUP
   // where the backing cannot, and on any failure the extent is as it was.
   virtual int resize_guarded(Extent *, size_t) { return HM_ENOTSUP; }
+  // Moves a guarded extent's pages onto `to`, a larger guarded extent of this backing
+  // (map_guarded), none copied; `from`'s address range is returned. HM_ENOTSUP where the backing
+  // cannot; on any failure both are as they were.
+  virtual int move_guarded(const Extent &, const Extent &) { return HM_ENOTSUP; }
   // Unmaps the extent's address range and releases its storage.
   int unmap(const Extent &e) { return do_unmap(e); }
   // Replaces whatever is at e.addr with this backing's storage `from` (same size), consuming
@@ -58,6 +62,7 @@ class AnonBacking final : public Backing {
   std::string describe() const override;
   int map_guarded(size_t size, size_t align, Extent *out) override;
   int resize_guarded(Extent *e, size_t size) override;
+  int move_guarded(const Extent &from, const Extent &to) override;
 
  private:
   int bind(void *p, size_t size);

@@ -239,6 +239,18 @@ static MappingOf mapping_of(uintptr_t p) {
   return {};
 }
 
+// The physical frame behind a (touched) page, from /proc/self/pagemap; 0 when the kernel does not
+// say (frame numbers need CAP_SYS_ADMIN).
+static uint64_t physical_frame(const void *p) {
+  std::FILE *f = std::fopen("/proc/self/pagemap", "rb");
+  if (!f) return 0;
+  uint64_t entry = 0;
+  const long at = static_cast<long>(reinterpret_cast<uintptr_t>(p) / 4096 * sizeof entry);
+  const bool read = std::fseek(f, at, SEEK_SET) == 0 && std::fread(&entry, sizeof entry, 1, f) == 1;
+  std::fclose(f);
+  return read && (entry >> 63) ? entry & ((uint64_t{1} << 55) - 1) : 0;
+}
+
 // A guarded block is exactly one mapping of its page-rounded size, between two inaccessible pages.
 static void expect_own_guarded_mapping(const char *p, size_t size, const char *what) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p), pages = (size + 4095) / 4096 * 4096;
@@ -303,6 +315,33 @@ TEST_F(AllocApi, GuardedMappingsAreReusedOnlyForGuardedRequestsAndResizedToThem)
   expect_own_guarded_mapping(moved, shrunk + (size_t{1} << 20), "moved");
   munmap(blocker, 4096);
   for (char *p : {plain, moved}) hm_free(p);
+}
+
+// hm_realloc of a guarded block (the profiler's objects) grows it by moving its pages, as the C
+// library grows a chunk it mapped: none copied, the contents kept, the new mapping exactly its own,
+// the old range no longer hetmem's, and the tier's in_use the new size.
+TEST_F(AllocApi, AGuardedBlockGrowsByMovingItsPages) {
+  constexpr size_t kSize = (size_t{3} << 20) + 100, kGrown = (size_t{9} << 20) + 300;
+  char *a = static_cast<char *>(hm_tier_alloc(fast_, kSize, 0, HM_GUARDED));
+  ASSERT_NE(a, nullptr) << hm_last_error();
+  for (size_t i = 0; i < kSize; i += 4096) a[i] = static_cast<char>(i / 4096);
+  hm_tier_stats_t before, after;
+  ASSERT_EQ(hm_tier_stats(fast_, &before), HM_OK);
+  const uint64_t frame = physical_frame(a + 8192);
+  char *b = static_cast<char *>(hm_realloc(a, kGrown));
+  ASSERT_NE(b, nullptr) << hm_last_error();
+  for (size_t i = 0; i < kSize; i += 4096) ASSERT_EQ(b[i], static_cast<char>(i / 4096)) << "lost at " << i;
+  if (frame) EXPECT_EQ(physical_frame(b + 8192), frame) << "the page moved, not copied";
+  EXPECT_EQ(hm_usable_size(b), (kGrown + 4095) / 4096 * 4096);
+  expect_own_guarded_mapping(b, kGrown, "grown by realloc");
+  if (b != a) EXPECT_EQ(hm_owns(a), 0) << "the old range is no longer hetmem's";
+  EXPECT_EQ(hm_owns(b + kGrown - 1), 1);
+  ASSERT_EQ(hm_tier_stats(fast_, &after), HM_OK);
+  EXPECT_EQ(after.in_use - before.in_use, hm_usable_size(b) - (kSize + 4095) / 4096 * 4096);
+  std::memset(b + kSize, 5, kGrown - kSize);  // the new part is usable
+  hm_free(b);
+  ASSERT_EQ(hm_tier_stats(fast_, &after), HM_OK);
+  EXPECT_EQ(after.in_use + (kSize + 4095) / 4096 * 4096, before.in_use) << "freed whole";
 }
 
 TEST_F(AllocApi, CallocOverflowIsAnError) {

@@ -287,6 +287,24 @@ def test_a_program_that_closes_and_reuses_every_descriptor_keeps_its_files_and_t
     assert len(mallocs[(mallocs["size"] >= 300) & (mallocs["size"] < 500)]) == 200, "the allocations before and after"
 
 
+def test_a_large_array_grown_by_realloc_keeps_its_pages_under_the_profiler(tmp_path):
+    """A profiled large object has a mapping of its own. An array grown by realloc 1 MiB at a time
+    to 48 MiB must move its pages with it, as the C library's mremap does, not be copied into a
+    new mapping at each growth: its contents survive, and the growth faults in no more pages than
+    the plain run's (copies faulted in 14% more, and took 3x the time)."""
+    program = str(PROGRAMS / "prog_grows")
+    plain = subprocess.run([program], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0 and plain.stdout.startswith("grown ok"), plain.stdout
+    r, trace = profile(tmp_path, PROGRAMS / "prog_grows")
+    assert r.returncode == 0 and r.stdout.startswith("grown ok"), r.stdout + r.stderr
+    plain_faults, profiled_faults = int(plain.stdout.split()[2]), int(r.stdout.split()[2])
+    assert profiled_faults <= 1.05 * plain_faults + 64, (profiled_faults, plain_faults)
+    t = read_trace(trace)
+    assert t.complete and not t.problems
+    reallocs = t.events[(t.events["fn"] == 3) & (t.events["op"] == 1) & (t.events["size"] >= 2 << 20)]
+    assert sorted(reallocs["size"] >> 20) == list(range(2, 49)), "every growth recorded, at its size"
+
+
 def test_a_trace_removed_under_the_program_stops_the_profile_with_a_message(tmp_path):
     """The trace removed and its descriptor closed by the program: the profile cannot go on. It
     says why, never recreates or writes another file, and the program runs to its end."""
