@@ -227,7 +227,9 @@ void *hm_calloc(size_t count, size_t size);
 /* Frees without naming the tier (constant time). NULL is ignored. A pointer hetmem does not own
  * is reported (HM_ENOTOWNED in hm_last_error()) and left alone; state is never corrupted. */
 void hm_free(void *ptr);
-/* Resizes keeping the tier. NULL ptr = hm_malloc; size 0 = free and return NULL. */
+/* Resizes keeping the tier. NULL ptr = hm_malloc; size 0 = free and return NULL. A block that
+ * shrinks to half its size or more stays where it is; an HM_GUARDED block that grows moves its
+ * pages onto a larger mapping (none copied); any other block that grows is copied. */
 void *hm_realloc(void *ptr, size_t size);
 /* Usable size of an allocation (>= requested), 0 for NULL or a pointer not owned by hetmem. */
 size_t hm_usable_size(const void *ptr);
