@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "alloc/heap.h"
@@ -31,6 +32,7 @@ const uint64_t g_start_ns = prim::now_ns();  // the budget counts run time from 
 uint64_t g_spent_ns = 0;             // estimated total cost so far
 double g_page_cost_ns = -1;          // per 4 KiB page touched after a clear; < 0: not measured
 hm_sampler_stats_t g_stats{};
+std::string g_smaps_text;  // the last sample's smaps, its pages kept for the next
 
 bool emulation_wants() {
   if (!emul_enabled()) return false;
@@ -163,12 +165,14 @@ void sampler_end(uint16_t phase, SampleMode mode, std::vector<prim::MappingUse> 
   uint64_t undeclared[kMaxTiers] = {};
   uintptr_t at[kMaxTiers] = {};
   uint64_t small_pages = 0;  // referenced 4 KiB pages: what the clear costs the program
-  prim::for_each_mapping([&](const prim::MappingUse &m) {
-    mappings->push_back(m);
-    if (m.referenced_bytes == 0) return;
-    small_pages += (m.referenced_bytes - std::min(m.referenced_bytes, m.anon_huge_bytes)) / prim::kPageSize;
-    attribute(m, undeclared, at);
-  });
+  prim::for_each_mapping(
+      [&](const prim::MappingUse &m) {
+        mappings->push_back(m);
+        if (m.referenced_bytes == 0) return;
+        small_pages += (m.referenced_bytes - std::min(m.referenced_bytes, m.anon_huge_bytes)) / prim::kPageSize;
+        attribute(m, undeclared, at);
+      },
+      &g_smaps_text);
   uint64_t own = g_begin_own_ns + (prim::now_ns() - t0);
   uint64_t inflicted = static_cast<uint64_t>(static_cast<double>(small_pages) * std::max(0.0, g_page_cost_ns));
   PhaseSample &ps = g_samples[phase];

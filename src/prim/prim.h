@@ -267,9 +267,11 @@ struct MappingUse {
   uint64_t referenced_bytes;
   uint64_t anon_huge_bytes;  // of it, transparent huge pages (AnonHugePages:)
 };
-// Calls fn(use) for every mapping of the process, from /proc/self/smaps.
+// Calls fn(use) for every mapping of the process, from /proc/self/smaps. `buffer`, when given,
+// holds the text and is kept by the caller for the next call: smaps is hundreds of KiB, and a
+// fresh buffer each time faults its pages in again (a profiled LAMMPS process: 4 samples).
 template <class Fn>
-int for_each_mapping(Fn fn);
+int for_each_mapping(Fn fn, std::string *buffer = nullptr);
 int read_smaps(std::string *text);
 // Loads libunwind (once) for stack_trace, with per-thread caches of unwind information. HM_OK, or
 // HM_ENOTSUP with the loader's reason in *why.
@@ -304,8 +306,9 @@ void spin_until_ns(uint64_t deadline);
 int cpu_count();
 
 template <class Fn>
-int for_each_mapping(Fn fn) {
-  std::string text;
+int for_each_mapping(Fn fn, std::string *buffer) {
+  std::string own;
+  std::string &text = buffer ? *buffer : own;
   int rc = read_smaps(&text);
   if (rc != 0) return rc;
   MappingUse cur{0, 0, 0, 0};
