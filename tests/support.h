@@ -52,7 +52,7 @@ inline std::string temp_path(const std::string &stem) {
 inline int configure(const std::string &tiers, const char *extra_name = nullptr, const char *extra_value = nullptr) {
   hm_finalize();
   for (const char *v : {"HM_TIERS", "HM_FAST_BUDGET", "HM_CAPACITY_BUDGET", "HM_PERSISTENT_BUDGET",
-                        "HM_HUGETLB_POOL", "HM_HUGETLB_1G", "HM_DEFAULT_ROLE", "HM_POOL_SIZE"})
+                        "HM_HUGETLB_POOL", "HM_HUGETLB_1G", "HM_DEFAULT_ROLE", "HM_POOL_SIZE", "HM_PROFILE_SAMPLE"})
     unsetenv(v);
   if (!tiers.empty()) setenv("HM_TIERS", tiers.c_str(), 1);
   if (extra_name) setenv(extra_name, extra_value, 1);
