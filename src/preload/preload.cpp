@@ -630,9 +630,6 @@ HM_EXPORT void *calloc(size_t n, size_t size) {
 }
 
 namespace {
-// realloc by a new block where placement decides (allocate; `decided`: the rules were asked
-// already) and the old one released (release), each recorded as the profiler records them;
-// nullptr leaves the old block valid, as realloc promises.
 // A profiled large object (a mapping of its own) grown by moving its pages, none copied
 // (hm_grow_guarded), as the C library grows a chunk it mapped: recorded as a realloc that moved,
 // the old block freed (first: its address cannot be reused before), the new one allocated.
@@ -651,6 +648,9 @@ void *grow_large(void *p, size_t old, size_t size, const void *caller) {
   return grown ? np : nullptr;
 }
 
+// realloc by a new block where placement decides (allocate; `decided`: the rules were asked
+// already) and the old one released (release), each recorded as the profiler records them;
+// nullptr leaves the old block valid, as realloc promises.
 void *reallocate_by_copy(void *p, size_t old, size_t size, const void *caller,
                          const RulesPlacement *decided = nullptr) {
   void *np = allocate(size, 0, false, trace::kRealloc, caller, decided);
