@@ -255,6 +255,13 @@ int main(int argc, char **argv) {
               (n * 8) >> 20, reps, 100 * tolerance, cal.read_bw_mbps[0], cal.write_bw_mbps[0], cal.latency_ns,
               cal.gather_ns);
 
+  // The DRAM time: the same arrays, the same bookkeeping and sampler, no waits.
+  auto on_dram = [](auto &&f) {
+    hm::emul_pause_waits(true);
+    auto t = f();
+    hm::emul_pause_waits(false);
+    return t;
+  };
   std::vector<Row> rows;
   for (hm_tier_t t : emulated) {
     hm_tier_info_t info;
@@ -275,13 +282,6 @@ int main(int argc, char **argv) {
         if (!declare && k == kTriad2) continue;  // the sampler charges on the phase's thread only
         std::vector<double> td, te, all_d, all_e;  // the rounds judged; every round
         const Kernel kernel = static_cast<Kernel>(k);
-        // The DRAM time: the same arrays, the same bookkeeping and sampler, no waits.
-        auto on_dram = [&](auto &&f) {
-          hm::emul_pause_waits(true);
-          auto t = f();
-          hm::emul_pause_waits(false);
-          return t;
-        };
         run_mode(kernel, m, declare);  // warm up
         // Each measurement lasts at least 20 ms on DRAM (short kernels are repeated), so that a
         // hiccup of the shared machine is small beside it; times are per run of the kernel.

@@ -55,12 +55,12 @@ void emul_defer_charges_on_this_thread();
 uint64_t emul_pay_owed();
 // Whether charges are made (HM_EMUL); set at initialisation.
 void emul_set_enabled(bool on);
+bool emul_enabled();
 // While paused, charges are counted but not waited, and the sampler runs as before: an
 // instrument's baseline on the emulated tier's own memory (`hetmem tiers --validate`), so that
 // what it compares differs by the emulator's waits alone, not by which physical pages back each
 // array (in a VM, pages the host backs with huge pages or not differ by 10% on random access).
 void emul_pause_waits(bool paused);
-bool emul_enabled();
 // Whether a profile charges anything at all (`dram` does not: the bookkeeping runs, nothing waits).
 inline bool emul_charges(const EmulProfile &p) {
   return p.read_bw != 1.0 || p.write_bw != 1.0 || p.random_latency != 1.0;

@@ -189,8 +189,9 @@ run hetmem-bench-octree --restart-only --quick --no-p4est --dir /tmp --json /tmp
 # MAP_SYNC). The store's C API test, then the C writer (tests/fields/c_api_bench.c) for FDB's POSIX
 # store and the hetmem store alternately, rounds (--rounds: three for the table; the CTest entry's
 # check takes one, since a round under TCG takes 30-90 s of the guest's limit on a busy machine)
-# of hetmem bench fields' field sizes and fields per step, the pool mapped with MAP_SYNC (checked in /proc/self/smaps). TCG figures: the
-# two stores compare with each other here, not with hardware. The FDB configurations and schema
+# of hetmem bench fields' field sizes and fields per step, the pool mapped with MAP_SYNC (checked
+# in /proc/self/smaps). TCG figures: the two stores compare with each other here, not with
+# hardware. The FDB configurations and schema
 # are hetmem.fields' own, with the databases on the DAX mount.
 FIELD_SIZES = [(size, bench_fields.fields_per_step(size)) for size in bench_fields.SIZES.values()]
 RECIPES["pmem-fields"] = {
