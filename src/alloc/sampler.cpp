@@ -13,7 +13,9 @@
 namespace hm {
 namespace {
 
-constexpr uint32_t kForcedInferredSamples = 4;  // inferred windows a profiler gets sampled regardless
+// The inferred windows a profiler gets sampled regardless of the budget: the two after the first,
+// which is the run's start-up.
+constexpr uint32_t kFirstForcedWindow = 2, kLastForcedWindow = 3;
 
 // What the last sample of a phase name found, and what it cost.
 struct PhaseSample {
@@ -50,8 +52,9 @@ bool emulation_wants() {
 // clear that sample needs anyway. Not fewer pages: 128 measured about half the cost (60-100 ns
 // against 105-240 ns here), a budget built on that samples more than it can afford, and with 128
 // a run of `hetmem tiers --validate` put an emulated tier's sampled row 50% over its model.
-// The probe's page faults are the first sample's (in a VM whose host faults fresh memory in
-// again, up to 20 ms).
+// The probe's pages are populated writable in one call (MADV_POPULATE_WRITE): touched first by a
+// read they took two faults each (the zero page, then its copy), 2,048 in all. Their cost, 2-3 ms
+// in this VM, is the first sample's.
 void clear_with_page_cost() {
   if (g_page_cost_ns >= 0) {
     prim::clear_referenced();
@@ -65,6 +68,7 @@ void clear_with_page_cost() {
     return;
   }
   prim::advise_huge(mem, kBytes, false);
+  prim::populate_write(mem, kBytes);
   volatile char *p = static_cast<volatile char *>(mem);
   auto touch = [&] {
     uint64_t t0 = prim::now_ns();
@@ -133,13 +137,17 @@ SampleMode sampler_begin(uint16_t phase, bool every_phase, bool inferred) {
   uint64_t now = prim::now_ns();
   double allowed = sample_budget() * static_cast<double>(now - g_start_ns);
   // The profiler needs every phase name sampled: the first instance regardless of the budget. An
-  // iteration inferred by time windows also gets instances 2 to 4, since its first is the run's
-  // start-up and a short run's last is cut at its exit (its arrays already freed): a run of half
-  // a second would otherwise be sampled in its steady state once or not at all. The emulated tier
-  // only needs its charges, which a phase never sampled yet takes from none (nothing charged)
-  // until the budget allows.
-  const bool forced = profile && (inferred ? instance <= kForcedInferredSamples
+  // iteration inferred by time windows gets its second and third instances instead: its first is
+  // the run's start-up (arrays being filled, all of them referenced), which says nothing of the
+  // steady state, and a run of half a second would otherwise be sampled in its steady state once
+  // or not at all. Not more: a sample costs 10-20 ms in a process of 600 mappings (reading smaps;
+  // each of LAMMPS's MPI ranks here), and four forced samples of each rank and of the launcher
+  // made a profiled 0.7 s run over two ranks 1.18x its plain time (1.07x with none). The emulated
+  // tier only needs its charges, which a phase never sampled yet takes from none (nothing
+  // charged) until the budget allows.
+  const bool forced = profile && (inferred ? instance >= kFirstForcedWindow && instance <= kLastForcedWindow
                                            : ps.samples == 0 && (instance & (instance - 1)) == 0);
+  if (profile && inferred && instance < kFirstForcedWindow && !emulation) return SampleMode::kCarried;
   uint64_t expected = ps.seen ? ps.cost_ns : (g_stats.phases_sampled ? g_spent_ns / g_stats.phases_sampled : 0);
   if (!forced && static_cast<double>(g_spent_ns + expected) > allowed) return SampleMode::kCarried;
   clear_with_page_cost();

@@ -7,8 +7,8 @@
 // pages cost 512 times less. So phases are sampled at a bounded rate: only while the sampler's
 // estimated cost stays under HM_SAMPLE_BUDGET of the run time (counted from the library's load),
 // except that a recording profiler gets the first instance of every phase name regardless, and of
-// iterations inferred by time windows instances 1 to 4 (the first window is the run's start-up,
-// a short run's last is cut at its exit). An
+// iterations inferred by time windows instances 2 and 3 instead (the first window is the run's
+// start-up: a profiler alone does not sample it). An
 // instance that is not sampled charges the emulated tier what the last sample of the same phase
 // name found (nothing before its first sample).
 #pragma once
@@ -28,7 +28,7 @@ enum class SampleMode : uint8_t {
 };
 
 // Both are called with the phase mutex held, in begin/end order. `every_phase`: an observer needs
-// every phase name sampled (regardless of the budget: the first instance, or instances 1 to 4 of
+// every phase name sampled (regardless of the budget: the first instance, or instances 2 and 3 of
 // an `inferred` iteration).
 SampleMode sampler_begin(uint16_t phase, bool every_phase, bool inferred);
 // `mappings` receives every mapping with its referenced bytes when the instance was sampled.

@@ -60,6 +60,10 @@ void zero_pages(void *addr, size_t len);
 // Maps in the pages of [addr, addr+len) of a file mapping now, in one call (MADV_POPULATE_READ,
 // Linux 5.14; else MADV_WILLNEED, which only starts the reads), instead of one fault per page.
 int prefault(void *addr, size_t len);
+// Gives [addr, addr+len) of private anonymous memory its pages now, writable, in one call
+// (MADV_POPULATE_WRITE, Linux 5.14; else a write to each page): one fault per page where a read
+// before the first write would take two (the zero page, then its copy).
+int populate_write(void *addr, size_t len);
 // Gives [offset, offset+len) of file `fd` its blocks (fallocate): HM_ECAPACITY when the medium is
 // full, where a store into a hole of a mapping would be a SIGBUS; HM_ENOTSUP when the file system
 // cannot preallocate (the range stays as it was).

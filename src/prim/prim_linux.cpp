@@ -197,6 +197,16 @@ int prefault(void *addr, size_t len) {
   return madvise(addr, len, MADV_WILLNEED) == 0 ? HM_OK : HM_ENOTSUP;
 }
 
+int populate_write(void *addr, size_t len) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+  if (madvise(addr, len, MADV_POPULATE_WRITE) == 0) return HM_OK;
+  volatile char *p = static_cast<volatile char *>(addr);
+  for (size_t off = 0; off < len; off += kPageSize) p[off] = 0;
+  return HM_OK;
+}
+
 int back_file(int fd, uint64_t offset, size_t len) {
   if (fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(len)) == 0) return HM_OK;
   return errno == ENOSPC ? HM_ECAPACITY : (errno == EOPNOTSUPP ? HM_ENOTSUP : errno_code(errno));
