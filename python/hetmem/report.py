@@ -152,7 +152,8 @@ def inferred_iterations(trace: Trace) -> dict:
         return {"how": "marked", "unit": "iteration", "count": count,
                 "text": f"{count} iteration(s) marked by the program (hm_iteration_next)"}
     return {"how": "none", "unit": "run", "count": count,
-            "text": "no iterations: the program marks none and none were inferred (HM_ITERATION_WINDOW=0?)"}
+            "text": "no iterations: the program marks none and none were inferred (HM_ITERATION_WINDOW=0, or an "
+                    "MPI launcher or daemon, in which none are)"}
 
 
 def iteration_of(times: np.ndarray, trace: Trace) -> np.ndarray:

@@ -446,6 +446,18 @@ void placed_while_windows_wait(const void *p) {
   if (g_windows_pending.exchange(false)) start_windows(g_deferred_window);
 }
 
+// An MPI launcher or one of its daemons (as the process names itself): it starts the ranks and
+// serves their I/O, an event loop with no iterations of its own. Its allocations are recorded as
+// any process's, but no time windows are inferred in it: each window's sample of referenced pages
+// reads smaps (10-20 ms here), taken from the cores the ranks run on.
+bool is_mpi_launcher() {
+  static const char *const kNames[] = {"mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prterun", "orted", "prted",
+                                       "prte", "hydra_pmi_proxy", "srun"};
+  for (const char *name : kNames)
+    if (strcmp(program_invocation_short_name, name) == 0) return true;
+  return false;
+}
+
 // Iterations of a program that marks none: at each entry into HM_ITERATION_AT's function, or
 // every HM_ITERATION_WINDOW seconds where windows serve something. A function that cannot be hooked is
 // said, and windows are used instead.
@@ -453,6 +465,7 @@ void infer_iterations() {
   // A program built with libhetmem that marks its own phases or iterations keeps its marks.
   for (const char *mark : {"hm_phase_begin", "hm_iteration_next", "hm_phase_begin_f", "hm_iteration_next_f"})
     if (preload::called_outside(mark)) return;
+  if (is_mpi_launcher()) return;
   std::string at = option("HM_ITERATION_AT");
   if (!at.empty()) {
     preload::EntryHookResult hooked = preload::hook_entries(at.c_str(), iteration_entered);

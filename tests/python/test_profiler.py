@@ -5,6 +5,7 @@ signals and bad input."""
 import json
 import os
 import struct
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -305,6 +306,24 @@ def test_a_large_array_grown_by_realloc_keeps_its_pages_under_the_profiler(tmp_p
     assert t.complete and not t.problems
     reallocs = t.events[(t.events["fn"] == 3) & (t.events["op"] == 1) & (t.events["size"] >= 2 << 20)]
     assert sorted(reallocs["size"] >> 20) == list(range(2, 49)), "every growth recorded, at its size"
+
+
+def test_an_mpi_launcher_is_recorded_without_inferred_iterations(tmp_path):
+    """A process named as an MPI launcher or daemon (mpirun, prted, srun, ...) only starts and
+    serves the ranks: its allocations are recorded, but no time windows are inferred in it, whose
+    samples of referenced pages would take a core from the ranks. The same program under its own
+    name gets its windows."""
+    for name in ("churn", "mpirun"):
+        shutil.copy(PROGRAMS / "prog_churn", tmp_path / name)
+        r, trace = profile(tmp_path, tmp_path / name, "20000", "64", name=f"{name}.hmtrace")
+        assert r.returncode == 0, r.stderr
+        result = report_json(trace)
+        assert result["totals"]["allocations"] > 20000, f"{name}: its allocations are recorded"
+        if name == "mpirun":
+            assert result["iterations"]["how"] != "window", result["iterations"]
+            assert result["sampled"]["sampled"] == 0, result["sampled"]
+        else:
+            assert result["iterations"]["how"] == "window", result["iterations"]
 
 
 def test_a_trace_removed_under_the_program_stops_the_profile_with_a_message(tmp_path):
