@@ -6,6 +6,8 @@
 #include <new>
 #include <string>
 
+#include "alloc/hook.h"
+#include "alloc/runtime.h"
 #include "alloc/settings.h"
 #include "base/error.h"
 #include "base/options.h"
@@ -385,24 +387,28 @@ void TierHeap::reset_event_counts() {
   counters_.frees_base.store(f);
 }
 
+// The common case of allocate: a small block from the thread's bin of its class, on a tier without
+// a budget (its bytes go to the thread's pending count). nullptr, with nothing changed, when the
+// general path must decide.
+__attribute__((always_inline)) inline void *TierHeap::allocate_cached(size_t size, unsigned flags) {
+  if (__builtin_expect(size > kSmallMax || (flags & (HM_MOVABLE | HM_HUGE | HM_GUARDED)), 0)) return nullptr;
+  ThreadCache *tc = t_cache;
+  if (__builtin_expect(!tc || tc->epoch != runtime_epoch() || counters_.budget.load(std::memory_order_relaxed) != 0, 0))
+    return nullptr;
+  const int cls = size_class(size);
+  Bin &b = tc->bins[tier_->id][cls];
+  if (!b.head) return nullptr;
+  void *p = b.pop();
+  bump(tc->allocs[tier_->id]);
+  const size_t charged = class_size(cls);
+  charge_small(charged, tc);
+  if (flags & HM_ZERO) std::memset(p, 0, charged);
+  return p;
+}
+
 void *TierHeap::allocate(size_t size, size_t align, unsigned flags) {
-  // The common case first: a small block from the thread's bin of its class, on a tier without a
-  // budget (its bytes go to the thread's pending count). Anything else takes the general path.
-  if (__builtin_expect(size <= kSmallMax && align <= 16 && !(flags & (HM_MOVABLE | HM_HUGE | HM_GUARDED)), 1)) {
-    ThreadCache *tc = t_cache;
-    if (__builtin_expect(tc && tc->epoch == runtime_epoch() && counters_.budget.load(std::memory_order_relaxed) == 0, 1)) {
-      const int cls = size_class(size);
-      Bin &b = tc->bins[tier_->id][cls];
-      if (b.head) {
-        void *p = b.pop();
-        bump(tc->allocs[tier_->id]);
-        const size_t charged = class_size(cls);
-        charge_small(charged, tc);
-        if (flags & HM_ZERO) std::memset(p, 0, charged);
-        return p;
-      }
-    }
-  }
+  if (__builtin_expect(align <= 16, 1))
+    if (void *p = allocate_cached(size, flags)) return p;
   return allocate_general(size, align, flags);
 }
 
@@ -808,26 +814,28 @@ void TierHeap::release_large(LargeBlock *lb) {
   counters_.reserved.fetch_sub(e.size, std::memory_order_relaxed);
 }
 
+// The common case of release: a small block back to the thread's bin of its class, while the bin
+// has room. false, with nothing changed, when the general path must decide (and check a bad
+// pointer).
+__attribute__((always_inline)) inline bool TierHeap::release_cached(void *ptr, SlotOwner *owner) {
+  if (__builtin_expect(owner->kind != OwnerKind::kSegment || kHetmemDebug, 0)) return false;
+  auto *seg = reinterpret_cast<Segment *>(owner);
+  const size_t page = static_cast<size_t>(static_cast<char *>(ptr) - static_cast<char *>(seg->extent.addr)) >> kPageShift;
+  const PageDesc &pd = seg->pages[page];
+  ThreadCache *tc = t_cache;
+  if (__builtin_expect(pd.cls == kMediumClass || pd.block_size == 0 || page == 0 || !tc ||
+                       tc->epoch != runtime_epoch(), 0))
+    return false;
+  Bin &b = tc->bins[tier_->id][pd.cls];
+  if (__builtin_expect(b.count >= 2 * batch_for(pd.cls), 0)) return false;
+  uncharge_small(pd.block_size, tc);
+  bump(tc->frees[tier_->id]);
+  b.push(ptr);
+  return true;
+}
+
 void TierHeap::release(void *ptr, SlotOwner *owner) {
-  // The common case first: a small block back to the thread's bin of its class, while the bin has
-  // room. Anything else (and every check of a bad pointer) takes the general path.
-  if (__builtin_expect(owner->kind == OwnerKind::kSegment && !kHetmemDebug, 1)) {
-    auto *seg = reinterpret_cast<Segment *>(owner);
-    const size_t page = static_cast<size_t>(static_cast<char *>(ptr) - static_cast<char *>(seg->extent.addr)) >> kPageShift;
-    const PageDesc &pd = seg->pages[page];
-    ThreadCache *tc = t_cache;
-    if (__builtin_expect(pd.cls != kMediumClass && pd.block_size != 0 && page != 0 && tc &&
-                         tc->epoch == runtime_epoch(), 1)) {
-      Bin &b = tc->bins[tier_->id][pd.cls];
-      if (__builtin_expect(b.count < 2 * batch_for(pd.cls), 1)) {
-        uncharge_small(pd.block_size, tc);
-        bump(tc->frees[tier_->id]);
-        b.push(ptr);
-        return;
-      }
-    }
-  }
-  release_general(ptr, owner);
+  if (!release_cached(ptr, owner)) release_general(ptr, owner);
 }
 
 void TierHeap::release_general(void *ptr, SlotOwner *owner) {
@@ -1065,3 +1073,20 @@ void HugePool::give(void *ptr, size_t bytes) {
 }
 
 }  // namespace hm
+
+// The preload library's entry points for a program's own allocations (alloc/hook.h): the thread
+// cache's fast paths inline, here beside them, with no check the caller has made already.
+void *hm_direct_alloc(int tier, size_t size) {
+  if (hm::TierHeap *h = hm::heap_of(tier); __builtin_expect(h != nullptr && !hm::alloc_observer(), 1))
+    if (void *p = h->allocate_cached(size, 0)) return p;
+  return hm_tier_alloc(tier, size, 0, HM_PREFERRED);
+}
+
+int hm_direct_free(void *ptr) {
+  hm::SlotOwner *owner = hm::slot_map().get(ptr);
+  if (!owner) return 0;
+  hm::TierHeap *h = hm::heap_of(owner->tier);
+  if (__builtin_expect(h != nullptr && !hm::alloc_observer() && !owner->is_tracked(), 1) && h->release_cached(ptr, owner))
+    return 1;
+  return hm_free_if_owned(ptr);
+}

@@ -49,6 +49,12 @@ class TierHeap {
   void *allocate(size_t size, size_t align, unsigned flags);
   // Frees a block this heap owns (`owner` from the slot map).
   void release(void *ptr, SlotOwner *owner);
+  // The common cases of allocate and release alone: a small block from, or back to, the thread's
+  // cache; nullptr / false, with nothing changed, where the general path must decide. Defined
+  // inline in heap.cpp, for its own entry points (allocate, release, hm_direct_alloc,
+  // hm_direct_free).
+  void *allocate_cached(size_t size, unsigned flags);
+  bool release_cached(void *ptr, SlotOwner *owner);
   static size_t usable_size(const void *ptr, SlotOwner *owner);
   // Grows a guarded large block (the profiler's objects: a mapping each) to `size` bytes without
   // copying: its pages move onto a larger guarded mapping (mremap), as the C library grows its

@@ -20,6 +20,11 @@ extern uintptr_t hm_owned_high __attribute__((visibility("default")));
 // hm_free for a pointer that may not be hetmem's: frees it and returns 1 if it is, returns 0 (and
 // records no error) if not. One look-up of the slot map where hm_owns and hm_free take two.
 __attribute__((visibility("default"))) int hm_free_if_owned(void *ptr);
+// The `all -> TIER` rules' allocation: hm_tier_alloc(tier, size, 0, HM_PREFERRED), a small block
+// straight from the thread's cache (the tier was checked when the rules were read).
+__attribute__((visibility("default"))) void *hm_direct_alloc(int tier, size_t size);
+// hm_free_if_owned, a small block straight back to the thread's cache.
+__attribute__((visibility("default"))) int hm_direct_free(void *ptr);
 // Grows a block of the profiler's own (a guarded mapping) to `size` bytes by moving its pages, none
 // copied (TierHeap::grow_guarded). The new address, or NULL when it cannot: the block is unchanged
 // and the caller copies.

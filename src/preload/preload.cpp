@@ -215,7 +215,7 @@ inline bool within_hetmem_bounds(const void *p) {
 inline bool owned(const void *p) { return within_hetmem_bounds(p) && hm_owns(p) != 0; }
 
 // Frees `p` if it is hetmem's memory; false if it is not (the C library's to free).
-inline bool freed_if_hetmems(void *p) { return within_hetmem_bounds(p) && hm_free_if_owned(p) != 0; }
+inline bool freed_if_hetmems(void *p) { return within_hetmem_bounds(p) && hm_direct_free(p) != 0; }
 
 // This library's own image: its code and the C++ runtime linked into it (hm_private_runtime in
 // CMakeLists.txt). What that code allocates is hetmem's, not the program's: neither placed nor
@@ -251,7 +251,7 @@ inline int direct_tier(const void *caller) {
 // An allocation on the direct tier, the C library's if the tier refuses it (as placement's).
 inline void *placed_directly(int tier, size_t size) {
   Inside inside;
-  void *p = hm_tier_alloc(tier, size, 0, HM_PREFERRED);
+  void *p = hm_direct_alloc(tier, size);
   return p ? p : g_real.malloc(size);
 }
 
@@ -300,7 +300,7 @@ inline bool freed_directly(void *p) {
     return true;
   }
   Inside inside;
-  if (!hm_free_if_owned(p)) g_real.free(p);
+  if (!hm_direct_free(p)) g_real.free(p);
   return true;
 }
 
