@@ -701,8 +701,9 @@ HM_EXPORT void *realloc(void *p, size_t size) {
       return reallocate_by_copy(p, old, size, caller);
     }
   }
-  if (g_rules && size >= g_libc_below.load(std::memory_order_relaxed) && !hm_inside_hook && !from_self(caller) &&
-      !owned(p)) {
+  const bool mine = owned(p);
+  if (g_rules && !mine && size >= g_libc_below.load(std::memory_order_relaxed) && !hm_inside_hook &&
+      !from_self(caller)) {
     // A call site that grows its objects with realloc (sqlite's allocation wrapper, a vector's
     // growth in C) is placed as the rules say: a block of the C library that a rule sends to a
     // tier or a class moves there, copied, as realloc may move it anyway.
@@ -714,7 +715,7 @@ HM_EXPORT void *realloc(void *p, size_t size) {
     if (d.target != HM_RULES_LIBC) return reallocate_by_copy(p, g_real.usable(p), size, caller, &d);
   }
   Inside inside;
-  void *np = owned(p) ? hm_realloc(p, size) : g_real.realloc(p, size);
+  void *np = mine ? hm_realloc(p, size) : g_real.realloc(p, size);
   if (np && g_profiling) {
     hm_profile_record(trace::kFree, trace::kRealloc, p, 0, caller);
     hm_profile_record(trace::kAlloc, trace::kRealloc, np, size, caller);
