@@ -7,7 +7,6 @@
 #include <string>
 
 #include "alloc/hook.h"
-#include "alloc/runtime.h"
 #include "alloc/settings.h"
 #include "base/error.h"
 #include "base/options.h"
@@ -1075,9 +1074,11 @@ void HugePool::give(void *ptr, size_t bytes) {
 }  // namespace hm
 
 // The preload library's entry points for a program's own allocations (alloc/hook.h): the thread
-// cache's fast paths inline, here beside them, with no check the caller has made already.
+// cache's fast paths inline, here beside them, with no check the caller has made already. Called
+// inside the hook (hm_inside_hook set), a call is nothing the allocation observer records (it
+// skips those), so the fast paths need not ask for one; outside it, the general paths decide.
 void *hm_direct_alloc(int tier, size_t size) {
-  if (hm::TierHeap *h = hm::heap_of(tier); __builtin_expect(h != nullptr && !hm::alloc_observer(), 1))
+  if (hm::TierHeap *h = hm::heap_of(tier); __builtin_expect(h != nullptr && hm_inside_hook != 0, 1))
     if (void *p = h->allocate_cached(size, 0)) return p;
   return hm_tier_alloc(tier, size, 0, HM_PREFERRED);
 }
@@ -1086,7 +1087,8 @@ int hm_direct_free(void *ptr) {
   hm::SlotOwner *owner = hm::slot_map().get(ptr);
   if (!owner) return 0;
   hm::TierHeap *h = hm::heap_of(owner->tier);
-  if (__builtin_expect(h != nullptr && !hm::alloc_observer() && !owner->is_tracked(), 1) && h->release_cached(ptr, owner))
+  // A record the placement runtime tracks has its release observed (hm_free_if_owned).
+  if (__builtin_expect(h != nullptr && hm_inside_hook != 0 && !owner->is_tracked(), 1) && h->release_cached(ptr, owner))
     return 1;
   return hm_free_if_owned(ptr);
 }

@@ -21,9 +21,9 @@ extern uintptr_t hm_owned_high __attribute__((visibility("default")));
 // records no error) if not. One look-up of the slot map where hm_owns and hm_free take two.
 __attribute__((visibility("default"))) int hm_free_if_owned(void *ptr);
 // The `all -> TIER` rules' allocation: hm_tier_alloc(tier, size, 0, HM_PREFERRED), a small block
-// straight from the thread's cache (the tier was checked when the rules were read).
+// straight from the thread's cache when called inside the hook (hm_inside_hook set).
 __attribute__((visibility("default"))) void *hm_direct_alloc(int tier, size_t size);
-// hm_free_if_owned, a small block straight back to the thread's cache.
+// hm_free_if_owned, a small block straight back to the thread's cache when called inside the hook.
 __attribute__((visibility("default"))) int hm_direct_free(void *ptr);
 // Grows a block of the profiler's own (a guarded mapping) to `size` bytes by moving its pages, none
 // copied (TierHeap::grow_guarded). The new address, or NULL when it cannot: the block is unchanged
