@@ -4,8 +4,8 @@ signals and bad input."""
 
 import json
 import os
-import struct
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
