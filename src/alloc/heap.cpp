@@ -729,20 +729,20 @@ void *TierHeap::grow_guarded(void *ptr, SlotOwner *owner, size_t size) {
     uncharge(want - had);
     return nullptr;
   }
-  // The slot map holds the new range before the pages move there (a leaf it cannot map fails
-  // here, with nothing moved); the old range's slots are other slots (each mapping starts on one).
-  if (!slot_map().set(to.addr, to.size, owner)) {
-    slot_map().set(from.addr, from.size, owner);  // its leaves are mapped: the record as it was
-    tier_->backing->unmap(to);
-    uncharge(want - had);
-    return nullptr;
-  }
-  if (tier_->backing->move_guarded(from, to) != HM_OK) {
-    slot_map().clear(to.addr, to.size);
+  // Nothing moved: the old range's slots hold the record again (their leaves are mapped), the new
+  // mapping and the growth's charge are given back.
+  auto give_up = [&] {
     slot_map().set(from.addr, from.size, owner);
     tier_->backing->unmap(to);
     uncharge(want - had);
     return nullptr;
+  };
+  // The slot map holds the new range before the pages move there (a leaf it cannot map fails
+  // here, with nothing moved); the old range's slots are other slots (each mapping starts on one).
+  if (!slot_map().set(to.addr, to.size, owner)) return give_up();
+  if (tier_->backing->move_guarded(from, to) != HM_OK) {
+    slot_map().clear(to.addr, to.size);
+    return give_up();
   }
   slot_map().clear(from.addr, from.size);
   // The moved mapping keeps its own flags: huge pages as a fresh guarded mapping of this size has.
