@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 from . import verdicts
-from .lib import HetmemError, RunLog, find_bench_program, find_preload, find_program
+from .lib import HetmemError, RunLog, find_bench_program, find_program, preload_value
 
 
 def _env(**extra) -> dict:
@@ -102,7 +102,7 @@ def stencil_overhead(reps: int, tmp: str, log: RunLog) -> dict:
         rules[target] = os.path.join(tmp, f"{target}.rules")
         with open(rules[target], "w") as f:
             f.write(f"all -> {target}\n")
-    preload = find_preload()
+    preload = preload_value()
     base, emul = [], []
     for rnd in range(reps):
         env = _env(LD_PRELOAD=preload, HM_RULES=rules["fast"])

@@ -24,7 +24,7 @@ import tempfile
 import time
 
 from . import verdicts
-from .lib import HetmemError, find_bench_program, find_preload
+from .lib import HetmemError, find_bench_program, preload_value
 
 
 def _clean_env(**extra) -> dict:
@@ -49,7 +49,7 @@ def overhead(reps: int, tmp: str) -> dict:
     (glibc's own THP tunable); the plain program with glibc's default 4 KiB pages is shown beside."""
     prog = find_bench_program("bench_stencil")
     args = ["192", "8", "4"]
-    preload = find_preload()
+    preload = preload_value()
     plain, plain_thp, profiled = [], [], []
     for i in range(reps):
         _, out = _run([prog, *args], _clean_env())
@@ -68,7 +68,7 @@ def overhead(reps: int, tmp: str) -> dict:
 
 def versus_heaptrack(reps: int, tmp: str) -> dict:
     prog = find_bench_program("bench_alloc_heavy")
-    preload = find_preload()
+    preload = preload_value()
     heaptrack = shutil.which("heaptrack")
     ours, ours_wall, theirs, theirs_wall, sampled, plain = [], [], [], [], [], []
     ours_size = theirs_size = sampled_size = 0
@@ -127,7 +127,7 @@ def _pairs(reps: int, tmp: str, rules_text: str, env: dict) -> tuple[list[float]
     plain, ruled = [], []
     for _ in range(reps):
         plain.append(float(_run([prog], _clean_env())[1]))
-        ruled.append(float(_run([prog], _clean_env(LD_PRELOAD=find_preload(), HM_RULES=rules, **env))[1]))
+        ruled.append(float(_run([prog], _clean_env(LD_PRELOAD=preload_value(), HM_RULES=rules, **env))[1]))
     return plain, ruled
 
 

@@ -29,7 +29,7 @@ import sys
 # Imported where used, not here: `hetmem run` on every MPI rank starts this module, and its
 # start-up is the rank's (docs/benchmarks.md, the command's start-up).
 from .units import size_text
-from .lib import (HetmemError, Interrupted, Library, find_memkind_dir, find_preload, find_program, plain_library,
+from .lib import (HetmemError, Interrupted, Library, find_memkind_dir, find_program, plain_library, preload_value,
                   results_dir, run_program)
 
 ROLE_HELP = "fast, capacity, persistent"
@@ -291,8 +291,7 @@ def _preload_env(extra: dict) -> dict:
     # HM_PROFILE_ROOT_PID marks the run's first process; one left by an enclosing run would make
     # this program a child of that one.
     env = {k: v for k, v in os.environ.items() if k != "HM_PROFILE_ROOT_PID"}
-    preload = find_preload()
-    env["LD_PRELOAD"] = preload + (":" + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env["LD_PRELOAD"] = preload_value(env.get("LD_PRELOAD"))
     env.update(extra)
     return env
 

@@ -186,6 +186,17 @@ def find_preload() -> str:
     raise HetmemError("libhetmem_preload.so not found next to libhetmem.so: build the project (scripts/run)")
 
 
+def preload_value(existing: str | None = None) -> str:
+    """What LD_PRELOAD is set to for a program run under hetmem: libhetmem.so.0, then the preload
+    library, then what LD_PRELOAD already held. libhetmem.so.0 comes first although the preload
+    library needs it anyway: the dynamic loader then finds it loaded, instead of looking for it
+    along the preload library's RUNPATH (26 failed system calls in each process started)."""
+    preload = find_preload()
+    runtime = Path(preload).parent / "libhetmem.so.0"
+    value = (f"{runtime}:" if runtime.is_file() else "") + preload
+    return value + (":" + existing if existing else "")
+
+
 def find_memkind_dir() -> str:
     """The directory of hetmem's libmemkind.so.0 (docs/memkind.md): put it first on
     LD_LIBRARY_PATH and memkind clients and OpenMP runtimes load hetmem's memkind."""

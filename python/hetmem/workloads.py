@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from .lib import HetmemError, Library, find_preload, find_program
+from .lib import HetmemError, Library, find_program, preload_value
 
 
 class PicWorkload:
@@ -63,9 +63,8 @@ class PlanWorkload:
         return f"{' '.join(self.cmd)} with plan {self.plan}"
 
     def command(self, iterations: int, tmp: str, tag: str, summary: str) -> tuple[list[str], dict]:
-        preload = find_preload()
-        ld = preload + (":" + os.environ["LD_PRELOAD"] if os.environ.get("LD_PRELOAD") else "")
-        return self.cmd, {"LD_PRELOAD": ld, "HM_RULES": self.plan, "HM_SUMMARY": summary, **self.iteration_env}
+        return self.cmd, {"LD_PRELOAD": preload_value(os.environ.get("LD_PRELOAD")), "HM_RULES": self.plan,
+                          "HM_SUMMARY": summary, **self.iteration_env}
 
 
 # The applications `hetmem compare NAME [key=value ...]` runs; without a name, the PIC code.

@@ -100,13 +100,14 @@ EntryHookResult hook_entries(const char *symbol, void (*on_entry)()) {
   return result;
 }
 
-bool called_outside(const char *symbol) {
+bool called_outside(const char *const *symbols, int count) {
 #ifdef HM_HAVE_TRAMPOLINE
-  // The library that defines the symbol calls its own functions as it likes; this one too.
-  return hm_elf_redirect_calls(symbol, nullptr, reinterpret_cast<void *>(&hook_entries), dlsym(RTLD_DEFAULT, symbol),
-                               0) > 0;
+  // The library that defines the symbols calls its own functions as it likes; this one too.
+  return hm_elf_count_calls(symbols, count, reinterpret_cast<void *>(&hook_entries), dlsym(RTLD_DEFAULT, symbols[0])) >
+         0;
 #else
-  (void)symbol;
+  (void)symbols;
+  (void)count;
   return false;
 #endif
 }

@@ -361,6 +361,14 @@ __attribute__((noinline)) void *new_impl(size_t size, size_t align, trace::Fn fn
   }
 }
 
+// An LD_PRELOAD entry of hetmem's: this library, or libhetmem.so.0 that `hetmem run` preloads
+// before it (docs/preload.md).
+bool is_hetmem_entry(const std::string &item) {
+  const size_t slash = item.rfind('/');
+  const std::string name = slash == std::string::npos ? item : item.substr(slash + 1);
+  return name.find("libhetmem_preload") != std::string::npos || name.rfind("libhetmem.so", 0) == 0;
+}
+
 void remove_self_from_ld_preload() {
   const char *value = getenv("LD_PRELOAD");
   if (!value) return;
@@ -371,7 +379,7 @@ void remove_self_from_ld_preload() {
     size_t end = all.find_first_of(": ", pos);
     if (end == std::string::npos) end = all.size();
     item = all.substr(pos, end - pos);
-    if (!item.empty() && item.find("libhetmem_preload") == std::string::npos) kept += (kept.empty() ? "" : ":") + item;
+    if (!item.empty() && !is_hetmem_entry(item)) kept += (kept.empty() ? "" : ":") + item;
     pos = end + 1;
   }
   if (kept.empty()) unsetenv("LD_PRELOAD");
@@ -462,9 +470,10 @@ bool is_mpi_launcher() {
 // every HM_ITERATION_WINDOW seconds where windows serve something. A function that cannot be hooked is
 // said, and windows are used instead.
 void infer_iterations() {
-  // A program built with libhetmem that marks its own phases or iterations keeps its marks.
-  for (const char *mark : {"hm_phase_begin", "hm_iteration_next", "hm_phase_begin_f", "hm_iteration_next_f"})
-    if (preload::called_outside(mark)) return;
+  // A program built with libhetmem that marks its own phases or iterations keeps its marks (the
+  // Fortran module's hm_phase_begin_f calls hm_phase_begin).
+  static const char *const kMarks[] = {"hm_phase_begin", "hm_iteration_next"};
+  if (preload::called_outside(kMarks, 2)) return;
   if (is_mpi_launcher()) return;
   std::string at = option("HM_ITERATION_AT");
   if (!at.empty()) {

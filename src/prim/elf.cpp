@@ -157,7 +157,8 @@ bool names_function(const char *symbol, const char *function) {
 namespace {
 
 struct Redirect {
-  const char *symbol;
+  const char *const *symbols;  // the slots calling any of them
+  int count;
   void *to;
   const void *keep[2];
   bool patch;
@@ -216,7 +217,8 @@ int redirect_in_object(dl_phdr_info *info, size_t, void *data) {
   const uintptr_t base = info->dlpi_addr;
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   for_each_jump_slot(tables, [&](const JumpSlot &s) {
-    if (std::strcmp(s.name, r->symbol) != 0) return;
+    if (std::none_of(r->symbols, r->symbols + r->count, [&](const char *name) { return std::strcmp(s.name, name) == 0; }))
+      return;
     if (r->patch) {
       const uintptr_t slot = base + s.slot;
       void *slot_page = reinterpret_cast<void *>(slot & ~(page - 1));
@@ -233,7 +235,13 @@ int redirect_in_object(dl_phdr_info *info, size_t, void *data) {
 }  // namespace
 
 int redirect_calls(const char *symbol, void *to, const void *keep1, const void *keep2, bool patch) {
-  Redirect r{symbol, to, {keep1, keep2}, patch, 0};
+  Redirect r{&symbol, 1, to, {keep1, keep2}, patch, 0};
+  dl_iterate_phdr(redirect_in_object, &r);
+  return r.slots;
+}
+
+int count_calls(const char *const *symbols, int count, const void *keep1, const void *keep2) {
+  Redirect r{symbols, count, nullptr, {keep1, keep2}, false, 0};
   dl_iterate_phdr(redirect_in_object, &r);
   return r.slots;
 }
@@ -244,6 +252,10 @@ using namespace hm::prim;
 
 HM_HOOK_API int hm_elf_redirect_calls(const char *symbol, void *to, const void *keep1, const void *keep2, int patch) {
   return symbol ? elf::redirect_calls(symbol, to, keep1, keep2, patch != 0) : 0;
+}
+
+HM_HOOK_API int hm_elf_count_calls(const char *const *symbols, int count, const void *keep1, const void *keep2) {
+  return symbols && count > 0 ? elf::count_calls(symbols, count, keep1, keep2) : 0;
 }
 
 namespace {

@@ -78,6 +78,10 @@ bool names_function(const char *symbol, const char *function);
 // `keep` addresses (nullptr: none), at `to`; with `patch` false only counts them. Returns the slots.
 int redirect_calls(const char *symbol, void *to, const void *keep1, const void *keep2, bool patch);
 
+// The PLT slots that call any of `count` symbols, in every loaded object but those holding a `keep`
+// address: redirect_calls without patching, for several symbols in one walk of every object's slots.
+int count_calls(const char *const *symbols, int count, const void *keep1, const void *keep2);
+
 }  // namespace hm::prim::elf
 
 // The reader as the preload library and the hetmem command reach it: C functions exported from
@@ -87,6 +91,8 @@ int redirect_calls(const char *symbol, void *to, const void *keep1, const void *
 #endif
 // hm::prim::elf::redirect_calls.
 HM_HOOK_API int hm_elf_redirect_calls(const char *symbol, void *to, const void *keep1, const void *keep2, int patch);
+// hm::prim::elf::count_calls.
+HM_HOOK_API int hm_elf_count_calls(const char *const *symbols, int count, const void *keep1, const void *keep2);
 // The symbols of the ELF file at `path` that are `function` (names_function), each once, one per
 // line: those it calls through a PLT slot in `calls`, those it exports in `exports` (one reading of
 // the file for both). Returns 0, or -1 (both empty) when the file cannot be read as a 64-bit ELF

@@ -239,6 +239,24 @@ def test_followed_children_write_their_own_traces(tmp_path):
     assert [b["count"] for b in sites_named(report_json(trace), "blocks")] == [10]
 
 
+def test_the_runtime_is_preloaded_first_and_leaves_with_the_shim(tmp_path):
+    """`hetmem run` and `hetmem profile` preload libhetmem.so.0 before the shim (the dynamic loader
+    then does not search for it); a profile that does not follow children takes both out of the
+    environment its program's children inherit, and a user's own entry stays."""
+    user = "/lib/x86_64-linux-gnu/libc.so.6"
+    ran = hetmem("run", "--", "/usr/bin/env", env_extra={"LD_PRELOAD": user})
+    assert ran.returncode == 0, ran.stderr
+    entries = next(l for l in ran.stdout.splitlines() if l.startswith("LD_PRELOAD=")).split("=", 1)[1].split(":")
+    assert [Path(e).name for e in entries] == ["libhetmem.so.0", "libhetmem_preload.so", "libc.so.6"], entries
+    r = hetmem("profile", "-o", str(tmp_path / "t.hmtrace"), "--", "/usr/bin/env", env_extra={"LD_PRELOAD": user})
+    assert r.returncode == 0, r.stderr
+    assert f"LD_PRELOAD={user}" in r.stdout.splitlines(), "a profile without --children leaves children no hetmem library"
+    followed, _ = profile(tmp_path, "/usr/bin/env", name="c.hmtrace", options=("--children",))
+    assert followed.returncode == 0, followed.stderr
+    kept = next(l for l in followed.stdout.splitlines() if l.startswith("LD_PRELOAD="))
+    assert "libhetmem.so.0" in kept and "libhetmem_preload.so" in kept
+
+
 def test_killed_program_leaves_a_readable_partial_trace(tmp_path):
     r, trace = profile(tmp_path, PROGRAMS / "prog_dies", "kill")
     assert r.returncode == 137
