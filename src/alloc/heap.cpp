@@ -1092,3 +1092,20 @@ int hm_direct_free(void *ptr) {
     return 1;
   return hm_free_if_owned(ptr);
 }
+
+void *hm_direct_realloc(void *ptr, size_t size) {
+  hm::SlotOwner *owner = hm::slot_map().get(ptr);
+  hm::TierHeap *h = owner ? hm::heap_of(owner->tier) : nullptr;
+  if (__builtin_expect(h != nullptr && hm_inside_hook != 0 && !owner->is_tracked() && size != 0, 1)) {
+    const size_t old = hm::TierHeap::usable_size(ptr, owner);
+    if (size <= old && size >= old / 2) return ptr;  // in place, as hm_realloc keeps it
+    // A small block that outgrows its size class: moved inside the thread's cache on the same
+    // tier, copied as hm_realloc copies (an emulated tier's copy charged).
+    if (void *np = h->allocate_cached(size, 0)) {
+      hm::tier_copy(np, ptr, old < size ? old : size, h->tier(), h->tier());
+      if (!h->release_cached(ptr, owner)) hm_free_if_owned(ptr);
+      return np;
+    }
+  }
+  return hm_realloc(ptr, size);
+}

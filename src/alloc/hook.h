@@ -25,6 +25,9 @@ __attribute__((visibility("default"))) int hm_free_if_owned(void *ptr);
 __attribute__((visibility("default"))) void *hm_direct_alloc(int tier, size_t size);
 // hm_free_if_owned, a small block straight back to the thread's cache when called inside the hook.
 __attribute__((visibility("default"))) int hm_direct_free(void *ptr);
+// hm_realloc of a block of hetmem's, a small block that outgrows its size class moved inside the
+// thread's cache on its own tier when called inside the hook.
+__attribute__((visibility("default"))) void *hm_direct_realloc(void *ptr, size_t size);
 // Grows a block of the profiler's own (a guarded mapping) to `size` bytes by moving its pages, none
 // copied (TierHeap::grow_guarded). The new address, or NULL when it cannot: the block is unchanged
 // and the caller copies.

@@ -723,8 +723,9 @@ HM_EXPORT void *realloc(void *p, size_t size) {
     }
     if (d.target != HM_RULES_LIBC) return reallocate_by_copy(p, g_real.usable(p), size, caller, &d);
   }
+  const bool direct = mine && direct_tier(caller) >= 0;  // `all -> TIER` rules: the thread cache's paths
   Inside inside;
-  void *np = mine ? hm_realloc(p, size) : g_real.realloc(p, size);
+  void *np = !mine ? g_real.realloc(p, size) : direct ? hm_direct_realloc(p, size) : hm_realloc(p, size);
   if (np && g_profiling) {
     hm_profile_record(trace::kFree, trace::kRealloc, p, 0, caller);
     hm_profile_record(trace::kAlloc, trace::kRealloc, np, size, caller);

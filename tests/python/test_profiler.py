@@ -442,7 +442,8 @@ def test_rules_route_by_function_and_size(tmp_path):
                env_extra={"HM_TIERS": "capacity=emul:cxl"})
     assert r.returncode == 0, r.stderr
     placed = dict(line.split() for line in r.stdout.splitlines())
-    assert placed == {"particles": "emul:cxl", "field": "dram", "small": "libc", "medium": "dram", "grown": "dram"}
+    assert placed == {"particles": "emul:cxl", "field": "dram", "small": "libc", "medium": "dram", "grown": "dram",
+                      "chain": "libc"}
 
 
 def test_a_site_that_grows_its_blocks_with_realloc_is_placed(tmp_path):
@@ -455,8 +456,23 @@ def test_a_site_that_grows_its_blocks_with_realloc_is_placed(tmp_path):
                env_extra={"HM_TIERS": "capacity=emul:cxl"})
     assert r.returncode == 0, r.stdout + r.stderr
     placed = dict(line.split() for line in r.stdout.splitlines())
-    assert placed == {"particles": "libc", "field": "libc", "small": "libc", "medium": "libc", "grown": "emul:cxl"}
+    assert placed == {"particles": "libc", "field": "libc", "small": "libc", "medium": "libc", "grown": "emul:cxl",
+                      "chain": "libc"}
     assert "placed nothing" not in r.stderr, r.stderr
+
+
+def test_all_to_one_tier_keeps_every_block_there_through_realloc(tmp_path):
+    """Under `all -> TIER` rules malloc, free and realloc take the thread cache's own paths: a
+    small block that realloc grows past its size class (8 bytes at a time to 4 KiB, then shrunk)
+    stays on the tier with its contents, as every other block of the program."""
+    rules = tmp_path / "rules.txt"
+    rules.write_text("all -> capacity\n")
+    r = hetmem("run", "--rules", str(rules), "--", str(PROGRAMS / "prog_rules_probe"),
+               env_extra={"HM_TIERS": "capacity=emul:cxl"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    placed = dict(line.split() for line in r.stdout.splitlines())
+    assert set(placed) == {"particles", "field", "small", "medium", "grown", "chain"}
+    assert set(placed.values()) == {"emul:cxl"}, placed
 
 
 def test_a_plans_class_leaves_allocations_below_hm_class_min_to_the_c_library(tmp_path):
