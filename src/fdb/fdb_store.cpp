@@ -156,24 +156,31 @@ std::string message_keys(const void *data, uint64_t bytes) {
   return out;
 }
 
-// A retrieved field: its bytes as hm_field_read read them from the pool, copied out by read().
+// A retrieved field, read from its pool when FDB reads it: a read of the whole field (FDB's
+// retrievals read each field whole into the caller's buffer) goes straight into that buffer, a
+// part through a copy of the field's own; either way checked before any of it is handed out
+// (fields::FieldReader). Nothing is read while the handles of a retrieval are gathered.
 class FieldHandle : public eckit::DataHandle {
  public:
-  FieldHandle(hm_field_view_t *view, const char *data, uint64_t length) : view_(view), data_(data), length_(length) {}
-  ~FieldHandle() override { hm_field_view_free(view_); }
+  FieldHandle(std::string pool, uint64_t offset, uint64_t length)
+      : pool_(std::move(pool)), offset_(offset), length_(length) {}
+  ~FieldHandle() override { hm_field_reader_close(reader_); }
   FieldHandle(const FieldHandle &) = delete;
   FieldHandle &operator=(const FieldHandle &) = delete;
   void print(std::ostream &s) const override {
-    s << "hetmem::FieldHandle[length=" << length_ << ",position=" << position_ << "]";
+    s << "hetmem::FieldHandle[pool=" << pool_ << ",offset=" << offset_ << ",length=" << length_
+      << ",position=" << position_ << "]";
   }
   eckit::Length openForRead() override {
     position_ = 0;
+    open();
     hm_field_charge_read(read_profile.load(), length_);
     return length_;
   }
   long read(void *buffer, long length) override {
+    open();
     const uint64_t n = std::min<uint64_t>(static_cast<uint64_t>(std::max(length, 0L)), length_ - position_);
-    std::memcpy(buffer, data_ + position_, n);
+    if (n && hm_field_reader_read(reader_, position_, buffer, n) != HM_OK) throw_last("retrieve");
     position_ += n;
     return static_cast<long>(n);
   }
@@ -190,10 +197,15 @@ class FieldHandle : public eckit::DataHandle {
   std::string title() const override { return "hetmem field"; }
 
  private:
-  hm_field_view_t *view_;
-  const char *data_;
-  uint64_t length_;
+  void open() {
+    if (!reader_ && hm_field_reader_open(pool_.c_str(), offset_, length_, verify_reads.load(), &reader_) != HM_OK)
+      throw_last("retrieve");
+  }
+
+  std::string pool_;
+  uint64_t offset_, length_;
   uint64_t position_ = 0;
+  hm_field_reader_t *reader_ = nullptr;
 };
 
 }  // namespace
@@ -212,13 +224,8 @@ class HetmemFieldLocation : public fdb5::FieldLocation {
     // An overlay (fdb-overlay) renames keys inside the GRIB message as it is read.
     if (!remapKey_.empty())
       return new fdb5::SingleGribMungePartFileHandle(uri_.path(), offset_, length_, remapKey_);
-    const uint64_t length = static_cast<uint64_t>(static_cast<long long>(length_));
-    hm_field_view_t *view = nullptr;
-    const char *data = nullptr;
-    if (hm_field_read(uri_.path().asString().c_str(), static_cast<uint64_t>(static_cast<long long>(offset_)), length,
-                      verify_reads.load(), &view, &data) != HM_OK)
-      throw_last("retrieve");
-    return new FieldHandle(view, data, length);
+    return new FieldHandle(uri_.path().asString(), static_cast<uint64_t>(static_cast<long long>(offset_)),
+                           static_cast<uint64_t>(static_cast<long long>(length_)));
   }
   std::shared_ptr<const FieldLocation> make_shared() const override {
     return std::make_shared<HetmemFieldLocation>(*this);

@@ -181,8 +181,6 @@ int FieldWriter::flush() {
   return HM_OK;
 }
 
-namespace {
-
 // A pool open for reading: read with pread, not mapped, so that a pool truncated under a reader
 // is an error for the fields past the cut (a short read), never a SIGBUS in the host program.
 struct PoolFile {
@@ -192,6 +190,8 @@ struct PoolFile {
     if (fd >= 0) prim::close_fd(fd);
   }
 };
+
+namespace {
 
 std::mutex pool_files_mutex;
 std::map<std::string, std::shared_ptr<const PoolFile>> &pool_files() {
@@ -236,40 +236,65 @@ int pool_file(const std::string &path, std::shared_ptr<const PoolFile> *out) {
 
 }  // namespace
 
-int read_field(const FieldSpot &spot, bool verify, FieldView *out) {
-  std::shared_ptr<const PoolFile> pool;
-  if (int rc = pool_file(spot.pool, &pool); rc != HM_OK) return rc;
+int FieldReader::open(const FieldSpot &spot, bool verify) {
+  spot_ = spot;
+  verify_ = verify;
+  copy_.reset();
+  if (int rc = pool_file(spot.pool, &pool_); rc != HM_OK) return rc;
   if (spot.offset < persist::kHeaderBytes + sizeof(FieldRecord) || spot.offset % persist::kUnit != 0 ||
-      spot.offset > pool->bytes || spot.length > pool->bytes - spot.offset)
+      spot.offset > pool_->bytes || spot.length > pool_->bytes - spot.offset)
     return fail(HM_EFORMAT, "hetmem store: %s lies outside the pool (%llu bytes): the index does not match the pool",
-                at_text(spot).c_str(), static_cast<unsigned long long>(pool->bytes));
-  // The record and the data in one read, into memory the view owns.
-  const uint64_t start = spot.offset - sizeof(FieldRecord), bytes = sizeof(FieldRecord) + spot.length;
-  std::shared_ptr<char[]> buffer(new (std::nothrow) char[bytes]);
-  if (!buffer)
-    return fail(HM_ENOMEM, "hetmem store: %s: no memory to read the field into", at_text(spot).c_str());
-  if (prim::read_at(pool->fd, buffer.get(), bytes, start) != HM_OK) {
-    uint64_t now = 0;
-    if (prim::file_size(pool->fd, &now) == HM_OK && now < start + bytes)
-      return fail(HM_EFORMAT, "hetmem store: %s: the pool is truncated (the file has %llu bytes); the field is not "
-                  "returned", at_text(spot).c_str(), static_cast<unsigned long long>(now));
-    return fail(HM_EIO, "hetmem store: %s cannot be read", at_text(spot).c_str());
+                at_text(spot).c_str(), static_cast<unsigned long long>(pool_->bytes));
+  return HM_OK;
+}
+
+int FieldReader::read(uint64_t position, void *into, uint64_t bytes) {
+  if (!pool_) return fail(HM_EINVAL, "hetmem store: a field read before it was opened");
+  if (position > spot_.length || bytes > spot_.length - position)
+    return fail(HM_EINVAL, "hetmem store: %s: %llu bytes from %llu are past the field's end", at_text(spot_).c_str(),
+                static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(position));
+  if (position == 0 && bytes == spot_.length && !copy_) return read_checked(into);
+  if (!copy_) {
+    std::unique_ptr<char[]> copy(new (std::nothrow) char[spot_.length]);
+    if (!copy) return fail(HM_ENOMEM, "hetmem store: %s: no memory to read the field into", at_text(spot_).c_str());
+    if (int rc = read_checked(copy.get()); rc != HM_OK) return rc;
+    copy_ = std::move(copy);
   }
+  std::memcpy(into, copy_.get() + position, bytes);
+  return HM_OK;
+}
+
+int FieldReader::read_checked(void *into) {
+  const uint64_t start = spot_.offset - sizeof(FieldRecord);
   FieldRecord r;
-  std::memcpy(&r, buffer.get(), sizeof r);
+  if (prim::read_two_at(pool_->fd, &r, sizeof r, into, spot_.length, start) != HM_OK) {
+    uint64_t now = 0;
+    if (prim::file_size(pool_->fd, &now) == HM_OK && now < start + sizeof r + spot_.length)
+      return fail(HM_EFORMAT, "hetmem store: %s: the pool is truncated (the file has %llu bytes); the field is not "
+                  "returned", at_text(spot_).c_str(), static_cast<unsigned long long>(now));
+    return fail(HM_EIO, "hetmem store: %s cannot be read", at_text(spot_).c_str());
+  }
   if (std::memcmp(r.magic, kRecordMagic, sizeof kRecordMagic) != 0 || r.record_checksum != record_checksum(r))
     return fail(HM_EFORMAT, "hetmem store: %s: the field's record is damaged; the field is not returned",
-                at_text(spot).c_str());
-  if (r.length != spot.length)
+                at_text(spot_).c_str());
+  if (r.length != spot_.length)
     return fail(HM_EFORMAT, "hetmem store: %s: the pool holds a field of %llu bytes there; the index does not match",
-                at_text(spot).c_str(), static_cast<unsigned long long>(r.length));
-  const char *data = buffer.get() + sizeof r;
-  if (verify && field_checksum(data, spot.length) != r.data_checksum)
+                at_text(spot_).c_str(), static_cast<unsigned long long>(r.length));
+  if (verify_ && field_checksum(into, spot_.length) != r.data_checksum)
     return fail(HM_EFORMAT, "hetmem store: %s: the data fails its checksum (damaged); the field is not returned",
-                at_text(spot).c_str());
-  out->data = data;
+                at_text(spot_).c_str());
+  return HM_OK;
+}
+
+int read_field(const FieldSpot &spot, bool verify, FieldView *out) {
+  FieldReader reader;
+  if (int rc = reader.open(spot, verify); rc != HM_OK) return rc;
+  std::shared_ptr<char[]> buffer(new (std::nothrow) char[spot.length]);
+  if (!buffer) return fail(HM_ENOMEM, "hetmem store: %s: no memory to read the field into", at_text(spot).c_str());
+  if (int rc = reader.read(0, buffer.get(), spot.length); rc != HM_OK) return rc;
+  out->data = buffer.get();
   out->length = spot.length;
-  out->storage = std::shared_ptr<const void>(std::move(buffer), data);
+  out->storage = std::shared_ptr<const void>(std::move(buffer), out->data);
   return HM_OK;
 }
 

@@ -90,10 +90,35 @@ struct FieldView {
   uint64_t length = 0;
 };
 
-// Reads the field at `spot` (pools are opened once per process and kept while their file exists)
-// and checks its record and, if `verify`, its checksum. HM_EFORMAT for a damaged or truncated
-// pool or field, HM_EIO when the pool cannot be read; the message names the pool and the offset.
-// A pool truncated under the reader refuses the fields past the cut and serves the others.
+struct PoolFile;
+
+// The field at a spot, read into the caller's memory (the FDB store's retrieve handles). A read of
+// the whole field goes straight into the caller's buffer with its record, in one system call, and
+// is checked there before it returns (a damaged field fails the read, whatever it left in the
+// buffer); a read of a part reads and checks the whole field into memory of its own once and
+// copies from it. Either way no read succeeds before the field's record and, if `verify`, its
+// checksum are checked. HM_EFORMAT for a damaged or truncated pool or
+// field, HM_EIO when the pool cannot be read; the message names the pool and the offset. A pool
+// truncated under the reader refuses the fields past the cut and serves the others.
+class FieldReader {
+ public:
+  // Opens the field's pool (once per process, kept while its file exists) and checks that the spot
+  // lies inside it; reads nothing of the field.
+  int open(const FieldSpot &spot, bool verify);
+  // `bytes` of the field's data from `position` (within its length) into `into`.
+  int read(uint64_t position, void *into, uint64_t bytes);
+  uint64_t length() const { return spot_.length; }
+
+ private:
+  int read_checked(void *into);  // the record and the whole field's data into `into`, checked
+
+  FieldSpot spot_;
+  bool verify_ = true;
+  std::shared_ptr<const PoolFile> pool_;
+  std::unique_ptr<char[]> copy_;  // the whole field, once a part was asked for
+};
+
+// The whole field at `spot`, read and checked into memory of its own (FieldReader).
 int read_field(const FieldSpot &spot, bool verify, FieldView *out);
 // Charges a retrieve of `bytes` as `profile` (emulated persistent tier); returns the ns charged.
 uint64_t charge_read(const EmulProfile &profile, uint64_t bytes);

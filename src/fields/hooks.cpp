@@ -16,8 +16,8 @@ struct hm_field_writer {
   std::string pool;  // where the last field went
 };
 
-struct hm_field_view {
-  FieldView view;
+struct hm_field_reader {
+  FieldReader reader;
 };
 
 namespace {
@@ -70,27 +70,31 @@ HM_HOOK_API int hm_field_flush(hm_field_writer_t *w) { return w ? w->writer.flus
 
 HM_HOOK_API void hm_field_writer_close(hm_field_writer_t *w) { delete w; }
 
-HM_HOOK_API int hm_field_read(const char *pool, uint64_t offset, uint64_t length, int verify, hm_field_view_t **view,
-                              const char **data) {
-  if (!pool || !view || !data) return fail(HM_EINVAL, "hm_field_read: a pool and out pointers are needed");
-  auto *v = new (std::nothrow) hm_field_view;
-  if (!v) return fail(HM_ENOMEM, "hm_field_read: out of memory");
+HM_HOOK_API int hm_field_reader_open(const char *pool, uint64_t offset, uint64_t length, int verify,
+                                     hm_field_reader_t **out) {
+  if (!pool || !out) return fail(HM_EINVAL, "hm_field_reader_open: a pool and an out pointer are needed");
+  auto *r = new (std::nothrow) hm_field_reader;
+  if (!r) return fail(HM_ENOMEM, "hm_field_reader_open: out of memory");
   int rc = HM_OK;
   try {
-    rc = read_field(FieldSpot{pool, offset, length}, verify != 0, &v->view);
+    rc = r->reader.open(FieldSpot{pool, offset, length}, verify != 0);
   } catch (...) {
-    rc = fail(HM_ENOMEM, "hm_field_read: out of memory");
+    rc = fail(HM_ENOMEM, "hm_field_reader_open: out of memory");
   }
   if (rc != HM_OK) {
-    delete v;
+    delete r;
     return rc;
   }
-  *view = v;
-  *data = v->view.data;
+  *out = r;
   return HM_OK;
 }
 
-HM_HOOK_API void hm_field_view_free(hm_field_view_t *view) { delete view; }
+HM_HOOK_API int hm_field_reader_read(hm_field_reader_t *reader, uint64_t position, void *into, uint64_t bytes) {
+  if (!reader || (!into && bytes)) return fail(HM_EINVAL, "hm_field_reader_read: a reader and a buffer are needed");
+  return reader->reader.read(position, into, bytes);
+}
+
+HM_HOOK_API void hm_field_reader_close(hm_field_reader_t *reader) { delete reader; }
 
 HM_HOOK_API void hm_field_charge_read(const hm_field_device_t *device, uint64_t bytes) {
   if (device) charge_read(*profile_of(device), bytes);

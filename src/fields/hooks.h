@@ -12,7 +12,7 @@
 #endif
 
 typedef struct hm_field_writer hm_field_writer_t;
-typedef struct hm_field_view hm_field_view_t;
+typedef struct hm_field_reader hm_field_reader_t;
 typedef struct hm_field_device hm_field_device_t;
 
 // An emulated device by its profile's name ("optane", "cxl", ...), NULL for an unknown name; and
@@ -32,11 +32,13 @@ HM_HOOK_API int hm_field_archive(hm_field_writer_t *writer, const void *data, ui
 HM_HOOK_API int hm_field_flush(hm_field_writer_t *writer);
 HM_HOOK_API void hm_field_writer_close(hm_field_writer_t *writer);
 
-// Reads and checks the field at `offset` (`length` bytes) of `pool` (fields::read_field): *data
-// stays valid until hm_field_view_free(*view).
-HM_HOOK_API int hm_field_read(const char *pool, uint64_t offset, uint64_t length, int verify, hm_field_view_t **view,
-                              const char **data);
-HM_HOOK_API void hm_field_view_free(hm_field_view_t *view);
+// A reader of the field at `offset` (`length` bytes) of `pool` (fields::FieldReader): its pool is
+// opened and the spot checked; hm_field_reader_read copies `bytes` of its data from `position`
+// into `into`, the whole field checked before any of it is handed out.
+HM_HOOK_API int hm_field_reader_open(const char *pool, uint64_t offset, uint64_t length, int verify,
+                                     hm_field_reader_t **out);
+HM_HOOK_API int hm_field_reader_read(hm_field_reader_t *reader, uint64_t position, void *into, uint64_t bytes);
+HM_HOOK_API void hm_field_reader_close(hm_field_reader_t *reader);
 // Charges a retrieve of `bytes` as `device`.
 HM_HOOK_API void hm_field_charge_read(const hm_field_device_t *device, uint64_t bytes);
 

@@ -142,6 +142,9 @@ int create_private_file(const std::string &path, int *fd);
 int create_scratch_file(const std::string &dir, int *fd);
 // Reads `bytes` at `offset` (a short file is HM_EIO).
 int read_at(int fd, void *data, size_t bytes, uint64_t offset);
+// Reads `a_bytes` into `a` and the next `b_bytes` into `b` from `offset` in one call (preadv): a
+// record and its data into two places. A short file is HM_EIO.
+int read_two_at(int fd, void *a, size_t a_bytes, void *b, size_t b_bytes, uint64_t offset);
 // mkdir with owner-only permissions (0700); HM_OK when it exists already.
 int make_private_dir(const std::string &path);
 int write_at(int fd, const void *data, size_t bytes, uint64_t offset);

@@ -744,13 +744,30 @@ int create_scratch_file(const std::string &dir, int *fd) {
   return *fd >= 0 ? HM_OK : HM_EIO;
 }
 
-int read_at(int fd, void *data, size_t bytes, uint64_t offset) {
-  char *p = static_cast<char *>(data);
-  while (bytes > 0) {
-    ssize_t n = pread(fd, p, bytes, static_cast<off_t>(offset));
+// Moves the vector `v` of `count` parts past the `done` bytes a short read or write transferred.
+static void advance(iovec *&v, int &count, size_t done) {
+  while (count > 0 && done) {
+    const size_t take = std::min(done, v->iov_len);
+    v->iov_base = static_cast<char *>(v->iov_base) + take;
+    v->iov_len -= take;
+    done -= take;
+    if (v->iov_len == 0) ++v, --count;
+  }
+}
+
+int read_at(int fd, void *data, size_t bytes, uint64_t offset) { return read_two_at(fd, data, bytes, nullptr, 0, offset); }
+
+int read_two_at(int fd, void *a, size_t a_bytes, void *b, size_t b_bytes, uint64_t offset) {
+  iovec parts[2] = {{a, a_bytes}, {b, b_bytes}};
+  iovec *v = parts;
+  int count = b_bytes ? 2 : 1;
+  if (!a_bytes) ++v, --count;
+  while (count > 0) {
+    ssize_t n = preadv(fd, v, count, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return HM_EIO;
-    p += n, offset += static_cast<uint64_t>(n), bytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+    advance(v, count, static_cast<size_t>(n));
   }
   return HM_OK;
 }
@@ -775,14 +792,7 @@ int write_two_at(int fd, const void *a, size_t a_bytes, const void *b, size_t b_
     if (n < 0) return write_failure();
     if (n == 0) return HM_EIO;
     offset += static_cast<uint64_t>(n);
-    // Short write: move past what was written.
-    for (size_t left = static_cast<size_t>(n); count > 0 && left;) {
-      const size_t take = std::min(left, v->iov_len);
-      v->iov_base = static_cast<char *>(v->iov_base) + take;
-      v->iov_len -= take;
-      left -= take;
-      if (v->iov_len == 0) ++v, --count;
-    }
+    advance(v, count, static_cast<size_t>(n));  // a short write: on past what was written
   }
   return HM_OK;
 }

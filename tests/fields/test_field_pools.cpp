@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -109,5 +111,72 @@ TEST(FieldWriter, SmallAndLargeFieldsInterleavedAcrossFullPoolsReadBackExactly) 
     EXPECT_EQ(std::memcmp(view.data, data.data(), data.size()), 0) << spot.pool << " at " << spot.offset;
   }
   EXPECT_GE(pools.size(), 2u) << "the fields should have filled more than one 4 MiB pool";
+  std::filesystem::remove_all(dir);
+}
+
+// A reader hands out the field whole into the caller's buffer, or in parts in any order, the same
+// bytes either way; a damaged byte fails whichever read comes first, whole or part (a part read
+// leaves the caller's buffer untouched); a read past the field's end and one before opening fail.
+TEST(FieldReader, WholeAndPartReadsGiveTheFieldAndRefuseADamagedOne) {
+  const std::string dir = temp_directory();
+  hm::fields::StoreSettings settings;
+  settings.pool_bytes = uint64_t{4} << 20;
+  std::vector<unsigned char> data((size_t{300} << 10) + 5);
+  std::mt19937_64 rng(3);
+  for (auto &b : data) b = static_cast<unsigned char>(rng());
+  hm::fields::FieldSpot spot, second;
+  {
+    hm::fields::FieldWriter writer(dir, "w", settings);
+    ASSERT_EQ(writer.archive(data.data(), data.size(), "f", &spot), HM_OK) << hm_last_error();
+    ASSERT_EQ(writer.archive(data.data(), data.size(), "g", &second), HM_OK) << hm_last_error();
+    ASSERT_EQ(writer.flush(), HM_OK) << hm_last_error();
+  }
+  const uint64_t n = data.size();
+  {
+    hm::fields::FieldReader whole;
+    ASSERT_EQ(whole.open(spot, true), HM_OK) << hm_last_error();
+    std::vector<unsigned char> got(n);
+    ASSERT_EQ(whole.read(0, got.data(), n), HM_OK) << hm_last_error();
+    EXPECT_EQ(got, data);
+    unsigned char past[2];
+    EXPECT_EQ(whole.read(n - 1, past, 2), HM_EINVAL);
+  }
+  {
+    hm::fields::FieldReader parts;
+    ASSERT_EQ(parts.open(spot, true), HM_OK) << hm_last_error();
+    std::vector<unsigned char> got(n);
+    // The second half first, then the first, in odd pieces.
+    for (uint64_t at = n / 2; at < n; at += 4099) ASSERT_EQ(parts.read(at, &got[at], std::min<uint64_t>(4099, n - at)), HM_OK);
+    for (uint64_t at = 0; at < n / 2; at += 65536)
+      ASSERT_EQ(parts.read(at, &got[at], std::min<uint64_t>(65536, n / 2 - at)), HM_OK);
+    EXPECT_EQ(got, data);
+  }
+  hm::fields::FieldReader unopened;
+  unsigned char one;
+  EXPECT_EQ(unopened.read(0, &one, 1), HM_EINVAL);
+  // One byte of the second field's data changed on the medium.
+  {
+    FILE *f = std::fopen(second.pool.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fseek(f, static_cast<long>(second.offset + 1000), SEEK_SET), 0);
+    std::fputc(data[1000] ^ 0xff, f);
+    std::fclose(f);
+  }
+  for (bool whole : {true, false}) {
+    hm::fields::FieldReader reader;
+    ASSERT_EQ(reader.open(second, true), HM_OK) << hm_last_error();
+    std::vector<unsigned char> got(n, 0);
+    EXPECT_EQ(whole ? reader.read(0, got.data(), n) : reader.read(n - 10, &got[n - 10], 10), HM_EFORMAT);
+    EXPECT_NE(std::string(hm_last_error()).find("fails its checksum"), std::string::npos) << hm_last_error();
+    if (!whole) {
+      EXPECT_EQ(std::count(got.begin(), got.end(), 0), static_cast<long>(n)) << "a part handed out";
+    }
+  }
+  // Unverified (`verify: false`), the damaged field is read as it is.
+  hm::fields::FieldReader unverified;
+  ASSERT_EQ(unverified.open(second, false), HM_OK);
+  std::vector<unsigned char> got(n);
+  ASSERT_EQ(unverified.read(0, got.data(), n), HM_OK) << hm_last_error();
+  EXPECT_EQ(got[1000], data[1000] ^ 0xff);
   std::filesystem::remove_all(dir);
 }
