@@ -362,7 +362,7 @@ __attribute__((noinline)) void *new_impl(size_t size, size_t align, trace::Fn fn
 }
 
 // An LD_PRELOAD entry of hetmem's: this library, or libhetmem.so.0 that `hetmem run` preloads
-// before it (docs/preload.md).
+// before it (docs/profiler.md).
 bool is_hetmem_entry(const std::string &item) {
   const size_t slash = item.rfind('/');
   const std::string name = slash == std::string::npos ? item : item.substr(slash + 1);
