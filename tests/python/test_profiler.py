@@ -432,16 +432,21 @@ def test_fortran_mode_switch_around_unchanged_allocate():
     assert "landed on the capacity tier" in r.stdout
 
 
-def test_rules_route_by_function_and_size(tmp_path):
+def probe_placement(tmp_path, rules_text):
+    """prog_rules_probe run under `rules_text`: the run, and where each of its blocks landed."""
     rules = tmp_path / "rules.txt"
-    rules.write_text("# particles to the capacity tier, large arrays to the fast tier\n"
-                     "function particles_alloc -> capacity\n"
-                     "size >= 3M -> fast\n"
-                     "size >= 2M -> huge   # hugetlb pool, else transparent huge pages\n")
+    rules.write_text(rules_text)
     r = hetmem("run", "--rules", str(rules), "--", str(PROGRAMS / "prog_rules_probe"),
                env_extra={"HM_TIERS": "capacity=emul:cxl"})
-    assert r.returncode == 0, r.stderr
-    placed = dict(line.split() for line in r.stdout.splitlines())
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r, dict(line.split() for line in r.stdout.splitlines())
+
+
+def test_rules_route_by_function_and_size(tmp_path):
+    _, placed = probe_placement(tmp_path, "# particles to the capacity tier, large arrays to the fast tier\n"
+                                          "function particles_alloc -> capacity\n"
+                                          "size >= 3M -> fast\n"
+                                          "size >= 2M -> huge   # hugetlb pool, else transparent huge pages\n")
     assert placed == {"particles": "emul:cxl", "field": "dram", "small": "libc", "medium": "dram", "grown": "dram",
                       "chain": "libc"}
 
@@ -450,12 +455,7 @@ def test_a_site_that_grows_its_blocks_with_realloc_is_placed(tmp_path):
     """A call site that allocates by realloc of a block it got from the C library (sqlite's
     allocation wrapper) is placed as its rule says, contents kept; one no rule names stays with the
     C library."""
-    rules = tmp_path / "rules.txt"
-    rules.write_text("function grown_realloc -> capacity\n")
-    r = hetmem("run", "--rules", str(rules), "--", str(PROGRAMS / "prog_rules_probe"),
-               env_extra={"HM_TIERS": "capacity=emul:cxl"})
-    assert r.returncode == 0, r.stdout + r.stderr
-    placed = dict(line.split() for line in r.stdout.splitlines())
+    r, placed = probe_placement(tmp_path, "function grown_realloc -> capacity\n")
     assert placed == {"particles": "libc", "field": "libc", "small": "libc", "medium": "libc", "grown": "emul:cxl",
                       "chain": "libc"}
     assert "placed nothing" not in r.stderr, r.stderr
@@ -465,12 +465,7 @@ def test_all_to_one_tier_keeps_every_block_there_through_realloc(tmp_path):
     """Under `all -> TIER` rules malloc, free and realloc take the thread cache's own paths: a
     small block that realloc grows past its size class (8 bytes at a time to 4 KiB, then shrunk)
     stays on the tier with its contents, as every other block of the program."""
-    rules = tmp_path / "rules.txt"
-    rules.write_text("all -> capacity\n")
-    r = hetmem("run", "--rules", str(rules), "--", str(PROGRAMS / "prog_rules_probe"),
-               env_extra={"HM_TIERS": "capacity=emul:cxl"})
-    assert r.returncode == 0, r.stdout + r.stderr
-    placed = dict(line.split() for line in r.stdout.splitlines())
+    _, placed = probe_placement(tmp_path, "all -> capacity\n")
     assert set(placed) == {"particles", "field", "small", "medium", "grown", "chain"}
     assert set(placed.values()) == {"emul:cxl"}, placed
 
