@@ -217,8 +217,8 @@ int redirect_in_object(dl_phdr_info *info, size_t, void *data) {
   const uintptr_t base = info->dlpi_addr;
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   for_each_jump_slot(tables, [&](const JumpSlot &s) {
-    if (std::none_of(r->symbols, r->symbols + r->count, [&](const char *name) { return std::strcmp(s.name, name) == 0; }))
-      return;
+    auto named = [&](const char *name) { return std::strcmp(s.name, name) == 0; };
+    if (std::none_of(r->symbols, r->symbols + r->count, named)) return;
     if (r->patch) {
       const uintptr_t slot = base + s.slot;
       void *slot_page = reinterpret_cast<void *>(slot & ~(page - 1));

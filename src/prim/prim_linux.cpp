@@ -755,7 +755,9 @@ static void advance(iovec *&v, int &count, size_t done) {
   }
 }
 
-int read_at(int fd, void *data, size_t bytes, uint64_t offset) { return read_two_at(fd, data, bytes, nullptr, 0, offset); }
+int read_at(int fd, void *data, size_t bytes, uint64_t offset) {
+  return read_two_at(fd, data, bytes, nullptr, 0, offset);
+}
 
 int read_two_at(int fd, void *a, size_t a_bytes, void *b, size_t b_bytes, uint64_t offset) {
   iovec parts[2] = {{a, a_bytes}, {b, b_bytes}};
