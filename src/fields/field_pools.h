@@ -2,8 +2,8 @@
 // FDB's own protocol decides visibility: a field is archived (copied into a pool), the store is
 // flushed (every pool this writer touched is committed: data durable, then the pool's root slot),
 // and only then does FDB's catalogue write the index entry that makes the field visible. So a field
-// a reader can find was committed, and a reader needs no lock: it maps the pool read-only and checks
-// the field's record.
+// a reader can find was committed, and a reader needs no lock: it reads the field from the pool
+// (never mapped: a pool cut under it is an error, not a fault) and checks the field's record.
 //
 // Each writer process owns its pools (one at a time per database; a full one is committed and the
 // next one started), named `<base>.<n>.hmpool` in the database's directory, so many writers archive
