@@ -124,10 +124,11 @@ def _pairs(reps: int, tmp: str, rules_text: str, env: dict) -> tuple[list[float]
     rules = os.path.join(tmp, "bench.rules")
     with open(rules, "w") as f:
         f.write(rules_text)
+    placed = _clean_env(LD_PRELOAD=preload_value(), HM_RULES=rules, **env)
     plain, ruled = [], []
     for _ in range(reps):
         plain.append(float(_run([prog], _clean_env())[1]))
-        ruled.append(float(_run([prog], _clean_env(LD_PRELOAD=preload_value(), HM_RULES=rules, **env))[1]))
+        ruled.append(float(_run([prog], placed)[1]))
     return plain, ruled
 
 

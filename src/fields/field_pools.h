@@ -97,9 +97,9 @@ struct PoolFile;
 // is checked there before it returns (a damaged field fails the read, whatever it left in the
 // buffer); a read of a part reads and checks the whole field into memory of its own once and
 // copies from it. Either way no read succeeds before the field's record and, if `verify`, its
-// checksum are checked. HM_EFORMAT for a damaged or truncated pool or
-// field, HM_EIO when the pool cannot be read; the message names the pool and the offset. A pool
-// truncated under the reader refuses the fields past the cut and serves the others.
+// checksum are checked. HM_EFORMAT for a damaged or truncated pool or field, HM_EIO when the pool
+// cannot be read; the message names the pool and the offset. A pool truncated under the reader
+// refuses the fields past the cut and serves the others.
 class FieldReader {
  public:
   // Opens the field's pool (once per process, kept while its file exists) and checks that the spot
@@ -107,7 +107,6 @@ class FieldReader {
   int open(const FieldSpot &spot, bool verify);
   // `bytes` of the field's data from `position` (within its length) into `into`.
   int read(uint64_t position, void *into, uint64_t bytes);
-  uint64_t length() const { return spot_.length; }
 
  private:
   int read_checked(void *into);  // the record and the whole field's data into `into`, checked
