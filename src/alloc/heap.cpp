@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
@@ -494,7 +495,10 @@ int TierHeap::refill(int cls, void **head, uint32_t want) {
   }
   // Blocks are carved from the class's current page only as they are handed out, so that a page
   // is touched (and faulted in) as far as it is used: a process that allocates a few blocks of
-  // many classes touches a few KiB of each 64 KiB page, not all of them.
+  // many classes touches a few KiB of each 64 KiB page, not all of them. A carving refill links
+  // the blocks that start in one 4 KiB page (one block at least), not a whole batch: a batch of
+  // 1 KiB blocks is four pages, each a fault (5 us in this VM) that a short process like make's
+  // children may never use.
   if (c.carve == c.carve_end) {
     Segment *seg = nullptr;
     size_t page = 0;
@@ -508,7 +512,9 @@ int TierHeap::refill(int cls, void **head, uint32_t want) {
     c.carve_end = c.carve + kPageBytes / bs * bs;
   }
   size_t left = static_cast<size_t>(c.carve_end - c.carve) / bs;
-  size_t n = left < want ? left : want;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(c.carve);
+  const size_t in_page = ((at | (prim::kPageSize - 1)) + 1 - at + bs - 1) / bs;  // blocks starting there
+  size_t n = std::min({left, size_t{want}, in_page});
   char *base = c.carve;
   for (size_t i = 0; i + 1 < n; ++i) *reinterpret_cast<void **>(base + i * bs) = base + (i + 1) * bs;
   *reinterpret_cast<void **>(base + (n - 1) * bs) = nullptr;

@@ -179,7 +179,8 @@ class AppendFile {
   AppendFile() = default;
   AppendFile(const AppendFile &) = delete;
   AppendFile &operator=(const AppendFile &) = delete;
-  // Creates (truncating) `path`; HM_EIO with errno set if it cannot.
+  // Creates `path`, a new file in place of an older regular one (a FIFO, a device or a link's
+  // target is opened and truncated); HM_EIO with errno set if it cannot.
   int create(const std::string &path);
   // HM_EIO with errno set when the write fails, or when the file can no longer be reopened
   // (errno ENOENT: it was removed, or replaced by another file under its name).

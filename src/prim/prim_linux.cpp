@@ -837,10 +837,15 @@ int moved_high(int fd) {
 }  // namespace
 
 int AppendFile::create(const std::string &path) {
+  // An older regular file of that name is unlinked, not truncated: ext4 (auto_da_alloc, its
+  // default) writes a truncated file out when it is closed, 0.2-0.3 ms at the exit of every
+  // profiled process on this VM's disk, against 0.03 ms for a new file. A FIFO, a device or a
+  // link's target is written through as before.
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) unlink(path.c_str());
   // Read-write: a mapping needs a readable descriptor. The page is never touched (the file may
   // be shorter than it); it only holds the file.
   int fd = moved_high(open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
-  struct stat st;
   if (fd < 0) return HM_EIO;
   void *pin = MAP_FAILED;
   if (fstat(fd, &st) != 0 || (pin = mmap(nullptr, kPageSize, PROT_NONE, MAP_SHARED, fd, 0)) == MAP_FAILED) {

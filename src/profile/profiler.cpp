@@ -91,6 +91,7 @@ SiteSlot *g_sites = nullptr;
 uint64_t *g_site_frames = nullptr;
 std::atomic<uint32_t> g_site_frames_used{0};
 std::atomic<uint32_t> g_site_count{0};
+bool g_tables_used = false;  // a trace has stopped since the site and sample tables were cleared
 // The pages of the table written since it was last cleared (one bit each).
 std::atomic<uint64_t> g_site_pages[kSiteSlots / kSlotsPerPage / 64];
 std::vector<std::pair<uintptr_t, size_t>> *g_large = nullptr;
@@ -625,6 +626,11 @@ int start(const Options &options) {
       return fail(HM_ENOMEM, "cannot map the call-site block");
     g_site_block = new (mem) SiteBlock;  // likewise
   }
+  if (g_tables_used) {  // a trace before this one in the same process: its sites are not this one's
+    clear_sites();
+    sampling_clear();
+    g_tables_used = false;
+  }
   if (!g_large) g_large = new std::vector<std::pair<uintptr_t, size_t>>();
   if (sampling_start(options.sample, options.large) != HM_OK)
     return fail(HM_ENOMEM, "cannot map the table of sampled allocations");
@@ -675,8 +681,9 @@ int stop() {
     g_trace.close();
   }
   g_large->clear();
-  clear_sites();
-  sampling_clear();
+  // The site and sample tables are cleared by the next start, if there is one: giving their
+  // pages back at the process's exit is work the exit does anyway.
+  g_tables_used = true;
   return HM_OK;
 }
 

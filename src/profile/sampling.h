@@ -47,7 +47,7 @@ inline bool skips_free(const void *ptr) {
 // Before a trace starts recording: the mean bytes between samples (0: every allocation) and the
 // size from which every allocation is recorded. HM_ENOMEM when the filter cannot be mapped.
 int sampling_start(uint64_t mean_bytes, uint64_t every_from);
-// When a trace stops: every remembered allocation forgotten.
+// Before a trace that follows another in the same process: every remembered allocation forgotten.
 void sampling_clear();
 // In a child after fork: another thread of the parent may have held the table.
 void sampling_after_fork();

@@ -132,6 +132,40 @@ TEST(Prim, PoolFileCreateGrowAndErrors) {
   unlink(empty.c_str());
 }
 
+// A file written again under its name is a new file: a reader that holds the old one keeps what it
+// had (it is not truncated under it), the name gets only the new contents, and a symbolic link is
+// written through to its target, not replaced.
+TEST(Prim, AppendFileReplacesAnOlderFileAndWritesThroughALink) {
+  const std::string path = hm_test::temp_path("prim-append"), link = path + ".link";
+  auto write = [](const std::string &at, const std::string &text) {
+    prim::AppendFile f;
+    ASSERT_EQ(f.create(at), HM_OK);
+    prim::Piece piece{text.data(), text.size()};
+    ASSERT_EQ(f.write(&piece, 1), HM_OK);
+    f.close();
+  };
+  auto contents = [](const std::string &at) {
+    std::string text;
+    EXPECT_TRUE(prim::read_text(at, &text)) << at;
+    return text;
+  };
+  write(path, "the first trace, longer than the second");
+  std::ifstream old(path);
+  write(path, "second");
+  EXPECT_EQ(contents(path), "second");
+  std::string kept;
+  std::getline(old, kept);
+  EXPECT_EQ(kept, "the first trace, longer than the second") << "a reader of the older file lost it";
+  ASSERT_EQ(symlink(path.c_str(), link.c_str()), 0);
+  write(link, "third");
+  struct stat st;
+  ASSERT_EQ(lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link was replaced";
+  EXPECT_EQ(contents(path), "third");
+  unlink(link.c_str());
+  unlink(path.c_str());
+}
+
 TEST(Prim, RemapFixedMovesContents) {
   void *a = nullptr, *b = nullptr;
   ASSERT_EQ(prim::map_anon(1 << 20, 4096, 0, &a), HM_OK);
