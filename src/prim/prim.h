@@ -263,6 +263,8 @@ void finish_stream(int fd, size_t max_bytes, uint64_t deadline);
 
 // Environment (the only getenv in the library).
 const char *env(const char *name);
+// The process's environment, NAME=VALUE entries up to a null one (environ).
+char *const *environment();
 
 // Huge pages.
 uint64_t hugetlb_free_pages(size_t page_size);  // from sysfs, 0 if absent

@@ -1027,6 +1027,7 @@ void *library_symbol(void *library, const char *name, std::string *why) {
 }
 
 const char *env(const char *name) { return getenv(name); }
+char *const *environment() { return environ; }
 
 uint64_t hugetlb_free_pages(size_t page_size) {
   std::string s;
