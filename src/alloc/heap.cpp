@@ -512,8 +512,8 @@ int TierHeap::refill(int cls, void **head, uint32_t want) {
     c.carve_end = c.carve + kPageBytes / bs * bs;
   }
   size_t left = static_cast<size_t>(c.carve_end - c.carve) / bs;
-  const uintptr_t at = reinterpret_cast<uintptr_t>(c.carve);
-  const size_t in_page = ((at | (prim::kPageSize - 1)) + 1 - at + bs - 1) / bs;  // blocks starting there
+  const size_t to_page_end = prim::kPageSize - reinterpret_cast<uintptr_t>(c.carve) % prim::kPageSize;
+  const size_t in_page = (to_page_end + bs - 1) / bs;  // the blocks that start before the page ends
   size_t n = std::min({left, size_t{want}, in_page});
   char *base = c.carve;
   for (size_t i = 0; i + 1 < n; ++i) *reinterpret_cast<void **>(base + i * bs) = base + (i + 1) * bs;
