@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import glob
 import importlib.util
+import os
 from typing import Iterator
 
 import numpy as np
@@ -35,7 +37,7 @@ def _extension():
     global _EXT
     if _EXT is None:
         for d in build_dirs():
-            for path in sorted((d / "python").glob("_numpy_alloc*.so")):
+            for path in sorted(glob.glob(os.path.join(glob.escape(d), "python", "_numpy_alloc*.so"))):
                 spec = importlib.util.spec_from_file_location("_numpy_alloc", path)
                 module = importlib.util.module_from_spec(spec)
                 spec.loader.exec_module(module)

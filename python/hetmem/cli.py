@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 
-# Imported where used, not here: `hetmem run` on every MPI rank starts this module, and its
-# start-up is the rank's (docs/benchmarks.md, the command's start-up).
+# Imported where used, not here (shutil, subprocess and pathlib too): `hetmem run` on every MPI rank
+# starts this module, and its start-up is the rank's (docs/benchmarks.md, the command's start-up).
 from .units import size_text
 from .lib import (HetmemError, Interrupted, Library, find_memkind_dir, find_program, plain_library, preload_value,
                   results_dir, run_program)
@@ -265,12 +264,6 @@ def _launch(cmd: list[str], env: dict, replace: bool = False) -> int:
     if not cmd:
         raise HetmemError("no program given after --")
     prog = cmd[0]
-    if "/" not in prog and not shutil.which(prog, path=env.get("PATH")):
-        print(f"hetmem: error: {prog}: command not found", file=sys.stderr)
-        return 127
-    if "/" in prog and not os.path.exists(prog):
-        print(f"hetmem: error: {prog}: No such file or directory", file=sys.stderr)
-        return 127
     try:
         if replace:
             sys.stdout.flush()
@@ -278,6 +271,17 @@ def _launch(cmd: list[str], env: dict, replace: bool = False) -> int:
             os.execvpe(prog, cmd, env)
         import subprocess
         proc = subprocess.run(cmd, env=env)
+    except FileNotFoundError as exc:
+        # Not found (the shell's 127), or found with an interpreter its #! line names that is not (126).
+        import shutil
+        if "/" in prog and not os.path.exists(prog):
+            print(f"hetmem: error: {prog}: No such file or directory", file=sys.stderr)
+            return 127
+        if "/" not in prog and not shutil.which(prog, path=env.get("PATH")):
+            print(f"hetmem: error: {prog}: command not found", file=sys.stderr)
+            return 127
+        print(f"hetmem: error: {prog}: {exc.strerror}", file=sys.stderr)
+        return 126
     except PermissionError:
         print(f"hetmem: error: {prog}: Permission denied", file=sys.stderr)
         return 126
@@ -316,6 +320,7 @@ def _iteration_env(args: argparse.Namespace, cmd: list[str]) -> dict:
             raise HetmemError(f"--window {args.window}: {error}")
         extra["HM_ITERATION_WINDOW"] = repr(args.window)
     if getattr(args, "iteration_at", None):
+        import shutil
         program = shutil.which(cmd[0]) if cmd else None
         if program:  # a program that is not found is reported by the launcher
             from .entry_points import check
@@ -375,6 +380,7 @@ def _launcher_kind(cmd: list[str]) -> str:
     if name in LAUNCHERS:
         return "an MPI launcher" if name in ("mpirun", "mpiexec", "orterun", "prterun", "srun", "aprun", "jsrun") \
             else "a launcher"
+    import shutil
     path = cmd[0] if "/" in cmd[0] else shutil.which(cmd[0])
     try:
         with open(path or "", "rb") as f:

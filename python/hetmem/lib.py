@@ -5,8 +5,10 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from pathlib import Path
 from types import SimpleNamespace
+
+# `Path` in annotations is pathlib's, imported by the functions that build one (annotations are not
+# evaluated): `hetmem run` on every MPI rank imports this module, and pathlib costs it 3 ms.
 
 PERF_SOURCES = {0: "unknown", 1: "hwloc", 2: "sysfs", 3: "measured", 4: "emulated"}
 ROLES = ("fast", "capacity", "persistent")
@@ -101,56 +103,65 @@ class Tier(SimpleNamespace):
         return dict(self.__dict__)
 
 
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+def repo_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 
-def installed_home() -> Path | None:
+def installed_home() -> str | None:
     """PREFIX/lib/hetmem when this package runs from an install (`cmake --install`), else None."""
-    try:
-        from . import _installed  # noqa: F401  (written by the install only)
-    except ImportError:
-        return None
-    return Path(__file__).resolve().parents[2]
+    global _INSTALLED_HOME
+    if _INSTALLED_HOME is None:
+        try:
+            from . import _installed  # noqa: F401  (written by the install only)
+            _INSTALLED_HOME = repo_root()
+        except ImportError:
+            _INSTALLED_HOME = ""
+    return _INSTALLED_HOME or None
 
 
-def _installed_dir(name: str) -> Path | None:
+_INSTALLED_HOME: str | None = None  # "" where this package does not run from an install
+
+
+def _installed_dir(name: str) -> str | None:
     home = installed_home()
     if home is None:
         return None
     from . import _installed
-    return (home / getattr(_installed, name)).resolve()
+    return os.path.realpath(os.path.join(home, getattr(_installed, name)))
 
 
-def build_dirs() -> list[Path]:
+# The search for the build tree and its files works on strings with os.path, not pathlib (above).
+def build_dirs() -> list[str]:
     """Where to look for the build tree: $HETMEM_BUILD_DIR, then <repo>/build, or the install's
     hetmem home (laid out as the build tree: bench/, python/, fdb/)."""
     dirs = []
     if os.environ.get("HETMEM_BUILD_DIR"):
-        dirs.append(Path(os.environ["HETMEM_BUILD_DIR"]))
+        dirs.append(os.environ["HETMEM_BUILD_DIR"])
     home = installed_home()
-    dirs.append(home if home is not None else repo_root() / "build")
+    dirs.append(home if home is not None else os.path.join(repo_root(), "build"))
     return dirs
 
 
 def source_file(relative: str) -> Path:
     """A file of the source tree that a command reads (a benchmark's program it compiles): from the
     repository, or the copy an install keeps in its hetmem home."""
+    from pathlib import Path
     home = installed_home()
-    return (home if home is not None else repo_root()) / relative
+    return Path(home if home is not None else repo_root()) / relative
 
 
 def results_dir() -> Path:
     """Where results files go unless a command is told otherwise: $HETMEM_RESULTS_DIR, else
     results/ in the build tree (never the source tree), or hetmem-results/ in the current directory
     when running from an install. Created on demand."""
+    from pathlib import Path
     explicit = os.environ.get("HETMEM_RESULTS_DIR")
     if explicit:
         d = Path(explicit)
     elif installed_home() is not None:
         d = Path.cwd() / "hetmem-results"
     else:
-        d = next((b for b in build_dirs() if b.is_dir()), build_dirs()[0]) / "results"
+        d = Path(next((b for b in build_dirs() if os.path.isdir(b)), build_dirs()[0])) / "results"
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -158,14 +169,14 @@ def results_dir() -> Path:
 def find_library() -> str:
     explicit = os.environ.get("HETMEM_LIB")
     if explicit:
-        if not Path(explicit).is_file():
+        if not os.path.isfile(explicit):
             raise HetmemError(f"HETMEM_LIB={explicit}: no such file")
         return explicit
     installed = _installed_dir("LIBDIR")
     for d in build_dirs() + ([installed] if installed else []):
-        candidate = d / "libhetmem.so"
-        if candidate.is_file():
-            return str(candidate)
+        candidate = os.path.join(d, "libhetmem.so")
+        if os.path.isfile(candidate):
+            return candidate
     import ctypes.util  # only when no build directory has it (it costs the command's start-up 6 ms)
     system = ctypes.util.find_library("hetmem")
     if system:
@@ -179,10 +190,11 @@ def find_preload() -> str:
     explicit = os.environ.get("HETMEM_PRELOAD")
     if explicit:
         return explicit
-    lib = Path(find_library())
-    for candidate in (lib.parent / "libhetmem_preload.so", *[d / "libhetmem_preload.so" for d in build_dirs()]):
-        if candidate.is_file():
-            return str(candidate.resolve())
+    lib = find_library()
+    for d in (os.path.dirname(lib), *build_dirs()):
+        candidate = os.path.join(d, "libhetmem_preload.so")
+        if os.path.isfile(candidate):
+            return os.path.realpath(candidate)
     raise HetmemError("libhetmem_preload.so not found next to libhetmem.so: build the project (scripts/run)")
 
 
@@ -192,29 +204,28 @@ def preload_value(existing: str | None = None) -> str:
     library needs it anyway: the dynamic loader then finds it loaded, instead of looking for it
     along the preload library's RUNPATH (26 failed system calls in each process started)."""
     preload = find_preload()
-    runtime = Path(preload).parent / "libhetmem.so.0"
-    value = (f"{runtime}:" if runtime.is_file() else "") + preload
+    runtime = os.path.join(os.path.dirname(preload), "libhetmem.so.0")
+    value = (f"{runtime}:" if os.path.isfile(runtime) else "") + preload
     return value + (":" + existing if existing else "")
 
 
 def find_memkind_dir() -> str:
     """The directory of hetmem's libmemkind.so.0 (docs/memkind.md): put it first on
     LD_LIBRARY_PATH and memkind clients and OpenMP runtimes load hetmem's memkind."""
-    candidates = [d / "memkind" for d in build_dirs()]
-    lib = Path(find_library()).resolve().parent
-    candidates.append(lib / "hetmem-memkind")
+    candidates = [os.path.join(d, "memkind") for d in build_dirs()]
+    candidates.append(os.path.join(os.path.dirname(os.path.realpath(find_library())), "hetmem-memkind"))
     for c in candidates:
-        if (c / "libmemkind.so.0").exists():
-            return str(c.resolve())
+        if os.path.exists(os.path.join(c, "libmemkind.so.0")):
+            return os.path.realpath(c)
     raise HetmemError("hetmem's libmemkind.so.0 not found: build the project (scripts/setup.sh)")
 
 
 def find_bench_program(name: str) -> str:
     """A helper program the benchmarks run (built into <build>/bench)."""
     for d in build_dirs():
-        p = d / "bench" / name
-        if p.is_file():
-            return str(p)
+        p = os.path.join(d, "bench", name)
+        if os.path.isfile(p):
+            return p
     raise HetmemError(f"{name} not found: build the project (scripts/setup.sh)")
 
 
@@ -232,9 +243,9 @@ def find_program(name: str) -> str:
     installed = _installed_dir("BINDIR")
     for d in build_dirs() + ([installed] if installed else []):
         for sub in ("bench", "examples", "apps/pic", "apps/amr", "apps/mg", "apps/replica", "."):
-            candidate = d / sub / name
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return str(candidate)
+            candidate = os.path.join(d, sub, name)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate
     import shutil
     found = shutil.which(name)
     if found:

@@ -167,6 +167,41 @@ def test_run_gives_the_command_its_place_to_the_program():
     assert r.returncode == 127 and "no-such-program-hetmem: command not found" in r.stderr
 
 
+def test_run_and_profile_answer_a_program_that_cannot_start_as_a_shell_does(tmp_path):
+    """127 for a program that is not there, 126 for one that is there but cannot run (not
+    executable, or a script whose #! interpreter is missing), each with the shell's words."""
+    plain = tmp_path / "not-executable"
+    plain.write_text("data\n")
+    script = tmp_path / "script"
+    script.write_text("#!/nonexistent/interpreter-hm\n")
+    script.chmod(0o755)
+    cases = [([str(tmp_path / "absent")], 127, "absent: No such file or directory"),
+             ([str(plain)], 126, "not-executable: Permission denied"),
+             ([str(script)], 126, "script: No such file or directory")]
+    for command in (["run"], ["profile", "-o", str(tmp_path / "t.hmtrace")]):
+        for program, status, said in cases:
+            r = run(*command, "--", *program)
+            assert r.returncode == status and said in r.stderr, (command, program, r.returncode, r.stderr)
+
+
+def test_run_on_each_mpi_rank_imports_only_what_it_needs(tmp_path):
+    """`mpirun -np N hetmem run ... -- PROGRAM` starts the command on every rank, and its start-up
+    is the rank's: up to the program's exec it imports neither pathlib, subprocess, typing,
+    dataclasses nor rich (each a few milliseconds, docs/benchmarks.md)."""
+    program = ("import os, sys\nfrom hetmem.cli import main\n"
+               "def at_exec(*args):\n"
+               "    print('exec', *(m for m in ('pathlib', 'subprocess', 'typing', 'dataclasses', 'rich') "
+               "if m in sys.modules))\n"
+               "    sys.exit(0)\n"
+               "os.execvpe = at_exec\nsys.exit(main(sys.argv[1:]))\n")
+    rules = tmp_path / "all.rules"
+    rules.write_text("all -> capacity\n")
+    for args in (["run", "--", "true"], ["run", "--plan", str(rules), "--", "true"]):
+        r = subprocess.run([sys.executable, "-c", program, *args], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT / "python")))
+        assert r.returncode == 0 and r.stdout.split() == ["exec"], (args, r.stdout, r.stderr[-500:])
+
+
 @pytest.mark.parametrize("args", [("tiers",), ("options",), ("report", "TRACE")])
 def test_a_closed_pipe_ends_quietly(tmp_path, args):
     """`hetmem tiers | head -1` and the like, made certain: the reader is gone before the first write.
