@@ -95,10 +95,10 @@ int FieldWriter::next_pool() {
 
 int FieldWriter::write_combined() {
   if (!lost_.empty()) return fail(HM_EIO, "%s", lost_.c_str());
-  if (combined_.empty()) return HM_OK;
-  const uint64_t at = combined_at_, bytes = combined_.size();
-  const int rc = pool_->write(at, combined_.data(), bytes, nullptr, 0);
-  combined_.clear();
+  if (combined_size_ == 0) return HM_OK;
+  const uint64_t at = combined_at_, bytes = combined_size_;
+  const int rc = pool_->write(at, combined_.get(), bytes, nullptr, 0);
+  combined_size_ = 0;
   if (rc == HM_OK) return HM_OK;
   lost_ = "hetmem store: fields archived into pool '" + pool_->path() + "' at offsets " + std::to_string(at) + ".." +
           std::to_string(at + bytes) + " could not be written (" + hm_last_error() +
@@ -152,17 +152,20 @@ int FieldWriter::place(uint64_t offset, const void *data, uint64_t length, const
   r.record_checksum = record_checksum(r);
   if (need <= kCombineField) {
     // Behind the buffered fields (the pool allocates in order), else after writing them.
-    if (!combined_.empty() && combined_at_ + combined_.size() != offset)
+    if (combined_size_ != 0 && combined_at_ + combined_size_ != offset)
       if (int rc = write_combined(); rc != HM_OK) return rc;
-    if (combined_.empty()) {
-      combined_at_ = offset;
-      combined_.reserve(kCombineBytes + kCombineField);
+    if (!combined_) {
+      combined_.reset(new (std::nothrow) char[kCombineBytes + kCombineField]);
+      if (!combined_) return fail(HM_ENOMEM, "hetmem store: field %s not archived: out of memory", what.c_str());
     }
-    const size_t at = combined_.size();
-    combined_.resize(at + persist::round_up(need, persist::kUnit));  // the pad is zeros, as in a new pool
-    std::memcpy(combined_.data() + at, &r, sizeof r);
-    std::memcpy(combined_.data() + at + sizeof r, data, length);
-    if (combined_.size() >= kCombineBytes)
+    if (combined_size_ == 0) combined_at_ = offset;
+    char *at = combined_.get() + combined_size_;
+    const uint64_t room = persist::round_up(need, persist::kUnit);
+    std::memcpy(at, &r, sizeof r);
+    std::memcpy(at + sizeof r, data, length);
+    std::memset(at + need, 0, room - need);  // the pad is zeros, as in a new pool
+    combined_size_ += room;
+    if (combined_size_ >= kCombineBytes)
       if (int rc = write_combined(); rc != HM_OK) return rc;
   } else if (int rc = pool_->write(offset, &r, sizeof r, data, length); rc != HM_OK) {
     const std::string why = hm_last_error();

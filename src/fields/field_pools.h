@@ -77,8 +77,11 @@ class FieldWriter {
   std::unique_ptr<persist::Pool> pool_;
   bool dirty_ = false;
   int next_index_ = 0;
-  std::vector<char> combined_;  // fields not written yet, from pool offset combined_at_
-  uint64_t combined_at_ = 0;
+  // Fields not written yet, combined_size_ bytes from pool offset combined_at_. Made once and never
+  // zeroed as a whole (a std::vector's resize would clear each field's room before it is copied
+  // over, one more pass over every byte): only a field's pad is cleared.
+  std::unique_ptr<char[]> combined_;
+  uint64_t combined_size_ = 0, combined_at_ = 0;
   std::string lost_;  // why buffered fields could not be written (then every call fails)
   EmulState emul_;
 };
