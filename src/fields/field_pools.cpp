@@ -156,7 +156,10 @@ int FieldWriter::place(uint64_t offset, const void *data, uint64_t length, const
       if (int rc = write_combined(); rc != HM_OK) return rc;
     if (!combined_) {
       combined_.reset(new (std::nothrow) char[kCombineBytes + kCombineField]);
-      if (!combined_) return fail(HM_ENOMEM, "hetmem store: field %s not archived: out of memory", what.c_str());
+      if (!combined_) {
+        pool_->set_top(offset);  // as for a failed write, below
+        return fail(HM_ENOMEM, "hetmem store: field %s not archived: out of memory", what.c_str());
+      }
     }
     if (combined_size_ == 0) combined_at_ = offset;
     char *at = combined_.get() + combined_size_;
