@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import sys
 from types import SimpleNamespace
@@ -107,19 +108,14 @@ def repo_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 
 
+@functools.lru_cache(maxsize=None)  # asked several times a command; the answer cannot change
 def installed_home() -> str | None:
     """PREFIX/lib/hetmem when this package runs from an install (`cmake --install`), else None."""
-    global _INSTALLED_HOME
-    if _INSTALLED_HOME is None:
-        try:
-            from . import _installed  # noqa: F401  (written by the install only)
-            _INSTALLED_HOME = repo_root()
-        except ImportError:
-            _INSTALLED_HOME = ""
-    return _INSTALLED_HOME or None
-
-
-_INSTALLED_HOME: str | None = None  # "" where this package does not run from an install
+    try:
+        from . import _installed  # noqa: F401  (written by the install only)
+    except ImportError:
+        return None
+    return repo_root()
 
 
 def _installed_dir(name: str) -> str | None:
