@@ -212,7 +212,7 @@ int hm_tier_set_budget(hm_tier_t tier, uint64_t bytes) {
   int rc = HM_OK;
   TierHeap *h = named_heap(tier, &rc);
   if (!h) return rc;
-  h->counters().budget.store(bytes);
+  h->set_budget(bytes);
   return HM_OK;
 }
 

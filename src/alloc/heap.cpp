@@ -26,65 +26,89 @@ constexpr int class_of(size_t s) {
   return 8 + (lg - 7) * 4 + sub;
 }
 
-constexpr size_t bytes_of(int c) {
+// The largest request of class c.
+constexpr size_t limit_of(int c) {
   if (c < 8) return static_cast<size_t>(c + 1) * 16;
   int lg = 7 + (c - 8) / 4, sub = (c - 8) % 4;
   return (size_t{1} << lg) + static_cast<size_t>(sub + 1) * (size_t{1} << (lg - 2));
 }
 
+// The bytes of a block of class c: its largest request, and one cache line more for the classes
+// of 2 KiB and more that are not powers of two. Their limits are even numbers of 64-byte lines
+// (5120 is 80), so blocks carved side by side would start in a few of the first-level cache's
+// sets only (5120 bytes apart: 4 of this CPU's 64), and a program that reads the first line of
+// many of them (sqlite's page cache) misses where the C library's blocks, 16 bytes longer than the
+// request, spread over every set. An odd number of lines visits every set. Powers of two stay
+// exact: they are the classes that serve aligned requests.
+constexpr size_t bytes_of(int c) {
+  const size_t limit = limit_of(c);
+  return limit >= 2048 && (limit & (limit - 1)) != 0 ? limit + 64 : limit;
+}
+
+// The alignment every block of class c keeps: a power of two's own (they serve aligned
+// requests), at most a cache line for the others, whose pages start at a colour (refill).
+constexpr size_t alignment_of(int c) {
+  const size_t bytes = bytes_of(c), low = bytes & (~bytes + 1);
+  return low == bytes || low < 64 ? low : 64;
+}
+
 // Up to 1 KiB every class boundary is a multiple of 16 bytes, so the class of a size there is a
-// table's entry, indexed by the size in 16-byte steps; the bytes of every class are another.
+// table's entry, indexed by the size in 16-byte steps. What the fast paths need of a class (its
+// bytes, the most blocks a thread's bin keeps) sits side by side: one cache line for 8 classes.
 constexpr size_t kTableMax = 1024;
+struct ClassInfo {
+  uint32_t bytes;
+  uint32_t bin_limit;  // a bin holding this many gives a batch back to the central list
+};
 struct ClassTables {
   uint8_t of_steps[kTableMax / 16 + 1] = {};
-  uint32_t bytes[kClasses] = {};
+  ClassInfo info[kClasses] = {};
   constexpr ClassTables() {
     for (size_t i = 0; i <= kTableMax / 16; ++i) of_steps[i] = static_cast<uint8_t>(class_of(i * 16));
-    for (int c = 0; c < kClasses; ++c) bytes[c] = static_cast<uint32_t>(bytes_of(c));
+    for (int c = 0; c < kClasses; ++c) {
+      // Blocks moved between a thread cache and the central list at a time: about 16 KiB, 4 to 64.
+      const size_t bytes = bytes_of(c), batch = 16384 / bytes < 4 ? 4 : (16384 / bytes > 64 ? 64 : 16384 / bytes);
+      info[c] = ClassInfo{static_cast<uint32_t>(bytes), static_cast<uint32_t>(2 * batch)};
+    }
   }
 };
 constexpr ClassTables kClassTables;
 
 inline int size_class(size_t s) { return s <= kTableMax ? kClassTables.of_steps[(s + 15) >> 4] : class_of(s); }
 
-inline size_t class_size(int c) { return kClassTables.bytes[c]; }
+inline size_t class_size(int c) { return kClassTables.info[c].bytes; }
+inline uint32_t batch_for(int cls) { return kClassTables.info[cls].bin_limit / 2; }
 
-constexpr uint16_t kMediumClass = 0xffff;
 constexpr uint32_t kAllPagesFree = ~uint32_t{1};  // page 0 holds the segment header
-
-// Blocks moved between a thread cache and the central list at a time, per class.
-struct BatchTable {
-  uint32_t batch[kClasses];
-  BatchTable() {
-    for (int c = 0; c < kClasses; ++c) {
-      size_t n = 16384 / class_size(c);
-      batch[c] = static_cast<uint32_t>(n < 4 ? 4 : (n > 64 ? 64 : n));
-    }
-  }
-};
-const BatchTable kBatches;
-inline uint32_t batch_for(int cls) { return kBatches.batch[cls]; }
 
 size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * unit; }
 
 }  // namespace
 
+// A page's layout (Segment::page_class says what the page holds).
 struct PageDesc {
-  uint32_t block_size;  // small pages: the class size; 0: free
-  uint16_t cls;         // size class, or kMediumClass
-  uint16_t first;       // index of the first page of the run this page belongs to
-  uint32_t span;        // medium runs: pages in the run (first page only)
-  uint64_t usable;      // medium runs: usable bytes (first page only)
+  uint16_t first;         // medium runs: index of the first page of the run this page belongs to
+  uint16_t first_block;   // small pages: the offset of the first block (its colour)
+  uint32_t span;          // medium runs: pages in the run (first page only)
+  uint64_t usable;        // medium runs: usable bytes (first page only)
 };
+
+// Each page's use, in the segment header's first cache line beside its slot record: a free reads
+// the class of its block there, not the page's descriptor.
+constexpr uint8_t kPageUnused = 0xff;  // free, or page 0 (the header)
+constexpr uint8_t kPageMedium = 0xfe;  // part of a medium run
+static_assert(kClasses < kPageMedium, "a page's class fits in a byte");
 
 struct Segment {
   SlotOwner owner;
+  uint8_t page_class[kPagesPerSegment];  // the class of a small page's blocks, or kPageUnused/kPageMedium
   Extent extent;
   uint32_t free_mask;
   Segment *next;
   PageDesc pages[kPagesPerSegment];
 };
 static_assert(sizeof(Segment) <= kPageBytes, "segment header must fit in page 0");
+static_assert(offsetof(Segment, page_class) + kPagesPerSegment <= 64, "a free reads one line of the header");
 
 struct LargeBlock {
   SlotOwner owner;
@@ -150,15 +174,19 @@ struct Bin {
     ++count;
   }
 };
-// Small-block event counts traffic are kept per thread (written only by their thread, read by
-// hm_tier_stats), so the fast path has a single atomic: the tier's bytes in use.
+// Small-block event counts are kept per thread (written only by their thread, read by
+// hm_tier_stats), so the fast path has no atomic read-modify-write. A tier's counts are side by
+// side, those of the first tiers in the cache's first line with its epoch.
+struct TierCounts {
+  std::atomic<uint64_t> allocs, frees;
+  // Small-block bytes allocated minus freed by this thread on tiers without a budget, not yet
+  // added to the tier's in_use (published once past +-kPublishBytes).
+  std::atomic<int64_t> pending;
+};
 struct ThreadCache {
   uint64_t epoch;
   ThreadCache *next, *prev;  // registry of live caches
-  std::atomic<uint64_t> allocs[kMaxTiers], frees[kMaxTiers];
-  // Small-block bytes allocated minus freed by this thread on tiers without a budget, not yet
-  // added to the tier's in_use (published once past +-kPublishBytes).
-  std::atomic<int64_t> pending[kMaxTiers];
+  TierCounts counts[kMaxTiers];
   Bin bins[kMaxTiers][kClasses];
 };
 constexpr int64_t kPublishBytes = 64 << 10;
@@ -182,9 +210,10 @@ void flush_cache(ThreadCache *tc) {
     for (int t = 0; t < kMaxTiers && live; ++t) {
       TierHeap *h = heap_of(t);
       if (!h) continue;
-      h->counters().allocs.fetch_add(tc->allocs[t].load(std::memory_order_relaxed), std::memory_order_relaxed);
-      h->counters().frees.fetch_add(tc->frees[t].load(std::memory_order_relaxed), std::memory_order_relaxed);
-      h->counters().in_use.fetch_add(static_cast<uint64_t>(tc->pending[t].load(std::memory_order_relaxed)),
+      const TierCounts &n = tc->counts[t];
+      h->counters().allocs.fetch_add(n.allocs.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      h->counters().frees.fetch_add(n.frees.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      h->counters().in_use.fetch_add(static_cast<uint64_t>(n.pending.load(std::memory_order_relaxed)),
                                      std::memory_order_relaxed);
     }
     if (tc->prev) tc->prev->next = tc->next;
@@ -217,10 +246,10 @@ ThreadCache *thread_cache() {
   if (__builtin_expect(tc != nullptr && tc->epoch == runtime_epoch(), 1)) return tc;
   if (tc) {  // the runtime was finalized and re-initialised: the cached blocks are gone
     std::memset(tc->bins, 0, sizeof tc->bins);
-    for (int t = 0; t < kMaxTiers; ++t) {
-      tc->allocs[t].store(0, std::memory_order_relaxed);
-      tc->frees[t].store(0, std::memory_order_relaxed);
-      tc->pending[t].store(0, std::memory_order_relaxed);
+    for (TierCounts &n : tc->counts) {
+      n.allocs.store(0, std::memory_order_relaxed);
+      n.frees.store(0, std::memory_order_relaxed);
+      n.pending.store(0, std::memory_order_relaxed);
     }
     tc->epoch = runtime_epoch();
     return tc;
@@ -246,6 +275,7 @@ ThreadCache *thread_cache() {
 
 // ------------------------------------------------------------------------------------------
 TierHeap::~TierHeap() {
+  g_heap_directory.budgeted.fetch_and(~(1u << id_));
   for (int i = 0; i < kRetainSlots; ++i)
     if (retained_[i].addr) tier_->backing->unmap(retained_[i]);
   Segment *s = segments_;
@@ -332,34 +362,36 @@ bool TierHeap::unclaim(uint64_t n) {
   return true;
 }
 
-// Small blocks on a tier without a budget are accounted in the thread's pending bytes, published
-// to in_use in steps of kPublishBytes: no atomic on the fast path. hm_tier_stats adds the pending
-// bytes, so in_use stays exact; the high-water mark moves at publication, so for small blocks it
-// may lag the true peak by at most kPublishBytes per thread. With a budget every byte is checked.
-inline bool TierHeap::charge_small(uint64_t n, ThreadCache *tc) {
-  if (counters_.budget.load(std::memory_order_relaxed) != 0) return charge(n);
-  std::atomic<int64_t> &p = tc->pending[tier_->id];
-  int64_t v = p.load(std::memory_order_relaxed) + static_cast<int64_t>(n);
-  if (v > kPublishBytes) {
-    charge(static_cast<uint64_t>(v));
+// The pending bytes' accounting is explained in heap.h (move_pending).
+void TierHeap::publish_pending(int64_t bytes) {
+  if (bytes > 0) charge(static_cast<uint64_t>(bytes));
+  else counters_.in_use.fetch_sub(static_cast<uint64_t>(-bytes), std::memory_order_relaxed);
+}
+
+__attribute__((always_inline)) inline void TierHeap::move_pending(TierCounts &counts, int tier, int64_t delta) {
+  int64_t v = counts.pending.load(std::memory_order_relaxed) + delta;
+  if (__builtin_expect(v > kPublishBytes || v < -kPublishBytes, 0)) {
+    heap_of(tier)->publish_pending(v);
     v = 0;
   }
-  p.store(v, std::memory_order_relaxed);
+  counts.pending.store(v, std::memory_order_relaxed);
+}
+
+inline bool TierHeap::charge_small(uint64_t n, ThreadCache *tc) {
+  if (counters_.budget.load(std::memory_order_relaxed) != 0) return charge(n);
+  move_pending(tc->counts[id_], id_, static_cast<int64_t>(n));
   return true;
 }
 
 inline void TierHeap::uncharge_small(uint64_t n, ThreadCache *tc) {
-  if (counters_.budget.load(std::memory_order_relaxed) != 0) {
-    uncharge(n);
-    return;
-  }
-  std::atomic<int64_t> &p = tc->pending[tier_->id];
-  int64_t v = p.load(std::memory_order_relaxed) - static_cast<int64_t>(n);
-  if (v < -kPublishBytes) {
-    counters_.in_use.fetch_sub(static_cast<uint64_t>(-v), std::memory_order_relaxed);
-    v = 0;
-  }
-  p.store(v, std::memory_order_relaxed);
+  if (counters_.budget.load(std::memory_order_relaxed) != 0) uncharge(n);
+  else move_pending(tc->counts[id_], id_, -static_cast<int64_t>(n));
+}
+
+void TierHeap::set_budget(uint64_t bytes) {
+  counters_.budget.store(bytes);
+  if (bytes) g_heap_directory.budgeted.fetch_or(1u << id_);
+  else g_heap_directory.budgeted.fetch_and(~(1u << id_));
 }
 
 void TierHeap::event_counts(uint64_t *allocs, uint64_t *frees, uint64_t *in_use) {
@@ -368,9 +400,10 @@ void TierHeap::event_counts(uint64_t *allocs, uint64_t *frees, uint64_t *in_use)
   uint64_t used = counters_.in_use.load();
   for (ThreadCache *tc = g_registry; tc; tc = tc->next) {
     if (tc->epoch != runtime_epoch()) continue;
-    a += tc->allocs[tier_->id].load(std::memory_order_relaxed);
-    f += tc->frees[tier_->id].load(std::memory_order_relaxed);
-    used += static_cast<uint64_t>(tc->pending[tier_->id].load(std::memory_order_relaxed));
+    const TierCounts &n = tc->counts[id_];
+    a += n.allocs.load(std::memory_order_relaxed);
+    f += n.frees.load(std::memory_order_relaxed);
+    used += static_cast<uint64_t>(n.pending.load(std::memory_order_relaxed));
   }
   *allocs = a - counters_.allocs_base.load();
   *frees = f - counters_.frees_base.load();
@@ -390,25 +423,25 @@ void TierHeap::reset_event_counts() {
 // The common case of allocate: a small block from the thread's bin of its class, on a tier without
 // a budget (its bytes go to the thread's pending count). nullptr, with nothing changed, when the
 // general path must decide.
-__attribute__((always_inline)) inline void *TierHeap::allocate_cached(size_t size, unsigned flags) {
+__attribute__((always_inline)) inline void *TierHeap::allocate_cached(int tier, size_t size, unsigned flags) {
   if (__builtin_expect(size > kSmallMax || (flags & (HM_MOVABLE | HM_HUGE | HM_GUARDED)), 0)) return nullptr;
   ThreadCache *tc = t_cache;
-  if (__builtin_expect(!tc || tc->epoch != runtime_epoch() || counters_.budget.load(std::memory_order_relaxed) != 0, 0))
-    return nullptr;
+  if (__builtin_expect(!tc || tc->epoch != runtime_epoch() || tier_budgeted(tier), 0)) return nullptr;
   const int cls = size_class(size);
-  Bin &b = tc->bins[tier_->id][cls];
+  Bin &b = tc->bins[tier][cls];
   if (!b.head) return nullptr;
   void *p = b.pop();
-  bump(tc->allocs[tier_->id]);
+  TierCounts &counts = tc->counts[tier];
+  bump(counts.allocs);
   const size_t charged = class_size(cls);
-  charge_small(charged, tc);
+  move_pending(counts, tier, static_cast<int64_t>(charged));
   if (flags & HM_ZERO) std::memset(p, 0, charged);
   return p;
 }
 
 void *TierHeap::allocate(size_t size, size_t align, unsigned flags) {
   if (__builtin_expect(align <= 16, 1))
-    if (void *p = allocate_cached(size, flags)) return p;
+    if (void *p = allocate_cached(id_, size, flags)) return p;
   return allocate_general(size, align, flags);
 }
 
@@ -420,7 +453,7 @@ void *TierHeap::allocate_general(size_t size, size_t align, unsigned flags) {
   if (!own_mapping && size <= kSmallMax && align <= 4096) {
     size_t want = align > 16 ? round_up(size ? size : 1, align) : size;
     int cls = size_class(want);
-    if (class_size(cls) & (align - 1)) {  // powers of two are class sizes and multiples of align
+    if (alignment_of(cls) < align) {  // powers of two are class sizes and aligned as they are
       size_t pow2 = size_t{1} << (64 - __builtin_clzll(want - 1));
       cls = size_class(pow2);
     }
@@ -463,7 +496,7 @@ over_budget:
 }
 
 void *TierHeap::allocate_small(int cls, ThreadCache *tc) {
-  Bin &b = tc->bins[tier_->id][cls];
+  Bin &b = tc->bins[id_][cls];
   if (!b.head) {
     void *head = nullptr;
     int got = refill(cls, &head, batch_for(cls));
@@ -472,7 +505,7 @@ void *TierHeap::allocate_small(int cls, ThreadCache *tc) {
     b.count = static_cast<uint32_t>(got);
   }
   void *p = b.pop();
-  bump(tc->allocs[tier_->id]);
+  bump(tc->counts[id_].allocs);
   return p;
 }
 
@@ -505,11 +538,21 @@ int TierHeap::refill(int cls, void **head, uint32_t want) {
     {
       std::lock_guard<std::mutex> segments(segment_mutex_);
       if (!take_pages(1, &seg, &page)) return -1;
-      seg->pages[page] = PageDesc{static_cast<uint32_t>(bs), static_cast<uint16_t>(cls),
-                                  static_cast<uint16_t>(page), 1, 0};
+      seg->page_class[page] = static_cast<uint8_t>(cls);
     }
-    c.carve = static_cast<char *>(seg->extent.addr) + page * kPageBytes;
-    c.carve_end = c.carve + kPageBytes / bs * bs;
+    // The page's colour: its first block starts a few cache lines in, a number that follows the
+    // page's place in the address space, within the room the blocks leave at the page's end (none
+    // lost), in steps that keep every block aligned as its class promises. The caches index by the low
+    // bits of an address: pages 64 KiB apart would put the first block of every class, and the
+    // same block of each page of a class, in the same few sets, where a program that keeps one
+    // object of each of many sizes at hand (sqlite's virtual machine) misses on them in turn.
+    const size_t unit = std::max<size_t>(alignment_of(cls), 64);
+    const size_t colours = std::min<size_t>((kPageBytes % bs) / unit + 1, 64);
+    const size_t address_page = (reinterpret_cast<uintptr_t>(seg->extent.addr) >> kPageShift) + page;
+    const size_t first_block = address_page % colours * unit;
+    seg->pages[page] = PageDesc{static_cast<uint16_t>(page), static_cast<uint16_t>(first_block), 0, 0};
+    c.carve = static_cast<char *>(seg->extent.addr) + page * kPageBytes + first_block;
+    c.carve_end = c.carve + (kPageBytes - first_block) / bs * bs;
   }
   size_t left = static_cast<size_t>(c.carve_end - c.carve) / bs;
   const size_t to_page_end = prim::kPageSize - reinterpret_cast<uintptr_t>(c.carve) % prim::kPageSize;
@@ -535,9 +578,10 @@ Segment *TierHeap::new_segment() {
   Extent e;
   if (tier_->backing->map(kSlotSize, kSlotSize, &e) != HM_OK) return nullptr;
   auto *seg = new (e.addr) Segment{};
-  seg->owner = SlotOwner{OwnerKind::kSegment, tier_->id};
+  seg->owner = SlotOwner{OwnerKind::kSegment, id_};
   seg->extent = e;
   seg->free_mask = kAllPagesFree;
+  std::memset(seg->page_class, kPageUnused, sizeof seg->page_class);
   if (!slot_map().set(e.addr, e.size, &seg->owner)) {
     tier_->backing->unmap(e);
     return nullptr;
@@ -578,8 +622,10 @@ void *TierHeap::allocate_medium(size_t bytes) {
   Segment *seg = nullptr;
   size_t first = 0;
   if (!take_pages(pages, &seg, &first)) return nullptr;
-  for (size_t i = 0; i < pages; ++i)
-    seg->pages[first + i] = PageDesc{0, kMediumClass, static_cast<uint16_t>(first), 0, 0};
+  for (size_t i = 0; i < pages; ++i) {
+    seg->page_class[first + i] = kPageMedium;
+    seg->pages[first + i] = PageDesc{static_cast<uint16_t>(first), 0, 0, 0};
+  }
   seg->pages[first].span = static_cast<uint32_t>(pages);
   seg->pages[first].usable = bytes;
   counters_.allocs.fetch_add(1, std::memory_order_relaxed);
@@ -589,7 +635,10 @@ void *TierHeap::allocate_medium(size_t bytes) {
 void TierHeap::release_medium(Segment *seg, size_t page) {
   std::lock_guard<std::mutex> lock(segment_mutex_);
   size_t span = seg->pages[page].span;
-  for (size_t i = 0; i < span; ++i) seg->pages[page + i] = PageDesc{};
+  for (size_t i = 0; i < span; ++i) {
+    seg->page_class[page + i] = kPageUnused;
+    seg->pages[page + i] = PageDesc{};
+  }
   seg->free_mask |= (span >= 32 ? ~0u : ((1u << span) - 1)) << page;
 }
 
@@ -696,7 +745,7 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
     if (want_huge) advise_huge_pages(e, guarded);
   }
   LargeBlock *lb = meta_alloc();
-  if (lb) lb->owner = SlotOwner{OwnerKind::kLarge, tier_->id};
+  if (lb) lb->owner = SlotOwner{OwnerKind::kLarge, id_};
   if (!lb || !slot_map().set(e.addr, e.size, &lb->owner)) {
     if (lb) meta_free(lb);
     if (pool) pool->give(e.addr, e.size);
@@ -824,17 +873,18 @@ void TierHeap::release_large(LargeBlock *lb) {
 // pointer).
 __attribute__((always_inline)) inline bool TierHeap::release_cached(void *ptr, SlotOwner *owner) {
   if (__builtin_expect(owner->kind != OwnerKind::kSegment || kHetmemDebug, 0)) return false;
-  auto *seg = reinterpret_cast<Segment *>(owner);
-  const size_t page = static_cast<size_t>(static_cast<char *>(ptr) - static_cast<char *>(seg->extent.addr)) >> kPageShift;
-  const PageDesc &pd = seg->pages[page];
+  // A segment's record is its header, and its range starts where the segment does.
+  const size_t page = (reinterpret_cast<uintptr_t>(ptr) - owner->begin) >> kPageShift;
+  const int cls = reinterpret_cast<Segment *>(owner)->page_class[page];
+  const int tier = owner->tier;
   ThreadCache *tc = t_cache;
-  if (__builtin_expect(pd.cls == kMediumClass || pd.block_size == 0 || page == 0 || !tc ||
-                       tc->epoch != runtime_epoch(), 0))
+  if (__builtin_expect(cls >= kClasses || !tc || tc->epoch != runtime_epoch() || tier_budgeted(tier), 0))
     return false;
-  Bin &b = tc->bins[tier_->id][pd.cls];
-  if (__builtin_expect(b.count >= 2 * batch_for(pd.cls), 0)) return false;
-  uncharge_small(pd.block_size, tc);
-  bump(tc->frees[tier_->id]);
+  Bin &b = tc->bins[tier][cls];
+  if (__builtin_expect(b.count >= kClassTables.info[cls].bin_limit, 0)) return false;
+  TierCounts &counts = tc->counts[tier];
+  move_pending(counts, tier, -static_cast<int64_t>(class_size(cls)));
+  bump(counts.frees);
   b.push(ptr);
   return true;
 }
@@ -857,8 +907,9 @@ void TierHeap::release_general(void *ptr, SlotOwner *owner) {
   auto *seg = reinterpret_cast<Segment *>(owner);
   size_t off = static_cast<size_t>(static_cast<char *>(ptr) - static_cast<char *>(seg->extent.addr));
   size_t page = off >> kPageShift;
-  PageDesc &pd = seg->pages[page];
-  if (pd.cls == kMediumClass) {
+  const uint8_t page_class = seg->page_class[page];
+  if (page_class == kPageMedium) {
+    const PageDesc &pd = seg->pages[page];
     if (pd.first != page || (off & (kPageBytes - 1)) != 0) {
       fail(HM_ENOTOWNED, "hm_free(%p): not the start of a block of tier '%s'", ptr, tier_->name.c_str());
       return;
@@ -868,22 +919,25 @@ void TierHeap::release_general(void *ptr, SlotOwner *owner) {
     release_medium(seg, page);
     return;
   }
-  if (pd.block_size == 0 || page == 0 || (kHetmemDebug && (off & (kPageBytes - 1)) % pd.block_size != 0)) {
+  const size_t in_page = off & (kPageBytes - 1), first_block = seg->pages[page].first_block;
+  if (page_class >= kClasses ||
+      (kHetmemDebug && (in_page < first_block || (in_page - first_block) % class_size(page_class) != 0))) {
     fail(HM_ENOTOWNED, "hm_free(%p): not the start of a block of tier '%s'", ptr, tier_->name.c_str());
     return;
   }
-  int cls = pd.cls;
+  const int cls = page_class;
+  const size_t block_size = class_size(cls);
   ThreadCache *tc = thread_cache();
   if (!tc) {
-    uncharge(pd.block_size);
+    uncharge(block_size);
     counters_.frees.fetch_add(1, std::memory_order_relaxed);
     *static_cast<void **>(ptr) = nullptr;
     give_back(cls, ptr, ptr, 1);
     return;
   }
-  uncharge_small(pd.block_size, tc);
-  bump(tc->frees[tier_->id]);
-  Bin &b = tc->bins[tier_->id][cls];
+  uncharge_small(block_size, tc);
+  bump(tc->counts[id_].frees);
+  Bin &b = tc->bins[id_][cls];
   b.push(ptr);
   uint32_t batch = batch_for(cls);
   if (b.count > 2 * batch) {
@@ -899,9 +953,9 @@ size_t TierHeap::usable_size(const void *ptr, SlotOwner *owner) {
   if (owner->kind == OwnerKind::kLarge) return reinterpret_cast<LargeBlock *>(owner)->usable;
   auto *seg = reinterpret_cast<Segment *>(owner);
   size_t page = static_cast<size_t>(static_cast<const char *>(ptr) - static_cast<char *>(seg->extent.addr)) >> kPageShift;
-  const PageDesc &pd = seg->pages[page];
-  if (pd.cls == kMediumClass) return seg->pages[pd.first].usable;
-  return pd.block_size;
+  const uint8_t page_class = seg->page_class[page];
+  if (page_class == kPageMedium) return seg->pages[seg->pages[page].first].usable;
+  return page_class < kClasses ? class_size(page_class) : 0;
 }
 
 bool TierHeap::split_view(const SlotOwner *owner, SplitView *out) {
@@ -1084,8 +1138,8 @@ void HugePool::give(void *ptr, size_t bytes) {
 // inside the hook (hm_inside_hook set), a call is nothing the allocation observer records (it
 // skips those), so the fast paths need not ask for one; outside it, the general paths decide.
 void *hm_direct_alloc(int tier, size_t size) {
-  if (hm::TierHeap *h = hm::heap_of(tier); __builtin_expect(h != nullptr && hm_inside_hook != 0, 1))
-    if (void *p = h->allocate_cached(size, 0)) return p;
+  if (__builtin_expect(hm::heap_of(tier) != nullptr && hm_inside_hook != 0, 1))
+    if (void *p = hm::TierHeap::allocate_cached(tier, size, 0)) return p;
   return hm_tier_alloc(tier, size, 0, HM_PREFERRED);
 }
 
@@ -1094,7 +1148,8 @@ int hm_direct_free(void *ptr) {
   if (!owner) return 0;
   hm::TierHeap *h = hm::heap_of(owner->tier);
   // A record the placement runtime tracks has its release observed (hm_free_if_owned).
-  if (__builtin_expect(h != nullptr && hm_inside_hook != 0 && !owner->is_tracked(), 1) && h->release_cached(ptr, owner))
+  if (__builtin_expect(h != nullptr && hm_inside_hook != 0 && !owner->is_tracked(), 1) &&
+      hm::TierHeap::release_cached(ptr, owner))
     return 1;
   return hm_free_if_owned(ptr);
 }
@@ -1107,9 +1162,9 @@ void *hm_direct_realloc(void *ptr, size_t size) {
     if (size <= old && size >= old / 2) return ptr;  // in place, as hm_realloc keeps it
     // A small block that outgrows its size class: moved inside the thread's cache on the same
     // tier, copied as hm_realloc copies (an emulated tier's copy charged).
-    if (void *np = h->allocate_cached(size, 0)) {
+    if (void *np = hm::TierHeap::allocate_cached(owner->tier, size, 0)) {
       hm::tier_copy(np, ptr, old < size ? old : size, h->tier(), h->tier());
-      if (!h->release_cached(ptr, owner)) hm_free_if_owned(ptr);
+      if (!hm::TierHeap::release_cached(ptr, owner)) hm_free_if_owned(ptr);
       return np;
     }
   }

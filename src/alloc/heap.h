@@ -34,12 +34,13 @@ struct TierCounters {
 
 class HugePool;
 struct ThreadCache;
+struct TierCounts;
 struct Segment;
 struct LargeBlock;
 
 class TierHeap {
  public:
-  explicit TierHeap(Tier *tier) : tier_(tier) {}
+  explicit TierHeap(Tier *tier) : tier_(tier), id_(tier->id) {}
   ~TierHeap();
   TierHeap(const TierHeap &) = delete;
   TierHeap &operator=(const TierHeap &) = delete;
@@ -50,11 +51,12 @@ class TierHeap {
   // Frees a block this heap owns (`owner` from the slot map).
   void release(void *ptr, SlotOwner *owner);
   // The common cases of allocate and release alone: a small block from, or back to, the thread's
-  // cache; nullptr / false, with nothing changed, where the general path must decide. Defined
-  // inline in heap.cpp, for its own entry points (allocate, release, hm_direct_alloc,
-  // hm_direct_free).
-  void *allocate_cached(size_t size, unsigned flags);
-  bool release_cached(void *ptr, SlotOwner *owner);
+  // cache, on tier `tier` (release: the owner's) when it has no budget; nullptr / false, with
+  // nothing changed, where the general path must decide. They read the heap directory, the
+  // thread's cache and the segment header's first cache line, not the heap itself. Defined inline
+  // in heap.cpp, for its own entry points (allocate, release, hm_direct_alloc, hm_direct_free).
+  static void *allocate_cached(int tier, size_t size, unsigned flags);
+  static bool release_cached(void *ptr, SlotOwner *owner);
   static size_t usable_size(const void *ptr, SlotOwner *owner);
   // Grows a guarded large block (the profiler's objects: a mapping each) to `size` bytes without
   // copying: its pages move onto a larger guarded mapping (mremap), as the C library grows its
@@ -99,6 +101,8 @@ class TierHeap {
   std::string budget_state() const;
 
   Tier *tier() const { return tier_; }
+  // Sets the budget (0: none); small blocks of a budgeted tier are charged one by one.
+  void set_budget(uint64_t bytes);
   // Allocations and frees since start or the last reset (thread caches included).
   void event_counts(uint64_t *allocs, uint64_t *frees, uint64_t *in_use = nullptr);
   void reset_event_counts();
@@ -120,6 +124,13 @@ class TierHeap {
   void *allocate_small(int cls, ThreadCache *tc);
   bool charge_small(uint64_t bytes, ThreadCache *tc);
   void uncharge_small(uint64_t bytes, ThreadCache *tc);
+  // Small blocks on a tier without a budget are accounted in the thread's pending bytes, published
+  // to in_use in steps of kPublishBytes: no atomic on the fast path. hm_tier_stats adds the
+  // pending bytes, so in_use stays exact; the high-water mark moves at publication, so for small
+  // blocks it may lag the true peak by at most kPublishBytes per thread. With a budget every byte
+  // is checked.
+  static void move_pending(TierCounts &counts, int tier, int64_t delta);
+  void publish_pending(int64_t bytes);
   void *allocate_medium(size_t size);
   void *allocate_large(size_t size, size_t align, unsigned flags);
   void release_medium(Segment *seg, size_t page);
@@ -128,6 +139,7 @@ class TierHeap {
   bool take_pages(size_t count, Segment **seg, size_t *first);
 
   Tier *tier_;
+  const int id_;  // tier_->id, without a load of the tier
   TierCounters counters_;
   HugePool *huge_2m_ = nullptr, *huge_1g_ = nullptr;
 

@@ -84,8 +84,8 @@ int init_locked() {
   if ((rc = tiers_init()) != HM_OK) return rc;
   for (int i = 0; i < tier_count(); ++i) heap_install(i, new TierHeap(tier_get(i)));
   for (int r = 0; r < HM_ROLE_COUNT; ++r) {
-    int t = role_tier(static_cast<hm_role_t>(r));
-    if (t >= 0 && budgets[r]) heap_of(t)->counters().budget.store(budgets[r]);
+    TierHeap *h = heap_of(role_tier(static_cast<hm_role_t>(r)));
+    if (h && budgets[r]) h->set_budget(budgets[r]);
   }
   if (pool_2m) {
     g_huge_2m = HugePool::create(pool_2m, prim::kHugePage2M);
@@ -153,7 +153,7 @@ void runtime_finalize() {
     calibration_forget();
   }
   options_forget();
-  g_runtime_epoch.fetch_add(1);
+  g_heap_directory.epoch.fetch_add(1);
   g_runtime_state.store(0, std::memory_order_release);
   modes_reset();
 }

@@ -4,14 +4,12 @@
 
 namespace hm {
 
-std::atomic<uint64_t> g_runtime_epoch{1};
-
-TierHeap *g_heaps[HM_MAX_TIERS] = {};
+HeapDirectory g_heap_directory;
 
 AllocSettings g_alloc_settings;
 
 void heap_install(int tier, TierHeap *heap) {
-  if (tier >= 0 && tier < kMaxTiers) g_heaps[tier] = heap;
+  if (tier >= 0 && tier < kMaxTiers) g_heap_directory.heaps[tier] = heap;
 }
 
 }  // namespace hm

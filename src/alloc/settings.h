@@ -30,14 +30,25 @@ inline bool thp_enabled() { return g_alloc_settings.thp; }
 inline double sample_budget() { return g_alloc_settings.sample_budget; }
 inline uint64_t retain_limit() { return g_alloc_settings.retain; }
 
-// The heap of each tier: nullptr if no such tier (or before initialisation). Inline: every
-// allocation and free asks.
-extern TierHeap *g_heaps[HM_MAX_TIERS];
-inline TierHeap *heap_of(int tier) { return tier >= 0 && tier < HM_MAX_TIERS ? g_heaps[tier] : nullptr; }
+// What every allocation and free reads before it touches a heap, in one cache line for the first
+// tiers: the runtime's epoch (changes at every finalize, so thread caches drop stale blocks), which
+// tiers have a budget (their small blocks are charged one by one, outside the thread caches' fast
+// paths), and the heap of each tier (nullptr if no such tier, or before initialisation). A program
+// that allocates between long stretches of its own work finds this line, not five, cold.
+struct alignas(64) HeapDirectory {
+  std::atomic<uint64_t> epoch{1};
+  std::atomic<uint32_t> budgeted{0};  // bit t: tier t's heap has a budget
+  TierHeap *heaps[HM_MAX_TIERS] = {};
+};
+static_assert(HM_MAX_TIERS <= 32, "HeapDirectory::budgeted has a bit per tier");
+extern HeapDirectory g_heap_directory;
+inline TierHeap *heap_of(int tier) {
+  return tier >= 0 && tier < HM_MAX_TIERS ? g_heap_directory.heaps[tier] : nullptr;
+}
 void heap_install(int tier, TierHeap *heap);
-
-// Changes at every finalize, so thread caches drop stale blocks.
-extern std::atomic<uint64_t> g_runtime_epoch;
-inline uint64_t runtime_epoch() { return g_runtime_epoch.load(std::memory_order_relaxed); }
+inline uint64_t runtime_epoch() { return g_heap_directory.epoch.load(std::memory_order_relaxed); }
+inline bool tier_budgeted(int tier) {
+  return (g_heap_directory.budgeted.load(std::memory_order_relaxed) >> tier) & 1u;
+}
 
 }  // namespace hm
