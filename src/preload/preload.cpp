@@ -46,7 +46,7 @@ using MemalignFn = void *(*)(size_t, size_t);
 using PosixMemalignFn = int (*)(void **, size_t, size_t);
 using UsableFn = size_t (*)(void *);
 
-struct Real {
+struct alignas(64) Real {  // a line of its own: every call the C library takes goes through it
   MallocFn malloc;
   FreeFn free;
   CallocFn calloc;
@@ -56,7 +56,31 @@ struct Real {
   UsableFn usable;
 } g_real;
 
-std::atomic<int> g_state{0};  // 0: not resolved, 1: resolving, 2: ready
+// What the entry points read on every call, in one cache line: a program's own work evicts
+// lines between its allocations, and each line the fast paths read is then a miss to pay.
+struct alignas(64) FastPaths {
+  std::atomic<int> state{0};  // the C library's functions: 0 not resolved, 1 resolving, 2 ready
+  // `all -> TIER` while nothing records, owes or waits for a first placement: malloc and new place
+  // on this tier themselves (-1: they do not).
+  std::atomic<int> direct_tier{-1};
+  // The allocator calls that need no checks, set by update_fast_paths whenever what they depend
+  // on changes: an allocation smaller than libc_below, with no mode scope open, is the C
+  // library's whatever its call site (no rule can place it, nothing records it, no charge is
+  // owed), and so is the free of memory outside hetmem's bounds while free_direct holds. Both say
+  // no until the C library's functions are known, so the entry points' fast paths need no other
+  // check.
+  std::atomic<size_t> libc_below{0};
+  std::atomic<bool> free_direct{false};
+  // A profile without rules: the small allocations its sampler skips, and the frees of what it
+  // did not sample, are the C library's too (profile/sampling.h). Charges an emulated tier's
+  // windows found are then paid at the next allocation the profile records (every one of
+  // HM_PROFILE_SAMPLE bytes or more, and a smaller one every HM_PROFILE_SAMPLE bytes allocated on
+  // average), or at a phase's end.
+  std::atomic<bool> sampled_only{false};
+  // This library's own image (find_self): what its code allocates is hetmem's, not the program's.
+  uintptr_t self_start = 0, self_bytes = 0;
+} g_fast;
+static_assert(sizeof(FastPaths) == 64, "the fast paths' state is one cache line");
 // Routing by scoped mode (hm_mode_push around an unchanged allocation) is always on: it costs one
 // thread-local read. Profiling and rules are on when asked for.
 bool g_enabled = true;
@@ -82,23 +106,7 @@ std::atomic<bool> g_windows_pending{false};
 std::atomic<const char *> g_inferred{""};
 bool g_started = false;  // hm_init has run (the statistics hooks then add hetmem's bytes)
 uint64_t g_large = 256 << 10;
-// The allocator calls that need no checks, set by update_fast_paths whenever what they depend on
-// changes: an allocation smaller than g_libc_below, with no mode scope open, is the C library's
-// whatever its call site (no rule can place it, nothing records it, no charge is owed), and so is
-// the free of memory outside hetmem's bounds while g_free_direct holds. Both say no until the C
-// library's functions are known, so the entry points' fast paths need no other check.
-std::atomic<size_t> g_libc_below{0};
-std::atomic<bool> g_free_direct{false};
-// A profile without rules: the small allocations its sampler skips, and the frees of what it did
-// not sample, are the C library's too (profile/sampling.h). Charges an emulated tier's windows
-// found are then paid at the next allocation the profile records (every one of HM_PROFILE_SAMPLE
-// bytes or more, and a smaller one every HM_PROFILE_SAMPLE bytes allocated on average), or at a
-// phase's end.
-std::atomic<bool> g_sampled_only{false};
 bool g_rules_uniform = false;  // every allocation gets the same decision (`all -> TARGET` first)
-// `all -> TIER` while nothing records, owes or waits for a first placement: malloc and new place
-// on this tier themselves (-1: they do not).
-std::atomic<int> g_direct_tier{-1};
 // HM_SUMMARY: the run summary written at exit (hetmem compare --plan), with the wall and CPU time
 // since the library was loaded.
 const char *g_summary = nullptr;
@@ -120,8 +128,8 @@ void update_fast_paths();
 
 void resolve() {
   int expected = 0;
-  if (!g_state.compare_exchange_strong(expected, 1)) {
-    while (g_state.load() == 1) {
+  if (!g_fast.state.compare_exchange_strong(expected, 1)) {
+    while (g_fast.state.load() == 1) {
     }
     return;
   }
@@ -132,14 +140,14 @@ void resolve() {
   g_real.memalign = reinterpret_cast<MemalignFn>(dlsym(RTLD_NEXT, "memalign"));
   g_real.posix_memalign = reinterpret_cast<PosixMemalignFn>(dlsym(RTLD_NEXT, "posix_memalign"));
   g_real.usable = reinterpret_cast<UsableFn>(dlsym(RTLD_NEXT, "malloc_usable_size"));
-  g_state.store(2);
+  g_fast.state.store(2);
   update_fast_paths();
 }
 
 inline bool ready() {
-  if (__builtin_expect(g_state.load(std::memory_order_acquire) == 2, 1)) return true;
-  if (g_state.load() == 0) resolve();
-  return g_state.load() == 2;
+  if (__builtin_expect(g_fast.state.load(std::memory_order_acquire) == 2, 1)) return true;
+  if (g_fast.state.load() == 0) resolve();
+  return g_fast.state.load() == 2;
 }
 
 // RAII for the recursion flag shared with libhetmem.
@@ -165,17 +173,17 @@ RulesPlacement rules_placement(size_t size, const void *caller) {
 }
 
 void update_fast_paths() {
-  const bool resolved = g_state.load(std::memory_order_acquire) == 2;
+  const bool resolved = g_fast.state.load(std::memory_order_acquire) == 2;
   const bool records_or_owes = g_enabled && (g_profiling || g_owing.load(std::memory_order_relaxed));
   size_t below = SIZE_MAX;  // only mode scopes route
   if (!resolved || records_or_owes) below = 0;
   else if (g_enabled && g_rules) below = hm_rules_placed_from();
-  g_libc_below.store(below, std::memory_order_release);
-  g_free_direct.store(resolved && !records_or_owes, std::memory_order_release);
-  g_sampled_only.store(resolved && g_enabled && g_profiling && !g_rules, std::memory_order_release);
+  g_fast.libc_below.store(below, std::memory_order_release);
+  g_fast.free_direct.store(resolved && !records_or_owes, std::memory_order_release);
+  g_fast.sampled_only.store(resolved && g_enabled && g_profiling && !g_rules, std::memory_order_release);
   const bool direct = resolved && g_enabled && g_rules && g_rules_uniform &&
                       g_uniform_placement.target == HM_RULES_TIER && !records_or_owes && !g_windows_pending.load();
-  g_direct_tier.store(direct ? g_uniform_placement.tier : -1, std::memory_order_relaxed);
+  g_fast.direct_tier.store(direct ? g_uniform_placement.tier : -1, std::memory_order_relaxed);
 }
 
 // Placement of one allocation: the scoped mode first (hm_mode_push around an unchanged ALLOCATE),
@@ -221,30 +229,28 @@ inline bool freed_if_hetmems(void *p) { return within_hetmem_bounds(p) && hm_dir
 // CMakeLists.txt). What that code allocates is hetmem's, not the program's: neither placed nor
 // recorded. The C++ runtime's emergency exception pool is one: its constructor runs after this
 // library's own, which may have started the profiler.
-uintptr_t g_self_start = 0, g_self_bytes = 0;
-
 void find_self() {
   dl_find_object self;
   if (_dl_find_object(reinterpret_cast<void *>(&find_self), &self) != 0) return;
-  g_self_start = reinterpret_cast<uintptr_t>(self.dlfo_map_start);
-  g_self_bytes = reinterpret_cast<uintptr_t>(self.dlfo_map_end) - g_self_start;
+  g_fast.self_start = reinterpret_cast<uintptr_t>(self.dlfo_map_start);
+  g_fast.self_bytes = reinterpret_cast<uintptr_t>(self.dlfo_map_end) - g_fast.self_start;
 }
 
-inline bool from_self(const void *caller) { return reinterpret_cast<uintptr_t>(caller) - g_self_start < g_self_bytes; }
+inline bool from_self(const void *caller) { return reinterpret_cast<uintptr_t>(caller) - g_fast.self_start < g_fast.self_bytes; }
 
 void placed_while_windows_wait(const void *p);
 
-// The C library's whatever its call site (g_libc_below), or a small one the profile's sampler
-// skips (g_sampled_only). False until the C library's functions are known.
+// The C library's whatever its call site (g_fast.libc_below), or a small one the profile's sampler
+// skips (g_fast.sampled_only). False until the C library's functions are known.
 inline bool libc_takes(size_t size) {
   if (hm_modes_open != 0) return false;
-  return size < g_libc_below.load(std::memory_order_acquire) ||
-         (g_sampled_only.load(std::memory_order_relaxed) && hm::profile::skips_allocation(size));
+  return size < g_fast.libc_below.load(std::memory_order_acquire) ||
+         (g_fast.sampled_only.load(std::memory_order_relaxed) && hm::profile::skips_allocation(size));
 }
 
-// The tier of `all -> TIER` rules for an allocation of the program's (g_direct_tier), or -1.
+// The tier of `all -> TIER` rules for an allocation of the program's (g_fast.direct_tier), or -1.
 inline int direct_tier(const void *caller) {
-  const int tier = g_direct_tier.load(std::memory_order_relaxed);
+  const int tier = g_fast.direct_tier.load(std::memory_order_relaxed);
   return tier >= 0 && hm_modes_open == 0 && !hm_inside_hook && !from_self(caller) ? tier : -1;
 }
 
@@ -279,12 +285,12 @@ __attribute__((noinline)) void *allocate(size_t size, size_t align, bool zero, t
   return p;
 }
 
-// A free that nothing records or owes (g_free_direct): while only a profile runs, a block it did
+// A free that nothing records or owes (g_fast.free_direct): while only a profile runs, a block it did
 // not sample is one too (it is not one of the profile's large objects either, which are always
 // recorded). False until the C library's functions are known.
 inline bool frees_directly(const void *p) {
-  return g_free_direct.load(std::memory_order_acquire) ||
-         (g_sampled_only.load(std::memory_order_relaxed) && hm::profile::skips_free(p));
+  return g_fast.free_direct.load(std::memory_order_acquire) ||
+         (g_fast.sampled_only.load(std::memory_order_relaxed) && hm::profile::skips_free(p));
 }
 
 // The fast path of free and delete: a direct free of the C library's memory (free(NULL) included).
@@ -711,7 +717,7 @@ HM_EXPORT void *realloc(void *p, size_t size) {
     }
   }
   const bool mine = owned(p);
-  if (g_rules && !mine && size >= g_libc_below.load(std::memory_order_relaxed) && !hm_inside_hook &&
+  if (g_rules && !mine && size >= g_fast.libc_below.load(std::memory_order_relaxed) && !hm_inside_hook &&
       !from_self(caller)) {
     // A call site that grows its objects with realloc (sqlite's allocation wrapper, a vector's
     // growth in C) is placed as the rules say: a block of the C library that a rule sends to a
