@@ -17,7 +17,10 @@
 namespace hm {
 
 // ------------------------------------------------------------------------------------------
-// Size classes: 16-byte steps to 128, then four classes per doubling up to 32 KiB.
+// Size classes: 16-byte steps to 128, then four classes per doubling up to 32 KiB. (Eight per
+// doubling past 1 KiB wastes less of a block, sqlite's 4,368-byte page-cache entries 4,672 bytes
+// against 5,184, but leaves a 64 KiB page of them only 128 bytes for its colour, below: sqlite's
+// first-level misses went from 11.8 M to 13.0 M, its time did not improve.)
 namespace {
 constexpr int class_of(size_t s) {
   if (s <= 128) return s == 0 ? 0 : static_cast<int>((s + 15) >> 4) - 1;
@@ -32,6 +35,7 @@ constexpr size_t limit_of(int c) {
   int lg = 7 + (c - 8) / 4, sub = (c - 8) % 4;
   return (size_t{1} << lg) + static_cast<size_t>(sub + 1) * (size_t{1} << (lg - 2));
 }
+static_assert(limit_of(kClasses - 1) == kSmallMax && class_of(kSmallMax) == kClasses - 1);
 
 // The bytes of a block of class c: its largest request, and one cache line more for the classes
 // of 2 KiB and more that are not powers of two. Their limits are even numbers of 64-byte lines
@@ -257,8 +261,11 @@ ThreadCache *thread_cache() {
   void *mem = nullptr;
   if (prim::map_anon(round_up(sizeof(ThreadCache), prim::kPageSize), prim::kPageSize, 0, &mem) != HM_OK)
     return nullptr;
-  tc = new (mem) ThreadCache{};
+  // The mapping is zeroed: only the counts are constructed, not the bins of every tier and class
+  // (10 KiB, three pages a short process would fault in for the one tier it uses).
+  tc = new (mem) ThreadCache;
   tc->epoch = runtime_epoch();
+  tc->prev = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_registry_mutex);
     tc->next = g_registry;
