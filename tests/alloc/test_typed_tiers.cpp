@@ -138,6 +138,35 @@ TEST_P(EveryTier, StrictOverBudgetFailsWithMessage) {
   hm_free(ok);
 }
 
+// Small blocks under a budget set while the thread's cache already holds blocks of their class:
+// the cache's fast path must not serve them past the budget, and once the budget is lifted every
+// byte is still accounted.
+TEST_P(EveryTier, ABudgetSetOnAWarmCacheHoldsForSmallBlocks) {
+  void *warm = hm_tier_alloc(tier_, 64, 0, 0);
+  ASSERT_NE(warm, nullptr) << hm_last_error();
+  hm_free(warm);  // the class's bin now holds blocks
+  const uint64_t before = hm_test::stats(tier_).in_use;
+  ASSERT_EQ(hm_tier_set_budget(tier_, before + (64 << 10)), HM_OK);
+  std::vector<void *> blocks;
+  for (int i = 0; i < 2048; ++i) {
+    void *p = hm_tier_alloc(tier_, 64, 0, HM_STRICT);
+    if (!p) break;
+    blocks.push_back(p);
+  }
+  EXPECT_EQ(blocks.size(), size_t{1024}) << "64 KiB of budget holds 1024 blocks of 64 bytes";
+  EXPECT_EQ(hm_last_error_code(), HM_EBUDGET);
+  EXPECT_LE(hm_test::stats(tier_).in_use, before + (64 << 10));
+  ASSERT_EQ(hm_tier_set_budget(tier_, 0), HM_OK);
+  for (int i = 0; i < 512; ++i) {
+    void *p = hm_tier_alloc(tier_, 64, 0, HM_STRICT);
+    ASSERT_NE(p, nullptr) << "no budget: " << hm_last_error();
+    blocks.push_back(p);
+  }
+  EXPECT_EQ(hm_test::stats(tier_).in_use, before + 1536 * 64);
+  for (void *p : blocks) hm_free(p);
+  EXPECT_EQ(hm_test::stats(tier_).in_use, before);
+}
+
 TEST_P(EveryTier, MoveKeepsAddressAndData) {
   size_t n = 4 << 20;
   auto *p = static_cast<uint32_t *>(hm_tier_alloc(tier_, n, 0, HM_MOVABLE));
