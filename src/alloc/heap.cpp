@@ -549,10 +549,11 @@ int TierHeap::refill(int cls, void **head, uint32_t want) {
     }
     // The page's colour: its first block starts a few cache lines in, a number that follows the
     // page's place in the address space, within the room the blocks leave at the page's end (none
-    // lost), in steps that keep every block aligned as its class promises. The caches index by the low
-    // bits of an address: pages 64 KiB apart would put the first block of every class, and the
-    // same block of each page of a class, in the same few sets, where a program that keeps one
-    // object of each of many sizes at hand (sqlite's virtual machine) misses on them in turn.
+    // lost), in steps that keep every block aligned as its class promises. The caches index by
+    // the low bits of an address: pages 64 KiB apart would put the first block of every class,
+    // and the same block of each page of a class, in the same few sets, where a program that
+    // keeps one object of each of many sizes at hand (sqlite's virtual machine) misses on them in
+    // turn.
     const size_t unit = std::max<size_t>(alignment_of(cls), 64);
     const size_t colours = std::min<size_t>((kPageBytes % bs) / unit + 1, 64);
     const size_t address_page = (reinterpret_cast<uintptr_t>(seg->extent.addr) >> kPageShift) + page;

@@ -236,7 +236,9 @@ void find_self() {
   g_fast.self_bytes = reinterpret_cast<uintptr_t>(self.dlfo_map_end) - g_fast.self_start;
 }
 
-inline bool from_self(const void *caller) { return reinterpret_cast<uintptr_t>(caller) - g_fast.self_start < g_fast.self_bytes; }
+inline bool from_self(const void *caller) {
+  return reinterpret_cast<uintptr_t>(caller) - g_fast.self_start < g_fast.self_bytes;
+}
 
 void placed_while_windows_wait(const void *p);
 
