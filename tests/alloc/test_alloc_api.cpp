@@ -389,7 +389,7 @@ TEST_F(AllocApi, TheFirstBlockOfASizeClassTouchesFewPagesOfItsPage) {
 // way), as the C library's do: a program that reads the first line of many blocks (sqlite reads
 // the header of each 4368-byte page of its cache) misses when they share a few sets. Side by side
 // in 64 KiB pages, 5120-byte blocks would start in 4 sets, and the same block of every page in one;
-// the class's extra line and each page's colour (heap.cpp) spread them.
+// each page's colour (heap.cpp) spreads them.
 TEST_F(AllocApi, BlocksOfAClassAndFirstBlocksOfClassesSpreadOverTheCacheSets) {
   auto set_of = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) % 4096) / 64; };
   std::vector<void *> blocks;
