@@ -190,13 +190,22 @@ void update_fast_paths() {
 // then the rules (`decided` when the caller asked them already), then the profiler's large
 // objects (own mapping, so the kernel reports their referenced bytes alone). nullptr: the C
 // library takes it.
+// The C library's smallest block: a 32-byte chunk, 24 bytes of it usable. A program's request
+// for less placed on a tier gets as much here too, so that one tuned to the C library keeps its pattern without
+// moves (sqlite grows 200,000 blocks of 16 bytes to 24 in place: in hetmem's 16-byte class each
+// moved, 1.0 M first-level misses and 32 M instructions of its run), in no more memory than the C
+// library gives it.
+constexpr size_t kLibcSmallestUsable = 24;
+
+inline size_t libc_sized(size_t size) { return size < kLibcSmallestUsable ? kLibcSmallestUsable : size; }
+
 void *place(size_t size, size_t align, bool zero, const void *caller, const RulesPlacement *decided) {
   unsigned flags = HM_PREFERRED | (zero ? HM_ZERO : 0u);
-  if (hm_modes_open > 0) return hm_tier_alloc(hm_mode_current(), size, align, flags);
+  if (hm_modes_open > 0) return hm_tier_alloc(hm_mode_current(), libc_sized(size), align, flags);
   if (g_rules) {
     const RulesPlacement d = decided ? *decided : rules_placement(size, caller);
     switch (d.target) {
-      case HM_RULES_TIER: return hm_tier_alloc(d.tier, size, align, flags);
+      case HM_RULES_TIER: return hm_tier_alloc(d.tier, libc_sized(size), align, flags);
       case HM_RULES_HUGE: return hm_alloc(HM_FAST, size, align, flags | HM_HUGE);
       case HM_RULES_CLASS:  // a plan's class: where the policy puts it; the C library if it refuses
         if (void *p = hm_class_alloc(d.tier, size, align, zero ? HM_ZERO : 0u)) return p;
@@ -259,7 +268,7 @@ inline int direct_tier(const void *caller) {
 // An allocation on the direct tier, the C library's if the tier refuses it (as placement's).
 inline void *placed_directly(int tier, size_t size) {
   Inside inside;
-  void *p = hm_direct_alloc(tier, size);
+  void *p = hm_direct_alloc(tier, libc_sized(size));
   return p ? p : g_real.malloc(size);
 }
 
