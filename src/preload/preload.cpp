@@ -186,19 +186,19 @@ void update_fast_paths() {
   g_fast.direct_tier.store(direct ? g_uniform_placement.tier : -1, std::memory_order_relaxed);
 }
 
-// Placement of one allocation: the scoped mode first (hm_mode_push around an unchanged ALLOCATE),
-// then the rules (`decided` when the caller asked them already), then the profiler's large
-// objects (own mapping, so the kernel reports their referenced bytes alone). nullptr: the C
-// library takes it.
 // The C library's smallest block: a 32-byte chunk, 24 bytes of it usable. A program's request
-// for less placed on a tier gets as much here too, so that one tuned to the C library keeps its pattern without
-// moves (sqlite grows 200,000 blocks of 16 bytes to 24 in place: in hetmem's 16-byte class each
-// moved, 1.0 M first-level misses and 32 M instructions of its run), in no more memory than the C
-// library gives it.
+// for less that is placed on a tier gets as much here too, so that a program tuned to the C
+// library keeps its pattern without moves (sqlite grows 200,000 blocks of 16 bytes to 24 in
+// place: in hetmem's 16-byte class each moved, 1.0 M first-level misses and 32 M instructions of
+// its run), in no more memory than the C library gives it.
 constexpr size_t kLibcSmallestUsable = 24;
 
 inline size_t libc_sized(size_t size) { return size < kLibcSmallestUsable ? kLibcSmallestUsable : size; }
 
+// Placement of one allocation: the scoped mode first (hm_mode_push around an unchanged ALLOCATE),
+// then the rules (`decided` when the caller asked them already), then the profiler's large
+// objects (own mapping, so the kernel reports their referenced bytes alone). nullptr: the C
+// library takes it.
 void *place(size_t size, size_t align, bool zero, const void *caller, const RulesPlacement *decided) {
   unsigned flags = HM_PREFERRED | (zero ? HM_ZERO : 0u);
   if (hm_modes_open > 0) return hm_tier_alloc(hm_mode_current(), libc_sized(size), align, flags);
