@@ -70,7 +70,8 @@ constexpr ClassTables kClassTables;
 inline int size_class(size_t s) { return s <= kTableMax ? kClassTables.of_steps[(s + 15) >> 4] : class_of(s); }
 
 inline size_t class_size(int c) { return kClassTables.info[c].bytes; }
-inline uint32_t batch_for(int cls) { return kClassTables.info[cls].bin_limit / 2; }
+inline uint32_t bin_limit(int cls) { return kClassTables.info[cls].bin_limit; }
+inline uint32_t batch_for(int cls) { return bin_limit(cls) / 2; }
 
 constexpr uint32_t kAllPagesFree = ~uint32_t{1};  // page 0 holds the segment header
 
@@ -878,7 +879,7 @@ __attribute__((always_inline)) inline bool TierHeap::release_cached(void *ptr, S
   if (__builtin_expect(cls >= kClasses || !tc || tc->epoch != runtime_epoch() || tier_budgeted(tier), 0))
     return false;
   Bin &b = tc->bins[tier][cls];
-  if (__builtin_expect(b.count >= kClassTables.info[cls].bin_limit, 0)) return false;
+  if (__builtin_expect(b.count >= bin_limit(cls), 0)) return false;
   TierCounts &counts = tc->counts[tier];
   move_pending(counts, tier, -static_cast<int64_t>(class_size(cls)));
   bump(counts.frees);
@@ -936,8 +937,8 @@ void TierHeap::release_general(void *ptr, SlotOwner *owner) {
   bump(tc->counts[id_].frees);
   Bin &b = tc->bins[id_][cls];
   b.push(ptr);
-  uint32_t batch = batch_for(cls);
-  if (b.count > 2 * batch) {
+  if (b.count > bin_limit(cls)) {
+    const uint32_t batch = batch_for(cls);
     void *head = b.head, *tail = head;
     for (uint32_t i = 1; i < batch; ++i) tail = *static_cast<void **>(tail);
     b.head = *static_cast<void **>(tail);
