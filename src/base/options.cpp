@@ -198,7 +198,7 @@ bool parse_size(const std::string &text, uint64_t *bytes, std::string *error) {
     *error = "value out of range";
     return false;
   }
-  *bytes = static_cast<uint64_t>(std::llround(b));
+  *bytes = prim::round_to_u64(b);
   return true;
 }
 

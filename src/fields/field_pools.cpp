@@ -50,13 +50,12 @@ __attribute__((__target__("avx2"), noinline)) uint64_t long_checksum_avx2(const 
   return XXH3_hashLong_64b_internal(data, length, XXH3_kSecret, sizeof(XXH3_kSecret), XXH3_accumulate_512_avx2,
                                     XXH3_scrambleAcc_avx2);
 }
-const bool kHasAvx2 = __builtin_cpu_supports("avx2");
 }  // namespace
 #endif
 
 uint64_t field_checksum(const void *data, uint64_t length) {
 #if defined(__x86_64__)
-  if (length > XXH3_MIDSIZE_MAX && kHasAvx2) return long_checksum_avx2(data, length);
+  if (length > XXH3_MIDSIZE_MAX && prim::cpu_has(prim::CpuFeature::kAvx2)) return long_checksum_avx2(data, length);
 #endif
   return XXH3_64bits(data, length);
 }

@@ -1,7 +1,6 @@
 // PM-octree across the tiers (Nguyen et al. (SC'17) §3.2-3.4): merging C0 into C1, the persist point,
 // garbage collection, the feature-directed transformation and replicas.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -335,14 +334,15 @@ void Octree<Dim>::transform() {
   if (fast_cap_ == 0 || root_child_ == 0) return;
   const bool sampling = options_.transform && feature_;
   if (hot_chosen_ && !sampling) return;
-  const double octants = static_cast<double>(fast_cap_) * kChildren;
+  int fanout_levels = 0;  // floor(log_fanout(C0's octants)), in integers: exact at whole powers
+  for (uint64_t n = uint64_t{fast_cap_} * kChildren; n >= kChildren; n /= kChildren) ++fanout_levels;
   // Eq. 1 assumes full subtrees; when C0 holds the whole tree (with room to grow), the whole
   // tree is its subtree.
   const uint64_t families = (leaves_ - 1) / (kChildren - 1), usable = fast_cap_ - (kMaxLevel + 2);
   const double room = 0.7 * options_.fast_threshold * usable;
   const int lsub = families <= room ? 0
                                     : std::min(19, std::max(0, static_cast<int>(depth()) -
-                                                                   static_cast<int>(std::floor(std::log(octants) / std::log(kChildren)))));
+                                                                   fanout_levels));
   struct Candidate {
     Leaf octant;
     uint64_t ref;

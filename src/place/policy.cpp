@@ -4,6 +4,7 @@
 #include "place/policy.h"
 
 #include <algorithm>
+#include <array>
 #include <mutex>
 
 #include "alloc/runtime.h"
@@ -36,9 +37,17 @@ Mechanism &iteration_clock_mechanism();
 
 namespace {
 
+// Made at the first use, not when the library is loaded: a process that places nothing (each of
+// a build's programs under the preload library) never constructs a policy.
+#define HM_COUNT_ROW(name) +1
+using BuiltinPolicies = std::array<const Policy *, 0 HM_BUILTIN_POLICIES(HM_COUNT_ROW)>;
+#undef HM_COUNT_ROW
+const BuiltinPolicies &builtin_policies() {
 #define HM_POLICY_ROW(name) &name##_policy(),
-const Policy *const kPolicies[] = {HM_BUILTIN_POLICIES(HM_POLICY_ROW)};
+  static const BuiltinPolicies table = {HM_BUILTIN_POLICIES(HM_POLICY_ROW)};
 #undef HM_POLICY_ROW
+  return table;
+}
 
 std::mutex g_mutex;           // the choice and activation of the policy
 std::mutex g_registry_mutex;  // policy_register's list
@@ -70,7 +79,7 @@ std::vector<Mechanism *> all_mechanisms() {
 }
 
 std::vector<const Policy *> policies() {
-  std::vector<const Policy *> out(std::begin(kPolicies), std::end(kPolicies));
+  std::vector<const Policy *> out(builtin_policies().begin(), builtin_policies().end());
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   out.insert(out.end(), g_registered.begin(), g_registered.end());
   return out;
@@ -92,7 +101,7 @@ int policy_register(const Policy *policy) {
   if (!policy || !policy->name() || !*policy->name()) return fail(HM_EINVAL, "policy_register: a policy needs a name");
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   auto taken = [&](const Policy *p) { return std::string(p->name()) == policy->name(); };
-  if (std::any_of(std::begin(kPolicies), std::end(kPolicies), taken) ||
+  if (std::any_of(builtin_policies().begin(), builtin_policies().end(), taken) ||
       std::any_of(g_registered.begin(), g_registered.end(), taken))
     return fail(HM_EINVAL, "policy_register: '%s' is already a policy", policy->name());
   g_registered.push_back(policy);

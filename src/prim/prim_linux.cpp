@@ -3,13 +3,14 @@
 
 #include <arpa/inet.h>
 #if defined(__x86_64__)
-#include <cpuid.h>
+#include <sys/platform/x86.h>
 #endif
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <link.h>
+#include <locale.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,12 +34,14 @@
 #include <libunwind.h>
 
 #include <atomic>
-#include <charconv>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+
+#include <nlohmann/json.hpp>
 
 #include "hetmem/hetmem.h"
 
@@ -583,9 +586,22 @@ int lock_file(int fd) {
   return errno == EWOULDBLOCK ? HM_EBUSY : HM_EIO;
 }
 
+bool cpu_has(CpuFeature feature) {
+#if defined(__x86_64__)
+  switch (feature) {
+    case CpuFeature::kAvx2: return CPU_FEATURE_ACTIVE(AVX2);
+    case CpuFeature::kClwb: return CPU_FEATURE_ACTIVE(CLWB);
+    case CpuFeature::kClflushopt: return CPU_FEATURE_ACTIVE(CLFLUSHOPT);
+    case CpuFeature::kInvariantTsc: return CPU_FEATURE_PRESENT(INVARIANT_TSC);
+  }
+#endif
+  (void)feature;
+  return false;
+}
+
 void flush_lines(const void *addr, size_t len) {
 #if defined(__x86_64__)
-  static const bool clwb = __builtin_cpu_supports("clwb"), clflushopt = __builtin_cpu_supports("clflushopt");
+  static const bool clwb = cpu_has(CpuFeature::kClwb), clflushopt = cpu_has(CpuFeature::kClflushopt);
   uintptr_t p = reinterpret_cast<uintptr_t>(addr) & ~uintptr_t{63}, end = reinterpret_cast<uintptr_t>(addr) + len;
   for (; p < end; p += 64) {
     if (clwb) __asm__ volatile("clwb %0" : "+m"(*reinterpret_cast<volatile char *>(p)));
@@ -646,14 +662,30 @@ std::vector<std::string> words(const std::string &text) {
 }
 
 std::string format_number(double x) {
-  char buf[32];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
-  return ec == std::errc() ? std::string(buf, end) : std::string("nan");
+  // The shortest text that reads back as x, in any locale: nlohmann-json's printer (std::to_chars
+  // would link libm, which libhetmem does not), without the ".0" it gives a whole number.
+  if (!std::isfinite(x)) return std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
+  std::string text = nlohmann::json(x).dump();
+  if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0) text.resize(text.size() - 2);
+  return text;
 }
 
 bool parse_number(const std::string &text, double *x) {
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *x);
-  return ec == std::errc() && end == text.data() + text.size() && !text.empty();
+  // strtod_l in the "C" locale, held to std::from_chars's grammar (no leading space, '+' or hex
+  // digits): libstdc++'s from_chars sets the rounding mode through libm, which libhetmem does not
+  // link.
+  static const locale_t c_locale = newlocale(LC_ALL_MASK, "C", nullptr);
+  const char *s = text.c_str(), *digits = s + (*s == '-');
+  if (text.empty() || !c_locale || std::isspace(static_cast<unsigned char>(*s)) || *s == '+' ||
+      (digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X')))
+    return false;
+  char *end = nullptr;
+  errno = 0;
+  const double v = strtod_l(s, &end, c_locale);
+  // Out of range: an overflow, or an underflow to zero (a subnormal result stands, as in from_chars).
+  if (end != s + text.size() || (errno == ERANGE && (std::isinf(v) || v == 0))) return false;
+  *x = v;
+  return true;
 }
 
 int read_head(const std::string &path, void *data, size_t bytes, size_t *got) {
@@ -1153,8 +1185,7 @@ class TscClock {
  public:
   TscClock() {
 #if defined(__x86_64__)
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0x80000007, &a, &b, &c, &d) || !(d & (1u << 8))) {
+    if (!cpu_has(CpuFeature::kInvariantTsc)) {
       state_.store(kUnusable);
       return;
     }

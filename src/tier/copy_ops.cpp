@@ -7,6 +7,8 @@
 #include <immintrin.h>
 #endif
 
+#include "prim/prim.h"
+
 namespace hm {
 namespace {
 
@@ -42,8 +44,6 @@ void nt_copy_sse2(char *d, const char *s, size_t n) {
   }
   _mm_sfence();
 }
-
-const bool kHasAvx2 = __builtin_cpu_supports("avx2");
 #endif
 
 void copy_plain(void *dst, const void *src, size_t n, Tier *, Tier *) { fast_copy(dst, src, n); }
@@ -117,7 +117,7 @@ void fast_copy(void *dst, const void *src, size_t n) {
     size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
     std::memcpy(d, s, head);
     size_t body = (n - head) & ~size_t{127};
-    if (kHasAvx2) nt_copy_avx2(d + head, s + head, body);
+    if (prim::cpu_has(prim::CpuFeature::kAvx2)) nt_copy_avx2(d + head, s + head, body);
     else nt_copy_sse2(d + head, s + head, body);
     std::memcpy(d + head + body, s + head + body, n - head - body);
     return;

@@ -1,7 +1,6 @@
 #include "tier/emul.h"
 
-#include <charconv>
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -172,9 +171,9 @@ void measure_quick(hm_calibration_t *cal) {
     uint64_t t2 = prim::now_ns();
     std::memcpy(db, da, bytes);
     uint64_t t3 = prim::now_ns();
-    best_r = std::fmax(best_r, bytes * 1e3 / static_cast<double>(t1 - t0));
-    best_w = std::fmax(best_w, bytes * 1e3 / static_cast<double>(t2 - t1));
-    best_c = std::fmax(best_c, bytes * 1e3 / static_cast<double>(t3 - t2));
+    best_r = std::max(best_r, bytes * 1e3 / static_cast<double>(t1 - t0));
+    best_w = std::max(best_w, bytes * 1e3 / static_cast<double>(t2 - t1));
+    best_c = std::max(best_c, bytes * 1e3 / static_cast<double>(t3 - t2));
   }
   const size_t stride = 64, slots = (size_t{64} << 20) / stride, steps = size_t{1} << 21;
   const size_t gathers = size_t{1} << 21;
@@ -335,7 +334,7 @@ uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes
   const hm_calibration_t &cal = calibration();
   if (t_defer_charges) {
     // Owed by the program, paid by its own threads (emul_pay_owed): the device time alone.
-    uint64_t ns = static_cast<uint64_t>(std::llround(emul_extra_ns(p, cal, 1, read_bytes, write_bytes, dependent)));
+    uint64_t ns = prim::round_to_u64(emul_extra_ns(p, cal, 1, read_bytes, write_bytes, dependent));
     g_owed_ns.fetch_add(ns, std::memory_order_relaxed);
     state.charged_ns.fetch_add(ns, std::memory_order_relaxed);
     state.source_ns[source].fetch_add(ns, std::memory_order_relaxed);
@@ -370,7 +369,7 @@ uint64_t emul_charge(const EmulProfile &p, EmulState &state, uint64_t read_bytes
   }
   prim::spin_until_ns(now + static_cast<uint64_t>(latency_ns));
   state.charging.fetch_sub(1, std::memory_order_acq_rel);
-  uint64_t ns = static_cast<uint64_t>(std::llround(charged));
+  uint64_t ns = prim::round_to_u64(charged);
   state.charged_ns.fetch_add(ns, std::memory_order_relaxed);
   state.source_ns[source].fetch_add(ns, std::memory_order_relaxed);
   return ns;

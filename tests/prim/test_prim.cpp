@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -197,6 +199,54 @@ TEST(Prim, WordsAreWhatWhitespaceSeparates) {
   EXPECT_EQ(prim::words("all"), V{"all"});
   EXPECT_EQ(prim::words(" \t "), V{});
   EXPECT_EQ(prim::words(""), V{});
+}
+
+TEST(Prim, NumbersAreWrittenShortestAndReadBackExactly) {
+  for (double x : {0.0, -0.0, 1.0, 10000.0, 0.1, 1.0 / 3, -2.5e-300, 6.02214076e23, 1e21, 123456.789, 4.9e-324,
+                   1.7976931348623157e308}) {
+    const std::string text = prim::format_number(x);
+    double back = -1;
+    ASSERT_TRUE(prim::parse_number(text, &back)) << text;
+    EXPECT_EQ(back, x) << text;
+    EXPECT_EQ(std::signbit(back), std::signbit(x)) << text;
+  }
+  EXPECT_EQ(prim::format_number(10000), "10000");  // a whole number without a fraction
+  EXPECT_EQ(prim::format_number(0.1), "0.1");
+  EXPECT_EQ(prim::format_number(2.5), "2.5");
+  EXPECT_EQ(prim::format_number(std::numeric_limits<double>::infinity()), "inf");
+}
+
+TEST(Prim, ParseNumberTakesWhatFromCharsTakesAndNothingElse) {
+  double x = 0;
+  ASSERT_TRUE(prim::parse_number("-2.5e-3", &x));
+  EXPECT_EQ(x, -2.5e-3);
+  ASSERT_TRUE(prim::parse_number("42", &x));
+  EXPECT_EQ(x, 42);
+  x = 7;
+  for (const char *bad : {"", " 1", "+1", "0x10", "-0x10", "1.5x", "1e999", "1 ", "abc", "1,5"}) {
+    EXPECT_FALSE(prim::parse_number(bad, &x)) << "'" << bad << "'";
+    EXPECT_EQ(x, 7) << "'" << bad << "' changed the value";
+  }
+}
+
+TEST(Prim, CpuFeaturesAreTheCompilersWithoutItsConstructor) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  EXPECT_EQ(prim::cpu_has(prim::CpuFeature::kAvx2), __builtin_cpu_supports("avx2") != 0);
+  EXPECT_EQ(prim::cpu_has(prim::CpuFeature::kClwb), __builtin_cpu_supports("clwb") != 0);
+  EXPECT_EQ(prim::cpu_has(prim::CpuFeature::kClflushopt), __builtin_cpu_supports("clflushopt") != 0);
+#else
+  EXPECT_FALSE(prim::cpu_has(prim::CpuFeature::kAvx2));
+#endif
+}
+
+TEST(Prim, RoundToU64RoundsHalvesUpAndClampsBelowZero) {
+  EXPECT_EQ(prim::round_to_u64(2.5), 3u);
+  EXPECT_EQ(prim::round_to_u64(2.49), 2u);
+  EXPECT_EQ(prim::round_to_u64(0.0), 0u);
+  EXPECT_EQ(prim::round_to_u64(-3.0), 0u);
+  EXPECT_EQ(prim::round_to_u64(std::numeric_limits<double>::quiet_NaN()), 0u);
+  EXPECT_EQ(prim::round_to_u64(1.5e19), uint64_t{15000000000000000000u});  // above INT64_MAX
 }
 
 // A creator of staging files beside a sweeper that removes every staging file whose lock it can

@@ -151,6 +151,21 @@ def test_libhetmem_loads_openssl_only_when_a_replica_handshake_needs_it():
     assert set(needed) & set(when_needed) == set(), needed
 
 
+def test_the_preloaded_libraries_load_no_math_library_and_run_no_cpuid_at_start_up():
+    # What every process the preload library starts in pays before main: libm would be one more
+    # library to map and relocate, and the compiler's CPU-feature constructor (__cpu_indicator_init,
+    # linked by any __builtin_cpu_supports) runs a dozen CPUIDs, each a trip to the hypervisor in a
+    # virtual machine (docs/benchmarks.md, the preload library's start-up).
+    for name in ("libhetmem.so.0", "libhetmem_preload.so"):
+        lib = BUILD / name
+        if not lib.exists():
+            pytest.skip(f"{lib} not built")
+        needed = _needed(lib)
+        assert [n for n in needed if n.startswith("libm.")] == [], (name, needed)
+        symbols = subprocess.run(["nm", str(lib)], capture_output=True, text=True).stdout
+        assert "__cpu_indicator_init" not in symbols, name
+
+
 # System calls and the C library's file and environment functions: only src/prim/ calls them
 # (and the preload library, whose job is to stand between a program and the C library, and the
 # compat libraries, which stand in for memkind and are built apart from the layers).
