@@ -18,8 +18,10 @@ difference from the plain program is hetmem's cost, not placement's.
    ones) and the default profile's time against it.
 2. Fixed costs, reported apart: the `hetmem` command's start-up (`hetmem run -- /bin/true` against
    `/bin/true`, in seconds), and the preload library's start-up in each process it is loaded into
-   (batches of `/bin/true` started by a shell, with the environment of `run --rules` and without,
-   in milliseconds per process): what a build, a shell script or a launcher pays per process.
+   (batches of `/bin/true` started by a shell, plain, with the environment of `run --rules`, with
+   that environment less the rules file, and with an empty preloaded library, the floor any
+   preloaded tool pays; in milliseconds per process): what a build, a shell script or a launcher
+   pays per process.
 3. The interfaces codes already use (python/hetmem/bench_memkind.py): memkind's kinds against
    Debian's memkind 1.14 (at most 1.0x), OpenMP's default allocator with hetmem's libmemkind loaded
    (at most 1.05x), numpy's handler against numpy's own at 8 B to 1 GiB (at most 1.05x).
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -165,25 +168,54 @@ def command_start_up(rounds: int) -> dict:
 PROCESSES_PER_BATCH = 100
 
 
+def _empty_preload_library(tmp: Path) -> Path | None:
+    """A preloaded library that does nothing, built with the C compiler: what any LD_PRELOAD tool
+    pays in each process (mapping and relocating one more library), the floor under hetmem's own
+    start-up. None without a C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    source, lib = tmp / "empty.c", tmp / "libempty-preload.so"
+    source.write_text("int hm_bench_empty_preload(void) { return 0; }\n")
+    r = subprocess.run([cc, "-shared", "-fPIC", "-O2", str(source), "-o", str(lib)], capture_output=True, text=True)
+    return lib if r.returncode == 0 else None
+
+
 def process_start_up(rounds: int, tmp: Path) -> dict:
-    """Milliseconds the preload library (with a rules file) adds to each process it starts in."""
+    """Milliseconds the preload library adds to each process it starts in: with a rules file (hetmem
+    starts its runtime), without one (the libraries loaded, nothing started), and an empty
+    preloaded library beside them (the floor any preloaded library pays)."""
     rules = tmp / "all-capacity.rules"
     rules.write_text("all -> capacity\n")
     batch = ["sh", "-c", f"i=0; while [ $i -lt {PROCESSES_PER_BATCH} ]; do /bin/true; i=$((i+1)); done"]
     base_env = rp.environment(DRAM_ONLY)
-    preloaded = _launch_env(["run", "--rules", str(rules), "--"] + batch, base_env)
-    plain, wrapped = [], []
+    with_rules = _launch_env(["run", "--rules", str(rules), "--"] + batch, base_env)
+    variants = {"plain": base_env, "rules": with_rules,
+                "no rules": {k: v for k, v in with_rules.items() if k != "HM_RULES"}}
+    empty = _empty_preload_library(tmp)
+    if empty is not None:
+        variants["empty library"] = {**base_env, "LD_PRELOAD": str(empty)}
+    per_process: dict[str, list[float]] = {name: [] for name in variants}
     for rnd in range(rounds):
-        pair = [("plain", base_env), ("preloaded", preloaded)]
-        for name, env in (pair if rnd % 2 == 0 else pair[::-1]):
-            s, status, err = _time(batch, env, tmp)
+        order = list(variants)[rnd % len(variants):] + list(variants)[:rnd % len(variants)]
+        for name in order:
+            s, status, err = _time(batch, variants[name], tmp)
             if status != 0:
                 raise RuntimeError(f"the start-up batch ({name}) failed with status {status}: {err.strip()[-200:]}")
-            (plain if name == "plain" else wrapped).append(s * 1e3 / (PROCESSES_PER_BATCH + 1))
-    added = [w - p for w, p in zip(wrapped, plain)]
-    return {"processes_per_batch": PROCESSES_PER_BATCH + 1, "plain_ms": statistics.median(plain),
-            "preloaded_ms": statistics.median(wrapped), "added_ms": statistics.median(added),
-            "spread_ms": [min(added), max(added)]}
+            per_process[name].append(s * 1e3 / (PROCESSES_PER_BATCH + 1))
+
+    def added(name: str) -> list[float]:
+        return [w - p for w, p in zip(per_process[name], per_process["plain"])]
+
+    out = {"processes_per_batch": PROCESSES_PER_BATCH + 1, "plain_ms": statistics.median(per_process["plain"]),
+           "preloaded_ms": statistics.median(per_process["rules"]), "added_ms": statistics.median(added("rules")),
+           "spread_ms": [min(added("rules")), max(added("rules"))],
+           "no_rules_added_ms": statistics.median(added("no rules")),
+           "no_rules_spread_ms": [min(added("no rules")), max(added("no rules"))]}
+    if empty is not None:
+        out["empty_library_added_ms"] = statistics.median(added("empty library"))
+        out["empty_library_spread_ms"] = [min(added("empty library")), max(added("empty library"))]
+    return out
 
 
 # Policies that place by definition, whatever the budget: measured, not held to all-fast.
@@ -267,9 +299,14 @@ def main(out: str, quick: bool, console) -> int:
     console.print(f"the hetmem command's own start-up: {start['added_s']:.3f} s per run "
                   f"(spread {start['spread_s'][0]:.3f}-{start['spread_s'][1]:.3f} s; a fixed cost, not per "
                   "allocation; not in the ratios above)")
-    console.print(f"the preload library's start-up in each process: {per_process['added_ms']:.2f} ms "
-                  f"(spread {per_process['spread_ms'][0]:.2f}-{per_process['spread_ms'][1]:.2f}; /bin/true "
-                  f"{per_process['plain_ms']:.2f} ms plain, {per_process['preloaded_ms']:.2f} ms with a rules file)")
+    console.print(f"the preload library's start-up in each process: {per_process['added_ms']:.3f} ms with a rules "
+                  f"file (spread {per_process['spread_ms'][0]:.3f}-{per_process['spread_ms'][1]:.3f}; /bin/true "
+                  f"{per_process['plain_ms']:.3f} ms plain), {per_process['no_rules_added_ms']:.3f} ms without one "
+                  f"(spread {per_process['no_rules_spread_ms'][0]:.3f}-{per_process['no_rules_spread_ms'][1]:.3f})")
+    if "empty_library_added_ms" in per_process:
+        console.print(f"  the floor, an empty preloaded library: {per_process['empty_library_added_ms']:.3f} ms "
+                      f"(spread {per_process['empty_library_spread_ms'][0]:.3f}-"
+                      f"{per_process['empty_library_spread_ms'][1]:.3f}); what any preloaded tool pays per process")
     say("The interfaces codes already use (ns per allocation; DRAM only)")
     interfaces = bench_memkind.measure(rounds)
     bench_memkind.report(interfaces, say)

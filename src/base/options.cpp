@@ -290,9 +290,14 @@ int option_check(Option id, const std::string &text) {
 }
 
 int options_check() {
+  // The defaults are the table's own, each checked by a test (Options.EveryDefaultIsAValueItsOptionAccepts):
+  // only values a user gave are parsed here, in each process's start-up.
   for (int i = 0; i < kCount; ++i) {
     const Option id = static_cast<Option>(i);
-    if (int rc = option_check(id, option_text(id)); rc != HM_OK) return rc;
+    OptionSource source = OptionSource::kDefault;
+    const std::string &text = option_text(id, &source);
+    if (source == OptionSource::kDefault) continue;
+    if (int rc = option_check(id, text); rc != HM_OK) return rc;
   }
   return HM_OK;
 }

@@ -99,7 +99,7 @@ std::string format_size(uint64_t bytes);
 // HM_OK when `text` is a value option `id` accepts (its kind and range), else HM_EFORMAT with
 // "NAME='text': what is expected" as the last error.
 int option_check(Option id, const std::string &text);
-// Checks every option's effective value (hm_init, before it reads any).
+// Checks every option's effective value that is not its default (hm_init, before it reads any).
 int options_check();
 // A checked numeric option's value: bytes for a size, 0/1 for a switch; NaN for an empty
 // (unset) integer. HM_EFORMAT as option_check for a malformed one.

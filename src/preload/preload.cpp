@@ -487,12 +487,17 @@ bool is_mpi_launcher() {
 // every HM_ITERATION_WINDOW seconds where windows serve something. A function that cannot be hooked is
 // said, and windows are used instead.
 void infer_iterations() {
+  if (is_mpi_launcher()) return;
+  const std::string at = option("HM_ITERATION_AT");
+  const double window = number_option("HM_ITERATION_WINDOW");
+  g_emulated_tiers = emulated_tiers();
+  // Nothing to infer (no function named, and no windows that would serve anything): no look at the
+  // program's calls either, which reads every loaded object's relocations in each process.
+  if (at.empty() && (!(window > 0) || (!windows_needed_now() && !g_emulated_tiers))) return;
   // A program built with libhetmem that marks its own phases or iterations keeps its marks (the
   // Fortran module's hm_phase_begin_f calls hm_phase_begin).
   static const char *const kMarks[] = {"hm_phase_begin", "hm_iteration_next"};
   if (preload::called_outside(kMarks, 2)) return;
-  if (is_mpi_launcher()) return;
-  std::string at = option("HM_ITERATION_AT");
   if (!at.empty()) {
     preload::EntryHookResult hooked = preload::hook_entries(at.c_str(), iteration_entered);
     if (hooked.slots > 0) {
@@ -502,9 +507,7 @@ void infer_iterations() {
     }
     say("--iteration-at: no call to hook, time windows used instead", hooked.detail);
   }
-  const double window = number_option("HM_ITERATION_WINDOW");
   if (!(window > 0)) return;
-  g_emulated_tiers = emulated_tiers();
   if (windows_needed_now()) {
     start_windows(window);
     return;

@@ -101,6 +101,15 @@ TEST(Options, EveryNumericOptionIsCheckedByInitWithItsRange) {
   EXPECT_EQ(hm_test::configure(""), HM_OK);
 }
 
+TEST(Options, EveryDefaultIsAValueItsOptionAccepts) {
+  // hm_init checks only the values a user gave: the table's defaults must hold on their own.
+  for (int i = 0; i < hm::option_count(); ++i) {
+    const hm::OptionSpec &spec = hm::option_spec(i);
+    EXPECT_EQ(hm::option_check(static_cast<hm::Option>(i), spec.default_value), HM_OK)
+        << spec.name << "='" << spec.default_value << "': " << hm_last_error();
+  }
+}
+
 TEST(Options, TheLibraryAnswersWhetherAValueIsValidAndWhatANumericOptionIs) {
   EXPECT_EQ(hm_option_check("HM_ITERATION_WINDOW", "0.25"), HM_OK);
   EXPECT_EQ(hm_option_check("HM_ITERATION_WINDOW", "-1"), HM_EFORMAT);
