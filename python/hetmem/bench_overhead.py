@@ -98,9 +98,61 @@ def _time(cmd: list[str], env: dict, cwd: Path, timeout: float = 600) -> tuple[f
     return time.monotonic() - t0, r.returncode, r.stderr
 
 
+# A program's peak resident set is measured by a small C launcher of its own, in runs of their
+# own (not timed): the kernel's maxrss of a process counts the memory of the process it was
+# started from (a vfork or fork of this Python interpreter records the interpreter's resident set
+# at the exec), and the launcher's is a few hundred KiB.
+PEAK_RSS_SOURCE = r"""
+#include <stdio.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+  if (argc < 2) return 2;
+  pid_t pid = fork();
+  if (pid < 0) return 2;
+  if (pid == 0) {
+    execvp(argv[1], argv + 1);
+    _exit(127);
+  }
+  int status = 0;
+  struct rusage usage;
+  if (wait4(pid, &status, 0, &usage) < 0) return 2;
+  fprintf(stderr, "\npeak-rss-kib %ld\n", usage.ru_maxrss);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+"""
+
+
+def _peak_rss_launcher(tmp: Path) -> Path | None:
+    """The launcher, built with the C compiler; None without one."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return None
+    source, binary = tmp / "peak-rss.c", tmp / "peak-rss"
+    source.write_text(PEAK_RSS_SOURCE)
+    r = subprocess.run([cc, "-O2", str(source), "-o", str(binary)], capture_output=True, text=True)
+    return binary if r.returncode == 0 else None
+
+
+def _peak_rss_mib(launcher: Path | None, cmd: list[str], env: dict, cwd: Path) -> float | None:
+    """Peak resident set (MiB) of the run's largest process: the maxrss the launcher's wait4 gives,
+    which covers every descendant the program waited for. None when it cannot be measured."""
+    if launcher is None:
+        return None
+    r = subprocess.run([str(launcher), *cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("peak-rss-kib ")]
+    return int(lines[-1].split()[1]) / 1024 if r.returncode == 0 and lines else None
+
+
+def _mib(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f}"
+
+
 def real_programs(rounds: int, tmp: Path, say) -> dict:
     modes = ("plain", "plan", "rules", "profile", "profile-every")
     rows = []
+    launcher = _peak_rss_launcher(tmp)
     for program in rp.PROGRAMS:
         if program.missing():
             rows.append({"program": program.name, "skipped": program.missing()})
@@ -128,7 +180,11 @@ def real_programs(rounds: int, tmp: Path, say) -> dict:
                     if status != 0:
                         problems.append(f"{mode} round {rnd + 1}: status {status}: {err.strip()[-200:]}")
                     seconds[mode].append(s)
-            row = {"program": name, "seconds": seconds, "problems": problems,
+            # Peak resident set of the run's largest process, one more run of each mode (no target:
+            # what the machinery's memory costs beside its time).
+            peak_mib = {m: _peak_rss_mib(launcher, *_command(program, m, work, f"bench-rss-{m}", base_env, per_rank),
+                                         work) for m in ("plain", "plan", "rules", "profile")}
+            row = {"program": name, "seconds": seconds, "problems": problems, "peak_rss_mib": peak_mib,
                    "through": "the hetmem command on each rank (its start-up included)" if per_rank
                    else "the hetmem command once, outside the MPI launcher (its start-up not included)"
                    if program.per_rank else "the environment the hetmem command gives (its start-up not included)"}
@@ -139,7 +195,8 @@ def real_programs(rounds: int, tmp: Path, say) -> dict:
             row["profile / profile-every"] = ratio(seconds["profile"], seconds["profile-every"], paired=True).as_dict()
             say(f"  {name}: plain {statistics.median(seconds['plain']):.3f} s, "
                 + ", ".join(f"{m} {row[m]['ratio']:.3f}x ({row[m]['verdict']})" for m in ("plan", "rules", "profile"))
-                + f", every allocation {row['profile-every']['ratio']:.3f}x")
+                + f", every allocation {row['profile-every']['ratio']:.3f}x; peak RSS "
+                + " / ".join(_mib(peak_mib[m]) for m in ("plain", "plan", "rules", "profile")) + " MiB")
             rows.append(row)
     return {"rounds": rounds, "rows": rows}
 
@@ -275,15 +332,15 @@ def main(out: str, quick: bool, console) -> int:
     table = Table(title="The machinery alone on real programs (time / plain time, paired by round; DRAM only)",
                   title_justify="left")
     for col in ("program", "plain s", "run --plan", "run --rules", "profile",
-                "profile --sample 0 (every allocation); default / it"):
+                "profile --sample 0 (every allocation); default / it", "peak RSS MiB plain / plan / rules / profile"):
         table.add_column(col)
     verdicts = []
     for row in suite["rows"]:
         if "skipped" in row:
-            table.add_row(row["program"], "skipped", row["skipped"][:60], "", "", "")
+            table.add_row(row["program"], "skipped", row["skipped"][:60], "", "", "", "")
             continue
         if row["problems"]:
-            table.add_row(row["program"], "FAILED", row["problems"][0][:60], "", "", "")
+            table.add_row(row["program"], "FAILED", row["problems"][0][:60], "", "", "", "")
             continue
         cells = []
         for mode in ("plan", "rules", "profile"):
@@ -294,6 +351,7 @@ def main(out: str, quick: bool, console) -> int:
         every, against = row["profile-every"], row["profile / profile-every"]
         cells.append(f"{every['ratio']:.3f}x ({every['spread'][0]:.2f}-{every['spread'][1]:.2f}); "
                      f"{against['ratio']:.3f}x ({against['spread'][0]:.2f}-{against['spread'][1]:.2f})")
+        cells.append(" / ".join(_mib(row["peak_rss_mib"][m]) for m in ("plain", "plan", "rules", "profile")))
         table.add_row(row["program"], f"{statistics.median(row['seconds']['plain']):.3f}", *cells)
     console.print(table)
     console.print(f"the hetmem command's own start-up: {start['added_s']:.3f} s per run "

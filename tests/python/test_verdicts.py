@@ -37,3 +37,25 @@ def test_several_targets_together():
     assert verdicts.all_of(["MET", "MET"]) == "MET"
     assert verdicts.all_of(["MET", "cannot tell"]) == "cannot tell"
     assert verdicts.all_of(["cannot tell", "NOT MET", "MET"]) == "NOT MET"
+
+
+def test_the_peak_resident_set_is_the_programs_not_the_benchmarks(tmp_path):
+    """bench overhead's memory column: the launcher's maxrss covers a program's children and is
+    not the Python interpreter's own resident set (which a process started from it inherits)."""
+    import os
+    import sys
+    from hetmem import bench_overhead
+    launcher = bench_overhead._peak_rss_launcher(tmp_path)
+    if launcher is None:
+        pytest.skip("no C compiler")
+    ballast = bytearray(300 << 20)  # this process: at least 300 MiB resident
+    ballast[::4096] = b"\x01" * len(ballast[::4096])
+    env = dict(os.environ)
+    small = bench_overhead._peak_rss_mib(launcher, ["/bin/true"], env, tmp_path)
+    assert small is not None and small < 20, small
+    grown = bench_overhead._peak_rss_mib(
+        launcher, ["sh", "-c", f"{sys.executable} -c 'b = bytearray(200 << 20); b[::4096] = b\"1\" * len(b[::4096])'"],
+        env, tmp_path)
+    assert grown is not None and 200 <= grown < 260, grown
+    assert bench_overhead._peak_rss_mib(launcher, ["sh", "-c", "exit 3"], env, tmp_path) is None
+    del ballast
