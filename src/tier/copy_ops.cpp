@@ -74,7 +74,7 @@ struct Row {
 };
 
 // The table. File tiers copy like memory: durability is the persistent layer's business.
-const Row kRows[] = {
+constexpr Row kRows[] = {
     {HM_KIND_DRAM, HM_KIND_DRAM, copy_plain},         {HM_KIND_DRAM, HM_KIND_NUMA, copy_plain},
     {HM_KIND_DRAM, HM_KIND_FILE, copy_plain},         {HM_KIND_DRAM, HM_KIND_EMUL, copy_to_emulated},
     {HM_KIND_NUMA, HM_KIND_DRAM, copy_plain},         {HM_KIND_NUMA, HM_KIND_NUMA, copy_plain},
@@ -87,11 +87,11 @@ const Row kRows[] = {
 
 struct Table {
   CopyOp op[HM_KIND_COUNT][HM_KIND_COUNT] = {};
-  Table() {
+  constexpr Table() {
     for (const Row &r : kRows) op[r.src][r.dst] = r.op;
   }
 };
-const Table kTable;
+constexpr Table kTable;  // built by the compiler: no code at the library's load
 
 }  // namespace
 
