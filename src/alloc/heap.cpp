@@ -85,6 +85,12 @@ struct PageDesc {
   uint16_t first_block;   // small pages: the offset of the first block (its colour)
   uint32_t span;          // medium runs: pages in the run (first page only)
   uint64_t usable;        // medium runs: usable bytes (first page only)
+  // Small pages, under their class's central lock: the page's blocks on the central list, how many
+  // of its blocks are out (with the program or in a thread's cache), and its links in the class's
+  // list of pages that have blocks on their lists.
+  void *free;
+  uint32_t out;
+  PageDesc *prev, *next;
 };
 
 // Each page's use, in the segment header's first cache line beside its slot record: a free reads
@@ -102,6 +108,31 @@ struct Segment {
   PageDesc pages[kPagesPerSegment];
 };
 static_assert(sizeof(Segment) <= kPageBytes, "segment header must fit in page 0");
+
+namespace {
+// A segment starts on a kSlotSize boundary (new_segment maps it so), its header first: the
+// segment of a block, and the descriptor of the page a block or a descriptor is in.
+inline Segment *segment_of(const void *p) {
+  return reinterpret_cast<Segment *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t{kSlotSize} - 1));
+}
+inline PageDesc *page_of(void *block) {
+  return &segment_of(block)->pages[(reinterpret_cast<uintptr_t>(block) & (kSlotSize - 1)) >> kPageShift];
+}
+
+// The class's list of pages with free blocks on their own lists.
+inline void partial_push(PageDesc *&list, PageDesc *pd) {
+  pd->prev = nullptr;
+  pd->next = list;
+  if (list) list->prev = pd;
+  list = pd;
+}
+inline void partial_remove(PageDesc *&list, PageDesc *pd) {
+  if (pd->prev) pd->prev->next = pd->next;
+  else list = pd->next;
+  if (pd->next) pd->next->prev = pd->prev;
+  pd->prev = pd->next = nullptr;
+}
+}  // namespace
 static_assert(offsetof(Segment, page_class) + kPagesPerSegment <= 64, "a free reads one line of the header");
 
 struct LargeBlock {
@@ -510,16 +541,22 @@ int TierHeap::refill(int cls, void **head, uint32_t want) {
   Central &c = central_[cls];
   size_t bs = class_size(cls);
   std::lock_guard<std::mutex> lock(c.mutex);
-  if (c.head) {
-    void *first = c.head, *last = c.head;
-    uint32_t n = 1;
-    while (n < want && *static_cast<void **>(last)) {
-      last = *static_cast<void **>(last);
+  // Blocks that came back first, a page at a time (the newest page with free blocks first).
+  void *first = nullptr;
+  uint32_t n = 0;
+  while (n < want && c.partial) {
+    PageDesc *pd = c.partial;
+    while (n < want && pd->free) {
+      void *b = pd->free;
+      pd->free = *static_cast<void **>(b);
+      *static_cast<void **>(b) = first;
+      first = b;
+      ++pd->out;
       ++n;
     }
-    c.head = *static_cast<void **>(last);
-    *static_cast<void **>(last) = nullptr;
-    c.count -= n;
+    if (!pd->free) partial_remove(c.partial, pd);
+  }
+  if (n > 0) {
     *head = first;
     return static_cast<int>(n);
   }
@@ -548,28 +585,55 @@ int TierHeap::refill(int cls, void **head, uint32_t want) {
     const size_t colours = std::min<size_t>((kPageBytes % bs) / unit + 1, 64);
     const size_t address_page = (reinterpret_cast<uintptr_t>(seg->extent.addr) >> kPageShift) + page;
     const size_t first_block = address_page % colours * unit;
-    seg->pages[page] = PageDesc{static_cast<uint16_t>(page), static_cast<uint16_t>(first_block), 0, 0};
+    seg->pages[page] = PageDesc{static_cast<uint16_t>(page), static_cast<uint16_t>(first_block), 0, 0,
+                                nullptr, 0, nullptr, nullptr};
+    c.carving = &seg->pages[page];
     c.carve = static_cast<char *>(seg->extent.addr) + page * kPageBytes + first_block;
     c.carve_end = c.carve + (kPageBytes - first_block) / bs * bs;
   }
   size_t left = static_cast<size_t>(c.carve_end - c.carve) / bs;
   const size_t to_page_end = prim::kPageSize - reinterpret_cast<uintptr_t>(c.carve) % prim::kPageSize;
   const size_t in_page = (to_page_end + bs - 1) / bs;  // the blocks that start before the page ends
-  size_t n = std::min({left, size_t{want}, in_page});
+  size_t carved = std::min({left, size_t{want}, in_page});
   char *base = c.carve;
-  for (size_t i = 0; i + 1 < n; ++i) *reinterpret_cast<void **>(base + i * bs) = base + (i + 1) * bs;
-  *reinterpret_cast<void **>(base + (n - 1) * bs) = nullptr;
-  c.carve += n * bs;
+  for (size_t i = 0; i + 1 < carved; ++i) *reinterpret_cast<void **>(base + i * bs) = base + (i + 1) * bs;
+  *reinterpret_cast<void **>(base + (carved - 1) * bs) = nullptr;
+  c.carve += carved * bs;
+  c.carving->out += static_cast<uint32_t>(carved);
+  if (c.carve == c.carve_end) c.carving = nullptr;  // carved out: returned once its blocks are back
   *head = base;
-  return static_cast<int>(n);
+  return static_cast<int>(carved);
 }
 
 void TierHeap::give_back(int cls, void *head, void *tail, uint32_t count) {
+  (void)tail;  // the chain is walked: each block goes to its own page's list
   Central &c = central_[cls];
   std::lock_guard<std::mutex> lock(c.mutex);
-  *static_cast<void **>(tail) = c.head;
-  c.head = head;
-  c.count += count;
+  void *b = head;
+  for (uint32_t i = 0; i < count; ++i) {
+    void *next = *static_cast<void **>(b);
+    PageDesc *pd = page_of(b);
+    // The page of the block freed last goes first: the blocks a refill hands out are the ones
+    // freed most recently, still in the caches, as with one list for the class.
+    if (pd != c.partial) {
+      if (pd->free) partial_remove(c.partial, pd);
+      partial_push(c.partial, pd);
+    }
+    *static_cast<void **>(b) = pd->free;
+    pd->free = b;
+    if (--pd->out == 0 && pd != c.carving) release_small_page(c, pd);
+    b = next;
+  }
+}
+
+void TierHeap::release_small_page(Central &c, PageDesc *pd) {
+  partial_remove(c.partial, pd);
+  Segment *seg = segment_of(pd);
+  const size_t page = static_cast<size_t>(pd - seg->pages);
+  std::lock_guard<std::mutex> segments(segment_mutex_);
+  seg->page_class[page] = kPageUnused;
+  seg->pages[page] = PageDesc{};
+  seg->free_mask |= 1u << page;
 }
 
 Segment *TierHeap::new_segment() {
@@ -622,7 +686,7 @@ void *TierHeap::allocate_medium(size_t bytes) {
   if (!take_pages(pages, &seg, &first)) return nullptr;
   for (size_t i = 0; i < pages; ++i) {
     seg->page_class[first + i] = kPageMedium;
-    seg->pages[first + i] = PageDesc{static_cast<uint16_t>(first), 0, 0, 0};
+    seg->pages[first + i] = PageDesc{static_cast<uint16_t>(first), 0, 0, 0, nullptr, 0, nullptr, nullptr};
   }
   seg->pages[first].span = static_cast<uint32_t>(pages);
   seg->pages[first].usable = bytes;

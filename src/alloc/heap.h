@@ -36,6 +36,7 @@ class HugePool;
 struct ThreadCache;
 struct TierCounts;
 struct Segment;
+struct PageDesc;
 struct LargeBlock;
 
 class TierHeap {
@@ -143,13 +144,20 @@ class TierHeap {
   TierCounters counters_;
   HugePool *huge_2m_ = nullptr, *huge_1g_ = nullptr;
 
+  // A class's free blocks are kept by page, on each page's own list: a page whose blocks have all
+  // come back returns to its segment, for any class or a medium run, instead of staying the
+  // class's (a program that once needed many blocks of one size and later of others would hold
+  // the pages of every size it ever used).
   struct Central {
     std::mutex mutex;
-    void *head = nullptr;
-    uint64_t count = 0;
-    // The part of the class's newest page no block has been carved from yet.
+    PageDesc *partial = nullptr;  // the pages with blocks on their own lists (doubly linked)
+    // The part of the class's newest page no block has been carved from yet, and that page (not
+    // returned while blocks are still to be carved from it).
     char *carve = nullptr, *carve_end = nullptr;
+    PageDesc *carving = nullptr;
   } central_[kClasses];
+  // Under c.mutex: returns a page of c's class none of whose blocks is out to its segment.
+  void release_small_page(Central &c, PageDesc *pd);
 
   std::mutex segment_mutex_;
   Segment *segments_ = nullptr;

@@ -390,6 +390,46 @@ TEST_F(AllocApi, TheFirstBlockOfASizeClassTouchesFewPagesOfItsPage) {
 // the header of each 4368-byte page of its cache) misses when they share a few sets. Side by side
 // in 64 KiB pages, 5120-byte blocks would start in 4 sets, and the same block of every page in one;
 // each page's colour (heap.cpp) spreads them.
+// A page of a size class whose blocks have all come back returns to its segment: a program that
+// needed many blocks of one size and then as many of another holds the pages of one of them, not
+// both (R builds vectors of every size, one after another).
+TEST_F(AllocApi, APageWhoseBlocksAllComeBackServesAnotherClass) {
+  auto reserved = [&] {
+    hm_tier_stats_t s{};
+    EXPECT_EQ(hm_tier_stats(cap_, &s), HM_OK);
+    return s.reserved;
+  };
+  // In a thread of its own each time: at its end its cache gives every block back.
+  auto fill_and_free = [&](size_t size, size_t bytes) {
+    std::thread([&] {
+      std::vector<void *> blocks;
+      for (size_t done = 0; done < bytes; done += size) {
+        void *p = hm_tier_alloc(cap_, size, 0, 0);
+        ASSERT_NE(p, nullptr) << hm_last_error();
+        std::memset(p, 1, size);
+        blocks.push_back(p);
+      }
+      for (void *p : blocks) hm_free(p);
+    }).join();
+  };
+  fill_and_free(1000, size_t{6} << 20);  // 6 MiB of one class: three segments and more
+  const uint64_t after_first = reserved();
+  for (size_t size : {3000, 200, 9000, 500})  // as much of each of four other classes
+    fill_and_free(size, size_t{6} << 20);
+  EXPECT_EQ(reserved(), after_first) << "the other classes needed new segments: the first class's pages stayed its own";
+  // The blocks are still good after their pages changed class.
+  std::vector<void *> blocks;
+  for (int i = 0; i < 1000; ++i) {
+    blocks.push_back(hm_tier_alloc(cap_, 1000, 0, 0));
+    ASSERT_NE(blocks.back(), nullptr);
+    std::memset(blocks.back(), i & 0xff, 1000);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(static_cast<unsigned char *>(blocks[i])[999], i & 0xff);
+    hm_free(blocks[i]);
+  }
+}
+
 TEST_F(AllocApi, BlocksOfAClassAndFirstBlocksOfClassesSpreadOverTheCacheSets) {
   auto set_of = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) % 4096) / 64; };
   std::vector<void *> blocks;
