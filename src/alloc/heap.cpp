@@ -768,8 +768,10 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
     for (int i = 0; i < kRetainSlots; ++i) {
       const Extent &r = retained_[i];
       if (!r.addr || r.guarded != guarded) continue;
+      // An anonymous mapping of any larger size serves (its head does, below); a file's up to twice
+      // the request.
       const bool fits = guarded ? 2 * round_up(r.size, prim::kPageSize) >= pages && r.size <= 2 * len
-                                : r.size >= len && r.size <= 2 * len;
+                                : r.size >= len && (r.file_offset == kNoFileOffset || r.size <= 2 * len);
       const bool aligned = (reinterpret_cast<uintptr_t>(r.addr) & (align - 1)) == 0;
       if (!fits || !aligned) continue;
       if (best < 0 || (guarded ? distance(r) < distance(retained_[best]) : r.size < retained_[best].size)) best = i;
@@ -778,6 +780,15 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
       e = retained_[best];
       retained_[best] = Extent{};
       retained_bytes_ -= e.size;
+      // A larger anonymous mapping: the request takes its head, in whole 2 MiB slots (a large
+      // block's unit), and the rest stays retained on its own, so that the pages a freed array
+      // faulted in serve whatever size comes next, as a freed chunk of the C library's heap does.
+      const size_t head = round_up(len, kSlotSize);
+      if (!guarded && e.file_offset == kNoFileOffset && e.size > head) {
+        retained_[best] = Extent{static_cast<char *>(e.addr) + head, e.size - head, kNoFileOffset, false};
+        retained_bytes_ += e.size - head;
+        e.size = head;
+      }
     }
     lock.unlock();
     if (e.addr && guarded && round_up(e.size, prim::kPageSize) != pages) {
@@ -904,7 +915,25 @@ void TierHeap::release_large(LargeBlock *lb) {
   // A split mapping's tail pages are bound to another node: not kept for this tier's reuse.
   if (e.size <= retain_limit() && !split) {
     std::lock_guard<std::mutex> lock(large_mutex_);
-    while (retained_bytes_ + e.size > retain_limit()) {
+    // An anonymous mapping rejoins its retained neighbours: a head freed beside the tail it was
+    // cut from (allocate_large) is one mapping again, for a request of the whole size.
+    if (!e.guarded && e.file_offset == kNoFileOffset) {
+      for (bool merged = true; merged;) {
+        merged = false;
+        for (int i = 0; i < kRetainSlots; ++i) {
+          Extent &r = retained_[i];
+          if (!r.addr || r.guarded || r.file_offset != kNoFileOffset) continue;
+          char *ra = static_cast<char *>(r.addr), *ea = static_cast<char *>(e.addr);
+          if (ra + r.size == ea) e.addr = ra;
+          else if (ea + e.size != ra) continue;
+          e.size += r.size;
+          retained_bytes_ -= r.size;
+          r = Extent{};
+          merged = true;
+        }
+      }
+    }
+    while (e.size <= retain_limit() && retained_bytes_ + e.size > retain_limit()) {
       int largest = -1;
       for (int i = 0; i < kRetainSlots; ++i)
         if (retained_[i].addr && (largest < 0 || retained_[i].size > retained_[largest].size)) largest = i;
@@ -915,7 +944,7 @@ void TierHeap::release_large(LargeBlock *lb) {
     int free_slot = -1;
     for (int i = 0; i < kRetainSlots && free_slot < 0; ++i)
       if (!retained_[i].addr) free_slot = i;
-    if (free_slot >= 0) {
+    if (free_slot >= 0 && e.size <= retain_limit()) {
       retained_[free_slot] = e;
       retained_bytes_ += e.size;
       kept = true;

@@ -430,6 +430,41 @@ TEST_F(AllocApi, APageWhoseBlocksAllComeBackServesAnotherClass) {
   }
 }
 
+// A freed large mapping is kept for reuse: a smaller request takes its head, the next one its
+// tail, and once both are freed the whole serves a request of its size again. No new mapping,
+// no page faulted in again (numpy's arrays of varying sizes).
+TEST_F(AllocApi, AFreedLargeMappingServesSmallerRequestsAndRejoins) {
+  constexpr size_t MiB = size_t{1} << 20;
+  auto reserved = [&] {
+    hm_tier_stats_t s{};
+    EXPECT_EQ(hm_tier_stats(cap_, &s), HM_OK);
+    return s.reserved;
+  };
+  char *whole = static_cast<char *>(hm_tier_alloc(cap_, 48 * MiB, 0, 0));
+  ASSERT_NE(whole, nullptr) << hm_last_error();
+  std::memset(whole, 7, 48 * MiB);
+  hm_free(whole);
+  const uint64_t before = reserved();
+  char *head = static_cast<char *>(hm_tier_alloc(cap_, 7 * MiB + 100, 0, 0));
+  char *tail = static_cast<char *>(hm_tier_alloc(cap_, 30 * MiB, 0, 0));
+  ASSERT_NE(head, nullptr);
+  ASSERT_NE(tail, nullptr);
+  EXPECT_EQ(head, whole) << "the freed mapping's head serves the smaller request";
+  EXPECT_EQ(tail, whole + 8 * MiB) << "its tail, from the next 2 MiB boundary, serves the next one";
+  EXPECT_EQ(hm_usable_size(head), 7 * MiB + 4096);
+  EXPECT_EQ(head[0], 7) << "the pages are the ones faulted in before";
+  EXPECT_EQ(reserved(), before) << "no new mapping";
+  std::memset(head, 1, 7 * MiB + 100);
+  std::memset(tail, 2, 30 * MiB);
+  hm_free(tail);
+  hm_free(head);
+  char *again = static_cast<char *>(hm_tier_alloc(cap_, 40 * MiB, 0, 0));
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again, whole) << "head and tail rejoined";
+  EXPECT_EQ(reserved(), before);
+  hm_free(again);
+}
+
 TEST_F(AllocApi, BlocksOfAClassAndFirstBlocksOfClassesSpreadOverTheCacheSets) {
   auto set_of = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) % 4096) / 64; };
   std::vector<void *> blocks;
