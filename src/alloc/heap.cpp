@@ -613,6 +613,10 @@ void TierHeap::give_back(int cls, void *head, void *tail, uint32_t count) {
   for (uint32_t i = 0; i < count; ++i) {
     void *next = *static_cast<void **>(b);
     PageDesc *pd = page_of(b);
+    if (pd->out == 0) {  // none of the page's blocks is out: this one was freed twice; not kept
+      b = next;
+      continue;
+    }
     // The page of the block freed last goes first: the blocks a refill hands out are the ones
     // freed most recently, still in the caches, as with one list for the class.
     if (pd != c.partial) {
