@@ -108,6 +108,7 @@ struct Segment {
   PageDesc pages[kPagesPerSegment];
 };
 static_assert(sizeof(Segment) <= kPageBytes, "segment header must fit in page 0");
+static_assert(offsetof(Segment, page_class) + kPagesPerSegment <= 64, "a free reads one line of the header");
 
 namespace {
 // A segment starts on a kSlotSize boundary (new_segment maps it so), its header first: the
@@ -133,7 +134,6 @@ inline void partial_remove(PageDesc *&list, PageDesc *pd) {
   pd->prev = pd->next = nullptr;
 }
 }  // namespace
-static_assert(offsetof(Segment, page_class) + kPagesPerSegment <= 64, "a free reads one line of the header");
 
 struct LargeBlock {
   SlotOwner owner;
@@ -643,6 +643,11 @@ void TierHeap::release_small_page(Central &c, PageDesc *pd) {
 Segment *TierHeap::new_segment() {
   Extent e;
   if (tier_->backing->map(kSlotSize, kSlotSize, &e) != HM_OK) return nullptr;
+  if (reinterpret_cast<uintptr_t>(e.addr) & (kSlotSize - 1)) {  // segment_of needs the alignment
+    tier_->backing->unmap(e);
+    fail(HM_ENOTSUP, "tier '%s': its backing mapped a segment off a 2 MiB boundary", tier_->name.c_str());
+    return nullptr;
+  }
   auto *seg = new (e.addr) Segment{};
   seg->owner = SlotOwner{OwnerKind::kSegment, id_};
   seg->extent = e;
