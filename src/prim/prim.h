@@ -108,6 +108,7 @@ int lock_file(int fd);
 // Cache-line write-back of [addr, addr+len) (clwb, else clflushopt, else clflush) and the
 // store fence that orders it: the persistence primitives of a MAP_SYNC mapping.
 void flush_lines(const void *addr, size_t len);
+void store_fence();
 
 // Processor features, as the C library's loader found them at start-up (glibc's
 // <sys/platform/x86.h>): no CPUID of hetmem's own, which in a virtual machine exits to the
@@ -120,7 +121,7 @@ bool cpu_has(CpuFeature feature);
 // libhetmem does not link the C math library (llround): every process the preload library starts
 // in would load it.
 inline uint64_t round_to_u64(double x) { return x > 0 ? static_cast<uint64_t>(x + 0.5) : 0; }
-void store_fence();
+
 // A whole file (sysfs, /proc), read `piece` bytes at a time; false if it cannot be read.
 bool read_text(const std::string &path, std::string *out, size_t piece = 4096);
 std::vector<int> parse_id_list(const std::string &text);    // a kernel list of node or CPU ids, "0-1,3"
