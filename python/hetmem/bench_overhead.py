@@ -124,15 +124,20 @@ int main(int argc, char **argv) {
 """
 
 
-def _peak_rss_launcher(tmp: Path) -> Path | None:
-    """The launcher, built with the C compiler; None without one."""
+def _compile_c(tmp: Path, name: str, source: str, *flags: str) -> Path | None:
+    """`source` built with the C compiler into tmp/name; None without a compiler or on an error."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         return None
-    source, binary = tmp / "peak-rss.c", tmp / "peak-rss"
-    source.write_text(PEAK_RSS_SOURCE)
-    r = subprocess.run([cc, "-O2", str(source), "-o", str(binary)], capture_output=True, text=True)
-    return binary if r.returncode == 0 else None
+    src, out = tmp / f"{name}.c", tmp / name
+    src.write_text(source)
+    r = subprocess.run([cc, *flags, "-O2", str(src), "-o", str(out)], capture_output=True, text=True)
+    return out if r.returncode == 0 else None
+
+
+def _peak_rss_launcher(tmp: Path) -> Path | None:
+    """The launcher of PEAK_RSS_SOURCE; None without a C compiler."""
+    return _compile_c(tmp, "peak-rss", PEAK_RSS_SOURCE)
 
 
 def _peak_rss_mib(launcher: Path | None, cmd: list[str], env: dict, cwd: Path) -> float | None:
@@ -226,16 +231,11 @@ PROCESSES_PER_BATCH = 100
 
 
 def _empty_preload_library(tmp: Path) -> Path | None:
-    """A preloaded library that does nothing, built with the C compiler: what any LD_PRELOAD tool
-    pays in each process (mapping and relocating one more library), the floor under hetmem's own
-    start-up. None without a C compiler."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return None
-    source, lib = tmp / "empty.c", tmp / "libempty-preload.so"
-    source.write_text("int hm_bench_empty_preload(void) { return 0; }\n")
-    r = subprocess.run([cc, "-shared", "-fPIC", "-O2", str(source), "-o", str(lib)], capture_output=True, text=True)
-    return lib if r.returncode == 0 else None
+    """A preloaded library that does nothing: what any LD_PRELOAD tool pays in each process (mapping
+    and relocating one more library), the floor under hetmem's own start-up. None without a C
+    compiler."""
+    return _compile_c(tmp, "libempty-preload.so", "int hm_bench_empty_preload(void) { return 0; }\n",
+                      "-shared", "-fPIC")
 
 
 def process_start_up(rounds: int, tmp: Path) -> dict:
