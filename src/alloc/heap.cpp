@@ -541,7 +541,7 @@ int TierHeap::refill(int cls, void **head, uint32_t want) {
   Central &c = central_[cls];
   size_t bs = class_size(cls);
   std::lock_guard<std::mutex> lock(c.mutex);
-  // Blocks that came back first, a page at a time (the newest page with free blocks first).
+  // Blocks that came back first, a page at a time, from the page whose list was started last.
   void *first = nullptr;
   uint32_t n = 0;
   while (n < want && c.partial) {
@@ -617,12 +617,7 @@ void TierHeap::give_back(int cls, void *head, void *tail, uint32_t count) {
       b = next;
       continue;
     }
-    // The page of the block freed last goes first: the blocks a refill hands out are the ones
-    // freed most recently, still in the caches, as with one list for the class.
-    if (pd != c.partial) {
-      if (pd->free) partial_remove(c.partial, pd);
-      partial_push(c.partial, pd);
-    }
+    if (!pd->free) partial_push(c.partial, pd);
     *static_cast<void **>(b) = pd->free;
     pd->free = b;
     if (--pd->out == 0 && pd != c.carving) release_small_page(c, pd);
