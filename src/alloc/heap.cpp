@@ -81,16 +81,16 @@ size_t round_up(size_t v, size_t unit) { return (v + unit - 1) / unit * unit; }
 
 // A page's layout (Segment::page_class says what the page holds).
 struct PageDesc {
-  uint16_t first;         // medium runs: index of the first page of the run this page belongs to
-  uint16_t first_block;   // small pages: the offset of the first block (its colour)
-  uint32_t span;          // medium runs: pages in the run (first page only)
-  uint64_t usable;        // medium runs: usable bytes (first page only)
+  uint16_t first = 0;         // medium runs: index of the first page of the run this page belongs to
+  uint16_t first_block = 0;   // small pages: the offset of the first block (its colour)
+  uint32_t span = 0;          // medium runs: pages in the run (first page only)
+  uint64_t usable = 0;        // medium runs: usable bytes (first page only)
   // Small pages, under their class's central lock: the page's blocks on the central list, how many
   // of its blocks are out (with the program or in a thread's cache), and its links in the class's
   // list of pages that have blocks on their lists.
-  void *free;
-  uint32_t out;
-  PageDesc *prev, *next;
+  void *free = nullptr;
+  uint32_t out = 0;
+  PageDesc *prev = nullptr, *next = nullptr;
 };
 
 // Each page's use, in the segment header's first cache line beside its slot record: a free reads
@@ -250,9 +250,7 @@ void flush_cache(ThreadCache *tc) {
     for (int c = 0; c < kClasses && h; ++c) {
       Bin &b = tc->bins[t][c];
       if (!b.head) continue;
-      void *tail = b.head;
-      while (*static_cast<void **>(tail)) tail = *static_cast<void **>(tail);
-      h->give_back(c, b.head, tail, b.count);
+      h->give_back(c, b.head, b.count);
       b = Bin{nullptr, 0};
     }
   }
@@ -585,9 +583,8 @@ int TierHeap::refill(int cls, void **head, uint32_t want) {
     const size_t colours = std::min<size_t>((kPageBytes % bs) / unit + 1, 64);
     const size_t address_page = (reinterpret_cast<uintptr_t>(seg->extent.addr) >> kPageShift) + page;
     const size_t first_block = address_page % colours * unit;
-    seg->pages[page] = PageDesc{static_cast<uint16_t>(page), static_cast<uint16_t>(first_block), 0, 0,
-                                nullptr, 0, nullptr, nullptr};
-    c.carving = &seg->pages[page];
+    seg->pages[page] =
+        PageDesc{.first = static_cast<uint16_t>(page), .first_block = static_cast<uint16_t>(first_block)};
     c.carve = static_cast<char *>(seg->extent.addr) + page * kPageBytes + first_block;
     c.carve_end = c.carve + (kPageBytes - first_block) / bs * bs;
   }
@@ -599,16 +596,15 @@ int TierHeap::refill(int cls, void **head, uint32_t want) {
   for (size_t i = 0; i + 1 < carved; ++i) *reinterpret_cast<void **>(base + i * bs) = base + (i + 1) * bs;
   *reinterpret_cast<void **>(base + (carved - 1) * bs) = nullptr;
   c.carve += carved * bs;
-  c.carving->out += static_cast<uint32_t>(carved);
-  if (c.carve == c.carve_end) c.carving = nullptr;  // carved out: returned once its blocks are back
+  page_of(base)->out += static_cast<uint32_t>(carved);
   *head = base;
   return static_cast<int>(carved);
 }
 
-void TierHeap::give_back(int cls, void *head, void *tail, uint32_t count) {
-  (void)tail;  // the chain is walked: each block goes to its own page's list
+void *TierHeap::give_back(int cls, void *head, uint32_t count) {
   Central &c = central_[cls];
   std::lock_guard<std::mutex> lock(c.mutex);
+  const PageDesc *carving = c.carve != c.carve_end ? page_of(c.carve) : nullptr;
   void *b = head;
   for (uint32_t i = 0; i < count; ++i) {
     void *next = *static_cast<void **>(b);
@@ -620,9 +616,10 @@ void TierHeap::give_back(int cls, void *head, void *tail, uint32_t count) {
     if (!pd->free) partial_push(c.partial, pd);
     *static_cast<void **>(b) = pd->free;
     pd->free = b;
-    if (--pd->out == 0 && pd != c.carving) release_small_page(c, pd);
+    if (--pd->out == 0 && pd != carving) release_small_page(c, pd);
     b = next;
   }
+  return b;
 }
 
 void TierHeap::release_small_page(Central &c, PageDesc *pd) {
@@ -690,7 +687,7 @@ void *TierHeap::allocate_medium(size_t bytes) {
   if (!take_pages(pages, &seg, &first)) return nullptr;
   for (size_t i = 0; i < pages; ++i) {
     seg->page_class[first + i] = kPageMedium;
-    seg->pages[first + i] = PageDesc{static_cast<uint16_t>(first), 0, 0, 0, nullptr, 0, nullptr, nullptr};
+    seg->pages[first + i] = PageDesc{.first = static_cast<uint16_t>(first)};
   }
   seg->pages[first].span = static_cast<uint32_t>(pages);
   seg->pages[first].usable = bytes;
@@ -1026,8 +1023,7 @@ void TierHeap::release_general(void *ptr, SlotOwner *owner) {
   if (!tc) {
     uncharge(block_size);
     counters_.frees.fetch_add(1, std::memory_order_relaxed);
-    *static_cast<void **>(ptr) = nullptr;
-    give_back(cls, ptr, ptr, 1);
+    give_back(cls, ptr, 1);
     return;
   }
   uncharge_small(block_size, tc);
@@ -1036,11 +1032,8 @@ void TierHeap::release_general(void *ptr, SlotOwner *owner) {
   b.push(ptr);
   if (b.count > bin_limit(cls)) {
     const uint32_t batch = batch_for(cls);
-    void *head = b.head, *tail = head;
-    for (uint32_t i = 1; i < batch; ++i) tail = *static_cast<void **>(tail);
-    b.head = *static_cast<void **>(tail);
+    b.head = give_back(cls, b.head, batch);
     b.count -= batch;
-    give_back(cls, head, tail, batch);
   }
 }
 

@@ -114,7 +114,9 @@ class TierHeap {
   }
   // Refills a thread cache bin (internal: used by the thread cache).
   int refill(int cls, void **head, uint32_t want);
-  void give_back(int cls, void *head, void *tail, uint32_t count);
+  // Gives the first `count` blocks of the chain at `head` back to the class's pages; returns the
+  // rest of the chain.
+  void *give_back(int cls, void *head, uint32_t count);
 
  private:
   bool charge(uint64_t bytes);
@@ -151,10 +153,9 @@ class TierHeap {
   struct Central {
     std::mutex mutex;
     PageDesc *partial = nullptr;  // the pages with blocks on their own lists (doubly linked)
-    // The part of the class's newest page no block has been carved from yet, and that page (not
-    // returned while blocks are still to be carved from it).
+    // The part of the class's newest page no block has been carved from yet (the page is not
+    // returned while some is left).
     char *carve = nullptr, *carve_end = nullptr;
-    PageDesc *carving = nullptr;
   } central_[kClasses];
   // Under c.mutex: returns a page of c's class none of whose blocks is out to its segment.
   void release_small_page(Central &c, PageDesc *pd);
