@@ -24,26 +24,34 @@ typedef struct {
 } Place;
 
 /* Arrays made and dropped in a loop: each thread keeps a few freed blocks per handler. Small ones
- * (below 1024 bytes, a few per 16-byte size) as numpy's own handler keeps its npy_alloc_cache: an
- * array of a few bytes costs numpy a cache hit, not an allocator call. Scratch arrays of 64 KiB to
- * 4 MiB (each a mapping of its own, so that it can move) as the C library's malloc reuses its heap
- * for them: a few per thread, 16 MiB at most, reused by the same page count. The blocks stay on
- * the handler's tier (and counted in use there). Per thread, not under the GIL, since numpy does
- * not promise to hold it when it allocates; a thread's blocks go back to hetmem when it ends. While
- * a trace is written the caches are not used, so that every array is an allocation in the trace. */
-#define CACHE_MAX_BYTES 1024
-#define CACHE_GRAIN 16
-#define CACHE_BUCKETS (CACHE_MAX_BYTES / CACHE_GRAIN)
-#define CACHE_DEPTH 8
+ * as numpy's own handler keeps its npy_alloc_cache, so that an array of a few bytes costs a cache
+ * hit, not an allocator call: up to 1 KiB 7 blocks per 16-byte size, and (where numpy's own handler
+ * calls the C library's malloc) up to 8 KiB 4 blocks per 256-byte size, 64 KiB of them at most.
+ * Scratch arrays of 64 KiB to 4 MiB (each a mapping of its own, so that it can move) as the C
+ * library's malloc reuses its heap for them: a few per thread, 16 MiB at most, reused by the same
+ * page count. The blocks stay on the handler's tier (and counted in use there). Per thread, not
+ * under the GIL, since numpy does not promise to hold it when it allocates; a thread's blocks go
+ * back to hetmem when it ends. While a trace is written the caches are not used, so that every
+ * array is an allocation in the trace. */
+#define SMALL_MAX_BYTES 1024
+#define SMALL_GRAIN 16
+#define SMALL_DEPTH 7
+#define CACHE_MAX_BYTES 8192
+#define LARGE_GRAIN 256
+#define LARGE_DEPTH 4
+#define LARGE_TOTAL ((size_t)64 << 10)
+#define SMALL_BUCKETS (SMALL_MAX_BYTES / SMALL_GRAIN)
+#define CACHE_BUCKETS (SMALL_BUCKETS + (CACHE_MAX_BYTES - SMALL_MAX_BYTES) / LARGE_GRAIN)
 #define CACHE_HANDLERS 16
 #define SCRATCH_MAX_BYTES ((size_t)4 << 20)
 #define SCRATCH_DEPTH 4
 #define SCRATCH_TOTAL ((size_t)16 << 20)
 #define PAGE_BYTES ((size_t)4096)
 
+/* A bucket in one cache line: the count beside the blocks it counts. */
 typedef struct {
-  void *block[CACHE_DEPTH];
   int count;
+  void *block[SMALL_DEPTH];
 } Bucket;
 
 typedef struct {
@@ -54,6 +62,7 @@ typedef struct {
 
 typedef struct {
   Bucket buckets[CACHE_BUCKETS];
+  size_t large_total; /* bytes in the buckets above SMALL_MAX_BYTES */
   Scratch scratch;
 } HandlerCache;
 
@@ -102,17 +111,35 @@ static HandlerCache *cache_of(const Place *p) {
   return *c;
 }
 
-/* The small-array bucket of a size up to CACHE_MAX_BYTES, when the thread's cache for the handler
- * exists: the path of an array made and dropped in a loop, without a call. */
-static inline Bucket *small_bucket(const Place *p, size_t size) {
-  ThreadCache *tc = t_cache;
-  HandlerCache *c = tc && p->slot >= 0 ? tc->by_handler[p->slot] : NULL;
-  return c ? &c->buckets[size ? (size - 1) / CACHE_GRAIN : 0] : NULL;
+/* Whether a trace is written (hm_profile_watch keeps it): read for every array, where a call into
+ * the library for hm_profile_active cost a tenth of a small array's time. */
+static volatile int g_profiling;
+
+/* The bucket of a size up to CACHE_MAX_BYTES, and the bytes each block in it holds: any block
+ * of a bucket serves any size of it. */
+static inline int bucket_of(size_t size) {
+  if (size <= SMALL_MAX_BYTES) return size ? (int)((size - 1) / SMALL_GRAIN) : 0;
+  return SMALL_BUCKETS + (int)((size - SMALL_MAX_BYTES - 1) / LARGE_GRAIN);
 }
 
-/* Where a size is cached: a small-array bucket (bucket >= 0), scratch blocks of whole pages
- * (pages > 0), or neither. `bytes` is what is allocated for it: the bucket's or the pages' whole
- * size, so that any cached block serves any size of its bucket or page count. */
+static inline size_t bucket_bytes(int bucket) {
+  if (bucket < SMALL_BUCKETS) return (size_t)(bucket + 1) * SMALL_GRAIN;
+  return SMALL_MAX_BYTES + (size_t)(bucket - SMALL_BUCKETS + 1) * LARGE_GRAIN;
+}
+
+/* The bucket of a size up to CACHE_MAX_BYTES when the thread's cache for the handler exists and
+ * no trace is written: the path of an array made and dropped in a loop, without a call. */
+static inline Bucket *cached_bucket(const Place *p, size_t size, HandlerCache **cache) {
+  ThreadCache *tc = t_cache;
+  HandlerCache *c = tc && p->slot >= 0 ? tc->by_handler[p->slot] : NULL;
+  if (!c || g_profiling) return NULL;
+  *cache = c;
+  return &c->buckets[bucket_of(size)];
+}
+
+/* Where a size is cached: a bucket (bucket >= 0), scratch blocks of whole pages (pages > 0), or
+ * neither. `bytes` is what is allocated for it: the bucket's or the pages' whole size, so that any
+ * cached block serves any size of its bucket or page count. */
 typedef struct {
   int bucket;
   size_t pages;
@@ -122,17 +149,14 @@ typedef struct {
 static Cached cached_as(size_t size) {
   Cached c = {-1, 0, size};
   if (size <= CACHE_MAX_BYTES) {
-    c.bucket = size ? (int)((size + CACHE_GRAIN - 1) / CACHE_GRAIN) - 1 : 0;
-    c.bytes = (size_t)(c.bucket + 1) * CACHE_GRAIN;
+    c.bucket = bucket_of(size);
+    c.bytes = bucket_bytes(c.bucket);
   } else if (size >= MOVABLE_BYTES && size <= SCRATCH_MAX_BYTES) {
     c.pages = c.bytes = (size + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1);
   }
   return c;
 }
 
-/* Whether a trace is written (hm_profile_watch keeps it): read for every array, where a call into
- * the library for hm_profile_active cost a tenth of a small array's time. */
-static volatile int g_profiling;
 
 static void profiling_changed(int active) { g_profiling = active; }
 
@@ -170,19 +194,11 @@ static void *named_alloc(const Place *p, size_t size, unsigned flags) {
   return ptr;
 }
 
-static void *cached_alloc(const Place *p, size_t size, unsigned flags) {
-  if (size <= CACHE_MAX_BYTES && !g_profiling) {
-    Bucket *b = small_bucket(p, size);
-    if (b && b->count > 0) {
-      void *ptr = b->block[--b->count];
-      if (flags & HM_ZERO) memset(ptr, 0, size);
-      return ptr;
-    }
-  }
+/* An allocation the thread's bucket did not serve: a scratch block of its page count, or a new
+ * block (a cached size at its bucket's or pages' whole size, the bucket filled by frees). */
+static __attribute__((noinline)) void *uncached_alloc(const Place *p, size_t size, unsigned flags) {
   const Cached k = cached_as(size);
   if ((k.bucket < 0 && !k.pages) || g_profiling) return named_alloc(p, size, flags);
-  // A small array not in its bucket (above) is allocated at its bucket's size; the bucket is
-  // filled by frees (cache_keep makes the thread's cache at the first).
   HandlerCache *c = k.pages ? cache_of(p) : NULL;
   void *ptr = NULL;
   if (c) {
@@ -198,18 +214,32 @@ static void *cached_alloc(const Place *p, size_t size, unsigned flags) {
   return ptr;
 }
 
+/* A block from the thread's bucket (no stack frame, no call), else uncached_alloc. */
+static inline void *cached_alloc(const Place *p, size_t size, unsigned flags) {
+  HandlerCache *c;
+  Bucket *b = size <= CACHE_MAX_BYTES ? cached_bucket(p, size, &c) : NULL;
+  if (b && b->count > 0) {
+    void *ptr = b->block[--b->count];
+    if (size > SMALL_MAX_BYTES) c->large_total -= bucket_bytes(bucket_of(size));
+    if (flags & HM_ZERO) memset(ptr, 0, size);
+    return ptr;
+  }
+  return uncached_alloc(p, size, flags);
+}
+
 /* numpy turns a NULL into a MemoryError that gives no reason; hetmem has one (a budget, a full
  * file tier, the tier's name), and says it on stderr, one line per refused array. */
-static void *said(void *ptr, size_t size) {
-  if (!ptr) {
-    char line[640];
-    int n = snprintf(line, sizeof line, "hetmem.arrays: an array of %zu bytes was refused: %s\n", size,
-                     hm_last_error());
-    if (n > 0) {
-      ssize_t ignored = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-      (void)ignored;
-    }
+static __attribute__((noinline, cold)) void say_refused(size_t size) {
+  char line[640];
+  int n = snprintf(line, sizeof line, "hetmem.arrays: an array of %zu bytes was refused: %s\n", size, hm_last_error());
+  if (n > 0) {
+    ssize_t ignored = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    (void)ignored;
   }
+}
+
+static inline void *said(void *ptr, size_t size) {
+  if (__builtin_expect(!ptr, 0)) say_refused(size);
   return ptr;
 }
 
@@ -227,15 +257,23 @@ static void *h_realloc(void *ctx, void *ptr, size_t size) {
   return said(hm_realloc(ptr, cached_as(size).bytes), size);
 }
 
-/* Keeps a freed block in the thread's cache when there is room; false otherwise. */
-static int cache_keep(const Place *p, void *ptr, size_t size) {
+/* Keeps a freed block in the thread's cache when there is room (making the cache at the first);
+ * false otherwise. */
+static __attribute__((noinline)) int cache_keep(const Place *p, void *ptr, size_t size) {
   const Cached k = cached_as(size);
   if ((k.bucket < 0 && !k.pages) || g_profiling) return 0;
   HandlerCache *c = cache_of(p);
   if (!c) return 0;
+  if (k.bucket >= SMALL_BUCKETS) {
+    Bucket *b = &c->buckets[k.bucket];
+    if (b->count >= LARGE_DEPTH || c->large_total + k.bytes > LARGE_TOTAL) return 0;
+    b->block[b->count++] = ptr;
+    c->large_total += k.bytes;
+    return 1;
+  }
   if (k.bucket >= 0) {
     Bucket *b = &c->buckets[k.bucket];
-    if (b->count >= CACHE_DEPTH) return 0;
+    if (b->count >= SMALL_DEPTH) return 0;
     b->block[b->count++] = ptr;
     return 1;
   }
@@ -252,12 +290,11 @@ static int cache_keep(const Place *p, void *ptr, size_t size) {
 
 static void h_free(void *ctx, void *ptr, size_t size) {
   if (!ptr) return;
-  if (size <= CACHE_MAX_BYTES && !g_profiling) {
-    Bucket *b = small_bucket(ctx, size);
-    if (b && b->count < CACHE_DEPTH) {
-      b->block[b->count++] = ptr;
-      return;
-    }
+  HandlerCache *c;
+  Bucket *b = size <= SMALL_MAX_BYTES ? cached_bucket(ctx, size, &c) : NULL;
+  if (b && b->count < SMALL_DEPTH) {
+    b->block[b->count++] = ptr;
+    return;
   }
   if (!cache_keep(ctx, ptr, size)) hm_free(ptr);
 }

@@ -143,7 +143,7 @@ def test_the_profiler_names_an_array_by_the_python_line_that_made_it(tmp_path):
 
 def test_small_arrays_reuse_a_block_of_their_tier_and_a_thread_gives_its_blocks_back():
     """The handler keeps a few freed small blocks per size and thread (as numpy's own handler
-    does), and a few scratch blocks of 64 KiB to 4 MiB by page count (as the C library's heap
+    does; up to 8 KiB, 64 KiB of those over 1 KiB at most), and a few scratch blocks of 64 KiB to 4 MiB by page count (as the C library's heap
     reuses them): an array dropped and made again gets the same block, on the same tier; a thread
     that ends returns its blocks to hetmem."""
     def churn(out):
@@ -161,7 +161,18 @@ def test_small_arrays_reuse_a_block_of_their_tier_and_a_thread_gives_its_blocks_
             del again
             kept = [np.empty(n, dtype=np.uint8) for n in range(1, 1025)]
             out.append(in_use("emul:optane"))
-            del kept, b
+            del kept
+            mid = np.empty(4000, dtype=np.uint8)        # up to 8 KiB: buckets of 256 bytes
+            where = mid.ctypes.data
+            del mid
+            again = np.zeros(3900, dtype=np.uint8)
+            out.append((where, again.ctypes.data, ha.tier_of(again), int(again.sum())))
+            del again
+            held = in_use("emul:optane")
+            many = [np.empty(8192, dtype=np.uint8) for _ in range(40)]
+            del many
+            out.append(in_use("emul:optane") - held)
+            del b
 
     before = in_use("emul:optane")
     seen = []
@@ -173,6 +184,9 @@ def test_small_arrays_reuse_a_block_of_their_tier_and_a_thread_gives_its_blocks_
     where, again, tier, total = seen[1]
     assert again == where and tier == "emul:optane" and total == (1 << 20) - 100
     assert seen[2] - before >= sum(range(1, 1025)), "the small arrays were on the tier"
+    where, again, tier, total = seen[3]
+    assert again == where and tier == "emul:optane" and total == 0
+    assert 0 < seen[4] <= 64 << 10, f"the thread keeps at most 64 KiB of arrays over 1 KiB, kept {seen[4]}"
     # Thread.join returns when Python is done with the thread, a moment before the C library runs
     # the thread's key destructors (which give the blocks back).
     deadline = time.monotonic() + 10
