@@ -119,7 +119,9 @@ double read_number(const std::string &path) {
 void from_sysfs(std::vector<NodeInfo> &nodes) {
   for (auto &node : nodes) {
     std::string base = "/sys/devices/system/node/node" + std::to_string(node.os_index) + "/access0/initiators/";
-    if (node.perf_source == HM_PERF_NONE) {
+    // One look for the directory where the firmware describes no node (most machines): each
+    // missing file costs a path walk in sysfs, and every process the preload library starts pays it.
+    if (node.perf_source == HM_PERF_NONE && prim::path_exists(base)) {
       double rb = read_number(base + "read_bandwidth"), wb = read_number(base + "write_bandwidth");
       double rl = read_number(base + "read_latency");
       if (rb > 0 || rl > 0) {
