@@ -7,22 +7,28 @@
 // during bootstrap; a thread-local flag stops recursion; a fork child drops the parent's buffers;
 // a profile does not follow exec'd programs unless asked (placement does); any internal failure
 // disables the shim, which then passes every call through.
+//
+// It carries no C++ runtime of its own (built without exceptions, no std::string): every process
+// it is loaded into would otherwise make the runtime's emergency exception pool at load (a 73 KiB
+// allocation) and map its unwinder and demangler. operator new's new handler and bad_alloc are the
+// program's runtime's.
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
 #include <new>
-#include <string>
 
 #include "alloc/hook.h"
 #include "preload/entry_hook.h"
@@ -45,6 +51,28 @@ using ReallocFn = void *(*)(void *, size_t);
 using MemalignFn = void *(*)(size_t, size_t);
 using PosixMemalignFn = int (*)(void **, size_t, size_t);
 using UsableFn = size_t (*)(void *);
+
+// A function of another object, found by name at its first use and kept: threads that race at
+// the first use find the same (a function-local static would need the C++ runtime's guards).
+template <class Fn>
+class Found {
+ public:
+  constexpr Found(void *handle, const char *name) : handle_(handle), name_(name) {}
+  Fn get() {
+    void *f = fn_.load(std::memory_order_acquire);
+    if (f == kUnknown) {
+      f = dlsym(handle_, name_);
+      fn_.store(f, std::memory_order_release);
+    }
+    return reinterpret_cast<Fn>(f);
+  }
+
+ private:
+  static inline void *const kUnknown = reinterpret_cast<void *>(uintptr_t{1});
+  void *handle_;
+  const char *name_;
+  std::atomic<void *> fn_{kUnknown};
+};
 
 struct alignas(64) Real {  // a line of its own: every call the C library takes goes through it
   MallocFn malloc;
@@ -343,20 +371,26 @@ __attribute__((noinline)) void release(void *p, trace::Fn fn, const void *caller
   g_real.free(p);
 }
 
-// The program's C++ runtime, not the copy linked inside this library (hm_private_runtime in
-// CMakeLists.txt): the new handler is the one the program set, and the bad_alloc thrown is the
-// one its runtime throws. A program without libstdc++.so gets this library's own.
+// The program's C++ runtime (this library carries none): the new handler is the one the program
+// set, and the bad_alloc thrown is the one its runtime throws, found by the names libstdc++ and
+// libc++ both export. An exception can only be thrown by the unwinder that will catch it, so a
+// program whose runtime is linked in and exports nothing (it then calls this operator new only by
+// looking it up itself) is told why it ends, instead of ending in an unwinder's assertion.
+void say(const char *what, const char *detail);
+
+Found<std::new_handler (*)()> g_get_new_handler{RTLD_DEFAULT, "_ZSt15get_new_handlerv"};
+Found<void (*)()> g_throw_bad_alloc{RTLD_DEFAULT, "_ZSt17__throw_bad_allocv"};
+
 std::new_handler program_new_handler() {
-  using Fn = std::new_handler (*)();
-  static Fn get = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "_ZSt15get_new_handlerv"));
-  return get ? get() : std::get_new_handler();
+  auto get = g_get_new_handler.get();
+  return get ? get() : nullptr;
 }
 
 [[noreturn]] void program_throw_bad_alloc() {
-  using Fn = void (*)();
-  static Fn raise = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "_ZSt17__throw_bad_allocv"));
-  if (raise) raise();
-  throw std::bad_alloc();
+  if (auto raise = g_throw_bad_alloc.get()) raise();
+  say("operator new: out of memory, and the program has no C++ runtime to throw std::bad_alloc from",
+      "it ends here (abort)");
+  abort();
 }
 
 // Every operator new past its fast path (new_entry).
@@ -380,27 +414,36 @@ __attribute__((noinline)) void *new_impl(size_t size, size_t align, trace::Fn fn
 
 // An LD_PRELOAD entry of hetmem's: this library, or libhetmem.so.0 that `hetmem run` preloads
 // before it (docs/profiler.md).
-bool is_hetmem_entry(const std::string &item) {
-  const size_t slash = item.rfind('/');
-  const std::string name = slash == std::string::npos ? item : item.substr(slash + 1);
-  return name.find("libhetmem_preload") != std::string::npos || name.rfind("libhetmem.so", 0) == 0;
+bool is_hetmem_entry(const char *item, size_t length) {
+  const char *name = item;
+  for (size_t i = 0; i < length; ++i)
+    if (item[i] == '/') name = item + i + 1;
+  const size_t n = length - static_cast<size_t>(name - item);
+  const char kPreload[] = "libhetmem_preload", kLibrary[] = "libhetmem.so";
+  if (memmem(name, n, kPreload, sizeof kPreload - 1)) return true;
+  return n >= sizeof kLibrary - 1 && memcmp(name, kLibrary, sizeof kLibrary - 1) == 0;
 }
 
 void remove_self_from_ld_preload() {
   const char *value = getenv("LD_PRELOAD");
   if (!value) return;
-  std::string kept, item;
-  std::string all = value;
-  size_t pos = 0;
-  while (pos <= all.size()) {
-    size_t end = all.find_first_of(": ", pos);
-    if (end == std::string::npos) end = all.size();
-    item = all.substr(pos, end - pos);
-    if (!item.empty() && !is_hetmem_entry(item)) kept += (kept.empty() ? "" : ":") + item;
-    pos = end + 1;
+  const size_t length = strlen(value);
+  char *kept = static_cast<char *>(g_real.malloc(length + 1));
+  if (!kept) return;
+  size_t used = 0;
+  for (const char *item = value; item <= value + length;) {
+    const size_t n = strcspn(item, ": ");
+    if (n > 0 && !is_hetmem_entry(item, n)) {
+      if (used > 0) kept[used++] = ':';
+      memcpy(kept + used, item, n);
+      used += n;
+    }
+    item += n + 1;
   }
-  if (kept.empty()) unsetenv("LD_PRELOAD");
-  else setenv("LD_PRELOAD", kept.c_str(), 1);
+  kept[used] = 0;
+  if (used == 0) unsetenv("LD_PRELOAD");
+  else setenv("LD_PRELOAD", kept, 1);
+  g_real.free(kept);
 }
 
 void child_after_fork() {
@@ -411,15 +454,28 @@ void child_after_fork() {
 }
 
 void say(const char *what, const char *detail) {
-  std::string line = std::string("hetmem preload: ") + what + (detail && *detail ? ": " : "") + (detail ? detail : "") + "\n";
-  ssize_t ignored = write(2, line.data(), line.size());
+  const bool any = detail && *detail;
+  char prefix[] = "hetmem preload: ", colon[] = ": ", newline[] = "\n";
+  iovec parts[] = {{prefix, sizeof prefix - 1},
+                   {const_cast<char *>(what), strlen(what)},
+                   {colon, any ? sizeof colon - 1 : 0},
+                   {const_cast<char *>(any ? detail : ""), any ? strlen(detail) : 0},
+                   {newline, 1}};
+  ssize_t ignored = writev(2, parts, 5);  // one line, one call
   (void)ignored;
 }
 
-std::string option(const char *name) {
+// An option's value, "" when it has none.
+struct OptionText {
   char value[4096] = {};
-  if (hm_option_get(name, value, sizeof value, nullptr, 0) != HM_OK) return "";
-  return value;
+  bool empty() const { return value[0] == 0; }
+  const char *c_str() const { return value; }
+};
+
+OptionText option(const char *name) {
+  OptionText text;
+  if (hm_option_get(name, text.value, sizeof text.value, nullptr, 0) != HM_OK) text.value[0] = 0;
+  return text;
 }
 
 // A numeric option, checked by hm_init (a size in bytes, a switch 0/1, a number in its range).
@@ -488,7 +544,7 @@ bool is_mpi_launcher() {
 // said, and windows are used instead.
 void infer_iterations() {
   if (is_mpi_launcher()) return;
-  const std::string at = option("HM_ITERATION_AT");
+  const OptionText at = option("HM_ITERATION_AT");
   const double window = number_option("HM_ITERATION_WINDOW");
   g_emulated_tiers = emulated_tiers();
   // Nothing to infer (no function named, and no windows that would serve anything): no look at the
@@ -501,7 +557,9 @@ void infer_iterations() {
   if (!at.empty()) {
     preload::EntryHookResult hooked = preload::hook_entries(at.c_str(), iteration_entered);
     if (hooked.slots > 0) {
-      if (hm_iteration_infer_start(("iteration (at " + at + ")").c_str(), 0) == HM_OK) g_inferred = "function";
+      char phase[sizeof at.value + 32];
+      snprintf(phase, sizeof phase, "iteration (at %s)", at.c_str());
+      if (hm_iteration_infer_start(phase, 0) == HM_OK) g_inferred = "function";
       else say("iterations not inferred", hm_last_error());
       return;
     }
@@ -522,63 +580,57 @@ __attribute__((constructor)) void start_up() {
   ready();
   find_self();
   Inside inside;
-  try {
-    const std::string trace = option("HM_PROFILE"), rules = option("HM_RULES"), summary = option("HM_SUMMARY");
-    if (trace.empty() && rules.empty() && summary.empty()) return;  // only scoped modes route: no start-up work
-    if (!summary.empty()) {
-      g_summary = strdup(summary.c_str());  // kept to the end of the process (written at exit)
-      clock_gettime(CLOCK_MONOTONIC, &g_start_wall);
-      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &g_start_cpu);
-    }
-    if (hm_init() != HM_OK) {
-      // Why (hm_init leaves the saying to its caller), and what it means for the program.
-      say("not started, the program runs without hetmem", hm_last_error());
-      return;
-    }
-    g_started = true;
-    g_children = number_option("HM_PROFILE_CHILDREN") == 1;
-    // A profile is the program's own unless children are followed; placement follows every
-    // program the run execs (Rscript execs R; a script or launcher execs the real program).
-    if (!g_children && !trace.empty()) remove_self_from_ld_preload();
-    const std::string root_pid = option("HM_PROFILE_ROOT_PID");
-    const bool first_process = root_pid.empty();
-    g_root = first_process || root_pid == std::to_string(getpid());
-    if (g_root) g_root_pid = getpid();
-    if (first_process) setenv("HM_PROFILE_ROOT_PID", std::to_string(getpid()).c_str(), 1);
-    if (const double large = number_option("HM_PROFILE_LARGE"); large > 0) g_large = static_cast<uint64_t>(large);
-    if (!rules.empty()) {
-      char error[512] = {};
-      if (hm_rules_install(rules.c_str(), error, sizeof error) == HM_OK) {
-        g_rules = true;
-        g_rules_uniform = hm_rules_uniform(&g_uniform_placement.target, &g_uniform_placement.tier) != 0;
-      } else {
-        say("rules not applied", error);
-      }
-    }
-    if (!trace.empty()) {
-      const int depth = static_cast<int>(number_option("HM_PROFILE_DEPTH"));
-      // Any program exec'd with --children (by a followed child, or by the first process itself)
-      // writes TRACE.PID, never over the first trace.
-      std::string path = trace;
-      if (!first_process) {
-        // A forked child that then execs keeps its pid: its trace up to the exec is TRACE.PID,
-        // the exec'd program's TRACE.PID.2 (.3 after a second exec, ...).
-        path += "." + std::to_string(getpid());
-        std::string first = path;
-        for (int n = 2; access(path.c_str(), F_OK) == 0 && n < 1000; ++n) path = first + "." + std::to_string(n);
-      }
-      if (hm_profile_start(path.c_str(), depth, g_large) == HM_OK) g_profiling = true;
-      else say("not profiling", hm_last_error());
-    }
-    infer_iterations();
-    pthread_atfork(nullptr, nullptr, child_after_fork);
-    update_fast_paths();
-  } catch (...) {
-    say("start-up failed; passing every call through", nullptr);
-    g_profiling = g_rules = false;
-    g_enabled = false;
-    update_fast_paths();
+  const OptionText trace = option("HM_PROFILE"), rules = option("HM_RULES"), summary = option("HM_SUMMARY");
+  if (trace.empty() && rules.empty() && summary.empty()) return;  // only scoped modes route: no start-up work
+  if (!summary.empty()) {
+    g_summary = strdup(summary.c_str());  // kept to the end of the process (written at exit)
+    clock_gettime(CLOCK_MONOTONIC, &g_start_wall);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &g_start_cpu);
   }
+  if (hm_init() != HM_OK) {
+    // Why (hm_init leaves the saying to its caller), and what it means for the program.
+    say("not started, the program runs without hetmem", hm_last_error());
+    return;
+  }
+  g_started = true;
+  g_children = number_option("HM_PROFILE_CHILDREN") == 1;
+  // A profile is the program's own unless children are followed; placement follows every
+  // program the run execs (Rscript execs R; a script or launcher execs the real program).
+  if (!g_children && !trace.empty()) remove_self_from_ld_preload();
+  const OptionText root_pid = option("HM_PROFILE_ROOT_PID");
+  const bool first_process = root_pid.empty();
+  const pid_t pid = getpid();
+  char pid_text[16];
+  snprintf(pid_text, sizeof pid_text, "%d", static_cast<int>(pid));
+  g_root = first_process || strcmp(root_pid.c_str(), pid_text) == 0;
+  if (g_root) g_root_pid = pid;
+  if (first_process) setenv("HM_PROFILE_ROOT_PID", pid_text, 1);
+  if (const double large = number_option("HM_PROFILE_LARGE"); large > 0) g_large = static_cast<uint64_t>(large);
+  if (!rules.empty()) {
+    char error[512] = {};
+    if (hm_rules_install(rules.c_str(), error, sizeof error) == HM_OK) {
+      g_rules = true;
+      g_rules_uniform = hm_rules_uniform(&g_uniform_placement.target, &g_uniform_placement.tier) != 0;
+    } else {
+      say("rules not applied", error);
+    }
+  }
+  if (!trace.empty()) {
+    const int depth = static_cast<int>(number_option("HM_PROFILE_DEPTH"));
+    // Any program exec'd with --children (by a followed child, or by the first process itself)
+    // writes TRACE.PID, never over the first trace. A forked child that then execs keeps its pid:
+    // its trace up to the exec is TRACE.PID, the exec'd program's TRACE.PID.2 (.3 after a second
+    // exec, ...).
+    char path[sizeof trace.value + 32];
+    snprintf(path, sizeof path, first_process ? "%s" : "%s.%s", trace.c_str(), pid_text);
+    for (int n = 2; !first_process && access(path, F_OK) == 0 && n < 1000; ++n)
+      snprintf(path, sizeof path, "%s.%s.%d", trace.c_str(), pid_text, n);
+    if (hm_profile_start(path, depth, g_large) == HM_OK) g_profiling = true;
+    else say("not profiling", hm_last_error());
+  }
+  infer_iterations();
+  pthread_atfork(nullptr, nullptr, child_after_fork);
+  update_fast_paths();
 }
 
 double seconds_since(clockid_t clock, const timespec &t0) {
@@ -820,10 +872,15 @@ uint64_t hetmem_in_use(uint64_t *blocks) {
 }
 }  // namespace
 
+namespace {
+Found<struct mallinfo2 (*)()> g_mallinfo2{RTLD_NEXT, "mallinfo2"};
+Found<struct mallinfo (*)()> g_mallinfo{RTLD_NEXT, "mallinfo"};
+Found<int (*)(void *)> g_dlclose{RTLD_NEXT, "dlclose"};
+}  // namespace
+
 HM_EXPORT struct mallinfo2 mallinfo2(void) {
-  static auto real = reinterpret_cast<struct mallinfo2 (*)()>(dlsym(RTLD_NEXT, "mallinfo2"));
   struct mallinfo2 m {};
-  if (real) m = real();
+  if (auto real = g_mallinfo2.get()) m = real();
   uint64_t blocks = 0, bytes = hetmem_in_use(&blocks);
   m.hblkhd += bytes;
   m.hblks += blocks;
@@ -831,9 +888,8 @@ HM_EXPORT struct mallinfo2 mallinfo2(void) {
 }
 
 HM_EXPORT struct mallinfo mallinfo(void) {
-  static auto real = reinterpret_cast<struct mallinfo (*)()>(dlsym(RTLD_NEXT, "mallinfo"));
   struct mallinfo m {};
-  if (real) m = real();
+  if (auto real = g_mallinfo.get()) m = real();
   uint64_t blocks = 0, bytes = hetmem_in_use(&blocks);
   // The C library's own int fields wrap modulo 2^32 beyond 2 GiB; these do likewise.
   m.hblkhd = static_cast<int>(static_cast<uint32_t>(static_cast<uint64_t>(static_cast<uint32_t>(m.hblkhd)) + bytes));
@@ -985,7 +1041,7 @@ int loaded_object_count() {
 // it are forgotten and asked again. Most dlclose calls (Open MPI closes every component it opened
 // to look at) only lower a reference count: the objects loaded are counted before and after.
 HM_EXPORT int dlclose(void *handle) {
-  static auto real = real_exec<int (*)(void *)>("dlclose");
+  auto real = g_dlclose.get();
   if (!real) {
     errno = ENOSYS;
     return -1;

@@ -640,6 +640,25 @@ def test_a_cxx_programs_new_handler_and_bad_alloc_are_its_own(tmp_path, mode):
     assert r.stdout.strip() == "handler calls 1, bad_alloc caught yes, nothrow null", r.stdout
 
 
+@pytest.mark.parametrize("mode", ["preload", "rules"])
+def test_operator_new_out_of_memory_without_a_cxx_runtime_to_throw_from_says_why(tmp_path, mode):
+    """The preload library carries no C++ runtime: its operator new throws the program's
+    std::bad_alloc. A program whose runtime is linked in and exports nothing (it reaches this
+    operator new only by looking it up) cannot catch an exception another runtime's unwinder
+    throws; it is told why it ends, not left to an unwinder's assertion."""
+    program = str(PROGRAMS / "prog_new_without_runtime")
+    rules = tmp_path / "all.rules"
+    rules.write_text("all -> capacity\n")
+    if mode == "rules":
+        r = hetmem("run", "--rules", str(rules), "--", program, env_extra={"HM_TIERS": "capacity=emul:cxl"})
+    else:
+        r = subprocess.run([program], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, LD_PRELOAD=str(BUILD / "libhetmem_preload.so")))
+    assert r.returncode in (-6, 134), r.stdout + r.stderr
+    assert ("hetmem preload: operator new: out of memory, and the program has no C++ runtime to throw "
+            "std::bad_alloc from: it ends here (abort)") in r.stderr, r.stderr
+
+
 def test_the_preload_library_adds_no_runtime_a_c_program_does_not_load(tmp_path):
     """A C program under the preload library maps no C++ runtime, hash-table library, hwloc, libnuma
     or libunwind: each library a process loads is start-up time, paid by every process of a build or
