@@ -5,8 +5,9 @@
 //
 // Robustness (heaptrack, mimalloc alloc-override.c): a static buffer answers dlsym's own calloc
 // during bootstrap; a thread-local flag stops recursion; a fork child drops the parent's buffers;
-// a profile does not follow exec'd programs unless asked (placement does); any internal failure
-// disables the shim, which then passes every call through.
+// a profile does not follow exec'd programs unless asked (placement does); what fails to start
+// (the runtime, the rules, the profile) is said and stays off, and the shim passes those calls
+// through.
 //
 // It carries no C++ runtime of its own (built without exceptions, no std::string): every process
 // it is loaded into would otherwise make the runtime's emergency exception pool at load (a 73 KiB
@@ -54,24 +55,27 @@ using UsableFn = size_t (*)(void *);
 
 // A function of another object, found by name at its first use and kept: threads that race at
 // the first use find the same (a function-local static would need the C++ runtime's guards).
+// Constant-initialised (constinit where defined), so that it works in a call that comes before
+// this library's initialisers run: another library's constructor may free, close or allocate.
+enum class Lookup { kNext, kDefault };  // dlsym's RTLD_NEXT or RTLD_DEFAULT
+
 template <class Fn>
 class Found {
  public:
-  constexpr Found(void *handle, const char *name) : handle_(handle), name_(name) {}
+  constexpr Found(Lookup where, const char *name) : where_(where), name_(name) {}
   Fn get() {
-    void *f = fn_.load(std::memory_order_acquire);
-    if (f == kUnknown) {
-      f = dlsym(handle_, name_);
-      fn_.store(f, std::memory_order_release);
+    if (!known_.load(std::memory_order_acquire)) {
+      fn_.store(dlsym(where_ == Lookup::kNext ? RTLD_NEXT : RTLD_DEFAULT, name_), std::memory_order_relaxed);
+      known_.store(true, std::memory_order_release);
     }
-    return reinterpret_cast<Fn>(f);
+    return reinterpret_cast<Fn>(fn_.load(std::memory_order_relaxed));
   }
 
  private:
-  static inline void *const kUnknown = reinterpret_cast<void *>(uintptr_t{1});
-  void *handle_;
+  Lookup where_;
   const char *name_;
-  std::atomic<void *> fn_{kUnknown};
+  std::atomic<void *> fn_{nullptr};
+  std::atomic<bool> known_{false};
 };
 
 struct alignas(64) Real {  // a line of its own: every call the C library takes goes through it
@@ -111,7 +115,6 @@ struct alignas(64) FastPaths {
 static_assert(sizeof(FastPaths) == 64, "the fast paths' state is one cache line");
 // Routing by scoped mode (hm_mode_push around an unchanged allocation) is always on: it costs one
 // thread-local read. Profiling and rules are on when asked for.
-bool g_enabled = true;
 bool g_profiling = false;
 bool g_rules = false;
 bool g_children = false;
@@ -202,14 +205,14 @@ RulesPlacement rules_placement(size_t size, const void *caller) {
 
 void update_fast_paths() {
   const bool resolved = g_fast.state.load(std::memory_order_acquire) == 2;
-  const bool records_or_owes = g_enabled && (g_profiling || g_owing.load(std::memory_order_relaxed));
+  const bool records_or_owes = g_profiling || g_owing.load(std::memory_order_relaxed);
   size_t below = SIZE_MAX;  // only mode scopes route
   if (!resolved || records_or_owes) below = 0;
-  else if (g_enabled && g_rules) below = hm_rules_placed_from();
+  else if (g_rules) below = hm_rules_placed_from();
   g_fast.libc_below.store(below, std::memory_order_release);
   g_fast.free_direct.store(resolved && !records_or_owes, std::memory_order_release);
-  g_fast.sampled_only.store(resolved && g_enabled && g_profiling && !g_rules, std::memory_order_release);
-  const bool direct = resolved && g_enabled && g_rules && g_rules_uniform &&
+  g_fast.sampled_only.store(resolved && g_profiling && !g_rules, std::memory_order_release);
+  const bool direct = resolved && g_rules && g_rules_uniform &&
                       g_uniform_placement.target == HM_RULES_TIER && !records_or_owes && !g_windows_pending.load();
   g_fast.direct_tier.store(direct ? g_uniform_placement.tier : -1, std::memory_order_relaxed);
 }
@@ -305,7 +308,7 @@ inline void *placed_directly(int tier, size_t size) {
 __attribute__((noinline)) void *allocate(size_t size, size_t align, bool zero, trace::Fn fn, const void *caller,
                                          const RulesPlacement *decided = nullptr) {
   void *p = nullptr;
-  if (!(libc_takes(size) && !decided) && g_enabled && !hm_inside_hook && !from_self(caller)) {
+  if (!(libc_takes(size) && !decided) && !hm_inside_hook && !from_self(caller)) {
     Inside inside;
     if (g_owing.load(std::memory_order_relaxed)) hm_emul_pay_owed();
     p = place(size, align, zero, caller, decided);
@@ -351,7 +354,7 @@ inline bool freed_directly(void *p) {
 
 __attribute__((noinline)) void release(void *p, trace::Fn fn, const void *caller) {
   if (!p || is_boot(p)) return;
-  if (g_enabled && !hm_inside_hook && !from_self(caller)) {
+  if (!hm_inside_hook && !from_self(caller)) {
     Inside inside;
     if (g_owing.load(std::memory_order_relaxed)) hm_emul_pay_owed();
     if (g_profiling) {
@@ -365,7 +368,7 @@ __attribute__((noinline)) void release(void *p, trace::Fn fn, const void *caller
     } else if (freed_if_hetmems(p)) {
       return;
     }
-  } else if (g_enabled && freed_if_hetmems(p)) {
+  } else if (freed_if_hetmems(p)) {
     return;
   }
   g_real.free(p);
@@ -378,8 +381,8 @@ __attribute__((noinline)) void release(void *p, trace::Fn fn, const void *caller
 // looking it up itself) is told why it ends, instead of ending in an unwinder's assertion.
 void say(const char *what, const char *detail);
 
-Found<std::new_handler (*)()> g_get_new_handler{RTLD_DEFAULT, "_ZSt15get_new_handlerv"};
-Found<void (*)()> g_throw_bad_alloc{RTLD_DEFAULT, "_ZSt17__throw_bad_allocv"};
+constinit Found<std::new_handler (*)()> g_get_new_handler{Lookup::kDefault, "_ZSt15get_new_handlerv"};
+constinit Found<void (*)()> g_throw_bad_alloc{Lookup::kDefault, "_ZSt17__throw_bad_allocv"};
 
 std::new_handler program_new_handler() {
   auto get = g_get_new_handler.get();
@@ -768,7 +771,6 @@ HM_EXPORT void *realloc(void *p, size_t size) {
     if (np) memcpy(np, p, std::min<size_t>(size, g_boot + sizeof g_boot - static_cast<char *>(p)));
     return np;
   }
-  if (!g_enabled) return g_real.realloc(p, size);
   if (g_profiling && !hm_inside_hook) {
     // Profiled large objects have mappings of their own (referenced bytes per object): an array
     // that grows past the threshold moves into one, and one that leaves it is recorded as freed
@@ -859,7 +861,7 @@ HM_EXPORT void *pvalloc(size_t size) {
 namespace {
 uint64_t hetmem_in_use(uint64_t *blocks) {
   uint64_t bytes = 0, count = 0;
-  if (!g_enabled || !g_started) return 0;
+  if (!g_started) return 0;
   Inside inside;
   for (int t = 0; t < hm_tier_count(); ++t) {
     hm_tier_stats_t st;
@@ -873,9 +875,9 @@ uint64_t hetmem_in_use(uint64_t *blocks) {
 }  // namespace
 
 namespace {
-Found<struct mallinfo2 (*)()> g_mallinfo2{RTLD_NEXT, "mallinfo2"};
-Found<struct mallinfo (*)()> g_mallinfo{RTLD_NEXT, "mallinfo"};
-Found<int (*)(void *)> g_dlclose{RTLD_NEXT, "dlclose"};
+constinit Found<struct mallinfo2 (*)()> g_mallinfo2{Lookup::kNext, "mallinfo2"};
+constinit Found<struct mallinfo (*)()> g_mallinfo{Lookup::kNext, "mallinfo"};
+constinit Found<int (*)(void *)> g_dlclose{Lookup::kNext, "dlclose"};
 }  // namespace
 
 HM_EXPORT struct mallinfo2 mallinfo2(void) {
@@ -899,7 +901,7 @@ HM_EXPORT struct mallinfo mallinfo(void) {
 
 HM_EXPORT size_t malloc_usable_size(void *p) {
   if (!p || is_boot(p) || !ready()) return 0;
-  if (g_enabled && owned(p)) return hm_usable_size(p);
+  if (owned(p)) return hm_usable_size(p);
   return g_real.usable(p);
 }
 
