@@ -157,7 +157,6 @@ static Cached cached_as(size_t size) {
   return c;
 }
 
-
 static void profiling_changed(int active) { g_profiling = active; }
 
 static void *place_alloc(const Place *p, size_t size, unsigned flags) {
