@@ -143,9 +143,9 @@ def test_the_profiler_names_an_array_by_the_python_line_that_made_it(tmp_path):
 
 def test_small_arrays_reuse_a_block_of_their_tier_and_a_thread_gives_its_blocks_back():
     """The handler keeps a few freed small blocks per size and thread (as numpy's own handler
-    does; up to 8 KiB, 64 KiB of those over 1 KiB at most), and a few scratch blocks of 64 KiB to 4 MiB by page count (as the C library's heap
-    reuses them): an array dropped and made again gets the same block, on the same tier; a thread
-    that ends returns its blocks to hetmem."""
+    does; up to 8 KiB, 64 KiB of those over 1 KiB at most), and a few scratch blocks of 64 KiB to
+    4 MiB by page count (as the C library's heap reuses them): an array dropped and made again gets
+    the same block, on the same tier; a thread that ends returns its blocks to hetmem."""
     def churn(out):
         with ha.placed("capacity"):
             a = np.empty(7, dtype=np.uint8)
@@ -169,7 +169,7 @@ def test_small_arrays_reuse_a_block_of_their_tier_and_a_thread_gives_its_blocks_
             out.append((where, again.ctypes.data, ha.tier_of(again), int(again.sum())))
             del again
             held = in_use("emul:optane")
-            many = [np.empty(8192, dtype=np.uint8) for _ in range(40)]
+            many = [np.empty(8192 - 256 * (i % 8), dtype=np.uint8) for i in range(40)]  # 8 sizes, 1.2 MiB
             del many
             out.append(in_use("emul:optane") - held)
             del b
@@ -186,7 +186,9 @@ def test_small_arrays_reuse_a_block_of_their_tier_and_a_thread_gives_its_blocks_
     assert seen[2] - before >= sum(range(1, 1025)), "the small arrays were on the tier"
     where, again, tier, total = seen[3]
     assert again == where and tier == "emul:optane" and total == 0
-    assert 0 < seen[4] <= 64 << 10, f"the thread keeps at most 64 KiB of arrays over 1 KiB, kept {seen[4]}"
+    # 4 blocks of each of the 8 sizes would be 230 KiB: the thread keeps at most 64 KiB of arrays over
+    # 1 KiB, which the heap holds in blocks of its size classes (at most 1.25x a request's size).
+    assert 0 < seen[4] <= 80 << 10, f"the thread kept {seen[4]} bytes of arrays over 1 KiB"
     # Thread.join returns when Python is done with the thread, a moment before the C library runs
     # the thread's key destructors (which give the blocks back).
     deadline = time.monotonic() + 10
