@@ -219,7 +219,7 @@ static inline void *cached_alloc(const Place *p, size_t size, unsigned flags) {
   Bucket *b = size <= CACHE_MAX_BYTES ? cached_bucket(p, size, &c) : NULL;
   if (b && b->count > 0) {
     void *ptr = b->block[--b->count];
-    if (size > SMALL_MAX_BYTES) c->large_total -= bucket_bytes(bucket_of(size));
+    if (size > SMALL_MAX_BYTES) c->large_total -= bucket_bytes((int)(b - c->buckets));
     if (flags & HM_ZERO) memset(ptr, 0, size);
     return ptr;
   }
