@@ -465,6 +465,42 @@ TEST_F(AllocApi, AFreedLargeMappingServesSmallerRequestsAndRejoins) {
   hm_free(again);
 }
 
+// A kept mapping smaller than a request no kept mapping serves is returned to the OS before the
+// new one is made: a program whose arrays outgrow the ones it freed does not hold both (R's
+// vectors). One that still serves smaller requests stays.
+TEST_F(AllocApi, KeptMappingsARequestHasOutgrownAreReturnedBeforeANewOneIsMade) {
+  constexpr size_t MiB = size_t{1} << 20;
+  auto reserved = [&] {
+    hm_tier_stats_t s{};
+    EXPECT_EQ(hm_tier_stats(cap_, &s), HM_OK);
+    return s.reserved;
+  };
+  const uint64_t start = reserved();
+  char *small = static_cast<char *>(hm_tier_alloc(cap_, 4 * MiB, 0, 0));
+  char *large = static_cast<char *>(hm_tier_alloc(cap_, 16 * MiB, 0, 0));
+  ASSERT_NE(small, nullptr) << hm_last_error();
+  ASSERT_NE(large, nullptr) << hm_last_error();
+  hm_free(small);
+  hm_free(large);
+  const uint64_t kept = reserved();
+  EXPECT_GE(kept, start + 20 * MiB) << "both kept for reuse";
+
+  // 8 MiB: the 16 MiB mapping's head serves it; the 4 MiB one is not in the way and stays.
+  char *mid = static_cast<char *>(hm_tier_alloc(cap_, 8 * MiB, 0, 0));
+  ASSERT_NE(mid, nullptr);
+  EXPECT_EQ(mid, large);
+  EXPECT_EQ(reserved(), kept) << "served by a kept mapping: nothing mapped, nothing returned";
+
+  // 24 MiB: no kept mapping serves it (the 16 MiB one is now an 8 MiB head in use and its tail).
+  // The 4 MiB and 8 MiB kept ones are returned, and 24 MiB mapped.
+  char *grown = static_cast<char *>(hm_tier_alloc(cap_, 24 * MiB, 0, 0));
+  ASSERT_NE(grown, nullptr) << hm_last_error();
+  std::memset(grown, 3, 24 * MiB);
+  EXPECT_EQ(reserved(), kept - 12 * MiB + 24 * MiB) << "the outgrown 4 and 8 MiB mappings returned";
+  hm_free(mid);
+  hm_free(grown);
+}
+
 TEST_F(AllocApi, BlocksOfAClassAndFirstBlocksOfClassesSpreadOverTheCacheSets) {
   auto set_of = [](const void *p) { return (reinterpret_cast<uintptr_t>(p) % 4096) / 64; };
   std::vector<void *> blocks;
