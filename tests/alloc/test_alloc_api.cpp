@@ -20,6 +20,12 @@ class AllocApi : public ::testing::Test {
     cap_ = hm_test::tier("capacity");
   }
   void TearDown() override { hm_finalize(); }
+  // Bytes the capacity tier has mapped (blocks in use, kept mappings, segments).
+  uint64_t reserved() const {
+    hm_tier_stats_t s{};
+    EXPECT_EQ(hm_tier_stats(cap_, &s), HM_OK);
+    return s.reserved;
+  }
   hm_tier_t fast_ = -1, cap_ = -1;
 };
 
@@ -394,11 +400,6 @@ TEST_F(AllocApi, TheFirstBlockOfASizeClassTouchesFewPagesOfItsPage) {
 // needed many blocks of one size and then as many of another holds the pages of one of them, not
 // both (R builds vectors of every size, one after another).
 TEST_F(AllocApi, APageWhoseBlocksAllComeBackServesAnotherClass) {
-  auto reserved = [&] {
-    hm_tier_stats_t s{};
-    EXPECT_EQ(hm_tier_stats(cap_, &s), HM_OK);
-    return s.reserved;
-  };
   // In a thread of its own each time: at its end its cache gives every block back.
   auto fill_and_free = [&](size_t size, size_t bytes) {
     std::thread([&] {
@@ -435,11 +436,6 @@ TEST_F(AllocApi, APageWhoseBlocksAllComeBackServesAnotherClass) {
 // no page faulted in again (numpy's arrays of varying sizes).
 TEST_F(AllocApi, AFreedLargeMappingServesSmallerRequestsAndRejoins) {
   constexpr size_t MiB = size_t{1} << 20;
-  auto reserved = [&] {
-    hm_tier_stats_t s{};
-    EXPECT_EQ(hm_tier_stats(cap_, &s), HM_OK);
-    return s.reserved;
-  };
   char *whole = static_cast<char *>(hm_tier_alloc(cap_, 48 * MiB, 0, 0));
   ASSERT_NE(whole, nullptr) << hm_last_error();
   std::memset(whole, 7, 48 * MiB);
@@ -470,11 +466,6 @@ TEST_F(AllocApi, AFreedLargeMappingServesSmallerRequestsAndRejoins) {
 // vectors). One that still serves smaller requests stays.
 TEST_F(AllocApi, KeptMappingsARequestHasOutgrownAreReturnedBeforeANewOneIsMade) {
   constexpr size_t MiB = size_t{1} << 20;
-  auto reserved = [&] {
-    hm_tier_stats_t s{};
-    EXPECT_EQ(hm_tier_stats(cap_, &s), HM_OK);
-    return s.reserved;
-  };
   const uint64_t start = reserved();
   char *small = static_cast<char *>(hm_tier_alloc(cap_, 4 * MiB, 0, 0));
   char *large = static_cast<char *>(hm_tier_alloc(cap_, 16 * MiB, 0, 0));
