@@ -21,6 +21,7 @@
 #include <stdarg.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -289,9 +290,11 @@ int page_node(const void *addr, int *node) {
 int node_size(int node, uint64_t *total, uint64_t *free_bytes) {
   const Numa *n = numa_of_several_nodes();
   if (!n) {
-    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
-    *total = static_cast<uint64_t>(pages) * kPageSize;
-    *free_bytes = static_cast<uint64_t>(avail) * kPageSize;
+    // One sysinfo call for both (sysconf's _SC_PHYS_PAGES and _SC_AVPHYS_PAGES make one each).
+    struct sysinfo si {};
+    if (sysinfo(&si) != 0) return errno_code(errno);
+    *total = static_cast<uint64_t>(si.totalram) * si.mem_unit;
+    *free_bytes = static_cast<uint64_t>(si.freeram) * si.mem_unit;
     return HM_OK;
   }
   long long fr = 0;
