@@ -1,7 +1,7 @@
 # `cmake --install build --prefix PREFIX`: everything a user runs and builds against (docs/install.md).
 #
 #   PREFIX/bin                  the hetmem command (a launcher for its Python package), hetmem-tiers,
-#                               hetmem-pic, hetmem-amr, hetmem-mg, hetmem-replica, hetmem_demo
+#                               hetmem-run, hetmem-pic, hetmem-amr, hetmem-mg, hetmem-replica, hetmem_demo
 #   PREFIX/lib                  libhetmem.so, libhetmem.a, libhetmem_fortran.a, libhetmem_preload.so,
 #                               hetmem-memkind/libmemkind.so.0, pkgconfig/hetmem.pc,
 #                               cmake/hetmem/ (find_package(hetmem CONFIG))
@@ -75,7 +75,7 @@ function(hm_relative_run_path target build_dir install_dir)
 endfunction()
 
 # Programs: the applications and tools into bin, the benchmarks' programs into the hetmem home.
-set(HM_APPS hetmem-tiers hetmem-pic hetmem-amr hetmem-replica hetmem_demo)
+set(HM_APPS hetmem-tiers hetmem-run hetmem-pic hetmem-amr hetmem-replica hetmem_demo)
 if(TARGET hetmem-mg)
   list(APPEND HM_APPS hetmem-mg)
 endif()

@@ -8,7 +8,8 @@ difference from the plain program is hetmem's cost, not placement's.
    (`profile`). The programs are started with exactly the environment the `hetmem` command would
    give them (`cli.launch_environment`), not through the command, so that the machinery is
    measured alone; the command's own start-up (a Python interpreter, a fixed cost) is row 2. An
-   MPI program is measured twice: `hetmem` on each rank (its start-up included in each rank), and
+   MPI program is measured twice: on each rank (its start-up included in each rank: `hetmem-run`,
+   the C launcher, for `run --plan` and `run --rules`, the `hetmem` command for `profile`), and
    `hetmem` once outside the launcher (`hetmem run ... -- mpirun ...`: the ranks inherit the
    environment; a profile follows them with --children).
    Rounds alternate the modes in a rotating order; each ratio is paired by round, with its spread.
@@ -48,6 +49,7 @@ from pathlib import Path
 from . import bench_memkind
 from . import real_programs as rp
 from .cli import launch_environment
+from .lib import find_program
 from .verdicts import at_most, ratio
 
 TARGETS = {"plan": 1.03, "rules": 1.03, "profile": 1.10}
@@ -81,7 +83,7 @@ def _launch_env(argv: list[str], base_env: dict) -> dict:
 def _command(program: rp.Program, mode: str, work: Path, tag: str, base_env: dict,
              per_rank: bool) -> tuple[list[str], dict]:
     """The program's command and environment in `mode`, as the hetmem command would start it: for
-    an MPI program on each rank (per_rank, through the command) or once, outside the launcher,
+    an MPI program on each rank (per_rank, through hetmem-run or the command) or once, outside the launcher,
     whose ranks inherit the environment."""
     plain = [a for a in program.command if a != "{hetmem}"]
     if mode == "plain":
@@ -190,7 +192,8 @@ def real_programs(rounds: int, tmp: Path, say) -> dict:
             peak_mib = {m: _peak_rss_mib(launcher, *_command(program, m, work, f"bench-rss-{m}", base_env, per_rank),
                                          work) for m in ("plain", "plan", "rules", "profile")}
             row = {"program": name, "seconds": seconds, "problems": problems, "peak_rss_mib": peak_mib,
-                   "through": "the hetmem command on each rank (its start-up included)" if per_rank
+                   "through": "hetmem-run (run) or the hetmem command (profile) on each rank (its start-up "
+                              "included)" if per_rank
                    else "the hetmem command once, outside the MPI launcher (its start-up not included)"
                    if program.per_rank else "the environment the hetmem command gives (its start-up not included)"}
             for mode in ("plan", "rules", "profile"):
@@ -215,16 +218,24 @@ def _compile_package() -> None:
 
 
 def command_start_up(rounds: int) -> dict:
-    """Seconds the `hetmem` command adds before the program starts (its Python interpreter)."""
-    hetmem = [sys.executable, "-m", "hetmem", "run", "--"]
+    """Seconds each launcher adds before the program starts: the `hetmem` command (its Python
+    interpreter) and hetmem-run, the C launcher for each rank of an MPI job (the preload library's
+    start in /bin/true included in both)."""
+    launchers = {"hetmem": [sys.executable, "-m", "hetmem", "run", "--"],
+                 "hetmem-run": [find_program("hetmem-run"), "--"]}
     env = rp.environment(DRAM_ONLY)
-    plain, wrapped = [], []
+    plain, wrapped = [], {name: [] for name in launchers}
     for _ in range(rounds):
         plain.append(_time(["/bin/true"], env, Path.cwd())[0])
-        wrapped.append(_time(hetmem + ["/bin/true"], env, Path.cwd())[0])
-    return {"plain_s": statistics.median(plain), "hetmem_run_s": statistics.median(wrapped),
-            "added_s": statistics.median(wrapped) - statistics.median(plain),
-            "spread_s": [min(wrapped) - max(plain), max(wrapped) - min(plain)]}
+        for name, argv in launchers.items():
+            wrapped[name].append(_time(argv + ["/bin/true"], env, Path.cwd())[0])
+
+    def added(times: list[float]) -> dict:
+        return {"added_s": statistics.median(times) - statistics.median(plain),
+                "spread_s": [min(times) - max(plain), max(times) - min(plain)]}
+
+    return {"plain_s": statistics.median(plain), "hetmem_run_s": statistics.median(wrapped["hetmem"]),
+            **added(wrapped["hetmem"]), "c_launcher": added(wrapped["hetmem-run"])}
 
 
 PROCESSES_PER_BATCH = 100
@@ -356,7 +367,9 @@ def main(out: str, quick: bool, console) -> int:
     console.print(table)
     console.print(f"the hetmem command's own start-up: {start['added_s']:.3f} s per run "
                   f"(spread {start['spread_s'][0]:.3f}-{start['spread_s'][1]:.3f} s; a fixed cost, not per "
-                  "allocation; not in the ratios above)")
+                  "allocation; not in the ratios above); hetmem-run's, the C launcher for each rank: "
+                  f"{1e3 * start['c_launcher']['added_s']:.2f} ms (spread {1e3 * start['c_launcher']['spread_s'][0]:.2f}-"
+                  f"{1e3 * start['c_launcher']['spread_s'][1]:.2f} ms)")
     console.print(f"the preload library's start-up in each process: {per_process['added_ms']:.3f} ms with a rules "
                   f"file (spread {per_process['spread_ms'][0]:.3f}-{per_process['spread_ms'][1]:.3f}; /bin/true "
                   f"{per_process['plain_ms']:.3f} ms plain), {per_process['no_rules_added_ms']:.3f} ms without one "

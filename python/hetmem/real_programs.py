@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .lib import source_file
+from .lib import find_program, source_file
 
 def lj_input(n: int, steps: int) -> str:
     """The LJ melt input shipped in examples/lammps/in.lj, with n (4 n^3 atoms) and steps set."""
@@ -303,16 +303,19 @@ def prepare(program: Program, workdir: Path) -> None:
 
 
 def command(program: Program, mode: str, workdir: Path, tag: str) -> list[str]:
-    """The command line of one mode: the program alone, or under hetmem (on each rank for MPI)."""
+    """The command line of one mode: the program alone, or under hetmem. On each rank of an MPI
+    program, `run` is the C launcher hetmem-run (docs/cli.md): what a rank should start, not a
+    Python interpreter; `profile` is the command's."""
     wrap: list[str] = []
+    run = [find_program("hetmem-run")] if program.per_rank else hetmem_command() + ["run"]
     if mode == "profile":
         wrap = hetmem_command() + ["profile", "-o", str(workdir / f"{tag}.hmtrace"), "--"]
     elif mode == "profile-every":  # every allocation recorded, small ones included (no sampling)
         wrap = hetmem_command() + ["profile", "-o", str(workdir / f"{tag}.hmtrace"), "--sample", "0", "--"]
     elif mode == "rules":
-        wrap = hetmem_command() + ["run", "--rules", str(workdir / "all-capacity.rules"), "--"]
+        wrap = run + ["--rules", str(workdir / "all-capacity.rules"), "--"]
     elif mode == "plan":
-        wrap = hetmem_command() + ["run", "--plan", str(workdir / "own.plan"), "--"]
+        wrap = run + ["--plan", str(workdir / "own.plan"), "--"]
     if "{hetmem}" in program.command:
         i = program.command.index("{hetmem}")
         return program.command[:i] + wrap + program.command[i + 1:]

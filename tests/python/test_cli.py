@@ -271,6 +271,91 @@ def test_run_refuses_a_mistyped_option_in_the_environment_instead_of_running_wit
     assert r.returncode == 0 and marker.exists(), r.stderr
 
 
+def hetmem_run_in_c(*args, env_extra=None, cwd=None):
+    """tools/hetmem_run.c, as `hetmem run` is run above (the machine's HM_TIERS and budget unset)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HM_TIERS", "HM_FAST_BUDGET")}
+    env.update(env_extra or {})
+    build = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
+    return subprocess.run([str(build / "hetmem-run"), *args], capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=60)
+
+
+def test_hetmem_run_in_c_gives_a_program_the_environment_hetmem_run_gives_it(tmp_path):
+    """`hetmem-run` (for each rank of an MPI job, docs/cli.md) starts a program as `hetmem run`
+    does: every variable the program sees has the same value, for each of its options (the
+    preload library's HM_PROFILE_ROOT_PID is the process's own id)."""
+    (tmp_path / "all.rules").write_text("all -> capacity\n")
+    dump = [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"]
+    base = {k: v for k, v in os.environ.items() if k not in ("HM_TIERS", "HM_FAST_BUDGET")}
+    base["PYTHONPATH"] = str(ROOT / "python")
+    for args in ([], ["--rules", str(tmp_path / "all.rules")], ["--plan", "./sub/../all.rules"],
+                 ["--plan", "all.rules", "--policy", "hetmem"], ["--policy", "slow-only"], ["--memkind"],
+                 ["--window", "0.5"]):
+        seen = []
+        build = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
+        for command in ([sys.executable, "-m", "hetmem", "run"], [str(build / "hetmem-run")]):
+            r = subprocess.run([*command, *args, "--", *dump], capture_output=True, text=True, env=base,
+                               cwd=tmp_path, timeout=600)
+            assert r.returncode == 0, (command, args, r.stderr)
+            env = json.loads(r.stdout)
+            env.pop("HM_PROFILE_ROOT_PID", None)
+            seen.append(env)
+        assert seen[0] == seen[1], (args, set(seen[0].items()) ^ set(seen[1].items()))
+        assert "libhetmem_preload.so" in seen[1]["LD_PRELOAD"]
+    assert seen[1]["HM_ITERATION_WINDOW"] == "0.5"
+
+
+# The last column: `hetmem run` refuses it in the same words. It does not for --window (it echoes
+# the number as it parsed it, 9999.0), an unknown option (argparse's own words) or --iteration-at
+# with a C++ name (which it resolves).
+@pytest.mark.parametrize("args, env, status, said, same_words", [
+    (["--rules", "a.rules", "--plan", "b.plan", "--", "true"], {}, 2, "give --rules or --plan, not both", True),
+    (["--policy", "nope", "--", "true"], {}, 2, "'nope' is not a policy", True),
+    (["--", "true"], {"HM_POLICY": "nope"}, 2, "'nope' is not a policy", True),
+    (["--", "true"], {"HM_FAST_BUDGET": "2Q"}, 2, "HM_FAST_BUDGET='2Q'", True),
+    (["--", "true"], {"HM_TIERS": "capacity=emul:optan"}, 2, "unknown emulation profile 'optan'", True),
+    (["--rules", "/nonexistent/x.rules", "--", "true"], {}, 2, "/nonexistent/x.rules", True),
+    (["--rules", "BAD", "--", "true"], {}, 2, "BAD", True),
+    (["--window", "9999", "--", "true"], {}, 2, "--window 9999", False),
+    (["--iteration-at", "LAMMPS_NS::Neighbor::decide", "--", "true"], {}, 2, "give its symbol", False),
+    (["--plan"], {}, 2, "--plan needs a value", False),
+    (["--bogus", "--", "true"], {}, 2, "unrecognized argument: --bogus", False),
+    (["--memkind"], {}, 2, "no program given after --", False),
+    (["--", "no-such-program-hm"], {}, 127, "no-such-program-hm: command not found", True),
+    (["--", "/nonexistent/prog"], {}, 127, "/nonexistent/prog: No such file or directory", True),
+    (["--", "./not-executable"], {}, 126, "./not-executable: Permission denied", True),
+    (["--", "./script"], {}, 126, "./script: No such file or directory", True),
+])
+def test_hetmem_run_in_c_refuses_what_hetmem_run_refuses_with_its_message(tmp_path, args, env, status, said,
+                                                                          same_words):
+    """The same checks as `hetmem run`, before the program starts, and the same words after its
+    own prefix; the program does not run."""
+    (tmp_path / "BAD").write_text("all -> nowhere\n")
+    (tmp_path / "not-executable").write_text("data\n")
+    (tmp_path / "script").write_text("#!/nonexistent/interpreter-hm\n")
+    (tmp_path / "script").chmod(0o755)
+    r = hetmem_run_in_c(*args, env_extra=env, cwd=tmp_path)
+    assert r.returncode == status and said in r.stderr, (r.returncode, r.stderr)
+    assert r.stderr.splitlines()[-1].startswith("hetmem-run: error: "), r.stderr  # after the usage, as argparse
+    if same_words:
+        python = subprocess.run([sys.executable, "-m", "hetmem", "run", *args], capture_output=True, text=True,
+                                cwd=tmp_path, timeout=600,
+                                env={**{k: v for k, v in os.environ.items() if k not in ("HM_TIERS", "HM_FAST_BUDGET")},
+                                     "PYTHONPATH": str(ROOT / "python"), **env})
+        ours = r.stderr.splitlines()[-1].removeprefix("hetmem-run: error: ")
+        theirs = python.stderr.splitlines()[-1].removeprefix("hetmem: error: ")
+        assert python.returncode == status and ours == theirs, (ours, theirs)
+
+
+def test_hetmem_run_in_c_gives_its_place_to_the_program():
+    """It execs the program: the same process, and the program's own exit status."""
+    build = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
+    p = subprocess.Popen([str(build / "hetmem-run"), "--", "sh", "-c", "echo $$; exit 4"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 4 and int(out.strip()) == p.pid, err
+
+
 @pytest.mark.parametrize("args, status, said", [
     (["run", "--rules", "a.rules", "--plan", "b.plan", "--", "true"], 2, "give --rules or --plan, not both"),
     (["run", "--policy", "nope", "--", "true"], 2, "'nope' is not a policy"),
@@ -299,7 +384,7 @@ def test_every_program_reports_the_projects_version():
     r = run("--version")
     assert r.returncode == 0 and r.stdout.startswith(f"hetmem {project} (libhetmem {project}, "), r.stdout + r.stderr
     for app in ("apps/pic/hetmem-pic", "apps/amr/hetmem-amr", "apps/mg/hetmem-mg", "apps/replica/hetmem-replica",
-                "hetmem-tiers", "examples/hetmem_demo", "bench/hetmem-bench-alloc", "bench/hetmem-bench-mg-hypre",
+                "hetmem-tiers", "hetmem-run", "examples/hetmem_demo", "bench/hetmem-bench-alloc", "bench/hetmem-bench-mg-hypre",
                 "bench/hetmem-bench-octree", "bench/hetmem-bench-stream", "bench/hetmem-bench-tiers",
                 "bench/hetmem-validate-emul"):
         if not (build / app).exists() and app.startswith("bench/"):

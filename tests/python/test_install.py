@@ -163,7 +163,8 @@ def test_the_installed_command_and_programs_run_from_the_prefix(prefix, tmp_path
     env = _clean_env(HM_TIERS="capacity=emul:cxl")
     version = _run([str(prefix / "bin" / "hetmem"), "--version"], env=env, cwd=tmp_path).stdout
     assert version.startswith("hetmem 0.1.0") and str(prefix / "lib" / "libhetmem.so") in version, version
-    for program in ("hetmem-pic", "hetmem-amr", "hetmem-replica", "hetmem-mg", "hetmem-tiers", "hetmem_demo"):
+    for program in ("hetmem-pic", "hetmem-amr", "hetmem-replica", "hetmem-mg", "hetmem-tiers", "hetmem-run",
+                    "hetmem_demo"):
         out = _run([str(prefix / "bin" / program), "--version"], env=env).stdout
         assert out.startswith(f"{program} 0.1.0"), out
     # The preload library from the prefix: the whole heap of a program on the capacity tier.
@@ -172,6 +173,12 @@ def test_the_installed_command_and_programs_run_from_the_prefix(prefix, tmp_path
     summary = tmp_path / "summary.json"
     _run([str(prefix / "bin" / "hetmem"), "run", "--rules", str(rules), "--", sys.executable, "-c",
           "x = [bytearray(1 << 16) for _ in range(100)]"], env=dict(env, HM_SUMMARY=str(summary)), cwd=tmp_path)
+    assert summary.exists()
+    # The same from the C launcher (each MPI rank's): the preload library beside the prefix's libhetmem.
+    summary.unlink()
+    out = _run([str(prefix / "bin" / "hetmem-run"), "--rules", str(rules), "--", sys.executable, "-c",
+                "import os; print(os.environ['LD_PRELOAD'])"], env=dict(env, HM_SUMMARY=str(summary)), cwd=tmp_path).stdout
+    assert out.startswith(f"{prefix / 'lib' / 'libhetmem.so.0'}:{prefix / 'lib' / 'libhetmem_preload.so'}"), out
     assert summary.exists()
     # numpy's handler and the package from the prefix, in a user's own script.
     script = ("from hetmem import arrays\n"

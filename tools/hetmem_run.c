@@ -1,0 +1,218 @@
+/* hetmem-run: `hetmem run` in C, for each rank of an MPI job and for machines without Python.
+ *   hetmem-run [--rules FILE | --plan FILE] [--policy NAME] [--memkind] [--iteration-at SYMBOL]
+ *              [--window SECONDS] [--] PROGRAM [ARGS...]
+ *   hetmem-run --version
+ * Starts PROGRAM (exec: it takes this process's place) with the environment `hetmem run` gives it
+ * (docs/cli.md), after the same checks: the environment's HM_* options, the policy, the rules file.
+ * `mpirun -n 1024 hetmem-run --plan P -- PROGRAM` costs each rank about a millisecond where the
+ * Python command costs each rank its interpreter's start-up (24 ms here, more from a shared file
+ * system). Exit status: the program's; 2 with a message for a bad option, file or policy; 127 or
+ * 126 with the shell's message for a program that is not found or cannot be run.
+ * --iteration-at takes a symbol (what `nm -D` lists); `hetmem run` also resolves C++ names. */
+#define _GNU_SOURCE
+#include <hetmem/hetmem.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char kUsage[] =
+    "usage: hetmem-run [--rules FILE | --plan FILE] [--policy NAME] [--memkind] [--iteration-at SYMBOL] "
+    "[--window SECONDS] [--] PROGRAM [ARGS...]\n";
+
+__attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  fputs("hetmem-run: error: ", stderr);
+  vfprintf(stderr, fmt, args);
+  fputc('\n', stderr);
+  va_end(args);
+  return 2;
+}
+
+/* `path` made absolute against the working directory and normalised as Python's os.path.abspath
+ * does (no ".", "..", or repeated "/"; symbolic links kept): the HM_RULES `hetmem run` sets. */
+static int absolute_path(const char *path, char *out, size_t len) {
+  char joined[2 * PATH_MAX];
+  char cwd[PATH_MAX];
+  if (path[0] == '/') snprintf(joined, sizeof joined, "%s", path);
+  else if (getcwd(cwd, sizeof cwd)) snprintf(joined, sizeof joined, "%s/%s", cwd, path);
+  else return -1;
+  size_t n = 0;
+  for (char *part = strtok(joined, "/"); part; part = strtok(NULL, "/")) {
+    if (strcmp(part, ".") == 0) continue;
+    if (strcmp(part, "..") == 0) {
+      while (n > 0 && out[--n] != '/') {}
+      continue;
+    }
+    int w = snprintf(out + n, len - n, "/%s", part);
+    if (w < 0 || (size_t)w >= len - n) return -1;
+    n += (size_t)w;
+  }
+  if (n == 0) snprintf(out, len, "/");
+  else out[n] = '\0';
+  return 0;
+}
+
+/* The directory of the libhetmem.so this program runs with: the preload library and hetmem's
+ * libmemkind are found beside it, as the hetmem command finds them. */
+static int library_dir(char *dir, size_t len) {
+  Dl_info info;
+  char real[PATH_MAX];
+  if (!dladdr((void *)hm_init, &info) || !info.dli_fname || !realpath(info.dli_fname, real)) return -1;
+  char *slash = strrchr(real, '/');
+  if (!slash) return -1;
+  *slash = '\0';
+  return snprintf(dir, len, "%s", real) < (int)len ? 0 : -1;
+}
+
+static int is_file(const char *path) { return access(path, F_OK) == 0; }
+
+/* LD_PRELOAD: libhetmem.so.0, then the preload library, then what it held (lib.preload_value). */
+static int set_preload(const char *dir) {
+  char preload[PATH_MAX + 32], runtime[2 * PATH_MAX];
+  const char *explicit_preload = getenv("HETMEM_PRELOAD");
+  if (explicit_preload && *explicit_preload) {
+    snprintf(preload, sizeof preload, "%.*s", PATH_MAX, explicit_preload);
+  } else {
+    snprintf(preload, sizeof preload, "%s/libhetmem_preload.so", dir);
+    if (!is_file(preload)) return fail("libhetmem_preload.so not found next to libhetmem.so (%s)", dir);
+  }
+  char preload_dir[PATH_MAX + 32];
+  snprintf(preload_dir, sizeof preload_dir, "%s", preload);
+  char *slash = strrchr(preload_dir, '/');
+  if (slash) *slash = '\0';
+  snprintf(runtime, sizeof runtime, "%s/libhetmem.so.0", slash ? preload_dir : ".");
+  const char *existing = getenv("LD_PRELOAD");
+  size_t n = strlen(runtime) + strlen(preload) + (existing ? strlen(existing) : 0) + 3;
+  char *value = malloc(n);
+  if (!value) return fail("out of memory");
+  snprintf(value, n, "%s%s%s%s%s", is_file(runtime) ? runtime : "", is_file(runtime) ? ":" : "", preload,
+           existing && *existing ? ":" : "", existing && *existing ? existing : "");
+  setenv("LD_PRELOAD", value, 1);
+  free(value);
+  return 0;
+}
+
+/* hetmem's libmemkind first on LD_LIBRARY_PATH (lib.find_memkind_dir). */
+static int set_memkind(const char *dir) {
+  static const char *const kDirs[] = {"memkind", "hetmem-memkind"};
+  for (size_t i = 0; i < sizeof kDirs / sizeof kDirs[0]; ++i) {
+    char candidate[PATH_MAX + 32], lib[PATH_MAX + 64], real[PATH_MAX];
+    snprintf(candidate, sizeof candidate, "%s/%s", dir, kDirs[i]);
+    snprintf(lib, sizeof lib, "%s/libmemkind.so.0", candidate);
+    if (!is_file(lib) || !realpath(candidate, real)) continue;
+    const char *path = getenv("LD_LIBRARY_PATH");
+    size_t n = strlen(real) + (path ? strlen(path) : 0) + 2;
+    char *value = malloc(n);
+    if (!value) return fail("out of memory");
+    snprintf(value, n, "%s%s%s", real, path && *path ? ":" : "", path && *path ? path : "");
+    setenv("LD_LIBRARY_PATH", value, 1);
+    free(value);
+    return 0;
+  }
+  return fail("hetmem's libmemkind.so.0 not found next to libhetmem.so (%s): build the project (scripts/setup.sh)", dir);
+}
+
+/* The option's value: "--name VALUE" or "--name=VALUE" at argv[*i] (advanced past it); NULL if
+ * argv[*i] is not this option. A missing value is said and ends the program. */
+static const char *option_value(int argc, char **argv, int *i, const char *name) {
+  size_t n = strlen(name);
+  if (strncmp(argv[*i], name, n) != 0) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] != '\0') return NULL;
+  if (*i + 1 >= argc) exit(fail("%s needs a value", name));
+  return argv[++*i];
+}
+
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("hetmem-run %s\n", hm_version());
+    return 0;
+  }
+  const char *rules = NULL, *plan = NULL, *policy = NULL, *iteration_at = NULL, *window = NULL;
+  int memkind = 0, i = 1;
+  for (; i < argc; ++i) {
+    const char *v;
+    if (strcmp(argv[i], "--") == 0) {
+      ++i;
+      break;
+    }
+    if (argv[i][0] != '-') break;
+    if ((v = option_value(argc, argv, &i, "--rules"))) rules = v;
+    else if ((v = option_value(argc, argv, &i, "--plan"))) plan = v;
+    else if ((v = option_value(argc, argv, &i, "--policy"))) policy = v;
+    else if ((v = option_value(argc, argv, &i, "--iteration-at"))) iteration_at = v;
+    else if ((v = option_value(argc, argv, &i, "--window"))) window = v;
+    else if (strcmp(argv[i], "--memkind") == 0) memkind = 1;
+    else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      fputs(kUsage, stdout);
+      return 0;
+    } else {
+      fputs(kUsage, stderr);
+      return fail("unrecognized argument: %s", argv[i]);
+    }
+  }
+  if (i >= argc) return fail("no program given after --");
+
+  if (plan && rules) return fail("give --rules or --plan, not both (a plan is a rules file with class targets)");
+  /* A plan's classes are placed by static placement unless another policy is asked for. */
+  const char *asked_policy = policy;
+  if (plan) {
+    rules = plan;
+    if (!policy) policy = getenv("HM_POLICY") && *getenv("HM_POLICY") ? getenv("HM_POLICY") : "hetmem-static";
+  }
+  /* The environment's own options as the library reads them: a typo is refused here, not ignored
+   * by a program that never asks hetmem. */
+  int rc = hm_init();
+  if (rc != HM_OK) return fail("%s", *hm_last_error() ? hm_last_error() : hm_strerror(rc));
+  const char *checked = policy ? policy : getenv("HM_POLICY");
+  if (checked && *checked && hm_policy_select(checked) != HM_OK)
+    return fail("%s%s", hm_last_error(), asked_policy || plan ? "" : " (HM_POLICY in the environment)");
+  if (policy) setenv("HM_POLICY", policy, 1);
+  if (rules) {
+    char path[PATH_MAX], error[1024] = "";
+    if (absolute_path(rules, path, sizeof path) != 0) return fail("%s: path too long", rules);
+    if (hm_rules_check(path, error, sizeof error) != HM_OK) return fail("%s", error[0] ? error : hm_last_error());
+    setenv("HM_RULES", path, 1);
+  }
+  char dir[PATH_MAX];
+  if (library_dir(dir, sizeof dir) != 0) return fail("cannot find the directory of libhetmem.so");
+  if (memkind && set_memkind(dir) != 0) return 2;
+  if (window) {
+    if (hm_option_check("HM_ITERATION_WINDOW", window) != HM_OK) return fail("--window %s: %s", window, hm_last_error());
+    setenv("HM_ITERATION_WINDOW", window, 1);
+  }
+  if (iteration_at) {
+    if (strpbrk(iteration_at, ":( ")) {
+      return fail("--iteration-at %s: a C++ name; give its symbol (nm -D PROGRAM lists them), or use `hetmem run`, "
+                  "which resolves C++ names", iteration_at);
+    }
+    setenv("HM_ITERATION_AT", iteration_at, 1);
+  }
+  /* HM_PROFILE_ROOT_PID marks a run's first process; one left by an enclosing run would make this
+   * program a child of that one. */
+  unsetenv("HM_PROFILE_ROOT_PID");
+  if (set_preload(dir) != 0) return 2;
+
+  const char *prog = argv[i];
+  fflush(stdout);
+  execvp(prog, argv + i);
+  /* As a shell says it: not found (127), found but not runnable (126: not executable, or a script
+   * whose #! interpreter is missing, which is ENOENT too). */
+  int err = errno;
+  if (err == ENOENT && !strchr(prog, '/')) {
+    fprintf(stderr, "hetmem-run: error: %s: command not found\n", prog);
+    return 127;
+  }
+  if (err == ENOENT && access(prog, F_OK) != 0) {
+    fprintf(stderr, "hetmem-run: error: %s: No such file or directory\n", prog);
+    return 127;
+  }
+  fprintf(stderr, "hetmem-run: error: %s: %s\n", prog, strerror(err));
+  return 126;
+}
