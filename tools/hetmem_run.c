@@ -5,7 +5,7 @@
  * Starts PROGRAM (exec: it takes this process's place) with the environment `hetmem run` gives it
  * (docs/cli.md), after the same checks: the environment's HM_* options, the policy, the rules file.
  * `mpirun -n 1024 hetmem-run --plan P -- PROGRAM` costs each rank about a millisecond where the
- * Python command costs each rank its interpreter's start-up (24 ms here, more from a shared file
+ * Python command costs each rank its interpreter's start-up (about 25 ms here, more from a shared file
  * system). Exit status: the program's; 2 with a message for a bad option, file or policy; 127 or
  * 126 with the shell's message for a program that is not found or cannot be run.
  * --iteration-at takes a symbol (what `nm -D` lists); `hetmem run` also resolves C++ names. */
