@@ -785,25 +785,18 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
     Extent outgrown[kRetainSlots];
     int n_outgrown = 0;
     if (best < 0 && !guarded) {
+      auto outgrown_by_request = [len](const Extent &r) {
+        return !r.guarded && r.file_offset == kNoFileOffset && r.size < len;
+      };
       for (size_t dropped = 0; dropped < pages;) {
-        int largest = -1;
-        for (int i = 0; i < kRetainSlots; ++i) {
-          const Extent &r = retained_[i];
-          if (r.addr && !r.guarded && r.file_offset == kNoFileOffset && r.size < len &&
-              (largest < 0 || r.size > retained_[largest].size))
-            largest = i;
-        }
+        const int largest = largest_retained(outgrown_by_request);
         if (largest < 0) break;
-        dropped += retained_[largest].size;
-        retained_bytes_ -= retained_[largest].size;
-        outgrown[n_outgrown++] = retained_[largest];
-        retained_[largest] = Extent{};
+        outgrown[n_outgrown] = take_retained(largest);
+        dropped += outgrown[n_outgrown++].size;
       }
     }
     if (best >= 0) {
-      e = retained_[best];
-      retained_[best] = Extent{};
-      retained_bytes_ -= e.size;
+      e = take_retained(best);
       // A larger anonymous mapping: the request takes its head, in whole 2 MiB slots (a large
       // block's unit), and the rest stays retained on its own, so that the pages a freed array
       // faulted in serve whatever size comes next, as a freed chunk of the C library's heap does.
@@ -815,10 +808,7 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
       }
     }
     lock.unlock();
-    for (int i = 0; i < n_outgrown; ++i) {
-      tier_->backing->unmap(outgrown[i]);
-      counters_.reserved.fetch_sub(outgrown[i].size, std::memory_order_relaxed);
-    }
+    for (int i = 0; i < n_outgrown; ++i) unmap_reserved(outgrown[i]);
     if (e.addr && guarded && round_up(e.size, prim::kPageSize) != pages) {
       const size_t had = e.size;
       if (tier_->backing->resize_guarded(&e, len) == HM_OK) {
@@ -850,10 +840,7 @@ void *TierHeap::allocate_large(size_t len, size_t align, unsigned flags) {
   if (!lb || !slot_map().set(e.addr, e.size, &lb->owner)) {
     if (lb) meta_free(lb);
     if (pool) pool->give(e.addr, e.size);
-    else {
-      tier_->backing->unmap(e);
-      counters_.reserved.fetch_sub(e.size, std::memory_order_relaxed);
-    }
+    else unmap_reserved(e);
     return fail_null(HM_ENOMEM, "cannot record a large block");
   }
   counters_.undeclared_records.fetch_add(1, std::memory_order_relaxed);
@@ -954,20 +941,13 @@ void TierHeap::release_large(LargeBlock *lb) {
           char *ra = static_cast<char *>(r.addr), *ea = static_cast<char *>(e.addr);
           if (ra + r.size == ea) e.addr = ra;
           else if (ea + e.size != ra) continue;
-          e.size += r.size;
-          retained_bytes_ -= r.size;
-          r = Extent{};
+          e.size += take_retained(i).size;
           merged = true;
         }
       }
     }
     while (e.size <= retain_limit() && retained_bytes_ + e.size > retain_limit()) {
-      int largest = -1;
-      for (int i = 0; i < kRetainSlots; ++i)
-        if (retained_[i].addr && (largest < 0 || retained_[i].size > retained_[largest].size)) largest = i;
-      evicted[n_evicted++] = retained_[largest];
-      retained_bytes_ -= retained_[largest].size;
-      retained_[largest] = Extent{};
+      evicted[n_evicted++] = take_retained(largest_retained([](const Extent &) { return true; }));
     }
     int free_slot = -1;
     for (int i = 0; i < kRetainSlots && free_slot < 0; ++i)
@@ -978,11 +958,11 @@ void TierHeap::release_large(LargeBlock *lb) {
       kept = true;
     }
   }
-  for (int i = 0; i < n_evicted; ++i) {
-    tier_->backing->unmap(evicted[i]);
-    counters_.reserved.fetch_sub(evicted[i].size, std::memory_order_relaxed);
-  }
-  if (kept) return;
+  for (int i = 0; i < n_evicted; ++i) unmap_reserved(evicted[i]);
+  if (!kept) unmap_reserved(e);
+}
+
+void TierHeap::unmap_reserved(const Extent &e) {
   tier_->backing->unmap(e);
   counters_.reserved.fetch_sub(e.size, std::memory_order_relaxed);
 }

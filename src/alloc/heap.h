@@ -167,6 +167,24 @@ class TierHeap {
   std::mutex large_mutex_;
   Extent retained_[kRetainSlots] = {};
   uint64_t retained_bytes_ = 0;
+  // Under large_mutex_: the largest kept mapping of those `eligible` accepts (-1 if none), and a
+  // kept mapping taken out of its slot.
+  template <class Eligible>
+  int largest_retained(Eligible eligible) const {
+    int largest = -1;
+    for (int i = 0; i < kRetainSlots; ++i)
+      if (retained_[i].addr && eligible(retained_[i]) && (largest < 0 || retained_[i].size > retained_[largest].size))
+        largest = i;
+    return largest;
+  }
+  // A large mapping returned to the OS, and no longer counted as reserved.
+  void unmap_reserved(const Extent &e);
+  Extent take_retained(int slot) {
+    const Extent e = retained_[slot];
+    retained_[slot] = Extent{};
+    retained_bytes_ -= e.size;
+    return e;
+  }
 };
 
 // Pre-reserved hugetlb pages handed out first fit (Christgau (2021), hppmalloc).
