@@ -263,17 +263,12 @@ static __attribute__((noinline)) int cache_keep(const Place *p, void *ptr, size_
   if ((k.bucket < 0 && !k.pages) || g_profiling) return 0;
   HandlerCache *c = cache_of(p);
   if (!c) return 0;
-  if (k.bucket >= SMALL_BUCKETS) {
-    Bucket *b = &c->buckets[k.bucket];
-    if (b->count >= LARGE_DEPTH || c->large_total + k.bytes > LARGE_TOTAL) return 0;
-    b->block[b->count++] = ptr;
-    c->large_total += k.bytes;
-    return 1;
-  }
   if (k.bucket >= 0) {
+    const int large = k.bucket >= SMALL_BUCKETS;
     Bucket *b = &c->buckets[k.bucket];
-    if (b->count >= SMALL_DEPTH) return 0;
+    if (b->count >= (large ? LARGE_DEPTH : SMALL_DEPTH) || (large && c->large_total + k.bytes > LARGE_TOTAL)) return 0;
     b->block[b->count++] = ptr;
+    if (large) c->large_total += k.bytes;
     return 1;
   }
   if (c->scratch.total + k.pages > SCRATCH_TOTAL) return 0;

@@ -21,10 +21,10 @@
 #include <stdarg.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/sysinfo.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <pthread.h>
