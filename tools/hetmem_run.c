@@ -72,9 +72,21 @@ static int library_dir(char *dir, size_t len) {
 
 static int is_file(const char *path) { return access(path, F_OK) == 0; }
 
+/* Sets `name` to `head`, followed by its value before, if any, after a ':'. */
+static int set_before(const char *name, const char *head) {
+  const char *old = getenv(name);
+  const size_t n = strlen(head) + (old ? strlen(old) : 0) + 2;
+  char *value = malloc(n);
+  if (!value) return fail("out of memory");
+  snprintf(value, n, "%s%s%s", head, old && *old ? ":" : "", old && *old ? old : "");
+  setenv(name, value, 1);
+  free(value);
+  return 0;
+}
+
 /* LD_PRELOAD: libhetmem.so.0, then the preload library, then what it held (lib.preload_value). */
 static int set_preload(const char *dir) {
-  char preload[PATH_MAX + 32], runtime[2 * PATH_MAX];
+  char preload[PATH_MAX + 32];
   const char *explicit_preload = getenv("HETMEM_PRELOAD");
   if (explicit_preload && *explicit_preload) {
     snprintf(preload, sizeof preload, "%.*s", PATH_MAX, explicit_preload);
@@ -82,20 +94,14 @@ static int set_preload(const char *dir) {
     snprintf(preload, sizeof preload, "%s/libhetmem_preload.so", dir);
     if (!is_file(preload)) return fail("libhetmem_preload.so not found next to libhetmem.so (%s)", dir);
   }
-  char preload_dir[PATH_MAX + 32];
-  snprintf(preload_dir, sizeof preload_dir, "%s", preload);
-  char *slash = strrchr(preload_dir, '/');
-  if (slash) *slash = '\0';
-  snprintf(runtime, sizeof runtime, "%s/libhetmem.so.0", slash ? preload_dir : ".");
-  const char *existing = getenv("LD_PRELOAD");
-  size_t n = strlen(runtime) + strlen(preload) + (existing ? strlen(existing) : 0) + 3;
-  char *value = malloc(n);
-  if (!value) return fail("out of memory");
-  snprintf(value, n, "%s%s%s%s%s", is_file(runtime) ? runtime : "", is_file(runtime) ? ":" : "", preload,
-           existing && *existing ? ":" : "", existing && *existing ? existing : "");
-  setenv("LD_PRELOAD", value, 1);
-  free(value);
-  return 0;
+  /* libhetmem.so.0 from the preload library's directory, when it is there. */
+  char head[3 * PATH_MAX];
+  const char *slash = strrchr(preload, '/');
+  const int dir_length = slash ? (int)(slash - preload) : 1;
+  snprintf(head, sizeof head, "%.*s/libhetmem.so.0", dir_length, slash ? preload : ".");
+  if (is_file(head)) snprintf(head + strlen(head), sizeof head - strlen(head), ":%s", preload);
+  else snprintf(head, sizeof head, "%s", preload);
+  return set_before("LD_PRELOAD", head);
 }
 
 /* hetmem's libmemkind first on LD_LIBRARY_PATH (lib.find_memkind_dir). */
@@ -105,15 +111,7 @@ static int set_memkind(const char *dir) {
     char candidate[PATH_MAX + 32], lib[PATH_MAX + 64], real[PATH_MAX];
     snprintf(candidate, sizeof candidate, "%s/%s", dir, kDirs[i]);
     snprintf(lib, sizeof lib, "%s/libmemkind.so.0", candidate);
-    if (!is_file(lib) || !realpath(candidate, real)) continue;
-    const char *path = getenv("LD_LIBRARY_PATH");
-    size_t n = strlen(real) + (path ? strlen(path) : 0) + 2;
-    char *value = malloc(n);
-    if (!value) return fail("out of memory");
-    snprintf(value, n, "%s%s%s", real, path && *path ? ":" : "", path && *path ? path : "");
-    setenv("LD_LIBRARY_PATH", value, 1);
-    free(value);
-    return 0;
+    if (is_file(lib) && realpath(candidate, real)) return set_before("LD_LIBRARY_PATH", real);
   }
   return fail("hetmem's libmemkind.so.0 not found next to libhetmem.so (%s): build the project (scripts/setup.sh)", dir);
 }

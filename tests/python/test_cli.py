@@ -11,14 +11,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run(*args, env_extra=None, unset=("HM_TIERS", "HM_FAST_BUDGET")):
+def command_env(env_extra=None, unset=("HM_TIERS", "HM_FAST_BUDGET")):
+    """The environment a user's command gets here: the machine's HM_TIERS and budget unset, the
+    package on PYTHONPATH."""
     env = dict(os.environ)
     for name in unset:
         env.pop(name, None)
     env["PYTHONPATH"] = str(ROOT / "python") + os.pathsep + env.get("PYTHONPATH", "")
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "hetmem", *args], capture_output=True, text=True, env=env,
-                          timeout=600)
+    return env
+
+
+def run(*args, env_extra=None, unset=("HM_TIERS", "HM_FAST_BUDGET"), cwd=None):
+    return subprocess.run([sys.executable, "-m", "hetmem", *args], capture_output=True, text=True,
+                          env=command_env(env_extra, unset), cwd=cwd, timeout=600)
 
 
 def test_tiers_json_lists_roles(tmp_path):
@@ -272,12 +278,10 @@ def test_run_refuses_a_mistyped_option_in_the_environment_instead_of_running_wit
 
 
 def hetmem_run_in_c(*args, env_extra=None, cwd=None):
-    """tools/hetmem_run.c, as `hetmem run` is run above (the machine's HM_TIERS and budget unset)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HM_TIERS", "HM_FAST_BUDGET")}
-    env.update(env_extra or {})
+    """tools/hetmem_run.c, in the environment `run` gives the command."""
     build = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
-    return subprocess.run([str(build / "hetmem-run"), *args], capture_output=True, text=True, env=env, cwd=cwd,
-                          timeout=60)
+    return subprocess.run([str(build / "hetmem-run"), *args], capture_output=True, text=True,
+                          env=command_env(env_extra), cwd=cwd, timeout=60)
 
 
 def test_hetmem_run_in_c_gives_a_program_the_environment_hetmem_run_gives_it(tmp_path):
@@ -286,17 +290,12 @@ def test_hetmem_run_in_c_gives_a_program_the_environment_hetmem_run_gives_it(tmp
     preload library's HM_PROFILE_ROOT_PID is the process's own id)."""
     (tmp_path / "all.rules").write_text("all -> capacity\n")
     dump = [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"]
-    base = {k: v for k, v in os.environ.items() if k not in ("HM_TIERS", "HM_FAST_BUDGET")}
-    base["PYTHONPATH"] = str(ROOT / "python")
     for args in ([], ["--rules", str(tmp_path / "all.rules")], ["--plan", "./sub/../all.rules"],
                  ["--plan", "all.rules", "--policy", "hetmem"], ["--policy", "slow-only"], ["--memkind"],
                  ["--window", "0.5"]):
         seen = []
-        build = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
-        for command in ([sys.executable, "-m", "hetmem", "run"], [str(build / "hetmem-run")]):
-            r = subprocess.run([*command, *args, "--", *dump], capture_output=True, text=True, env=base,
-                               cwd=tmp_path, timeout=600)
-            assert r.returncode == 0, (command, args, r.stderr)
+        for r in (run("run", *args, "--", *dump, cwd=tmp_path), hetmem_run_in_c(*args, "--", *dump, cwd=tmp_path)):
+            assert r.returncode == 0, (args, r.stderr)
             env = json.loads(r.stdout)
             env.pop("HM_PROFILE_ROOT_PID", None)
             seen.append(env)
@@ -338,10 +337,7 @@ def test_hetmem_run_in_c_refuses_what_hetmem_run_refuses_with_its_message(tmp_pa
     assert r.returncode == status and said in r.stderr, (r.returncode, r.stderr)
     assert r.stderr.splitlines()[-1].startswith("hetmem-run: error: "), r.stderr  # after the usage, as argparse
     if same_words:
-        python = subprocess.run([sys.executable, "-m", "hetmem", "run", *args], capture_output=True, text=True,
-                                cwd=tmp_path, timeout=600,
-                                env={**{k: v for k, v in os.environ.items() if k not in ("HM_TIERS", "HM_FAST_BUDGET")},
-                                     "PYTHONPATH": str(ROOT / "python"), **env})
+        python = run("run", *args, env_extra=env, cwd=tmp_path)
         ours = r.stderr.splitlines()[-1].removeprefix("hetmem-run: error: ")
         theirs = python.stderr.splitlines()[-1].removeprefix("hetmem: error: ")
         assert python.returncode == status and ours == theirs, (ours, theirs)
@@ -351,7 +347,7 @@ def test_hetmem_run_in_c_gives_its_place_to_the_program():
     """It execs the program: the same process, and the program's own exit status."""
     build = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
     p = subprocess.Popen([str(build / "hetmem-run"), "--", "sh", "-c", "echo $$; exit 4"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, env=command_env())
     out, err = p.communicate(timeout=60)
     assert p.returncode == 4 and int(out.strip()) == p.pid, err
 
