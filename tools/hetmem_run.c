@@ -4,7 +4,7 @@
  *   hetmem-run --version
  * Starts PROGRAM (exec: it takes this process's place) with the environment `hetmem run` gives it
  * (docs/cli.md), after the same checks: the environment's HM_* options, the policy, the rules file.
- * `mpirun -n 1024 hetmem-run --plan P -- PROGRAM` costs each rank about a millisecond where the
+ * `mpirun -n 1024 hetmem-run --plan P -- PROGRAM` costs each rank under 2 ms where the
  * Python command costs each rank its interpreter's start-up (about 25 ms here, more from a shared file
  * system). Exit status: the program's; 2 with a message for a bad option, file or policy; 127 or
  * 126 with the shell's message for a program that is not found or cannot be run.

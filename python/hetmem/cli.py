@@ -612,7 +612,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         rn = sub.add_parser("run", help="run a program with the preload library: placement rules, scoped modes",
                             description="Runs a program with the preload library: placement rules or a plan, "
                             "scoped modes. On each rank of an MPI job, hetmem-run (the same launcher in C, "
-                            "with these options) starts in about a millisecond, without a Python interpreter.")
+                            "with these options) starts in under 2 ms, without a Python interpreter.")
         rn.add_argument("--rules", help="rules file (docs/profiler.md); without it only hm_mode_push scopes route")
         rn.add_argument("--plan", help="plan file from `hetmem plan` (call sites -> classes); policy hetmem-static "
                         "unless --policy says otherwise")
