@@ -300,6 +300,14 @@ int Pool::write(uint64_t offset, const void *a, uint64_t a_bytes, const void *b,
                               : fail(HM_EIO, "persistent pool '%s': writing %s at %s failed", path_.c_str(),
                                      format_size(a_bytes + b_bytes).c_str(), format_size(offset).c_str());
   written(base_ + offset, a_bytes + b_bytes);
+  // The medium starts on the whole pages written while the writer goes on, so that the commit's
+  // sync waits for the last of them only, where it would write them all. A page the next write
+  // shares is left to the commit, not written twice.
+  if (!map_sync_) {
+    const uint64_t page = prim::kPageSize;
+    const uint64_t from = round_up(offset, page), to = (offset + a_bytes + b_bytes) / page * page;
+    if (to > from) prim::start_writeback(fd_, from, to - from);
+  }
   return HM_OK;
 }
 

@@ -102,7 +102,9 @@ class Pool {
   int allocate(uint64_t bytes, uint64_t *offset);
   // Writes `a` then `b` at `offset` (space the working version allocated) through the file rather
   // than the mapping: one copy, no page faults, and a full medium is an error (HM_ECAPACITY, naming
-  // the pool), where a store through the mapping into a hole would be a SIGBUS. Marked written.
+  // the pool), where a store through the mapping into a hole would be a SIGBUS. Marked written;
+  // off MAP_SYNC its whole pages start on their way to the medium at once, so that the commit's
+  // sync waits only for what is still under way.
   int write(uint64_t offset, const void *a, uint64_t a_bytes, const void *b = nullptr, uint64_t b_bytes = 0);
   // Marks [p, p + bytes) as written by the working version (flushed at the commit).
   void written(const void *p, uint64_t bytes);

@@ -169,6 +169,11 @@ int sync_fd(int fd);
 // The file's data on its medium (fdatasync): every dirty page, written through the file or a
 // shared mapping of it, without the timestamps' journal commit an fsync or msync also makes.
 int sync_data(int fd);
+// Starts writing the file's dirty pages in [offset, offset + bytes) to its medium and returns
+// without waiting (sync_file_range with SYNC_FILE_RANGE_WRITE): a later sync_data finds them
+// written or on their way. Nothing on a file system without writeback (tmpfs). A failure to
+// write shows at that sync_data, so none is returned here.
+void start_writeback(int fd, uint64_t offset, uint64_t bytes);
 int rename_path(const std::string &from, const std::string &to);
 int remove_path(const std::string &path);
 // Writes the pieces in order with one system call (writev); HM_EIO unless all were written.

@@ -837,6 +837,9 @@ int write_two_at(int fd, const void *a, size_t a_bytes, const void *b, size_t b_
 int set_file_size(int fd, uint64_t bytes) { return ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? HM_OK : HM_EIO; }
 int sync_fd(int fd) { return fsync(fd) == 0 ? HM_OK : HM_EIO; }
 int sync_data(int fd) { return fdatasync(fd) == 0 ? HM_OK : HM_EIO; }
+void start_writeback(int fd, uint64_t offset, uint64_t bytes) {
+  (void)sync_file_range(fd, static_cast<off64_t>(offset), static_cast<off64_t>(bytes), SYNC_FILE_RANGE_WRITE);
+}
 int rename_path(const std::string &from, const std::string &to) {
   return rename(from.c_str(), to.c_str()) == 0 ? HM_OK : HM_EIO;
 }
