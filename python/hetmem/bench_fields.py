@@ -19,9 +19,11 @@ happened to land on such memory decided the disk rows for 3.2 MiB fields (the he
 `pwritev`s of 3.2 MiB took 0.3 or 4.7 ms by where they landed; a replay with the same writes and
 syncs did the same). So every worker first touches and frees `WARM_MIB` of memory, and both stores
 start from memory the host backs.
-Both stores are driven by the same pyfdb code, so Python's per-call cost is in both. The consumers
-run at nice 19 and hetmem-mg on one OpenMP thread: the paper's consumers had nodes of their own,
-and on 2 cores they would otherwise measure CPU sharing rather than the stores' interference.
+Both stores are driven by the same pyfdb code, so Python's per-call cost is in both. The paper's
+consumers had nodes of their own; here each writer (and hetmem-mg, on one OpenMP thread) gets a core
+of its own and the consumers the cores left, where the machine has a core to spare, and the
+consumers run at nice 19 in any case: sharing a writer's core, they would measure the scheduler
+rather than the stores' interference (files, locks, flushes).
 """
 
 from __future__ import annotations
@@ -115,11 +117,26 @@ def _consumer(config: str, writers: int, size: int, steps: int) -> None:
 
 # --- one configuration --------------------------------------------------------------------------
 
-def _background() -> None:
-    """Consumers run at the lowest priority: in Weiland et al.'s workflow the product generators run
-    on nodes of their own, and on a 2-core machine they would otherwise take the producer's CPU,
-    which is not the interference (files, locks, flushes) the comparison is about."""
-    os.nice(19)
+def cores(writers: int) -> tuple[list[set[int]], set[int]] | None:
+    """A core for each writer and the cores left for the consumers, where this process may run on
+    more cores than there are writers; None where it may not (then all of them share)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) <= writers:
+        return None
+    return [{c} for c in cpus[:writers]], set(cpus[writers:])
+
+
+def _on(cpus: set[int] | None, background: bool = False):
+    """What a worker runs before it starts: its cores (when given), and for a consumer the lowest
+    priority. In Weiland et al.'s workflow the product generators run on nodes of their own; on a
+    core a writer uses they would take its CPU, which is not the interference (files, locks,
+    flushes) the comparison is about."""
+    def start() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if background:
+            os.nice(19)
+    return start
 
 
 def _worker_environment(config: Path) -> tuple[dict[str, str], Path]:
@@ -136,11 +153,14 @@ def _run_store(config: Path, writers: int, consumers: int, size: int, steps: int
     me = [sys.executable, "-m", "hetmem.bench_fields"]
     env, cwd = _worker_environment(config)
     start_at = time.time() + 2.0  # after every process has imported pyfdb and touched its memory
+    own, left = cores(writers) or ([None] * writers, None)
     cons = [subprocess.Popen(me + ["consumer", str(config), str(writers), str(size), str(steps)], env=env, cwd=cwd,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_background)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_on(left, background=True))
             for _ in range(consumers)]
     wrs = [subprocess.Popen(me + ["writer", str(config), str(w), str(size), str(steps), repr(start_at)], env=env,
-                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(writers)]
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_on(own[w]))
+           for w in range(writers)]
     store = config.parent.name  # _config's directory: the store's name
     w_out, c_out = _results(wrs, f"writer of the {store} store"), _results(cons, f"consumer of the {store} store")
     pushed = writers * steps * fields_per_step(size) * size
@@ -193,17 +213,18 @@ def _workflow(config: Path, consumers: int, n: int, steps: int) -> float:
     """Seconds per model step of hetmem-mg writing every step, with `consumers` product generators."""
     request = ",".join(f"{k}={v}" for k, v in {**_db("hmmg"), "date": ""}.items() if v)
     env, cwd = _worker_environment(config)
+    own, left = cores(1) or ([None], None)
     cons = [subprocess.Popen([sys.executable, "-m", "hetmem", "fields", "consume", request, "--config", str(config),
                               "--steps", str(steps), "--timeout", "600", "--product-expver", f"pg{c:02d}"], cwd=cwd,
-                             env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_background)
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_on(left, background=True))
             for c in range(consumers)]
     time.sleep(1.0 if consumers else 0)
     t0 = time.perf_counter()
     # One OpenMP thread: the model keeps one core, as it keeps its nodes in the paper's workflow.
     model = subprocess.run([find_program("hetmem-mg"), f"mg.n={n}", f"mg.steps={steps}", "mg.output_interval=1"],
                            env={**fields.environment(config), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                           timeout=900)
+                           timeout=900, preexec_fn=_on(own[0]))
     wall = time.perf_counter() - t0
     if model.returncode != 0:
         raise HetmemError(f"bench fields: hetmem-mg failed: {model.stderr.strip()[-500:]}")
@@ -234,6 +255,14 @@ def main(out: str, quick: bool) -> int:
         if PAGE_REPORTING.exists():
             print(f"  this machine reports free memory to its host (virtio-balloon): each worker touches and frees "
                   f"{WARM_MIB} MiB before it starts, so that neither store writes into memory the host must fault in")
+        ncpu = len(os.sched_getaffinity(0))
+        spare = [w for w in writer_counts if cores(w)]
+        print(f"  cores: {ncpu}; " + (f"with {' or '.join(map(str, spare))} writer(s) each writer has a core of its own "
+                                      "and the consumers (nice 19) the cores left" if spare else "")
+              + ("; " if spare and len(spare) < len(writer_counts) else "")
+              + (f"with {' or '.join(str(w) for w in writer_counts if w not in spare)} writer(s) writers and consumers "
+                 "(nice 19) share them" if len(spare) < len(writer_counts) else ""))
+        result["cores"] = ncpu
         result["warm_mib"] = WARM_MIB
         result["free_page_reporting"] = PAGE_REPORTING.exists()
         head = (f"  {'medium':7s} {'field':>8s} {'wr':>2s} {'cons':>4s} {'file GiB/s':>10s} {'hetmem GiB/s':>12s} "

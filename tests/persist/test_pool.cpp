@@ -1,8 +1,11 @@
 // Persistent pools: versions survive reopening, commits are atomic, bad files are refused and
 // left as they are.
 #include <gtest/gtest.h>
+#include <linux/magic.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -113,6 +116,51 @@ TEST_F(PoolTest, CommitFlushesDataThenFencesThenWritesTheSlot) {
   EXPECT_EQ(rec.events[1], "fence");
   EXPECT_EQ(rec.events[2].rfind("flush 56 32", 0), 0u) << "then the root slot (slot 0 at byte 56): " << rec.events[2];
   EXPECT_EQ(rec.events[3], "fence");
+}
+
+// What the page cache holds of a file's range, and how much of it is dirty (cachestat, Linux 6.5;
+// the struct and number of linux/mman.h and asm/unistd_64.h there).
+struct CacheState {
+  uint64_t cached = 0, dirty = 0, writeback = 0, evicted = 0, recently_evicted = 0;
+};
+int cache_state(int fd, uint64_t offset, uint64_t bytes, CacheState *out) {
+  struct {
+    uint64_t off, len;
+  } range{offset, bytes};
+  constexpr long kCachestat = 451;
+  return static_cast<int>(syscall(kCachestat, fd, &range, out, 0));
+}
+
+TEST_F(PoolTest, AWriteStartsItsWholePagesOnTheirWayToTheMedium) {
+  std::unique_ptr<Pool> pool;
+  ASSERT_EQ(Pool::create(path_, 16 << 20, &pool), HM_OK);
+  ASSERT_EQ(pool->commit(0), HM_OK);  // the pool at its path
+  struct statfs fs {};
+  ASSERT_EQ(statfs(path_.c_str(), &fs), 0);
+  if (fs.f_type == TMPFS_MAGIC || pool->map_sync())
+    GTEST_SKIP() << "the pool is on tmpfs or DAX, where nothing is written back";
+  const int fd = open(path_.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  CacheState before;
+  if (cache_state(fd, 0, 0, &before) != 0) {
+    close(fd);
+    GTEST_SKIP() << "no cachestat on this kernel (" << std::strerror(errno) << "; Linux 6.5 has it)";
+  }
+  const uint64_t bytes = 4 << 20;
+  uint64_t off = 0;
+  ASSERT_EQ(pool->allocate(bytes + 64, &off), HM_OK);
+  std::vector<char> data(bytes + 64, 'x');
+  ASSERT_EQ(pool->write(off, data.data(), data.size()), HM_OK);
+  CacheState now;
+  ASSERT_EQ(cache_state(fd, off, data.size(), &now), 0);
+  close(fd);
+  // Left alone, the page cache writes dirty pages back after 30 s (vm.dirty_expire_centisecs):
+  // all of them would still be dirty. Started at the write, at most the last page, which the next
+  // write shares, is.
+  EXPECT_EQ(now.cached, (data.size() + 4095) / 4096) << "the pages written are in the page cache";
+  EXPECT_LE(now.dirty, 1u) << "of " << now.cached << " pages written, " << now.dirty << " are dirty and "
+                           << now.writeback << " under writeback";
+  ASSERT_EQ(pool->commit(off), HM_OK);
 }
 
 TEST_F(PoolTest, BadFilesAreRefusedAndLeftAsTheyAre) {
