@@ -240,7 +240,7 @@ def _workflow(config: Path, consumers: int, n: int, steps: int) -> float:
 def main(out: str, quick: bool) -> int:
     if problem := fields.plugin_problem():
         raise HetmemError(problem)
-    rounds = 2 if quick else 3
+    rounds = 2 if quick else 5
     steps = 4 if quick else 8
     sizes = {k: v for k, v in SIZES.items() if not quick or k != "800 KiB"}
     writer_counts = [1] if quick else [1, 2]
