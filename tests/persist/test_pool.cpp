@@ -154,6 +154,8 @@ TEST_F(PoolTest, AWriteStartsItsWholePagesOnTheirWayToTheMedium) {
   CacheState now;
   ASSERT_EQ(cache_state(fd, off, data.size(), &now), 0);
   close(fd);
+  if (now.cached == 0)
+    GTEST_SKIP() << "the file's page cache is not this file's (an overlay file system?): nothing to observe";
   // Left alone, the page cache writes dirty pages back after 30 s (vm.dirty_expire_centisecs):
   // all of them would still be dirty. Started at the write, at most the last page, which the next
   // write shares, is.
