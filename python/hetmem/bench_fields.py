@@ -117,12 +117,12 @@ def _consumer(config: str, writers: int, size: int, steps: int) -> None:
 
 # --- one configuration --------------------------------------------------------------------------
 
-def cores(writers: int) -> tuple[list[set[int]], set[int]] | None:
+def cores(writers: int) -> tuple[list[set[int] | None], set[int] | None]:
     """A core for each writer and the cores left for the consumers, where this process may run on
-    more cores than there are writers; None where it may not (then all of them share)."""
+    more cores than there are writers; else None for each (then all of them share every core)."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) <= writers:
-        return None
+        return [None] * writers, None
     return [{c} for c in cpus[:writers]], set(cpus[writers:])
 
 
@@ -153,7 +153,7 @@ def _run_store(config: Path, writers: int, consumers: int, size: int, steps: int
     me = [sys.executable, "-m", "hetmem.bench_fields"]
     env, cwd = _worker_environment(config)
     start_at = time.time() + 2.0  # after every process has imported pyfdb and touched its memory
-    own, left = cores(writers) or ([None] * writers, None)
+    own, left = cores(writers)
     cons = [subprocess.Popen(me + ["consumer", str(config), str(writers), str(size), str(steps)], env=env, cwd=cwd,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              preexec_fn=_on(left, background=True))
@@ -213,7 +213,7 @@ def _workflow(config: Path, consumers: int, n: int, steps: int) -> float:
     """Seconds per model step of hetmem-mg writing every step, with `consumers` product generators."""
     request = ",".join(f"{k}={v}" for k, v in {**_db("hmmg"), "date": ""}.items() if v)
     env, cwd = _worker_environment(config)
-    own, left = cores(1) or ([None], None)
+    own, left = cores(1)
     cons = [subprocess.Popen([sys.executable, "-m", "hetmem", "fields", "consume", request, "--config", str(config),
                               "--steps", str(steps), "--timeout", "600", "--product-expver", f"pg{c:02d}"], cwd=cwd,
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -256,12 +256,15 @@ def main(out: str, quick: bool) -> int:
             print(f"  this machine reports free memory to its host (virtio-balloon): each worker touches and frees "
                   f"{WARM_MIB} MiB before it starts, so that neither store writes into memory the host must fault in")
         ncpu = len(os.sched_getaffinity(0))
-        spare = [w for w in writer_counts if cores(w)]
-        print(f"  cores: {ncpu}; " + (f"with {' or '.join(map(str, spare))} writer(s) each writer has a core of its own "
-                                      "and the consumers (nice 19) the cores left" if spare else "")
-              + ("; " if spare and len(spare) < len(writer_counts) else "")
-              + (f"with {' or '.join(str(w) for w in writer_counts if w not in spare)} writer(s) writers and consumers "
-                 "(nice 19) share them" if len(spare) < len(writer_counts) else ""))
+        spare = [str(w) for w in writer_counts if cores(w)[1]]
+        shared = [str(w) for w in writer_counts if not cores(w)[1]]
+        layout = []
+        if spare:
+            layout.append(f"with {' or '.join(spare)} writer(s) each writer has a core of its own and the consumers "
+                          "(nice 19) the cores left")
+        if shared:
+            layout.append(f"with {' or '.join(shared)} writer(s) writers and consumers (nice 19) share them")
+        print(f"  cores: {ncpu}; " + "; ".join(layout))
         result["cores"] = ncpu
         result["warm_mib"] = WARM_MIB
         result["free_page_reporting"] = PAGE_REPORTING.exists()
