@@ -8,7 +8,9 @@
  * Python command costs each rank its interpreter's start-up (about 25 ms here, more from a shared file
  * system). Exit status: the program's; 2 with a message for a bad option, file or policy; 127 or
  * 126 with the shell's message for a program that is not found or cannot be run.
- * --iteration-at takes a symbol (what `nm -D` lists); `hetmem run` also resolves C++ names. */
+ * --iteration-at takes a symbol (what `nm -D` lists) or a C++ name; `hetmem run` checks it before
+ * the program starts, hetmem-run leaves it to the preload library, which says why at the program's
+ * start when it cannot hook it. */
 #define _GNU_SOURCE
 #include <hetmem/hetmem.h>
 #include <dlfcn.h>
@@ -185,13 +187,9 @@ int main(int argc, char **argv) {
     if (hm_option_check("HM_ITERATION_WINDOW", window) != HM_OK) return fail("--window %s: %s", window, hm_last_error());
     setenv("HM_ITERATION_WINDOW", window, 1);
   }
-  if (iteration_at) {
-    if (strpbrk(iteration_at, ":( ")) {
-      return fail("--iteration-at %s: a C++ name; give its symbol (nm -D PROGRAM lists them), or use `hetmem run`, "
-                  "which resolves C++ names", iteration_at);
-    }
-    setenv("HM_ITERATION_AT", iteration_at, 1);
-  }
+  /* A C++ name is resolved by the preload library in the program, which says at its start when it
+   * cannot hook the function (windows are used then). */
+  if (iteration_at) setenv("HM_ITERATION_AT", iteration_at, 1);
   /* HM_PROFILE_ROOT_PID marks a run's first process; one left by an enclosing run would make this
    * program a child of that one. */
   unsetenv("HM_PROFILE_ROOT_PID");

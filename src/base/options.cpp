@@ -66,7 +66,7 @@ constexpr OptionSpec kOptions[] = {
      "run (forked or exec'd, with HM_PROFILE_CHILDREN=1) writes TRACE.PID"},
     {Option::kIterationWindow, "HM_ITERATION_WINDOW", "0.1", "preload library: seconds per inferred iteration of a program that marks none "
      "(0: none; see HM_ITERATION_AT)", OptionKind::kNumber, 0, 3600},
-    {Option::kIterationAt, "HM_ITERATION_AT", "", "preload library: a function (its symbol) whose every entry ends an inferred iteration, "
+    {Option::kIterationAt, "HM_ITERATION_AT", "", "preload library: a function (its symbol, or a C++ name such as ns::Class::step) whose every entry ends an inferred iteration, "
      "in place of time windows (set by `hetmem profile/run --iteration-at`)"},
     {Option::kRules, "HM_RULES", "", "preload library: placement rules file (set by `hetmem run --rules`)"},
     {Option::kClassMin, "HM_CLASS_MIN", "4K", "preload library: allocations a plan's class rule matches that are smaller "

@@ -299,11 +299,20 @@ int Pool::write(uint64_t offset, const void *a, uint64_t a_bytes, const void *b,
                                      format_size(offset).c_str())
                               : fail(HM_EIO, "persistent pool '%s': writing %s at %s failed", path_.c_str(),
                                      format_size(a_bytes + b_bytes).c_str(), format_size(offset).c_str());
+  if (map_sync_) {
+    // The kernel copies a write into a DAX file with non-temporal stores (copy_from_iter_flushcache):
+    // no cache line of it is left to write back, only the commit's fence. Adjacent writes (a
+    // field after its record) are one range.
+    const uint64_t end = offset + a_bytes + b_bytes;
+    if (!through_.empty() && through_.back().second == offset) through_.back().second = end;
+    else through_.emplace_back(offset, end);
+    return HM_OK;
+  }
   written(base_ + offset, a_bytes + b_bytes);
   // The medium starts on the whole pages written while the writer goes on, so that the commit's
   // sync waits for the last of them only, where it would write them all. A page the next write
   // shares is left to the commit, not written twice.
-  if (!map_sync_) {
+  {
     const uint64_t page = prim::kPageSize;
     const uint64_t from = round_up(offset, page), to = (offset + a_bytes + b_bytes) / page * page;
     if (to > from) prim::start_writeback(fd_, from, to - from);
@@ -330,12 +339,12 @@ int Pool::set_top(uint64_t top) {
   return HM_OK;
 }
 
-void Pool::flush(uint64_t offset, uint64_t bytes) {
+void Pool::flush(uint64_t offset, uint64_t bytes, bool cached) {
   flushed_bytes_ += bytes;
   if (observer_) observer_->on_flush(offset, bytes);
   // On a MAP_SYNC mapping, cache-line write-backs; elsewhere the page cache's dirty pages reach
   // the medium at the fence, all in one fdatasync (what this version wrote is all that is dirty).
-  if (map_sync_) prim::flush_lines(base_ + offset, bytes);
+  if (map_sync_ && cached) prim::flush_lines(base_ + offset, bytes);
 }
 
 void Pool::fence() {
@@ -370,6 +379,10 @@ int Pool::commit(uint64_t root, uint64_t sequence) {
     for (++i; i < dirty_.size() && dirty_[i].first <= hi; ++i) hi = std::max(hi, dirty_[i].second);
     flush(lo, hi - lo);
   }
+  for (auto &r : through_) {
+    written_line_bytes_ += ((r.second + 63) & ~uint64_t{63}) - (r.first & ~uint64_t{63});
+    flush(r.first, r.second - r.first, false);
+  }
   fence();
   int slot = committed_slot_ == 0 ? 1 : 0;
   RootSlot next{sequence ? sequence : committed_.sequence + 1, root, top_, 0};
@@ -381,12 +394,14 @@ int Pool::commit(uint64_t root, uint64_t sequence) {
   committed_ = next;
   committed_slot_ = slot;
   dirty_.clear();
+  through_.clear();
   return staging_.empty() ? HM_OK : publish();
 }
 
 void Pool::rollback() {
   top_ = committed_slot_ >= 0 ? committed_.top : kHeaderBytes;
   dirty_.clear();
+  through_.clear();
 }
 
 }  // namespace hm::persist

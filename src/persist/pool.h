@@ -104,7 +104,8 @@ class Pool {
   // than the mapping: one copy, no page faults, and a full medium is an error (HM_ECAPACITY, naming
   // the pool), where a store through the mapping into a hole would be a SIGBUS. Marked written;
   // off MAP_SYNC its whole pages start on their way to the medium at once, so that the commit's
-  // sync waits only for what is still under way.
+  // sync waits only for what is still under way. On MAP_SYNC the kernel's copy into the DAX file
+  // bypasses the CPU caches (non-temporal stores), so the commit fences it without write-backs.
   int write(uint64_t offset, const void *a, uint64_t a_bytes, const void *b = nullptr, uint64_t b_bytes = 0);
   // Marks [p, p + bytes) as written by the working version (flushed at the commit).
   void written(const void *p, uint64_t bytes);
@@ -143,7 +144,9 @@ class Pool {
 
  private:
   Pool() = default;
-  void flush(uint64_t offset, uint64_t bytes);
+  // Makes [offset, offset + bytes) durable at the next fence; `cached`: written through the
+  // mapping, so that on MAP_SYNC its cache lines need writing back.
+  void flush(uint64_t offset, uint64_t bytes, bool cached = true);
   void fence();
   int map(int fd, uint64_t bytes);
 
@@ -163,6 +166,7 @@ class Pool {
   uint64_t top_ = kHeaderBytes;
   uint64_t backed_ = 0;  // the file's blocks are allocated below this offset
   std::vector<std::pair<uint64_t, uint64_t>> dirty_;  // [offset, end) written since the last commit
+  std::vector<std::pair<uint64_t, uint64_t>> through_;  // of them, copied past the caches (MAP_SYNC writes)
   uint64_t flushed_bytes_ = 0;
   uint64_t written_line_bytes_ = 0;
   PersistObserver *observer_ = nullptr;

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "prim/elf.h"
 
@@ -75,12 +76,51 @@ extern "C" void hm_preload_entry_trampoline();
 
 namespace hm::preload {
 
-EntryHookResult hook_entries(const char *symbol, void (*on_entry)()) {
+namespace {
+
+// The symbol a C++ name (`LAMMPS_NS::Neighbor::decide`, with or without its parameters) stands
+// for: the one the loaded objects call through the dynamic linker by that name. False, saying why
+// in `detail`, when none or several are.
+bool symbol_of_cxx_name(const char *name, char *symbol, size_t symbol_len, char (&detail)[256]) {
+  char found[1024];
+  const int n = hm_elf_calls_named(name, found, sizeof found, reinterpret_cast<void *>(&hook_entries), nullptr);
+  if (n == 1) {
+    const size_t len = std::strcspn(found, "\n");
+    if (len >= symbol_len) {
+      std::snprintf(detail, sizeof detail, "%.160s: its symbol is longer than %zu characters", name, symbol_len - 1);
+      return false;
+    }
+    std::memcpy(symbol, found, len);
+    symbol[len] = '\0';
+    return true;
+  }
+  for (char *c = found; *c; ++c)
+    if (*c == '\n') *c = c[1] ? ',' : '\0';
+  if (n > 1)
+    std::snprintf(detail, sizeof detail, "%.50s names %d functions the program calls (%.120s): give one symbol", name,
+                  n, found);
+  else
+    std::snprintf(detail, sizeof detail, "no loaded object calls a function named %.160s through the dynamic linker",
+                  name);
+  return false;
+}
+
+}  // namespace
+
+EntryHookResult hook_entries(const char *name, void (*on_entry)()) {
   EntryHookResult result;
+  // A C++ name is resolved here, in the program, where `hetmem run` resolves it before the start:
+  // any launcher (hetmem-run on each MPI rank, a bare LD_PRELOAD) may pass it.
+  char cxx_symbol[512];
+  const char *symbol = name;
+  if (std::strpbrk(name, ":( ")) {
+    if (!symbol_of_cxx_name(name, cxx_symbol, sizeof cxx_symbol, result.detail)) return result;
+    symbol = cxx_symbol;
+  }
   void *target = dlsym(RTLD_DEFAULT, symbol);
   result.defined = target != nullptr;
   if (!target) {
-    std::snprintf(result.detail, sizeof result.detail, "no loaded object exports a function named %s", symbol);
+    std::snprintf(result.detail, sizeof result.detail, "no loaded object exports a function named %.200s", symbol);
     return result;
   }
 #ifdef HM_HAVE_TRAMPOLINE
@@ -91,8 +131,8 @@ EntryHookResult hook_entries(const char *symbol, void (*on_entry)()) {
                                        reinterpret_cast<void *>(&hook_entries), nullptr, 1);
   if (!result.slots)
     std::snprintf(result.detail, sizeof result.detail,
-                  "%s is defined, but no loaded object calls it through the dynamic linker (its calls are direct, "
-                  "inside the object that defines it)", symbol);
+                  "%.100s is defined, but no loaded object calls it through the dynamic linker (its calls are "
+                  "direct, inside the object that defines it)", symbol);
 #else
   (void)on_entry;
   std::snprintf(result.detail, sizeof result.detail, "entry hooks exist for x86-64 only");

@@ -15,10 +15,10 @@ struct EntryHookResult {
   char detail[256] = {};  // why nothing was hooked (slots == 0)
 };
 
-// Redirects every GOT slot that refers to `symbol` (the linker's name: mangled for C++) in the
-// objects loaded now. `on_entry` runs before each call and must preserve nothing itself (the
+// Redirects every GOT slot that refers to `name` in the objects loaded now: a symbol (the
+// linker's name), or a C++ name that the loaded objects call by exactly one symbol. `on_entry` runs before each call and must preserve nothing itself (the
 // trampoline saves the argument registers). Call once, at start-up, before other threads run.
-EntryHookResult hook_entries(const char *symbol, void (*on_entry)());
+EntryHookResult hook_entries(const char *name, void (*on_entry)());
 
 // Whether an object other than this library and the one that defines the `count` symbols (all in
 // one library) calls any of them through the dynamic linker: a program linked with libhetmem that

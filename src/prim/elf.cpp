@@ -232,7 +232,31 @@ int redirect_in_object(dl_phdr_info *info, size_t, void *data) {
   return 0;
 }
 
+struct Named {
+  const char *function;
+  const void *keep[2];
+  std::vector<std::string> symbols;
+};
+
+int named_in_object(dl_phdr_info *info, size_t, void *data) {
+  auto *n = static_cast<Named *>(data);
+  for (const void *keep : n->keep)
+    if (keep && inside(info, keep)) return 0;
+  uintptr_t relro_start = 0, relro_end = 0;
+  for_each_jump_slot(loaded_dynamic(info, &relro_start, &relro_end), [&](const JumpSlot &s) {
+    if (names_function(s.name, n->function) && std::find(n->symbols.begin(), n->symbols.end(), s.name) == n->symbols.end())
+      n->symbols.emplace_back(s.name);
+  });
+  return 0;
+}
+
 }  // namespace
+
+std::vector<std::string> calls_named(const char *function, const void *keep1, const void *keep2) {
+  Named n{function, {keep1, keep2}, {}};
+  dl_iterate_phdr(named_in_object, &n);
+  return n.symbols;
+}
 
 int redirect_calls(const char *symbol, void *to, const void *keep1, const void *keep2, bool patch) {
   Redirect r{&symbol, 1, to, {keep1, keep2}, patch, 0};
@@ -292,6 +316,14 @@ HM_HOOK_API int hm_elf_functions_named(const char *path, const char *function, c
   write_lines(called, calls, calls_len);
   write_lines(exported, exports, exports_len);
   return file.valid() ? 0 : -1;
+}
+
+HM_HOOK_API int hm_elf_calls_named(const char *function, char *out, size_t out_len, const void *keep1,
+                                   const void *keep2) {
+  if (!function) return 0;
+  const std::vector<std::string> symbols = elf::calls_named(function, keep1, keep2);
+  write_lines(symbols, out, out_len);
+  return static_cast<int>(symbols.size());
 }
 
 HM_HOOK_API int hm_elf_demangle(const char *symbol, char *out, size_t out_len) {

@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <string>
 #include <type_traits>
+#include <vector>
 
 namespace hm::prim::elf {
 
@@ -74,6 +76,10 @@ void for_each_jump_slot(const Dynamic &tables, Fn &&fn) {
 // function that demangles to it, with or without its parameter list (LAMMPS_NS::Neighbor::decide).
 bool names_function(const char *symbol, const char *function);
 
+// The symbols that PLT slots of the loaded objects call and that are `function` (names_function),
+// each once, in the order first met; objects holding `keep1` or `keep2` are passed over.
+std::vector<std::string> calls_named(const char *function, const void *keep1, const void *keep2);
+
 // Points every PLT slot that calls `symbol`, in every loaded object but those holding one of the
 // `keep` addresses (nullptr: none), at `to`; with `patch` false only counts them. Returns the slots.
 int redirect_calls(const char *symbol, void *to, const void *keep1, const void *keep2, bool patch);
@@ -99,5 +105,8 @@ HM_HOOK_API int hm_elf_count_calls(const char *const *symbols, int count, const 
 // object.
 HM_HOOK_API int hm_elf_functions_named(const char *path, const char *function, char *calls, size_t calls_len,
                                        char *exports, size_t exports_len);
+// hm::prim::elf::calls_named, one symbol a line in `out` (cut to it, terminated). Returns how many.
+HM_HOOK_API int hm_elf_calls_named(const char *function, char *out, size_t out_len, const void *keep1,
+                                   const void *keep2);
 // A C++ symbol demangled into `out` (the symbol itself when it is not a C++ name). Returns 0.
 HM_HOOK_API int hm_elf_demangle(const char *symbol, char *out, size_t out_len);

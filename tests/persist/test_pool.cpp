@@ -118,6 +118,42 @@ TEST_F(PoolTest, CommitFlushesDataThenFencesThenWritesTheSlot) {
   EXPECT_EQ(rec.events[3], "fence");
 }
 
+// A write through the file is durable before the slot that names it: on MAP_SYNC the kernel's
+// copy already bypassed the caches, so the commit fences it (no write-backs; the range is still
+// reported flushed, exactly), elsewhere its pages are synced.
+TEST_F(PoolTest, AWriteThroughTheFileIsDurableBeforeTheSlotThatNamesIt) {
+  uint64_t off = 0;
+  std::string data(1000, 'w');
+  {
+    std::unique_ptr<Pool> pool;
+    ASSERT_EQ(Pool::create(path_, 1 << 20, &pool), HM_OK) << hm_last_error();
+    Recorder rec;
+    pool->set_observer(&rec);
+    ASSERT_EQ(pool->allocate(data.size(), &off), HM_OK);
+    ASSERT_EQ(pool->write(off, data.data(), 400, data.data() + 400, 600), HM_OK) << hm_last_error();
+    ASSERT_EQ(pool->commit(off), HM_OK) << hm_last_error();
+    ASSERT_EQ(rec.events.size(), 4u);
+    const std::string range =
+        pool->map_sync() ? std::to_string(off) + " 1000" : std::to_string(off & ~4095ull) + " 4096";
+    EXPECT_EQ(rec.events[0], "flush " + range) << "the written data first";
+    EXPECT_EQ(rec.events[1], "fence");
+    EXPECT_EQ(rec.events[2].rfind("flush 56 32", 0), 0u) << "then the root slot: " << rec.events[2];
+    EXPECT_EQ(rec.events[3], "fence");
+    // A rolled-back write is not carried into the next commit.
+    uint64_t gone = 0;
+    ASSERT_EQ(pool->allocate(64, &gone), HM_OK);
+    ASSERT_EQ(pool->write(gone, data.data(), 64), HM_OK);
+    pool->rollback();
+    rec.events.clear();
+    ASSERT_EQ(pool->commit(off), HM_OK);
+    ASSERT_EQ(rec.events.size(), 3u) << "nothing left to flush but the slot";
+    EXPECT_EQ(rec.events[0], "fence");
+  }
+  std::unique_ptr<Pool> pool;
+  ASSERT_EQ(Pool::open(path_, &pool), HM_OK) << hm_last_error();
+  EXPECT_EQ(std::string(pool->at<char>(off), data.size()), data);
+}
+
 // What the page cache holds of a file's range, and how much of it is dirty (cachestat, Linux 6.5;
 // the struct and number of linux/mman.h and asm/unistd_64.h there).
 struct CacheState {

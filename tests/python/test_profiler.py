@@ -162,6 +162,28 @@ def test_iteration_at_ends_an_iteration_at_each_call_of_the_function(tmp_path):
     assert counts == {0: 1, 7: 8}
 
 
+def test_iteration_at_a_cxx_name_is_resolved_in_the_program(tmp_path):
+    """HM_ITERATION_AT holding a C++ name, as any launcher may pass it (hetmem-run on each MPI rank,
+    a bare LD_PRELOAD): the preload library finds the one symbol the program's objects call by that
+    name (libstdc++'s steady_clock::now, through the PLT) and ends an iteration at each call. A name
+    no object calls is said, and time windows are used instead."""
+    name = "std::chrono::_V2::steady_clock::now"
+    for steps in (0, 7):
+        trace = tmp_path / f"steps{steps}.hmtrace"
+        r = hetmem("profile", "-o", str(trace), "--", str(PROGRAMS / "prog_cxx_steps"), str(steps),
+                   env_extra={"HM_ITERATION_AT": name})
+        assert r.returncode == 0 and r.stdout == f"{steps} steps 0\n", r.stderr
+        assert "--iteration-at" not in r.stderr, r.stderr
+        iterations = report_json(trace)["iterations"]
+        assert iterations["how"] == "function" and iterations["function"] == name, iterations
+        assert iterations["count"] == steps + 1, iterations
+    r = hetmem("profile", "-o", str(tmp_path / "none.hmtrace"), "--", str(PROGRAMS / "prog_cxx_steps"), "2",
+               env_extra={"HM_ITERATION_AT": "std::chrono::no_such_clock::now"})
+    assert r.returncode == 0, r.stderr
+    assert ("no call to hook, time windows used instead: no loaded object calls a function named "
+            "std::chrono::no_such_clock::now through the dynamic linker") in r.stderr, r.stderr
+
+
 def test_lifetime_and_size_table(tmp_path):
     r, trace = profile(tmp_path, PROGRAMS / "prog_lifetime")
     assert r.returncode == 0, r.stderr
