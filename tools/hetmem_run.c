@@ -1,5 +1,5 @@
 /* hetmem-run: `hetmem run` in C, for each rank of an MPI job and for machines without Python.
- *   hetmem-run [--rules FILE | --plan FILE] [--policy NAME] [--memkind] [--iteration-at SYMBOL]
+ *   hetmem-run [--rules FILE | --plan FILE] [--policy NAME] [--memkind] [--iteration-at FUNCTION]
  *              [--window SECONDS] [--] PROGRAM [ARGS...]
  *   hetmem-run --version
  * Starts PROGRAM (exec: it takes this process's place) with the environment `hetmem run` gives it
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 static const char kUsage[] =
-    "usage: hetmem-run [--rules FILE | --plan FILE] [--policy NAME] [--memkind] [--iteration-at SYMBOL] "
+    "usage: hetmem-run [--rules FILE | --plan FILE] [--policy NAME] [--memkind] [--iteration-at FUNCTION] "
     "[--window SECONDS] [--] PROGRAM [ARGS...]\n";
 
 __attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...) {

@@ -16,8 +16,9 @@ struct EntryHookResult {
 };
 
 // Redirects every GOT slot that refers to `name` in the objects loaded now: a symbol (the
-// linker's name), or a C++ name that the loaded objects call by exactly one symbol. `on_entry` runs before each call and must preserve nothing itself (the
-// trampoline saves the argument registers). Call once, at start-up, before other threads run.
+// linker's name), or a C++ name that the loaded objects call by exactly one symbol. `on_entry`
+// runs before each call and must preserve nothing itself (the trampoline saves the argument
+// registers). Call once, at start-up, before other threads run.
 EntryHookResult hook_entries(const char *name, void (*on_entry)());
 
 // Whether an object other than this library and the one that defines the `count` symbols (all in

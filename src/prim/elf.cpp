@@ -244,8 +244,8 @@ int named_in_object(dl_phdr_info *info, size_t, void *data) {
     if (keep && inside(info, keep)) return 0;
   uintptr_t relro_start = 0, relro_end = 0;
   for_each_jump_slot(loaded_dynamic(info, &relro_start, &relro_end), [&](const JumpSlot &s) {
-    if (names_function(s.name, n->function) && std::find(n->symbols.begin(), n->symbols.end(), s.name) == n->symbols.end())
-      n->symbols.emplace_back(s.name);
+    const bool seen = std::find(n->symbols.begin(), n->symbols.end(), s.name) != n->symbols.end();
+    if (!seen && names_function(s.name, n->function)) n->symbols.emplace_back(s.name);
   });
   return 0;
 }
