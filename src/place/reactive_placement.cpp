@@ -82,6 +82,14 @@ void react(uint32_t iteration) {
       want_fast[i] = true;
       room -= movable[i].o.size;
     }
+  // What the iteration did not use stays on the fast tier while the room lasts: it is demoted to
+  // make room for what was used, not for its own sake (a move, and slow accesses if it is used
+  // again, for nothing), as tiering demotes under pressure.
+  for (size_t i = 0; i < movable.size(); ++i)
+    if (!want_fast[i] && movable[i].o.tier == fast && movable[i].o.size <= room) {
+      want_fast[i] = true;
+      room -= movable[i].o.size;
+    }
   const uint64_t t0 = prim::now_ns();
   uint64_t promoted = 0, demoted = 0, bytes = 0;
   for (size_t i = 0; i < movable.size(); ++i)  // out first, so that what comes in finds room
@@ -121,7 +129,18 @@ class ReactivePlacement final : public PhaseObserver {
   void iteration_begun(uint32_t iteration) override {
     if (reacting() && iteration >= 1) react(iteration);
   }
-  bool wants_every_phase_sampled() const override { return reacting(); }
+  // Every phase sampled is what reacting costs the program (each sample clears and reads the
+  // page tables' referenced bits). It can pay only while the capacity tier holds something that
+  // might move up; with everything on the fast tier there is nothing to decide, and reactive
+  // samples nothing of its own (an unlimited fast budget costs what first-touch costs).
+  bool wants_every_phase_sampled() const override { return reacting() && capacity_holds_something(); }
+
+ private:
+  static bool capacity_holds_something() {
+    const int cap = capacity_tier();
+    hm_tier_stats_t s{};
+    return cap >= 0 && hm_tier_stats(cap, &s) == HM_OK && s.in_use > 0;
+  }
 };
 
 hm_reactive_stats_t reactive_stats() {

@@ -485,7 +485,7 @@ TEST(Reactive, PromotesWhatTheLastIterationUsedAndDemotesWhatItDidNot) {
   hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity"), t;
   ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
   EXPECT_EQ(t, capacity);
-  ASSERT_EQ(hm_phase_begin("use"), HM_OK);  // the first instance of a phase is always sampled
+  ASSERT_EQ(hm_phase_begin("reactive use"), HM_OK);  // a phase's first instance is always sampled
   for (int pass = 0; pass < 3; ++pass)
     for (size_t i = 0; i < n; i += 4096) hot[i] = static_cast<char>(hot[i] + 1);
   ASSERT_EQ(hm_phase_end(), HM_OK);
@@ -506,6 +506,70 @@ TEST(Reactive, PromotesWhatTheLastIterationUsedAndDemotesWhatItDidNot) {
   hm_test::configure("");
 }
 
+// What the last iteration did not use is demoted only to make room for what it used: with room
+// for two of the three cold objects beside the one promoted, one moves. And while the capacity
+// tier holds nothing there is nothing to decide: reactive asks for no samples of its own.
+TEST(Reactive, DemotesOnlyToMakeRoomAndSamplesNothingWhileEverythingIsFast) {
+  const size_t n = 2 << 20;
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane", "HM_FAST_BUDGET", "7M"), HM_OK);
+  ASSERT_EQ(hm_policy_select("reactive"), HM_OK) << hm_last_error();
+  hm_class_t cls;
+  ASSERT_EQ(hm_class_define("reactive.room", HM_CLASS_HOT, 0, &cls), HM_OK);
+  hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity"), t;
+  char *cold[3];
+  for (char *&c : cold) {
+    c = static_cast<char *>(hm_class_alloc(cls, n, 0, 0));
+    ASSERT_NE(c, nullptr) << hm_last_error();
+    std::memset(c, 1, n);
+  }
+  // Everything on the fast tier: iterations sample nothing on reactive's behalf.
+  hm_sampler_stats_t before, after;
+  ASSERT_EQ(hm_sampler_stats(&before), HM_OK);
+  const int iterations = 6;
+  for (int i = 0; i < iterations; ++i) {
+    ASSERT_EQ(hm_phase_begin("reactive all fast"), HM_OK);
+    cold[0][i] = 2;
+    ASSERT_EQ(hm_phase_end(), HM_OK);
+    ASSERT_EQ(hm_iteration_next(), HM_OK);
+  }
+  ASSERT_EQ(hm_sampler_stats(&after), HM_OK);
+  EXPECT_LT(after.phases_sampled - before.phases_sampled, static_cast<uint64_t>(iterations))
+      << "not every phase sampled while the capacity tier holds nothing";
+  for (char *c : cold) {
+    ASSERT_EQ(hm_ptr_tier(c, &t), HM_OK);
+    EXPECT_EQ(t, fast) << "nothing demoted with room to spare";
+  }
+  hm_reactive_stats_t rs;
+  ASSERT_EQ(hm_reactive_stats(&rs), HM_OK);
+  EXPECT_EQ(rs.demoted, 0u);
+  // A fourth object does not fit (8 MiB against 7): the capacity tier. Used, it is promoted in
+  // place of one unused object; the other two stay.
+  auto *hot = static_cast<char *>(hm_class_alloc(cls, n, 0, 0));
+  ASSERT_NE(hot, nullptr) << hm_last_error();
+  ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
+  ASSERT_EQ(t, capacity);
+  ASSERT_EQ(hm_phase_begin("reactive room use"), HM_OK);  // its first instance: sampled
+  for (int pass = 0; pass < 3; ++pass)
+    for (size_t i = 0; i < n; i += 4096) hot[i] = static_cast<char>(hot[i] + 1);
+  ASSERT_EQ(hm_phase_end(), HM_OK);
+  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
+  EXPECT_EQ(t, fast) << "promoted after the iteration that used it";
+  int still_fast = 0;
+  for (char *c : cold) {
+    ASSERT_EQ(hm_ptr_tier(c, &t), HM_OK);
+    still_fast += t == fast;
+    EXPECT_EQ(c[n - 1], 1) << "the data moved with the object";
+  }
+  EXPECT_EQ(still_fast, 2) << "one unused object demoted to make room, not three";
+  ASSERT_EQ(hm_reactive_stats(&rs), HM_OK);
+  EXPECT_EQ(rs.promoted, 1u);
+  EXPECT_EQ(rs.demoted, 1u);
+  for (char *c : cold) hm_free(c);
+  hm_free(hot);
+  hm_test::configure("");
+}
+
 // An object of 512 MiB or more is three mappings (its first and last 2 MiB in small pages): its
 // use is what the program referenced in all three, here only in the middle one.
 TEST(Reactive, AHugeObjectUsedOnlyInItsInteriorIsPromoted) {
@@ -521,7 +585,7 @@ TEST(Reactive, AHugeObjectUsedOnlyInItsInteriorIsPromoted) {
   hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity"), t;
   ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
   ASSERT_EQ(t, capacity);
-  ASSERT_EQ(hm_phase_begin("use"), HM_OK);
+  ASSERT_EQ(hm_phase_begin("reactive huge use"), HM_OK);  // its first instance: sampled
   for (size_t i = unit; i < n - unit; i += 64 << 10) hot[i] = 7;
   ASSERT_EQ(hm_phase_end(), HM_OK);
   ASSERT_EQ(hm_iteration_next(), HM_OK);
