@@ -82,14 +82,6 @@ void react(uint32_t iteration) {
       want_fast[i] = true;
       room -= movable[i].o.size;
     }
-  // What the iteration did not use stays on the fast tier while the room lasts: it is demoted to
-  // make room for what was used, not for its own sake (a move, and slow accesses if it is used
-  // again, for nothing), as tiering demotes under pressure.
-  for (size_t i = 0; i < movable.size(); ++i)
-    if (!want_fast[i] && movable[i].o.tier == fast && movable[i].o.size <= room) {
-      want_fast[i] = true;
-      room -= movable[i].o.size;
-    }
   const uint64_t t0 = prim::now_ns();
   uint64_t promoted = 0, demoted = 0, bytes = 0;
   for (size_t i = 0; i < movable.size(); ++i)  // out first, so that what comes in finds room
