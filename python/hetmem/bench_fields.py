@@ -256,8 +256,9 @@ def main(out: str, quick: bool) -> int:
             print(f"  this machine reports free memory to its host (virtio-balloon): each worker touches and frees "
                   f"{WARM_MIB} MiB before it starts, so that neither store writes into memory the host must fault in")
         ncpu = len(os.sched_getaffinity(0))
-        spare = [str(w) for w in writer_counts if cores(w)[1]]
-        shared = [str(w) for w in writer_counts if not cores(w)[1]]
+        has_spare = {w: bool(cores(w)[1]) for w in writer_counts}
+        spare = [str(w) for w, yes in has_spare.items() if yes]
+        shared = [str(w) for w, yes in has_spare.items() if not yes]
         layout = []
         if spare:
             layout.append(f"with {' or '.join(spare)} writer(s) each writer has a core of its own and the consumers "

@@ -299,35 +299,35 @@ int Pool::write(uint64_t offset, const void *a, uint64_t a_bytes, const void *b,
                                      format_size(offset).c_str())
                               : fail(HM_EIO, "persistent pool '%s': writing %s at %s failed", path_.c_str(),
                                      format_size(a_bytes + b_bytes).c_str(), format_size(offset).c_str());
+  const uint64_t end = offset + a_bytes + b_bytes;
+  // The kernel copies a write into a DAX file with non-temporal stores (copy_from_iter_flushcache):
+  // no cache line of it is left to write back, only the commit's fence.
   if (map_sync_) {
-    // The kernel copies a write into a DAX file with non-temporal stores (copy_from_iter_flushcache):
-    // no cache line of it is left to write back, only the commit's fence. Adjacent writes (a
-    // field after its record) are one range.
-    const uint64_t end = offset + a_bytes + b_bytes;
-    if (!through_.empty() && through_.back().second == offset) through_.back().second = end;
-    else through_.emplace_back(offset, end);
+    add_range(&through_, offset, end);
     return HM_OK;
   }
-  written(base_ + offset, a_bytes + b_bytes);
+  add_range(&dirty_, offset, end);
   // The medium starts on the whole pages written while the writer goes on, so that the commit's
   // sync waits for the last of them only, where it would write them all. A page the next write
   // shares is left to the commit, not written twice.
-  {
-    const uint64_t page = prim::kPageSize;
-    const uint64_t from = round_up(offset, page), to = (offset + a_bytes + b_bytes) / page * page;
-    if (to > from) prim::start_writeback(fd_, from, to - from);
-  }
+  const uint64_t page = prim::kPageSize;
+  const uint64_t from = round_up(offset, page), to = end / page * page;
+  if (to > from) prim::start_writeback(fd_, from, to - from);
   return HM_OK;
 }
 
 void Pool::written(const void *p, uint64_t bytes) {
-  uint64_t off = offset_of(p);
-  if (!dirty_.empty() && dirty_.back().second >= off && dirty_.back().first <= off + bytes) {
-    dirty_.back().first = std::min(dirty_.back().first, off);
-    dirty_.back().second = std::max(dirty_.back().second, off + bytes);
+  const uint64_t off = offset_of(p);
+  add_range(&dirty_, off, off + bytes);
+}
+
+void Pool::add_range(std::vector<std::pair<uint64_t, uint64_t>> *ranges, uint64_t from, uint64_t to) {
+  if (!ranges->empty() && ranges->back().second >= from && ranges->back().first <= to) {
+    ranges->back().first = std::min(ranges->back().first, from);
+    ranges->back().second = std::max(ranges->back().second, to);
     return;
   }
-  dirty_.emplace_back(off, off + bytes);
+  ranges->emplace_back(from, to);
 }
 
 int Pool::set_top(uint64_t top) {

@@ -147,6 +147,9 @@ class Pool {
   // Makes [offset, offset + bytes) durable at the next fence; `cached`: written through the
   // mapping, so that on MAP_SYNC its cache lines need writing back.
   void flush(uint64_t offset, uint64_t bytes, bool cached = true);
+  // Adds [from, to) to `ranges`, joined to the last one where they touch or overlap (a field after
+  // its record, a node after its neighbour).
+  static void add_range(std::vector<std::pair<uint64_t, uint64_t>> *ranges, uint64_t from, uint64_t to);
   void fence();
   int map(int fd, uint64_t bytes);
 

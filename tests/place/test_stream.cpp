@@ -469,6 +469,18 @@ TEST(PrefetchModel, OneRatioDoesNotDetermineTwoBetas) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// One iteration of one phase that touches every page of `p` three times (the phase's first
+// instance, which the sampler reads while reactive wants samples).
+namespace {
+void use_in_one_iteration(const char *phase, char *p, size_t n) {
+  ASSERT_EQ(hm_phase_begin(phase), HM_OK);
+  for (int pass = 0; pass < 3; ++pass)
+    for (size_t i = 0; i < n; i += 4096) p[i] = static_cast<char>(p[i] + 1);
+  ASSERT_EQ(hm_phase_end(), HM_OK);
+  ASSERT_EQ(hm_iteration_next(), HM_OK);
+}
+}  // namespace
+
 // The reactive baseline: after an iteration whose phases the sampler read, the object used most
 // per byte is promoted into the fast tier in place of one that was not used.
 TEST(Reactive, PromotesWhatTheLastIterationUsedAndDemotesWhatItDidNot) {
@@ -485,11 +497,7 @@ TEST(Reactive, PromotesWhatTheLastIterationUsedAndDemotesWhatItDidNot) {
   hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity"), t;
   ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
   EXPECT_EQ(t, capacity);
-  ASSERT_EQ(hm_phase_begin("reactive use"), HM_OK);  // a phase's first instance is always sampled
-  for (int pass = 0; pass < 3; ++pass)
-    for (size_t i = 0; i < n; i += 4096) hot[i] = static_cast<char>(hot[i] + 1);
-  ASSERT_EQ(hm_phase_end(), HM_OK);
-  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  ASSERT_NO_FATAL_FAILURE(use_in_one_iteration("reactive use", hot, n));
   ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
   EXPECT_EQ(t, fast) << "promoted after the iteration that used it";
   ASSERT_EQ(hm_ptr_tier(cold, &t), HM_OK);
@@ -546,11 +554,7 @@ TEST(Reactive, SamplesNothingWhileEverythingIsFast) {
   ASSERT_NE(hot, nullptr) << hm_last_error();
   ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
   ASSERT_EQ(t, capacity);
-  ASSERT_EQ(hm_phase_begin("reactive room use"), HM_OK);  // its first instance: sampled
-  for (int pass = 0; pass < 3; ++pass)
-    for (size_t i = 0; i < n; i += 4096) hot[i] = static_cast<char>(hot[i] + 1);
-  ASSERT_EQ(hm_phase_end(), HM_OK);
-  ASSERT_EQ(hm_iteration_next(), HM_OK);
+  ASSERT_NO_FATAL_FAILURE(use_in_one_iteration("reactive room use", hot, n));
   ASSERT_EQ(hm_ptr_tier(hot, &t), HM_OK);
   EXPECT_EQ(t, fast) << "promoted after the iteration that used it";
   EXPECT_EQ(hot[4096], 3) << "the data moved with the object";
