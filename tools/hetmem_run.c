@@ -1,9 +1,16 @@
-/* hetmem-run: `hetmem run` in C, for each rank of an MPI job and for machines without Python.
+/* hetmem-run: `hetmem run` and `hetmem profile` in C, for each rank of an MPI job and for machines
+ * without Python.
  *   hetmem-run [--rules FILE | --plan FILE] [--policy NAME] [--memkind] [--iteration-at FUNCTION]
  *              [--window SECONDS] [--] PROGRAM [ARGS...]
+ *   hetmem-run --profile TRACE [--depth N] [--large SIZE] [--sample BYTES] [--children]
+ *              [--iteration-at FUNCTION] [--window SECONDS] [--] PROGRAM [ARGS...]
  *   hetmem-run --version
- * Starts PROGRAM (exec: it takes this process's place) with the environment `hetmem run` gives it
- * (docs/cli.md), after the same checks: the environment's HM_* options, the policy, the rules file.
+ * Starts PROGRAM (exec: it takes this process's place) with the environment `hetmem run` (or, with
+ * --profile, `hetmem profile -o TRACE`) gives it (docs/cli.md), after the same checks: the
+ * environment's HM_* options, the policy, the rules file, the profile's options. Under an MPI
+ * launcher that started several ranks each rank's trace is TRACE.rankN, as the command names it.
+ * Having exec'd, it cannot check afterwards that a trace was written as the command does:
+ * `hetmem report` says so of a missing or partial one.
  * `mpirun -n 1024 hetmem-run --plan P -- PROGRAM` costs each rank under 2 ms where the
  * Python command costs each rank its interpreter's start-up (about 25 ms here, more from a shared file
  * system). Exit status: the program's; 2 with a message for a bad option, file or policy; 127 or
@@ -24,7 +31,9 @@
 
 static const char kUsage[] =
     "usage: hetmem-run [--rules FILE | --plan FILE] [--policy NAME] [--memkind] [--iteration-at FUNCTION] "
-    "[--window SECONDS] [--] PROGRAM [ARGS...]\n";
+    "[--window SECONDS] [--] PROGRAM [ARGS...]\n"
+    "       hetmem-run --profile TRACE [--depth N] [--large SIZE] [--sample BYTES] [--children] "
+    "[--iteration-at FUNCTION] [--window SECONDS] [--] PROGRAM [ARGS...]\n";
 
 __attribute__((format(printf, 1, 2))) static int fail(const char *fmt, ...) {
   va_list args;
@@ -129,12 +138,55 @@ static const char *option_value(int argc, char **argv, int *i, const char *name)
   return argv[++*i];
 }
 
+/* This process's rank when an MPI launcher started several (Open MPI, MPICH/PMI, Slurm), else -1:
+ * the command's _mpi_rank. */
+static long mpi_rank(void) {
+  static const char *const kVariables[][2] = {{"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+                                              {"PMI_SIZE", "PMI_RANK"},
+                                              {"SLURM_NTASKS", "SLURM_PROCID"}};
+  for (size_t i = 0; i < sizeof kVariables / sizeof kVariables[0]; ++i) {
+    const char *size = getenv(kVariables[i][0]), *rank = getenv(kVariables[i][1]);
+    char *end;
+    if (!size || !rank || strtol(size, &end, 10) <= 1 || *end) continue;
+    long r = strtol(rank, &end, 10);
+    if (*rank && !*end && r >= 0) return r;
+  }
+  return -1;
+}
+
+/* The profile's options checked by the library and set for the program, as `hetmem profile` sets
+ * them; an option not given is left to the library's default (base/options.cpp). */
+struct Profile {
+  const char *trace, *depth, *large, *sample;
+  int children;
+};
+
+static int set_profile(const struct Profile *profile) {
+  static const char *const kNames[] = {"--depth", "--large", "--sample"};
+  static const char *const kOptions[] = {"HM_PROFILE_DEPTH", "HM_PROFILE_LARGE", "HM_PROFILE_SAMPLE"};
+  const char *values[] = {profile->depth, profile->large, profile->sample};
+  for (size_t k = 0; k < 3; ++k) {
+    if (!values[k]) continue;
+    if (hm_option_check(kOptions[k], values[k]) != HM_OK) return fail("%s %s: %s", kNames[k], values[k], hm_last_error());
+    setenv(kOptions[k], values[k], 1);
+  }
+  char path[PATH_MAX];
+  if (absolute_path(profile->trace, path, sizeof path) != 0) return fail("%s: path too long", profile->trace);
+  const long rank = mpi_rank();
+  if (rank >= 0 && snprintf(path + strlen(path), sizeof path - strlen(path), ".rank%ld", rank) >= (int)(sizeof path - strlen(path)))
+    return fail("%s: path too long", profile->trace);
+  setenv("HM_PROFILE", path, 1);
+  setenv("HM_PROFILE_CHILDREN", profile->children ? "1" : "0", 1);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--version") == 0) {
     printf("hetmem-run %s\n", hm_version());
     return 0;
   }
   const char *rules = NULL, *plan = NULL, *policy = NULL, *iteration_at = NULL, *window = NULL;
+  struct Profile profile = {0};
   int memkind = 0, i = 1;
   for (; i < argc; ++i) {
     const char *v;
@@ -148,6 +200,11 @@ int main(int argc, char **argv) {
     else if ((v = option_value(argc, argv, &i, "--policy"))) policy = v;
     else if ((v = option_value(argc, argv, &i, "--iteration-at"))) iteration_at = v;
     else if ((v = option_value(argc, argv, &i, "--window"))) window = v;
+    else if ((v = option_value(argc, argv, &i, "--profile"))) profile.trace = v;
+    else if ((v = option_value(argc, argv, &i, "--depth"))) profile.depth = v;
+    else if ((v = option_value(argc, argv, &i, "--large"))) profile.large = v;
+    else if ((v = option_value(argc, argv, &i, "--sample"))) profile.sample = v;
+    else if (strcmp(argv[i], "--children") == 0) profile.children = 1;
     else if (strcmp(argv[i], "--memkind") == 0) memkind = 1;
     else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       fputs(kUsage, stdout);
@@ -160,6 +217,12 @@ int main(int argc, char **argv) {
   if (i >= argc) return fail("no program given after --");
 
   if (plan && rules) return fail("give --rules or --plan, not both (a plan is a rules file with class targets)");
+  if (profile.trace && (rules || plan || policy || memkind))
+    return fail("--profile writes a trace of the program as it is; give --%s to a later run (hetmem plan TRACE writes "
+                "a plan from it)", rules ? "rules" : plan ? "plan" : policy ? "policy" : "memkind");
+  if (!profile.trace && (profile.depth || profile.large || profile.sample || profile.children))
+    return fail("--%s is an option of --profile", profile.depth ? "depth" : profile.large ? "large"
+                                                  : profile.sample ? "sample" : "children");
   /* A plan's classes are placed by static placement unless another policy is asked for. */
   const char *asked_policy = policy;
   if (plan) {
@@ -190,6 +253,7 @@ int main(int argc, char **argv) {
   /* A C++ name is resolved by the preload library in the program, which says at its start when it
    * cannot hook the function (windows are used then). */
   if (iteration_at) setenv("HM_ITERATION_AT", iteration_at, 1);
+  if (profile.trace && set_profile(&profile) != 0) return 2;
   /* HM_PROFILE_ROOT_PID marks a run's first process; one left by an enclosing run would make this
    * program a child of that one. */
   unsetenv("HM_PROFILE_ROOT_PID");

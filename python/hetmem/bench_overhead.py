@@ -9,7 +9,7 @@ difference from the plain program is hetmem's cost, not placement's.
    give them (`cli.launch_environment`), not through the command, so that the machinery is
    measured alone; the command's own start-up (a Python interpreter, a fixed cost) is row 2. An
    MPI program is measured twice: on each rank (its start-up included in each rank: `hetmem-run`,
-   the C launcher, for `run --plan` and `run --rules`, the `hetmem` command for `profile`), and
+   the C launcher, for `run --plan`, `run --rules` and, with --profile, `profile`), and
    `hetmem` once outside the launcher (`hetmem run ... -- mpirun ...`: the ranks inherit the
    environment; a profile follows them with --children).
    Rounds alternate the modes in a rotating order; each ratio is paired by round, with its spread.
@@ -192,7 +192,7 @@ def real_programs(rounds: int, tmp: Path, say) -> dict:
             peak_mib = {m: _peak_rss_mib(launcher, *_command(program, m, work, f"bench-rss-{m}", base_env, per_rank),
                                          work) for m in ("plain", "plan", "rules", "profile")}
             row = {"program": name, "seconds": seconds, "problems": problems, "peak_rss_mib": peak_mib,
-                   "through": "hetmem-run (run) or the hetmem command (profile) on each rank (its start-up "
+                   "through": "hetmem-run (run) or hetmem-run --profile (profile) on each rank (its start-up "
                               "included)" if per_rank
                    else "the hetmem command once, outside the MPI launcher (its start-up not included)"
                    if program.per_rank else "the environment the hetmem command gives (its start-up not included)"}
@@ -334,7 +334,7 @@ def main(out: str, quick: bool, console) -> int:
     rounds = 3 if quick else 7
     say = console.print
     say(f"hetmem bench overhead: every tier DRAM (emulation off), {rounds} alternating rounds")
-    _compile_package()  # before the MPI program's ranks start the command each
+    _compile_package()  # before the command's start-up is timed, and before any program starts it
     with tempfile.TemporaryDirectory(prefix="hetmem-overhead-") as tmp:
         suite = real_programs(rounds, Path(tmp), say)
     start = command_start_up(rounds * 2)

@@ -355,15 +355,17 @@ def _mpi_rank() -> int | None:
 def _profile_env(args: argparse.Namespace, cmd: list[str], trace: str) -> dict:
     """The environment of `hetmem profile` (HetmemError saying what is wrong)."""
     iteration = _iteration_env(args, cmd)
-    sampling = {}
-    if args.sample is not None:
-        error = Library(init=False).check_option("HM_PROFILE_SAMPLE", args.sample)
+    given = {}  # an option not given is left to the environment and the library's default
+    for flag, name, value in (("--depth", "HM_PROFILE_DEPTH", args.depth), ("--large", "HM_PROFILE_LARGE", args.large),
+                              ("--sample", "HM_PROFILE_SAMPLE", args.sample)):
+        if value is None:
+            continue
+        error = Library(init=False).check_option(name, str(value))
         if error:
-            raise HetmemError(f"--sample {args.sample}: {error}")
-        sampling["HM_PROFILE_SAMPLE"] = args.sample
-    return _preload_env({"HM_PROFILE": trace, "HM_PROFILE_DEPTH": str(args.depth),
-                         "HM_PROFILE_LARGE": args.large, "HM_PROFILE_CHILDREN": "1" if args.children else "0",
-                         **sampling, **iteration})
+            raise HetmemError(f"{flag} {value}: {error}")
+        given[name] = str(value)
+    return _preload_env({"HM_PROFILE": trace, "HM_PROFILE_CHILDREN": "1" if args.children else "0",
+                         **given, **iteration})
 
 
 # Programs whose work is done by the processes they start.
@@ -584,9 +586,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if want("profile"):
         pr = sub.add_parser("profile", help="run a program under the heap and phase profiler and write a trace")
         pr.add_argument("-o", "--output", help="trace file (default hetmem-PROGRAM.hmtrace)")
-        pr.add_argument("--depth", type=int, default=8, help="return addresses per call site (0..32, default 8)")
-        pr.add_argument("--large", default="256K", help="objects at least this large get a mapping of their own and "
-                        "referenced bytes per phase or inferred iteration (default 256K)")
+        pr.add_argument("--depth", type=int, help="return addresses per call site (0..32; default: HM_PROFILE_DEPTH, 8)")
+        pr.add_argument("--large", help="objects at least this large get a mapping of their own and referenced bytes "
+                        "per phase or inferred iteration (default: HM_PROFILE_LARGE, 256K)")
         pr.add_argument("--sample", metavar="BYTES",
                         help="record smaller allocations by sampling, one every BYTES allocated on average, and "
                              "estimate their counts in the report (default: HM_PROFILE_SAMPLE, 64K); 0 records "

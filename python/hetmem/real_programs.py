@@ -304,14 +304,15 @@ def prepare(program: Program, workdir: Path) -> None:
 
 def command(program: Program, mode: str, workdir: Path, tag: str) -> list[str]:
     """The command line of one mode: the program alone, or under hetmem. On each rank of an MPI
-    program, `run` is the C launcher hetmem-run (docs/cli.md): what a rank should start, not a
-    Python interpreter; `profile` is the command's."""
+    program hetmem is the C launcher hetmem-run (docs/cli.md), what a rank should start, not a
+    Python interpreter: hetmem-run for `run`, hetmem-run --profile for `profile`."""
     wrap: list[str] = []
     run = [find_program("hetmem-run")] if program.per_rank else hetmem_command() + ["run"]
+    profile = [find_program("hetmem-run"), "--profile"] if program.per_rank else hetmem_command() + ["profile", "-o"]
     if mode == "profile":
-        wrap = hetmem_command() + ["profile", "-o", str(workdir / f"{tag}.hmtrace"), "--"]
+        wrap = profile + [str(workdir / f"{tag}.hmtrace"), "--"]
     elif mode == "profile-every":  # every allocation recorded, small ones included (no sampling)
-        wrap = hetmem_command() + ["profile", "-o", str(workdir / f"{tag}.hmtrace"), "--sample", "0", "--"]
+        wrap = profile + [str(workdir / f"{tag}.hmtrace"), "--sample", "0", "--"]
     elif mode == "rules":
         wrap = run + ["--rules", str(workdir / "all-capacity.rules"), "--"]
     elif mode == "plan":

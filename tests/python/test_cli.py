@@ -304,6 +304,38 @@ def test_hetmem_run_in_c_gives_a_program_the_environment_hetmem_run_gives_it(tmp
     assert seen[1]["HM_ITERATION_WINDOW"] == "0.5"
 
 
+def test_hetmem_run_in_c_profiles_a_program_as_hetmem_profile_does(tmp_path):
+    """`hetmem-run --profile TRACE` (for each rank of an MPI job) gives the program the environment
+    `hetmem profile -o TRACE` gives it, for each of the profile's options and on an MPI rank (the
+    trace TRACE.rankN), and the trace it writes is one `hetmem report` reads."""
+    dump = [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"]
+    rank = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1"}
+    for args, env_extra in ((["--profile", "t.hmtrace"], {}), (["--profile", "./sub/../t.hmtrace", "--depth", "4"], {}),
+                            (["--profile", "t.hmtrace", "--large", "1M", "--sample", "0", "--children"], {}),
+                            (["--profile", "t.hmtrace", "--window", "0.5"], {}), (["--profile", "t.hmtrace"], rank)):
+        seen = []
+        python_args = ["-o", *args[1:]]
+        for r in (run("profile", *python_args, "--", *dump, cwd=tmp_path, env_extra=env_extra),
+                  hetmem_run_in_c(*args, "--", *dump, cwd=tmp_path, env_extra=env_extra)):
+            assert r.returncode == 0, (args, r.stderr)
+            env = json.loads(r.stdout)
+            env.pop("HM_PROFILE_ROOT_PID", None)
+            seen.append(env)
+        assert seen[0] == seen[1], (args, set(seen[0].items()) ^ set(seen[1].items()))
+        expected = tmp_path / ("t.hmtrace.rank1" if env_extra else "t.hmtrace")
+        assert seen[1]["HM_PROFILE"] == str(expected), seen[1]["HM_PROFILE"]
+        assert expected.stat().st_size > 0
+    build = Path(os.environ.get("HETMEM_BUILD_DIR", ROOT / "build"))
+    r = hetmem_run_in_c("--profile", "steps.hmtrace", "--depth", "2", "--", str(build / "tests" / "programs" /
+                        "prog_cxx_steps"), "3", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "3 steps 0\n", r.stderr
+    from hetmem.trace import read_trace
+    trace = read_trace(str(tmp_path / "steps.hmtrace"))
+    assert trace.stack_depth == 2 and not trace.partial, trace.problems
+    report = run("report", "--json", str(tmp_path / "steps.hmtrace"), cwd=tmp_path)
+    assert report.returncode == 0 and "warning" not in report.stderr, report.stderr
+
+
 def test_hetmem_run_in_c_passes_a_cxx_iteration_name_to_the_program(tmp_path):
     """hetmem-run takes --iteration-at with a C++ name as `hetmem run` does; the preload library
     resolves it in the program (tests/python/test_profiler.py counts the iterations) and says so
@@ -336,6 +368,11 @@ def test_hetmem_run_in_c_passes_a_cxx_iteration_name_to_the_program(tmp_path):
     (["--plan"], {}, 2, "--plan needs a value", False),
     (["--bogus", "--", "true"], {}, 2, "unrecognized argument: --bogus", False),
     (["--memkind"], {}, 2, "no program given after --", False),
+    (["--profile", "t.hmtrace", "--plan", "b.plan", "--", "true"], {}, 2, "--profile writes a trace", False),
+    (["--sample", "0", "--", "true"], {}, 2, "--sample is an option of --profile", False),
+    (["--profile", "t.hmtrace", "--depth", "99", "--", "true"], {}, 2,
+     "--depth 99: HM_PROFILE_DEPTH='99': expected an integer from 0 to 32", False),
+    (["--profile", "t.hmtrace", "--large", "lots", "--", "true"], {}, 2, "--large lots: HM_PROFILE_LARGE='lots'", False),
     (["--", "no-such-program-hm"], {}, 127, "no-such-program-hm: command not found", True),
     (["--", "/nonexistent/prog"], {}, 127, "/nonexistent/prog: No such file or directory", True),
     (["--", "./not-executable"], {}, 126, "./not-executable: Permission denied", True),
