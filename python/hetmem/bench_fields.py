@@ -5,8 +5,11 @@
    divided by the wall time, flushes included. Side by side in one run, alternating, on each medium
    (tmpfs, the machine's disk), with 1 and 2 writers, alone and with 2 consumers that wait for each
    step and read it: flush latency, the time from a flush to a consumer holding the step, and the
-   writers' step time alone and with consumers. Target: the hetmem store at least as fast as the
-   POSIX store everywhere; consumers add at most 5% to the producer's step time.
+   writers' step time alone and with consumers. Each round runs both stores alone and with
+   consumers, in an order that turns round by round, and every ratio is paired by round (the
+   consumers' cost too: a writer's step with consumers against its step alone in the same round).
+   Target: the hetmem store at least as fast as the POSIX store everywhere; consumers add at most
+   5% to the producer's step time.
 2. The workflow of their §5.2: hetmem-mg writing its fields every step with 2 product generators
    (hetmem fields consume), to the hetmem store on an emulated persistent tier (tmpfs, charged as
    Optane) against FDB's POSIX store on the machine's disk; the model's time per step.
@@ -273,50 +276,53 @@ def main(out: str, quick: bool) -> int:
                 f"{'hetmem / file':>26s} {'flush ms f/h':>13s} {'to consumer ms f/h':>19s}  target >= 1.0")
         print(head)
         verdict_store = []
-        step_alone: dict[tuple, list[float]] = {}
-        step_with: dict[tuple, list[float]] = {}
+        verdict_consumers = []
+        cost_lines = []
         for medium, root in media.items():
             fs = _fs_type(root)
             for label, size in sizes.items():
                 for writers in writer_counts:
+                    # Each round runs both stores alone and with consumers, in an order that turns
+                    # round by round, so that the consumers' cost is paired by round as the stores are.
+                    cases = [(c, s) for c in (0, 2) for s in ("file", "hetmem")]
+                    runs: dict[tuple, list[dict]] = {case: [] for case in cases}
+                    for rnd in range(rounds):
+                        for consumers, store in cases[rnd % len(cases):] + cases[:rnd % len(cases)]:
+                            runs[consumers, store].append(
+                                _run_store(_config(root / store, store), writers, consumers, size, steps))
                     for consumers in (0, 2):
-                        runs: dict[str, list[dict]] = {"file": [], "hetmem": []}
-                        for _ in range(rounds):
-                            for store in ("file", "hetmem"):
-                                cfg = _config(root / store, store)
-                                runs[store].append(_run_store(cfg, writers, consumers, size, steps))
-                        r = verdicts.ratio([x["gib_s"] for x in runs["hetmem"]], [x["gib_s"] for x in runs["file"]],
+                        pair = {s: runs[consumers, s] for s in ("file", "hetmem")}
+                        r = verdicts.ratio([x["gib_s"] for x in pair["hetmem"]], [x["gib_s"] for x in pair["file"]],
                                            paired=True)
                         v = verdicts.at_least(r, 1.0)
                         verdict_store.append(v)
-                        med = {s: {k: (statistics.median(x[k] for x in runs[s]) if runs[s][0][k] is not None else None)
-                                   for k in runs[s][0]} for s in runs}
+                        med = {s: {k: (statistics.median(x[k] for x in pair[s]) if pair[s][0][k] is not None else None)
+                                   for k in pair[s][0]} for s in pair}
                         cons_text = (f"{med['file']['to_consumer_ms']:.1f}/{med['hetmem']['to_consumer_ms']:.1f}"
                                      if consumers else "-")
                         print(f"  {medium:7s} {label:>8s} {writers:2d} {consumers:4d} {med['file']['gib_s']:10.2f} "
                               f"{med['hetmem']['gib_s']:12.2f} {r.text(2):>26s} "
                               f"{med['file']['flush_ms']:6.1f}/{med['hetmem']['flush_ms']:<6.1f} {cons_text:>19s}  {v}")
-                        for s in runs:
-                            (step_with if consumers else step_alone).setdefault((medium, label, writers, s), []).extend(
-                                x["step_ms"] for x in runs[s])
                         result["store"].append({"medium": medium, "filesystem": fs, "emulated": False, "field": label,
                                                 "bytes": size, "writers": writers, "consumers": consumers,
-                                                "file": runs["file"], "hetmem": runs["hetmem"], **r.as_dict(),
+                                                "file": pair["file"], "hetmem": pair["hetmem"], **r.as_dict(),
                                                 "verdict": v})
-        print("  consumers' cost to the producer: step time with 2 consumers / alone (target at most 1.05)")
-        verdict_consumers = []
-        for key, alone in step_alone.items():
-            if key not in step_with:
-                continue
-            r = verdicts.ratio(step_with[key], alone)
-            v = verdicts.at_most(r, 1.05)
-            if key[3] == "hetmem":
-                verdict_consumers.append(v)
-            print(f"    {key[0]:7s} {key[1]:>8s} {key[2]} writer(s) {key[3]:7s} {statistics.median(alone):8.1f} ms -> "
-                  f"{statistics.median(step_with[key]):8.1f} ms  {r.text(2)}  {v}")
-            result.setdefault("consumer_cost", []).append({"medium": key[0], "field": key[1], "writers": key[2],
-                                                           "store": key[3], "alone_ms": alone,
-                                                           "with_ms": step_with[key], **r.as_dict(), "verdict": v})
+                    for store in ("file", "hetmem"):
+                        alone = [x["step_ms"] for x in runs[0, store]]
+                        with_consumers = [x["step_ms"] for x in runs[2, store]]
+                        r = verdicts.ratio(with_consumers, alone, paired=True)
+                        v = verdicts.at_most(r, 1.05)
+                        if store == "hetmem":
+                            verdict_consumers.append(v)
+                        cost_lines.append(f"    {medium:7s} {label:>8s} {writers} writer(s) {store:7s} "
+                                          f"{statistics.median(alone):8.1f} ms -> {statistics.median(with_consumers):8.1f} "
+                                          f"ms  {r.text(2)}  {v}")
+                        result.setdefault("consumer_cost", []).append(
+                            {"medium": medium, "field": label, "writers": writers, "store": store, "alone_ms": alone,
+                             "with_ms": with_consumers, "paired": True, **r.as_dict(), "verdict": v})
+        print("  consumers' cost to the producer: step time with 2 consumers / alone, paired by round "
+              "(target at most 1.05)")
+        print("\n".join(cost_lines))
         result["store_verdict"] = verdicts.all_of(verdict_store)
         result["consumer_verdict"] = verdicts.all_of(verdict_consumers)
 
