@@ -584,7 +584,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         po.set_defaults(func=cmd_policies)
 
     if want("profile"):
-        pr = sub.add_parser("profile", help="run a program under the heap and phase profiler and write a trace")
+        pr = sub.add_parser("profile", help="run a program under the heap and phase profiler and write a trace",
+                            description="Runs a program under the heap and phase profiler and writes a trace. On each "
+                            "rank of an MPI job, hetmem-run --profile TRACE (the same launcher in C, with these "
+                            "options) starts in about 2 ms, without a Python interpreter.")
         pr.add_argument("-o", "--output", help="trace file (default hetmem-PROGRAM.hmtrace)")
         pr.add_argument("--depth", type=int, help="return addresses per call site (0..32; default: HM_PROFILE_DEPTH, 8)")
         pr.add_argument("--large", help="objects at least this large get a mapping of their own and referenced bytes "
