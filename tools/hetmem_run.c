@@ -155,7 +155,7 @@ static long mpi_rank(void) {
 }
 
 /* The profile's options checked by the library and set for the program, as `hetmem profile` sets
- * them; an option not given is left to the library's default (base/options.cpp). */
+ * them; an option not given is left to the environment and the library's default (base/options.cpp). */
 struct Profile {
   const char *trace, *depth, *large, *sample;
   int children;
@@ -167,13 +167,15 @@ static int set_profile(const struct Profile *profile) {
   const char *values[] = {profile->depth, profile->large, profile->sample};
   for (size_t k = 0; k < 3; ++k) {
     if (!values[k]) continue;
-    if (hm_option_check(kOptions[k], values[k]) != HM_OK) return fail("%s %s: %s", kNames[k], values[k], hm_last_error());
+    if (hm_option_check(kOptions[k], values[k]) != HM_OK)
+      return fail("%s %s: %s", kNames[k], values[k], hm_last_error());
     setenv(kOptions[k], values[k], 1);
   }
   char path[PATH_MAX];
   if (absolute_path(profile->trace, path, sizeof path) != 0) return fail("%s: path too long", profile->trace);
   const long rank = mpi_rank();
-  if (rank >= 0 && snprintf(path + strlen(path), sizeof path - strlen(path), ".rank%ld", rank) >= (int)(sizeof path - strlen(path)))
+  const size_t used = strlen(path);
+  if (rank >= 0 && snprintf(path + used, sizeof path - used, ".rank%ld", rank) >= (int)(sizeof path - used))
     return fail("%s: path too long", profile->trace);
   setenv("HM_PROFILE", path, 1);
   setenv("HM_PROFILE_CHILDREN", profile->children ? "1" : "0", 1);
