@@ -355,17 +355,17 @@ def _mpi_rank() -> int | None:
 def _profile_env(args: argparse.Namespace, cmd: list[str], trace: str) -> dict:
     """The environment of `hetmem profile` (HetmemError saying what is wrong)."""
     iteration = _iteration_env(args, cmd)
-    given = {}  # an option not given is left to the environment and the library's default
-    for flag, name, value in (("--depth", "HM_PROFILE_DEPTH", args.depth), ("--large", "HM_PROFILE_LARGE", args.large),
-                              ("--sample", "HM_PROFILE_SAMPLE", args.sample)):
-        if value is None:
-            continue
-        error = Library(init=False).check_option(name, str(value))
+    # An option not given is left to the environment and the library's default.
+    given = [(flag, name, str(value)) for flag, name, value in
+             (("--depth", "HM_PROFILE_DEPTH", args.depth), ("--large", "HM_PROFILE_LARGE", args.large),
+              ("--sample", "HM_PROFILE_SAMPLE", args.sample)) if value is not None]
+    lib = Library(init=False) if given else None
+    for flag, name, value in given:
+        error = lib.check_option(name, value)
         if error:
             raise HetmemError(f"{flag} {value}: {error}")
-        given[name] = str(value)
     return _preload_env({"HM_PROFILE": trace, "HM_PROFILE_CHILDREN": "1" if args.children else "0",
-                         **given, **iteration})
+                         **{name: value for _, name, value in given}, **iteration})
 
 
 # Programs whose work is done by the processes they start.

@@ -380,7 +380,7 @@ int Pool::commit(uint64_t root, uint64_t sequence) {
     flush(lo, hi - lo);
   }
   for (auto &r : through_) {
-    written_line_bytes_ += ((r.second + 63) & ~uint64_t{63}) - (r.first & ~uint64_t{63});
+    written_line_bytes_ += round_up(r.second, 64) - r.first / 64 * 64;
     flush(r.first, r.second - r.first, false);
   }
   fence();
