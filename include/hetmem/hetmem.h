@@ -78,6 +78,11 @@ void hm_finalize(void);
  * not initialise hetmem: before hm_init it reads the environment as hm_init will.
  * Returns HM_EINVAL for an unknown name. */
 int hm_option_get(const char *name, char *value, size_t value_len, char *source, size_t source_len);
+/* The effective value of option `name` as hm_option_get writes it, without a copy: "" for an
+ * option left empty, NULL for an unknown name. The text is hetmem's, valid while the option's
+ * value is: that changes only when hm_init (the first, or the first after hm_finalize) reads an
+ * environment in which the variable was changed. Does not initialise hetmem. */
+const char *hm_option_text(const char *name);
 /* Whether `value` is a value option `name` accepts (its kind: a size, 0 or 1, a number in its
  * range), as hm_init checks the environment: HM_OK, else HM_EFORMAT with "NAME='value': what is
  * expected" as hm_last_error() (HM_EINVAL for an unknown name). Does not initialise hetmem. */

@@ -137,6 +137,15 @@ int hm_size_parse(const char *text, uint64_t *bytes) {
   })
 }
 
+const char *hm_option_text(const char *name) {
+  try {
+    const std::string *text = name ? option_text(name, nullptr) : nullptr;
+    return text ? text->c_str() : nullptr;
+  } catch (...) {
+    return nullptr;  // the first read of the environment could not copy a value
+  }
+}
+
 int hm_option_check(const char *name, const char *value) {
   HM_GUARD_INT({
     Option id;

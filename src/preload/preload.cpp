@@ -15,6 +15,7 @@
 // program's runtime's.
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <link.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -469,16 +470,11 @@ void say(const char *what, const char *detail) {
 }
 
 // An option's value, "" when it has none.
-struct OptionText {
-  char value[4096] = {};
-  bool empty() const { return value[0] == 0; }
-  const char *c_str() const { return value; }
-};
-
-OptionText option(const char *name) {
-  OptionText text;
-  if (hm_option_get(name, text.value, sizeof text.value, nullptr, 0) != HM_OK) text.value[0] = 0;
-  return text;
+// An option's text, "" when unset (hetmem's own string: nothing copied onto the stack, whose pages
+// each process would otherwise fault in at its start).
+const char *option(const char *name) {
+  const char *text = hm_option_text(name);
+  return text ? text : "";
 }
 
 // A numeric option, checked by hm_init (a size in bytes, a switch 0/1, a number in its range).
@@ -547,21 +543,21 @@ bool is_mpi_launcher() {
 // said, and windows are used instead.
 void infer_iterations() {
   if (is_mpi_launcher()) return;
-  const OptionText at = option("HM_ITERATION_AT");
+  const char *const at = option("HM_ITERATION_AT");
   const double window = number_option("HM_ITERATION_WINDOW");
   g_emulated_tiers = emulated_tiers();
   // Nothing to infer (no function named, and no windows that would serve anything): no look at the
   // program's calls either, which reads every loaded object's relocations in each process.
-  if (at.empty() && (!(window > 0) || (!windows_needed_now() && !g_emulated_tiers))) return;
+  if (!*at && (!(window > 0) || (!windows_needed_now() && !g_emulated_tiers))) return;
   // A program built with libhetmem that marks its own phases or iterations keeps its marks (the
   // Fortran module's hm_phase_begin_f calls hm_phase_begin).
   static const char *const kMarks[] = {"hm_phase_begin", "hm_iteration_next"};
   if (preload::called_outside(kMarks, 2)) return;
-  if (!at.empty()) {
-    preload::EntryHookResult hooked = preload::hook_entries(at.c_str(), iteration_entered);
+  if (*at) {
+    preload::EntryHookResult hooked = preload::hook_entries(at, iteration_entered);
     if (hooked.slots > 0) {
-      char phase[sizeof at.value + 32];
-      snprintf(phase, sizeof phase, "iteration (at %s)", at.c_str());
+      char phase[PATH_MAX];
+      snprintf(phase, sizeof phase, "iteration (at %s)", at);
       if (hm_iteration_infer_start(phase, 0) == HM_OK) g_inferred = "function";
       else say("iterations not inferred", hm_last_error());
       return;
@@ -583,10 +579,11 @@ __attribute__((constructor)) void start_up() {
   ready();
   find_self();
   Inside inside;
-  const OptionText trace = option("HM_PROFILE"), rules = option("HM_RULES"), summary = option("HM_SUMMARY");
-  if (trace.empty() && rules.empty() && summary.empty()) return;  // only scoped modes route: no start-up work
-  if (!summary.empty()) {
-    g_summary = strdup(summary.c_str());  // kept to the end of the process (written at exit)
+  const char *const trace = option("HM_PROFILE"), *const rules = option("HM_RULES");
+  const char *const summary = option("HM_SUMMARY");
+  if (!*trace && !*rules && !*summary) return;  // only scoped modes route: no start-up work
+  if (*summary) {
+    g_summary = strdup(summary);  // kept to the end of the process (written at exit)
     clock_gettime(CLOCK_MONOTONIC, &g_start_wall);
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &g_start_cpu);
   }
@@ -599,35 +596,35 @@ __attribute__((constructor)) void start_up() {
   g_children = number_option("HM_PROFILE_CHILDREN") == 1;
   // A profile is the program's own unless children are followed; placement follows every
   // program the run execs (Rscript execs R; a script or launcher execs the real program).
-  if (!g_children && !trace.empty()) remove_self_from_ld_preload();
-  const OptionText root_pid = option("HM_PROFILE_ROOT_PID");
-  const bool first_process = root_pid.empty();
+  if (!g_children && *trace) remove_self_from_ld_preload();
+  const char *const root_pid = option("HM_PROFILE_ROOT_PID");
+  const bool first_process = !*root_pid;
   const pid_t pid = getpid();
   char pid_text[16];
   snprintf(pid_text, sizeof pid_text, "%d", static_cast<int>(pid));
-  g_root = first_process || strcmp(root_pid.c_str(), pid_text) == 0;
+  g_root = first_process || strcmp(root_pid, pid_text) == 0;
   if (g_root) g_root_pid = pid;
   if (first_process) setenv("HM_PROFILE_ROOT_PID", pid_text, 1);
   if (const double large = number_option("HM_PROFILE_LARGE"); large > 0) g_large = static_cast<uint64_t>(large);
-  if (!rules.empty()) {
+  if (*rules) {
     char error[512] = {};
-    if (hm_rules_install(rules.c_str(), error, sizeof error) == HM_OK) {
+    if (hm_rules_install(rules, error, sizeof error) == HM_OK) {
       g_rules = true;
       g_rules_uniform = hm_rules_uniform(&g_uniform_placement.target, &g_uniform_placement.tier) != 0;
     } else {
       say("rules not applied", error);
     }
   }
-  if (!trace.empty()) {
+  if (*trace) {
     const int depth = static_cast<int>(number_option("HM_PROFILE_DEPTH"));
     // Any program exec'd with --children (by a followed child, or by the first process itself)
     // writes TRACE.PID, never over the first trace. A forked child that then execs keeps its pid:
     // its trace up to the exec is TRACE.PID, the exec'd program's TRACE.PID.2 (.3 after a second
     // exec, ...).
-    char path[sizeof trace.value + 32];
-    snprintf(path, sizeof path, first_process ? "%s" : "%s.%s", trace.c_str(), pid_text);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, first_process ? "%s" : "%s.%s", trace, pid_text);
     for (int n = 2; !first_process && access(path, F_OK) == 0 && n < 1000; ++n)
-      snprintf(path, sizeof path, "%s.%s.%d", trace.c_str(), pid_text, n);
+      snprintf(path, sizeof path, "%s.%s.%d", trace, pid_text, n);
     if (hm_profile_start(path, depth, g_large) == HM_OK) g_profiling = true;
     else say("not profiling", hm_last_error());
   }

@@ -628,11 +628,21 @@ void store_fence() {
 bool read_text(const std::string &path, std::string *out, size_t piece) {
   int f = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f < 0) return false;
+  // Most files read here are a line or a few (sysfs, a rules file): read on the stack, so that they
+  // take no `piece`-byte text (zeroed by resize: pages every process would fault in at its start).
+  // Past the first buffer full, the rest goes straight into the text, `piece` bytes a read.
+  char first[512];
+  out->clear();
   size_t used = 0;
   ssize_t n = 0;
-  do {  // straight into the text, `piece` bytes a read
-    if (out->size() < used + piece) out->resize(used + piece);
-    n = read(f, out->data() + used, piece);
+  do {
+    if (used < sizeof first) {
+      n = read(f, first, sizeof first);
+      if (n > 0) out->append(first, static_cast<size_t>(n));
+    } else {
+      if (out->size() < used + piece) out->resize(used + piece);
+      n = read(f, out->data() + used, piece);
+    }
     if (n > 0) used += static_cast<size_t>(n);
   } while (n > 0 || (n < 0 && errno == EINTR));
   close(f);

@@ -64,6 +64,13 @@ TEST(Options, EffectiveValuesAndSources) {
   ASSERT_EQ(hm_option_get("HM_RETAIN", value, sizeof value, source, sizeof source), HM_OK);
   EXPECT_STREQ(source, "default");
   EXPECT_EQ(hm_option_get("HM_NOPE", value, sizeof value, source, sizeof source), HM_EINVAL);
+  // The same value without a copy: "" for an option left empty, NULL for an unknown name.
+  ASSERT_NE(hm_option_text("HM_FAST_BUDGET"), nullptr);
+  EXPECT_STREQ(hm_option_text("HM_FAST_BUDGET"), "3G");
+  EXPECT_STREQ(hm_option_text("HM_RETAIN"), value);
+  EXPECT_STREQ(hm_option_text("HM_PROFILE"), "");
+  EXPECT_EQ(hm_option_text("HM_NOPE"), nullptr);
+  EXPECT_EQ(hm_option_text(nullptr), nullptr);
   EXPECT_GT(hm_option_count(), 10);
   const char *name, *def, *doc;
   ASSERT_EQ(hm_option_info(0, &name, &def, &doc), HM_OK);

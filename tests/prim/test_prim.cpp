@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -182,6 +183,25 @@ TEST(Prim, SpinWaitsAtLeastTheDeadline) {
   uint64_t t0 = prim::now_ns();
   prim::spin_until_ns(t0 + 2'000'000);
   EXPECT_GE(prim::now_ns() - t0, 2'000'000u);
+}
+
+TEST(Prim, ReadTextReadsEveryByteOfFilesOfEverySize) {
+  const std::string path = hm_test::temp_path("prim-read-text");
+  // Around the first read's stack buffer (512 bytes) and the pieces after it.
+  for (size_t size : {size_t{0}, size_t{1}, size_t{511}, size_t{512}, size_t{513}, size_t{4096 + 512},
+                      size_t{3 * 4096 + 700}}) {
+    std::string written(size, '\0');
+    for (size_t i = 0; i < size; ++i) written[i] = static_cast<char>('a' + (i * 7) % 26);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << written;
+    std::string text = "left from before";
+    ASSERT_TRUE(prim::read_text(path, &text)) << size;
+    EXPECT_EQ(text, written) << size;
+    ASSERT_TRUE(prim::read_text(path, &text, 100)) << size;  // pieces smaller than the first read
+    EXPECT_EQ(text, written) << size;
+  }
+  std::string text;
+  EXPECT_FALSE(prim::read_text(path + ".absent", &text));
+  std::remove(path.c_str());
 }
 
 TEST(Prim, SplitGivesThePiecesGetlineWould) {
