@@ -1,5 +1,5 @@
-// What the preload library shares with the allocation core (exported from libhetmem.so, not part
-// of the public API).
+// What the preload library and hetmem's libmemkind share with the allocation core (exported from
+// libhetmem.so, not part of the public API).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +17,12 @@ __attribute__((visibility("default"))) int hm_mode_depth(void);
 // the preload library asks hm_owns only about the others. Read with relaxed atomic loads.
 extern uintptr_t hm_owned_low __attribute__((visibility("default")));
 extern uintptr_t hm_owned_high __attribute__((visibility("default")));
+// Within the bounds of what hetmem's allocator ever owned (no call): the C library's memory mostly
+// is not, so a free of it asks nothing more.
+inline bool hm_within_owned_bounds(const void *p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  return a >= __atomic_load_n(&hm_owned_low, __ATOMIC_RELAXED) && a < __atomic_load_n(&hm_owned_high, __ATOMIC_RELAXED);
+}
 // hm_free for a pointer that may not be hetmem's: frees it and returns 1 if it is, returns 0 (and
 // records no error) if not. One look-up of the slot map where hm_owns and hm_free take two.
 __attribute__((visibility("default"))) int hm_free_if_owned(void *ptr);

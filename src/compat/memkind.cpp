@@ -1,13 +1,14 @@
 // libmemkind.so.0 from hetmem: memkind 1.14's interface (include/hetmem/memkind/) on hetmem's
 // tiers, for programs and OpenMP runtimes that ask for memory kinds (docs/memkind.md). Written on
-// hetmem's public C API only, like any client: a kind is a role or a tier with allocation flags.
+// hetmem's public C API, like any client (a kind is a role or a tier with allocation flags), and
+// the bounds of the allocator's memory that the preload library reads too (alloc/hook.h).
 //
 // MEMKIND_DEFAULT is the C library's malloc: OpenMP runtimes route every default allocation
 // through it once they have loaded memkind, and those stay where they would be (its blocks up to
 // 32 KiB are kept for reuse by the thread that freed them, DefaultThreadCache, and its large blocks
 // by the process, LargeDefaultBlocks: memkind's jemalloc keeps both). Every
-// free finds the owner from the pointer (hetmem's slot map), so a pointer freed with the wrong
-// kind, or with none, is still freed by the allocator that made it.
+// free finds the owner from the pointer (the allocator's bounds, then hetmem's slot map), so a
+// pointer freed with the wrong kind, or with none, is still freed by the allocator that made it.
 #include <errno.h>
 #include <hetmem/hetmem.h>
 #include <malloc.h>
@@ -23,6 +24,7 @@
 #include <mutex>
 #include <string>
 
+#include "alloc/hook.h"
 #include "hetmem/memkind/hbwmalloc.h"
 #include "hetmem/memkind/memkind.h"
 
@@ -157,7 +159,9 @@ int resolve(memkind &k) {
 std::atomic<int> g_hbw_policy{0};            // 0: not set (HBW_POLICY_PREFERRED)
 std::atomic<bool> g_hbw_allocated{false};
 
-bool owned(const void *p) { return hm_owns(p) != 0; }
+// hetmem's memory: within its allocator's bounds (no call: a MEMKIND_DEFAULT block, the C
+// library's, mostly is not) and in its slot map.
+inline bool owned(const void *p) { return hm_within_owned_bounds(p) && hm_owns(p) != 0; }
 
 // Freed MEMKIND_DEFAULT blocks of 32 MiB or more, kept for the next such request. The C library
 // maps every block that large and unmaps it when it is freed (32 MiB is its largest mmap

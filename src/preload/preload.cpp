@@ -253,18 +253,11 @@ void *place(size_t size, size_t align, bool zero, const void *caller, const Rule
   return nullptr;
 }
 
-// Within the bounds of what hetmem's allocator ever owned (no call): the C library's memory mostly
-// is not.
-inline bool within_hetmem_bounds(const void *p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  return a >= __atomic_load_n(&hm_owned_low, __ATOMIC_RELAXED) && a < __atomic_load_n(&hm_owned_high, __ATOMIC_RELAXED);
-}
-
 // hetmem's memory: within its bounds and in its slot map.
-inline bool owned(const void *p) { return within_hetmem_bounds(p) && hm_owns(p) != 0; }
+inline bool owned(const void *p) { return hm_within_owned_bounds(p) && hm_owns(p) != 0; }
 
 // Frees `p` if it is hetmem's memory; false if it is not (the C library's to free).
-inline bool freed_if_hetmems(void *p) { return within_hetmem_bounds(p) && hm_direct_free(p) != 0; }
+inline bool freed_if_hetmems(void *p) { return hm_within_owned_bounds(p) && hm_direct_free(p) != 0; }
 
 // This library's own image: its code and the C++ runtime linked into it (hm_private_runtime in
 // CMakeLists.txt). What that code allocates is hetmem's, not the program's: neither placed nor
@@ -337,14 +330,14 @@ inline bool frees_directly(const void *p) {
 }
 
 // The fast path of free and delete: a direct free of the C library's memory (free(NULL) included).
-inline bool frees_to_libc(const void *p) { return frees_directly(p) && !within_hetmem_bounds(p) && !is_boot(p); }
+inline bool frees_to_libc(const void *p) { return frees_directly(p) && !hm_within_owned_bounds(p) && !is_boot(p); }
 
 // A direct free: hetmem's memory back to hetmem (its own allocations on the way are not the
 // program's: Inside), anything else but the start-up arena to the C library, with no other check.
 // false: release decides.
 inline bool freed_directly(void *p) {
   if (!frees_directly(p)) return false;
-  if (!within_hetmem_bounds(p)) {
+  if (!hm_within_owned_bounds(p)) {
     if (!is_boot(p)) g_real.free(p);
     return true;
   }
