@@ -462,7 +462,6 @@ void say(const char *what, const char *detail) {
   (void)ignored;
 }
 
-// An option's value, "" when it has none.
 // An option's text, "" when unset (hetmem's own string: nothing copied onto the stack, whose pages
 // each process would otherwise fault in at its start).
 const char *option(const char *name) {
