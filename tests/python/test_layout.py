@@ -46,7 +46,7 @@ LAYERS = {
     "place": {"prim", "base", "tier", "alloc"},
     "persist": {"prim", "base", "tier", "alloc"},
     "preload": {"prim", "base", "tier", "alloc", "profile", "place"},
-    "compat": set(),  # clients of the public API only: libmemkind, numpy's handler
+    "compat": {"alloc"},  # clients of the public API (libmemkind, numpy's handler), and of alloc/hook.h's bounds
     "fields": {"prim", "base", "tier", "alloc", "persist"},  # the FDB5 store's field pools (in libhetmem)
     "fdb": {"fields"},  # the FDB5 store plugin (libhetmem-fdb.so): fields/hooks.h over libhetmem.so only
 }
