@@ -114,6 +114,12 @@ def _spread_text(row: dict) -> str:
     return f"{lo:.3f}-{hi:.3f} s over {len(row['runs'])}"
 
 
+def _ratio(value: float | None) -> str:
+    """A ratio column: '-' where its baseline was not among the policies run (all-fast is run for the
+    footprint, but timed only when it is one of them)."""
+    return "-" if value is None else f"{value:.3f}x"
+
+
 def targets(result: dict, key: str = "seconds_per_iteration", subject: str = "hetmem-static") -> list[tuple[str, float, str]]:
     """`subject` faster than each baseline: (baseline, speedup, verdict), by wall time per iteration
     or, with key="cpu_seconds_per_iteration", by CPU time. The wall-time verdict is MET only beyond
@@ -318,7 +324,7 @@ def report_blocks(result: dict) -> list[Table | list[str]]:
                                                     f"failed: {r['failed'][0]}")
         cpu_static = r.get("cpu_vs_hetmem_static")
         rows.append([r["policy"], f"{r['seconds_per_iteration']:.4f}", f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}",
-                     f"{r.get('vs_hetmem_static', 0):.3f}x", f"{r.get('vs_all_fast', 0):.3f}x",
+                     _ratio(r.get("vs_hetmem_static")), _ratio(r.get("vs_all_fast")),
                      "-" if r["cpu_seconds_per_iteration"] is None else f"{r['cpu_seconds_per_iteration']:.4f}",
                      "-" if cpu_static is None else f"{cpu_static:.3f}x", size_text(r["fast_high_water"]),
                      f"{r['charged_seconds_per_iteration']:.4f}s", f"{100 * r['charged_share']:.1f}%", note])

@@ -123,6 +123,16 @@ def test_a_budget_that_holds_the_footprint_is_called_meaningless(tmp_path):
     assert "not meaningful" in r.stdout
 
 
+def test_a_ratio_to_a_policy_that_was_not_timed_is_a_dash(tmp_path):
+    """all-fast always runs once for the footprint, but is timed only when it is one of the policies:
+    without it the /all-fast column says '-', not a ratio of 0."""
+    r = hetmem("compare", "--iterations", "2", "--threads", "1", "--policies", "hetmem-static", "--out",
+               str(tmp_path / "c"), "preset:L0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    row = next(line.split() for line in r.stdout.splitlines() if line.split()[:1] == ["hetmem-static"])
+    assert row[3:5] == ["1.000x", "-"], row
+
+
 def test_bad_input_gets_a_message(tmp_path):
     r = hetmem("compare", "--policies", "all-fast,fastest", "--out", str(tmp_path / "c"), "preset:L0")
     assert r.returncode == 2 and "fastest" in r.stderr and "hetmem-static" in r.stderr
