@@ -503,8 +503,10 @@ typedef struct hm_helper_model {
   double t_cp;               /* predicted copy time per interval at the choice */
   double t_predicted;        /* predicted interval time at the choice */
   char binding[96];          /* the constraint that decided */
-  double t_inplace;          /* seconds an interval takes with its tiles at home (the measuring
-                                sweep's second batch, scaled; 0 if not measured) */
+  double t_inplace;          /* seconds an interval takes with its tiles at home: the rest of the
+                                measuring sweep (its third batch on), worked on at home as one
+                                batch, scaled to an interval; its second batch alone when it has
+                                no third; 0 if not measured */
   int stage;                 /* 1: later sweeps stage; 0: staging is predicted not to pay (the
                                 predicted interval is not 5% below t_inplace), or a staged sweep
                                 after the decision took longer per interval than t_inplace: tiles

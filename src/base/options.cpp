@@ -33,8 +33,8 @@ constexpr OptionSpec kOptions[] = {
      "placement policy for object classes (hm_class_alloc); `hetmem policies` lists them"},
     {Option::kMigrationSpace, "HM_MIGRATION_SPACE", "0",
      "hetmem-static and hetmem: bytes of the fast tier kept as the migration space (staging slots for streamed "
-     "tiles; 0: none under hetmem-static; under hetmem 24 times the largest tile, at least 4 MiB, at most an "
-     "eighth of the fast budget)", OptionKind::kSize},
+     "tiles; 0: none under hetmem-static; under hetmem three slots of max(8, 4 x CPUs) of the largest tiles, at "
+     "least 4 MiB, at most an eighth of the fast budget)", OptionKind::kSize},
     {Option::kHelpers, "HM_HELPERS", "", "helper threads that stage streamed tiles (0..max(8, 2 x CPUs); empty: the helper model "
      "decides per phase)", OptionKind::kInteger, 0, 4096},
     {Option::kPrefetchDistance, "HM_PREFETCH_DISTANCE", "", "units (particles) ahead that kernels prefetch field data (0..64, 0: none; empty: "

@@ -113,10 +113,15 @@ void settle(uint32_t iteration) {
   st.settle_iteration = static_cast<int>(iteration);
   uint64_t migration = 0;
   option_size(Option::kMigrationSpace, &migration);
-  // A streaming policy needs staging slots: unless set, three slots of eight of the largest tiles
-  // (at least 4 MiB), at most an eighth of the fast budget.
-  if (migration == 0 && streaming_mechanism().active())
-    migration = std::min(fast_budget_bytes() / 8, std::max<uint64_t>(24 * largest_streamed_tile(), uint64_t{4} << 20));
+  // A streaming policy needs staging slots: unless set, three slots each holding four of the largest
+  // tiles per core (at least eight), at least 4 MiB, at most an eighth of the fast budget. A batch
+  // is one slot's tiles, shared among the computing threads: with fewer tiles than threads some
+  // idle, and with one each the slowest tile sets the interval.
+  if (migration == 0 && streaming_mechanism().active()) {
+    const uint64_t tiles_per_slot = std::max<uint64_t>(8, 4 * static_cast<uint64_t>(prim::cpu_count()));
+    migration = std::min(fast_budget_bytes() / 8,
+                         std::max<uint64_t>(3 * tiles_per_slot * largest_streamed_tile(), uint64_t{4} << 20));
+  }
   uint64_t free_budget = 0;
   std::string why;
   st.error = spaces().size(fast_budget_bytes(), migration, &free_budget, &why);

@@ -39,6 +39,7 @@ struct PhaseDecision {
   bool checked = false;  // a staged sweep after the decision was timed against working at home
   double t_staged_seen = 0;  // seconds an interval took in that sweep (0: not timed)
   double t_inplace = 0;  // seconds an interval's tiles took at home (0: not measured)
+  double t_home_batch = 0;  // the measuring sweep's second batch alone, scaled to an interval
 };
 
 // The process's staging area and helpers: one sweep at a time.
@@ -83,8 +84,11 @@ void release_staging(Engine &e);
 void write_back(hm_stream_t *s, Batch &b);
 void stage_in(hm_stream_t *s, size_t index);
 // The measured sweep's first batch took t_comp staged (helpers idle), its second t_home at home.
-// Returns the helper count decided; *stage says whether staging pays.
+// Returns the helper count decided; *stage says whether staging is predicted to pay.
 int decide(hm_stream_t *s, double t_comp, double t_home, bool *stage);
+// The rest of the measuring sweep (its third batch on, worked on at home as one batch) took
+// `seconds`: the interval at home becomes that, and the decision is taken again against it.
+void confirm_decision(hm_stream_t *s, double seconds);
 int end_sweep(hm_stream_t *s);
 // Staging declined in every phase and no sweep running (the engine's lock held): the staging
 // slots go and the migration space's room returns to the free space, once, for static placement
@@ -115,6 +119,7 @@ struct hm_stream {
   double t_staged = 0;  // the measured sweep's first batch, computed staged
   uint64_t sweep_ns = 0;         // when the sweep started
   bool decided_before = false;   // the sweep started with the phase's decision made (not measuring)
+  bool timing_home = false;      // the measuring sweep's rest is being worked on at home, timed
   int forced = -1;      // HM_HELPERS, read once at the sweep's start (-1: the model decides)
   std::mutex threads_mutex;
   std::vector<int> threads_seen;  // computing threads of the measured batch

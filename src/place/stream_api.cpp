@@ -131,6 +131,7 @@ int hm_stream_sweep(hm_stream_t *s, size_t first, size_t last) {
   s->batches.clear();
   s->next_batch = 0;
   s->written_back = 0;
+  s->timing_home = false;
   s->sweep_ns = prim::now_ns();
   s->acquired.store(0);
   s->active = true;
@@ -229,20 +230,21 @@ int hm_stream_next(hm_stream_t *s, size_t *first, size_t *last) {
       s->stats.helpers = e.pool.helpers();
       s->measuring = false;
       s->written_back = 2;
-      if (stage) {
-        if (s->batches.size() > 2) stage_in(s, 2);
-        if (s->batches.size() > 3) stage_in(s, 3);
-      } else {
-        // Staging does not pay: the rest of the sweep is one batch worked on at home.
-        e.pool.wait(s->batches[0]->out);
-        if (s->batches.size() > 2) {
-          auto rest = std::make_unique<Batch>();
-          rest->first = s->batches[2]->first, rest->last = s->batches.back()->last, rest->slot = -1;
-          s->batches.resize(2);
-          s->batches.push_back(std::move(rest));
-        }
-        s->staged = false;
+      // Whatever the model predicts, the rest of this sweep is one batch worked on at home and
+      // timed: the phase at home as a sweep that does not stage runs it, which the decision is
+      // then confirmed against (confirm_decision) and a staged sweep checked against.
+      e.pool.wait(s->batches[0]->out);
+      if (s->batches.size() > 2) {
+        auto rest = std::make_unique<Batch>();
+        rest->first = s->batches[2]->first, rest->last = s->batches.back()->last, rest->slot = -1;
+        s->batches.resize(2);
+        s->batches.push_back(std::move(rest));
+        s->timing_home = true;
       }
+      s->staged = false;
+    } else if (s->timing_home && b == 3) {
+      s->timing_home = false;
+      confirm_decision(s, computed);
     } else if (s->staged) {
       write_back(s, *s->batches[b - 1]);
       s->written_back = b;

@@ -238,7 +238,8 @@ TEST_F(Stream, TwoComputingThreadsShareABatch) {
 }
 
 // The helper model's measurement: in a phase's first staged sweep the first batch is computed
-// staged with the helpers idle, the second at home; then the model decides for the rest.
+// staged with the helpers idle, the second at home, the rest at home as one batch (timed: the
+// interval at home); later sweeps stage as the model decided.
 TEST_F(Stream, TheFirstStagedSweepMeasuresABatchStagedAndOneAtHome) {
   start();
   hm_tier_t fast = hm_test::tier("fast"), capacity = hm_test::tier("capacity");
@@ -266,8 +267,20 @@ TEST_F(Stream, TheFirstStagedSweepMeasuresABatchStagedAndOneAtHome) {
   ASSERT_EQ(hm_helper_model("measured", &m), HM_OK);
   EXPECT_GT(m.t_comp, 0);
   EXPECT_GT(m.t_inplace, 0) << "the batch at home was timed";
-  EXPECT_EQ(where[2], m.stage ? fast : capacity) << "the rest as the model decided";
+  EXPECT_EQ(where.size(), 3u) << "the rest of the sweep is one batch";
+  EXPECT_EQ(where[2], capacity) << "the rest at home";
   for (size_t t = 0; t < kTiles; ++t) EXPECT_EQ(at_home(t, 9), 99) << "every modification reached home, tile " << t;
+  ASSERT_EQ(hm_phase_begin("measured"), HM_OK);
+  ASSERT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_OK);
+  ASSERT_EQ(hm_stream_next(s_, &first, &last), 1);
+  void *p;
+  ASSERT_EQ(hm_stream_acquire(s_, first, &p), HM_OK);
+  hm_tier_t tier;
+  ASSERT_EQ(hm_ptr_tier(p, &tier), HM_OK);
+  EXPECT_EQ(tier, m.stage ? fast : capacity) << "the next sweep as the model decided";
+  ASSERT_EQ(hm_stream_release(s_, first, 0), HM_OK);
+  ASSERT_EQ(hm_stream_sweep_end(s_), HM_OK);
+  ASSERT_EQ(hm_phase_end(), HM_OK);
 }
 
 // The model decides from one batch staged and one at home; the first whole staged sweep after it
@@ -281,16 +294,16 @@ TEST_F(Stream, AStagedSweepSlowerThanWorkingAtHomeWithdrawsStaging) {
     ASSERT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_OK) << hm_last_error();
     size_t first, last, batch = 0;
     while (hm_stream_next(s_, &first, &last) == 1) {
-      // Sweep 0: the batch at home (batch 1) is slow, so staging is predicted to pay; sweep 1:
-      // every staged batch is slower than that.
-      const int ms = sweep_no == 0 ? (batch == 1 ? 20 : 0) : (sweep_no == 1 ? 40 : 0);
-      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      // Sweep 0: the tiles at home (batch 1 and the rest) are slow, so staging is predicted to
+      // pay; sweep 1: every staged batch is slower than that.
       for (size_t t = first; t < last; ++t) {
         void *p;
         ASSERT_EQ(hm_stream_acquire(s_, t, &p), HM_OK);
         hm_tier_t tier;
         ASSERT_EQ(hm_ptr_tier(p, &tier), HM_OK);
         if (t == first) where->push_back(tier);
+        const int ms = sweep_no == 0 ? (batch >= 1 ? 10 : 0) : (sweep_no == 1 ? 20 : 0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
         ASSERT_EQ(hm_stream_release(s_, t, 0), HM_OK);
       }
       ++batch;
@@ -310,6 +323,51 @@ TEST_F(Stream, AStagedSweepSlowerThanWorkingAtHomeWithdrawsStaging) {
   EXPECT_GE(m.t_staged_seen, m.t_inplace);
   run(2, &third_sweep);
   for (hm_tier_t t : third_sweep) EXPECT_EQ(t, capacity) << "tiles stay at home after the withdrawal";
+}
+
+// A batch at home is timed between two interval boundaries; a sweep that does not stage has none.
+// When the rest of the measuring sweep, worked on at home as one batch, is faster than the
+// predicted staged interval, the decision is taken again against it: the tiles stay at home,
+// before any sweep pays for staging.
+TEST_F(Stream, TheSweepAtHomeNotTheBatchAtHomeIsWhatStagingMustBeat) {
+  start();
+  hm_tier_t capacity = hm_test::tier("capacity");
+  auto run = [&](int sweep_no, std::vector<hm_tier_t> *where) {
+    ASSERT_EQ(hm_phase_begin("home"), HM_OK);
+    ASSERT_EQ(hm_stream_sweep(s_, 0, kTiles), HM_OK) << hm_last_error();
+    size_t first, last, batch = 0;
+    while (hm_stream_next(s_, &first, &last) == 1) {
+      // Sweep 0: the staged batch takes 10 ms, the batch at home 40 ms (staging predicted to pay),
+      // the rest at home 1 ms a tile (2 ms an interval: it does not).
+      const int ms = sweep_no == 0 ? (batch == 0 ? 10 : batch == 1 ? 40 : 0) : 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      for (size_t t = first; t < last; ++t) {
+        void *p;
+        ASSERT_EQ(hm_stream_acquire(s_, t, &p), HM_OK);
+        hm_tier_t tier;
+        ASSERT_EQ(hm_ptr_tier(p, &tier), HM_OK);
+        if (t == first) where->push_back(tier);
+        if (sweep_no == 0 && batch >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        ASSERT_EQ(hm_stream_release(s_, t, 0), HM_OK);
+      }
+      ++batch;
+    }
+    ASSERT_EQ(hm_phase_end(), HM_OK);
+  };
+  std::vector<hm_tier_t> measuring, next;
+  run(0, &measuring);
+  hm_helper_model_t m;
+  ASSERT_EQ(hm_helper_model("home", &m), HM_OK);
+  EXPECT_EQ(m.stage, 0) << "predicted " << m.t_predicted << " s staged, " << m.t_inplace << " s at home";
+  EXPECT_LT(m.t_inplace, 0.005) << "the interval at home is the rest of the sweep's (2 ms), not the batch's (40 ms)";
+  EXPECT_GT(m.t_predicted, m.t_inplace);
+  EXPECT_EQ(m.t_staged_seen, 0) << "no sweep paid for staging";
+  run(1, &next);
+  ASSERT_FALSE(next.empty());
+  for (hm_tier_t t : next) EXPECT_EQ(t, capacity) << "the tiles stay at home";
+  hm_space_stats_t mig{};
+  ASSERT_EQ(hm_space_stats(HM_SPACE_MIGRATION, &mig), HM_OK);
+  EXPECT_EQ(mig.in_use, 0u) << "declined everywhere: the staging slots went back";
 }
 
 TEST_F(Stream, TheHelperModelIsReportedPerPhase) {
