@@ -517,7 +517,7 @@ typedef struct hm_helper_model {
 int hm_helper_model(const char *phase, hm_helper_model_t *model);
 
 /* Copy bandwidth between the fast and capacity tiers with 1..n helper threads, in MB/s, as the
- * helper model uses it (measured once per machine and tier set, cached next to the calibration).
+ * helper model uses it (measured once per machine, tier set and calibration, cached next to the calibration).
  * `in`: capacity -> fast; `out`: fast -> capacity. Writes at most `max` entries; returns how many. */
 int hm_copy_bandwidth(double *in, double *out, int max);
 

@@ -99,7 +99,11 @@ CopyBandwidth g_bw;
 bool g_bw_ready = false;
 
 // What makes a measurement another configuration's: the machine (the calibration's CPU and
-// thread count) and the two tiers (kind and name, which carries an emulated profile).
+// thread count), the two tiers (kind and name, which carries an emulated profile) and the
+// calibration it was taken under. A new calibration (`hetmem tiers --bench`) measures the copies
+// again: a figure taken while the machine was busy is not kept for good.
+constexpr const char *kCalibratedTag = "|calibrated=";
+
 std::string bandwidth_key(int fast, int cap) {
   hm_calibration_t cal;
   hm_tier_info_t f, c;
@@ -107,7 +111,13 @@ std::string bandwidth_key(int fast, int cap) {
     return "";
   return std::string(cal.cpu) + "|cpus=" + std::to_string(prim::cpu_count()) + "|fast=" + std::to_string(f.kind) + ":" +
          f.name + "|capacity=" + std::to_string(c.kind) + ":" + c.name + "|emul=" + (emul_enabled() ? "1" : "0") +
-         "|copies=streaming";
+         "|copies=streaming" + kCalibratedTag + std::to_string(cal.measured_unix);
+}
+
+// The calibration a cache line's key was taken under ("" for none).
+std::string calibrated_part(const std::string &key) {
+  const size_t at = key.rfind(kCalibratedTag);
+  return at == std::string::npos ? std::string() : key.substr(at);
 }
 
 std::string cache_file() {
@@ -154,8 +164,12 @@ void write_cache(const std::string &key, const CopyBandwidth &bw) {
   if (path.empty()) return;
   std::string text, kept;
   prim::read_text(path, &text);  // none yet: the first row
-  for (const std::string &line : prim::split(text, '\n'))
-    if (!line.empty() && line.compare(0, key.size() + 1, key + "\t") != 0) kept += line + "\n";
+  // Other configurations' rows stay, as long as they were taken under the same calibration.
+  const std::string calibrated = calibrated_part(key);
+  for (const std::string &line : prim::split(text, '\n')) {
+    const std::string other = line.substr(0, line.find('\t'));
+    if (!line.empty() && other != key && calibrated_part(other) == calibrated) kept += line + "\n";
+  }
   std::string row = key + "\t";
   for (double x : bw.in) row += " " + prim::format_number(x * 1e-6);
   row += "\t";

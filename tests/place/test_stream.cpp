@@ -423,6 +423,68 @@ TEST_F(Stream, TheCopyBandwidthIsCachedBesideTheCalibrationAndReadBack) {
   std::remove(path.c_str());
 }
 
+// The copy bandwidth belongs to the calibration it was measured under: after a new calibration
+// (`hetmem tiers --bench`) it is measured again, and the rows of the old one are dropped, so a
+// figure taken on a busy machine is not kept for good.
+TEST_F(Stream, ANewCalibrationMeasuresTheCopyBandwidthAgain) {
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
+  hm_calibration_t cal;
+  ASSERT_EQ(hm_calibration_get(&cal), HM_OK);
+  const std::vector<char> original = hm_test::read_file(cal.path);
+  ASSERT_FALSE(original.empty()) << cal.path;
+  char dir[] = "/tmp/hetmem-test-calibration-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string cal_path = std::string(dir) + "/calibration", cache = std::string(dir) + "/copy-bandwidth";
+  const char *env = std::getenv("HM_CALIBRATION");
+  const std::string saved = env ? env : "";
+  auto write = [](const std::string &path, const std::string &text) {
+    std::FILE *f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr) << path;
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  auto cache_lines = [&] {
+    const std::vector<char> bytes = hm_test::read_file(cache);
+    return std::string(bytes.begin(), bytes.end());
+  };
+  std::string text(original.begin(), original.end());
+  write(cal_path, text);
+  setenv("HM_CALIBRATION", cal_path.c_str(), 1);
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
+  ASSERT_EQ(hm_calibration_get(&cal), HM_OK);
+  const std::string stamp = "|calibrated=" + std::to_string(cal.measured_unix);
+  hm::place::copy_bandwidth_forget();
+  double in[2] = {}, out[2] = {};
+  ASSERT_EQ(hm_copy_bandwidth(in, out, 2), 2) << hm_last_error();
+  std::string lines = cache_lines();
+  const std::string key = lines.substr(0, lines.find('\t'));
+  ASSERT_NE(key.find(stamp), std::string::npos) << lines;
+  // Under this calibration: its own row with other figures; and a row of an older calibration.
+  write(cache, key + "\t 1234.5 2000\t 678.25 900\nsome machine|calibrated=1\t 1 2\t 3 4\n");
+  hm::place::copy_bandwidth_forget();
+  ASSERT_EQ(hm_copy_bandwidth(in, out, 2), 2);
+  EXPECT_DOUBLE_EQ(in[0], 1234.5) << "the same calibration: read back";
+  // A new calibration: the same figures, measured a second later.
+  const std::string field = "measured_unix = " + std::to_string(cal.measured_unix);
+  ASSERT_NE(text.find(field), std::string::npos) << text;
+  text.replace(text.find(field), field.size(), "measured_unix = " + std::to_string(cal.measured_unix + 1));
+  write(cal_path, text);
+  ASSERT_EQ(hm_test::configure("capacity=emul:optane"), HM_OK);
+  hm::place::copy_bandwidth_forget();
+  ASSERT_EQ(hm_copy_bandwidth(in, out, 2), 2) << hm_last_error();
+  EXPECT_NE(in[0], 1234.5) << "measured again under the new calibration";
+  EXPECT_GT(in[0], 0);
+  lines = cache_lines();
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 1) << "the older calibration's rows dropped:\n" << lines;
+  EXPECT_NE(lines.find("|calibrated=" + std::to_string(cal.measured_unix + 1) + "\t"), std::string::npos) << lines;
+  if (saved.empty()) unsetenv("HM_CALIBRATION");
+  else setenv("HM_CALIBRATION", saved.c_str(), 1);
+  std::remove(cache.c_str());
+  std::remove(cal_path.c_str());
+  rmdir(dir);
+  hm::place::copy_bandwidth_forget();
+}
+
 // ------------------------------------------------------------------------------------------------
 // The helper model (Equations 3-9) on synthetic machines.
 namespace {
