@@ -337,10 +337,14 @@ TEST_F(AllocApi, AGuardedBlockGrowsByMovingItsPages) {
   char *b = static_cast<char *>(hm_realloc(a, kGrown));
   ASSERT_NE(b, nullptr) << hm_last_error();
   for (size_t i = 0; i < kSize; i += 4096) ASSERT_EQ(b[i], static_cast<char>(i / 4096)) << "lost at " << i;
-  if (frame) EXPECT_EQ(physical_frame(b + 8192), frame) << "the page moved, not copied";
+  if (frame) {
+    EXPECT_EQ(physical_frame(b + 8192), frame) << "the page moved, not copied";
+  }
   EXPECT_EQ(hm_usable_size(b), (kGrown + 4095) / 4096 * 4096);
   expect_own_guarded_mapping(b, kGrown, "grown by realloc");
-  if (b != a) EXPECT_EQ(hm_owns(a), 0) << "the old range is no longer hetmem's";
+  if (b != a) {
+    EXPECT_EQ(hm_owns(a), 0) << "the old range is no longer hetmem's";
+  }
   EXPECT_EQ(hm_owns(b + kGrown - 1), 1);
   ASSERT_EQ(hm_tier_stats(fast_, &after), HM_OK);
   EXPECT_EQ(after.in_use - before.in_use, hm_usable_size(b) - (kSize + 4095) / 4096 * 4096);

@@ -150,7 +150,7 @@ TEST_F(Spaces, TheRoomHotObjectsLeaveTakesStreamedObjectsInAllocationOrder) {
     // object: five of the six streamed objects, the first five; under hetmem 8 MiB, not all six,
     // so none moves.
     const bool staging = std::string(policy) == "hetmem";
-    EXPECT_EQ(space(HM_SPACE_FREE).budget, size_t{staging ? 10 : 12} << 20);
+    EXPECT_EQ(space(HM_SPACE_FREE).budget, (staging ? size_t{10} : size_t{12}) << 20);
     const size_t expected = staging ? 0 : 5;
     for (size_t i = 0; i < tiles.size(); ++i) {
       EXPECT_EQ(tier_of(tiles[i]), i < expected ? fast : capacity) << "tile " << i << " of " << expected << " in";
