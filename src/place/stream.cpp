@@ -151,11 +151,14 @@ double batch_bytes(const hm_stream_t *s, const Batch &b) {
   return bytes;
 }
 
-}  // namespace
+// Staging pays when the predicted interval beats working at home by a margin (the copies then
+// hide the slow tier), or when working at home was not timed.
+bool staging_pays(const PhaseDecision &d) {
+  constexpr double kMargin = 0.95;
+  return d.t_inplace <= 0 || d.choice.t_predicted < kMargin * d.t_inplace;
+}
 
-// Staging pays when the predicted interval beats working at home by this margin (the copies then
-// hide the slow tier).
-constexpr double kMargin = 0.95;
+}  // namespace
 
 int decide(hm_stream_t *s, double t_comp, double t_home, bool *stage) {
   Engine &e = engine();
@@ -169,7 +172,7 @@ int decide(hm_stream_t *s, double t_comp, double t_home, bool *stage) {
   const double home_bytes = s->batches.size() > 1 ? batch_bytes(s, *s->batches[1]) : 0;
   d.t_inplace = d.t_home_batch = home_bytes > 0 ? t_home * d.inputs.data_in / home_bytes : 0;
   // HM_HELPERS stages regardless (for sweeps of the helper count).
-  d.stage = s->forced >= 0 || d.t_inplace <= 0 || d.choice.t_predicted < kMargin * d.t_inplace;
+  d.stage = s->forced >= 0 || staging_pays(d);
   {
     std::lock_guard<std::mutex> lock(e.mutex);
     e.decisions[s->phase] = d;
@@ -190,8 +193,7 @@ int decide(hm_stream_t *s, double t_comp, double t_home, bool *stage) {
 // batches of 8 tiles: the batch at home took 0.63 ms, a staged interval 0.59, so staging stayed,
 // and the phase took 1.34x as long as hetmem-static's, which works on the tiles at home.)
 void confirm_decision(hm_stream_t *s, double seconds) {
-  double bytes = 0;
-  for (size_t t = s->batches.back()->first; t < s->batches.back()->last; ++t) bytes += static_cast<double>(s->bytes[t]);
+  const double bytes = batch_bytes(s, *s->batches.back());
   if (!(bytes > 0 && seconds > 0)) return;
   Engine &e = engine();
   std::lock_guard<std::mutex> lock(e.mutex);
@@ -199,7 +201,7 @@ void confirm_decision(hm_stream_t *s, double seconds) {
   if (it == e.decisions.end() || it->second.overridden) return;
   PhaseDecision &d = it->second;
   d.t_inplace = seconds * d.inputs.data_in / bytes;
-  const bool stage = d.choice.t_predicted < kMargin * d.t_inplace;
+  const bool stage = staging_pays(d);
   if (stage != d.stage) {
     d.stage = stage;
     e.decisions_changed();
