@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hetmem/hetmem.h"
+
 extern "C" {
 // Non-zero while the preload library handles a call on this thread: allocations the core makes
 // then are the hook's own (not recorded twice, not hooked again).
@@ -23,6 +25,9 @@ inline bool hm_within_owned_bounds(const void *p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   return a >= __atomic_load_n(&hm_owned_low, __ATOMIC_RELAXED) && a < __atomic_load_n(&hm_owned_high, __ATOMIC_RELAXED);
 }
+// hetmem's memory: within those bounds and in the allocator's slot map (hm_owns is asked only
+// about a pointer within them).
+inline bool hm_is_hetmems(const void *p) { return hm_within_owned_bounds(p) && hm_owns(p) != 0; }
 // hm_free for a pointer that may not be hetmem's: frees it and returns 1 if it is, returns 0 (and
 // records no error) if not. One look-up of the slot map where hm_owns and hm_free take two.
 __attribute__((visibility("default"))) int hm_free_if_owned(void *ptr);

@@ -159,10 +159,6 @@ int resolve(memkind &k) {
 std::atomic<int> g_hbw_policy{0};            // 0: not set (HBW_POLICY_PREFERRED)
 std::atomic<bool> g_hbw_allocated{false};
 
-// hetmem's memory: within its allocator's bounds (no call: a MEMKIND_DEFAULT block, the C
-// library's, mostly is not) and in its slot map.
-inline bool owned(const void *p) { return hm_within_owned_bounds(p) && hm_owns(p) != 0; }
-
 // Freed MEMKIND_DEFAULT blocks of 32 MiB or more, kept for the next such request. The C library
 // maps every block that large and unmaps it when it is freed (32 MiB is its largest mmap
 // threshold), so a program (or an OpenMP runtime) that allocates a large default block every step
@@ -424,7 +420,7 @@ inline void *allocate(memkind_t kind, size_t size, size_t align, bool zero) {
 
 inline void release(void *p) {
   if (!p) return;
-  if (owned(p)) hm_free(p);
+  if (hm_is_hetmems(p)) hm_free(p);
   else if (!DefaultThreadCache::keep(p) && (!g_large_default.any_out() || !g_large_default.keep(p))) free(p);
 }
 
@@ -504,7 +500,7 @@ int memkind_check_available(memkind_t kind) {
 memkind_t memkind_detect_kind(void *ptr) {
   hm_tier_t tier;
   if (!ptr) return nullptr;  // as memkind
-  if (!owned(ptr) || hm_ptr_tier(ptr, &tier) != HM_OK) return MEMKIND_DEFAULT;
+  if (!hm_is_hetmems(ptr) || hm_ptr_tier(ptr, &tier) != HM_OK) return MEMKIND_DEFAULT;
   {
     std::lock_guard<std::mutex> lock(g_resolve_mutex);
     for (memkind *k : g_pmem_kinds)
@@ -544,7 +540,7 @@ void *memkind_realloc(memkind_t kind, void *ptr, size_t size) {
     return nullptr;
   }
   if (!ptr) return memkind_malloc(kind, size);
-  if (!owned(ptr)) {
+  if (!hm_is_hetmems(ptr)) {
     g_large_default.forget(ptr);
     return realloc(ptr, size);
   }
@@ -562,7 +558,7 @@ void memkind_free(memkind_t, void *ptr) { release(ptr); }
 
 size_t memkind_malloc_usable_size(memkind_t, void *ptr) {
   if (!ptr) return 0;
-  return owned(ptr) ? hm_usable_size(ptr) : malloc_usable_size(ptr);
+  return hm_is_hetmems(ptr) ? hm_usable_size(ptr) : malloc_usable_size(ptr);
 }
 
 int memkind_create_pmem(const char *dir, size_t max_size, memkind_t *kind) {

@@ -253,9 +253,6 @@ void *place(size_t size, size_t align, bool zero, const void *caller, const Rule
   return nullptr;
 }
 
-// hetmem's memory: within its bounds and in its slot map.
-inline bool owned(const void *p) { return hm_within_owned_bounds(p) && hm_owns(p) != 0; }
-
 // Frees `p` if it is hetmem's memory; false if it is not (the C library's to free).
 inline bool freed_if_hetmems(void *p) { return hm_within_owned_bounds(p) && hm_direct_free(p) != 0; }
 
@@ -354,7 +351,7 @@ __attribute__((noinline)) void release(void *p, trace::Fn fn, const void *caller
     if (g_profiling) {
       // The free is recorded before the memory is released: the address cannot be reused first.
       hm_profile_record(trace::kFree, fn, p, 0, caller);
-      if (owned(p)) {
+      if (hm_is_hetmems(p)) {
         hm_profile_forget_large(p);
         hm_free(p);
         return;
@@ -764,7 +761,7 @@ HM_EXPORT void *realloc(void *p, size_t size) {
     // Profiled large objects have mappings of their own (referenced bytes per object): an array
     // that grows past the threshold moves into one, and one that leaves it is recorded as freed
     // and forgotten, whichever allocator held it before.
-    const bool mine = owned(p);
+    const bool mine = hm_is_hetmems(p);
     const size_t old = mine ? hm_usable_size(p) : g_real.usable(p);
     if (size >= g_large || (mine && old >= g_large)) {
       if (mine && size <= old && size >= old / 2) return p;  // in place, as hm_realloc would
@@ -773,7 +770,7 @@ HM_EXPORT void *realloc(void *p, size_t size) {
       return reallocate_by_copy(p, old, size, caller);
     }
   }
-  const bool mine = owned(p);
+  const bool mine = hm_is_hetmems(p);
   if (g_rules && !mine && size >= g_fast.libc_below.load(std::memory_order_relaxed) && !hm_inside_hook &&
       !from_self(caller)) {
     // A call site that grows its objects with realloc (sqlite's allocation wrapper, a vector's
@@ -890,7 +887,7 @@ HM_EXPORT struct mallinfo mallinfo(void) {
 
 HM_EXPORT size_t malloc_usable_size(void *p) {
   if (!p || is_boot(p) || !ready()) return 0;
-  if (owned(p)) return hm_usable_size(p);
+  if (hm_is_hetmems(p)) return hm_usable_size(p);
   return g_real.usable(p);
 }
 
