@@ -13,6 +13,8 @@ APT_PACKAGES=(build-essential cmake ninja-build pkg-config gfortran libnuma-dev 
               # real programs none of us wrote (tests/realprograms, hetmem bench unchanged)
               lammps xtb glpk-utils sqlite3 python3-numpy xz-utils make quantum-espresso quantum-espresso-data gromacs
               r-base-core
+              # the reference heap beside the rules (hetmem bench overhead)
+              libjemalloc2
               # OpenMP memory spaces through hetmem's libmemkind (LLVM's runtime loads memkind)
               clang libomp-dev
               # compare.html checked in a browser (tests/python/test_compare.py)

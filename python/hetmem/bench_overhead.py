@@ -16,7 +16,10 @@ difference from the plain program is hetmem's cost, not placement's.
    Targets: `run --plan` and `run --rules` at most 1.03x the plain run, `profile` at most 1.10x;
    MET only when the whole spread meets it. Beside them, with no target, the profile that records
    every allocation (`profile --sample 0`, what the default profile was before it sampled small
-   ones) and the default profile's time against it.
+   ones) and the default profile's time against it, and a reference: the program with its whole
+   heap in jemalloc (Debian's libjemalloc2, preloaded; the allocator memkind is built on), what
+   moving a program's heap into a size-class allocator costs by itself, with the rules' time
+   against it.
 2. Fixed costs, reported apart: the `hetmem` command's start-up (`hetmem run -- /bin/true` against
    `/bin/true`, in seconds), and the preload library's start-up in each process it is loaded into
    (batches of `/bin/true` started by a shell, plain, with the environment of `run --rules`, with
@@ -42,6 +45,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -56,6 +60,9 @@ TARGETS = {"plan": 1.03, "rules": 1.03, "profile": 1.10}
 # DRAM everywhere: the capacity tier is emulated with its charge off, so it is DRAM that hetmem
 # accounts as a second tier.
 DRAM_ONLY = {"HM_TIERS": "capacity=emul:cxl", "HM_EMUL": "0"}
+# The reference heap: a well-kept size-class allocator preloaded in place of the C library's
+# (Debian's libjemalloc2; the row says n/a where it is not installed).
+JEMALLOC = Path("/usr/lib") / (sysconfig.get_config_var("MULTIARCH") or "x86_64-linux-gnu") / "libjemalloc.so.2"
 
 
 def _hetmem_argv(mode: str, work: Path, tag: str, children: bool = False) -> list[str]:
@@ -88,6 +95,8 @@ def _command(program: rp.Program, mode: str, work: Path, tag: str, base_env: dic
     plain = [a for a in program.command if a != "{hetmem}"]
     if mode == "plain":
         return plain, base_env
+    if mode == "jemalloc":  # every process of the run, the launcher's too
+        return plain, {**base_env, "LD_PRELOAD": str(JEMALLOC)}
     if per_rank:
         return rp.command(program, mode, work, tag), base_env
     env = _launch_env(_hetmem_argv(mode, work, tag, children=program.per_rank) + ["--"] + plain, base_env)
@@ -157,7 +166,8 @@ def _mib(x: float | None) -> str:
 
 
 def real_programs(rounds: int, tmp: Path, say) -> dict:
-    modes = ("plain", "plan", "rules", "profile", "profile-every")
+    modes = ("plain", "plan", "rules", "profile", "profile-every") + (("jemalloc",) if JEMALLOC.exists() else ())
+    rss_modes = ("plain", "plan", "rules", "profile") + (("jemalloc",) if JEMALLOC.exists() else ())
     rows = []
     launcher = _peak_rss_launcher(tmp)
     for program in rp.PROGRAMS:
@@ -190,7 +200,7 @@ def real_programs(rounds: int, tmp: Path, say) -> dict:
             # Peak resident set of the run's largest process, one more run of each mode (no target:
             # what the machinery's memory costs beside its time).
             peak_mib = {m: _peak_rss_mib(launcher, *_command(program, m, work, f"bench-rss-{m}", base_env, per_rank),
-                                         work) for m in ("plain", "plan", "rules", "profile")}
+                                         work) for m in rss_modes}
             row = {"program": name, "seconds": seconds, "problems": problems, "peak_rss_mib": peak_mib,
                    "through": "hetmem-run (run) or hetmem-run --profile (profile) on each rank (its start-up "
                               "included)" if per_rank
@@ -201,10 +211,14 @@ def real_programs(rounds: int, tmp: Path, say) -> dict:
                 row[mode] = {**r.as_dict(), "target": TARGETS[mode], "verdict": at_most(r, TARGETS[mode])}
             row["profile-every"] = ratio(seconds["profile-every"], seconds["plain"], paired=True).as_dict()
             row["profile / profile-every"] = ratio(seconds["profile"], seconds["profile-every"], paired=True).as_dict()
+            if "jemalloc" in seconds:
+                row["jemalloc"] = ratio(seconds["jemalloc"], seconds["plain"], paired=True).as_dict()
+                row["rules / jemalloc"] = ratio(seconds["rules"], seconds["jemalloc"], paired=True).as_dict()
             say(f"  {name}: plain {statistics.median(seconds['plain']):.3f} s, "
                 + ", ".join(f"{m} {row[m]['ratio']:.3f}x ({row[m]['verdict']})" for m in ("plan", "rules", "profile"))
-                + f", every allocation {row['profile-every']['ratio']:.3f}x; peak RSS "
-                + " / ".join(_mib(peak_mib[m]) for m in ("plain", "plan", "rules", "profile")) + " MiB")
+                + f", every allocation {row['profile-every']['ratio']:.3f}x"
+                + (f", jemalloc {row['jemalloc']['ratio']:.3f}x" if "jemalloc" in row else "") + "; peak RSS "
+                + " / ".join(_mib(peak_mib[m]) for m in rss_modes) + f" MiB ({' / '.join(rss_modes)})")
             rows.append(row)
     return {"rounds": rounds, "rows": rows}
 
@@ -343,15 +357,17 @@ def main(out: str, quick: bool, console) -> int:
     table = Table(title="The machinery alone on real programs (time / plain time, paired by round; DRAM only)",
                   title_justify="left")
     for col in ("program", "plain s", "run --plan", "run --rules", "profile",
-                "profile --sample 0 (every allocation); default / it", "peak RSS MiB plain / plan / rules / profile"):
+                "profile --sample 0 (every allocation); default / it",
+                "reference: the heap in jemalloc; run --rules / it",
+                "peak RSS MiB plain / plan / rules / profile / jemalloc"):
         table.add_column(col)
     verdicts = []
     for row in suite["rows"]:
         if "skipped" in row:
-            table.add_row(row["program"], "skipped", row["skipped"][:60], "", "", "", "")
+            table.add_row(row["program"], "skipped", row["skipped"][:60], "", "", "", "", "")
             continue
         if row["problems"]:
-            table.add_row(row["program"], "FAILED", row["problems"][0][:60], "", "", "", "")
+            table.add_row(row["program"], "FAILED", row["problems"][0][:60], "", "", "", "", "")
             continue
         cells = []
         for mode in ("plan", "rules", "profile"):
@@ -362,7 +378,14 @@ def main(out: str, quick: bool, console) -> int:
         every, against = row["profile-every"], row["profile / profile-every"]
         cells.append(f"{every['ratio']:.3f}x ({every['spread'][0]:.2f}-{every['spread'][1]:.2f}); "
                      f"{against['ratio']:.3f}x ({against['spread'][0]:.2f}-{against['spread'][1]:.2f})")
-        cells.append(" / ".join(_mib(row["peak_rss_mib"][m]) for m in ("plain", "plan", "rules", "profile")))
+        if "jemalloc" in row:
+            jem, rules_against = row["jemalloc"], row["rules / jemalloc"]
+            cells.append(f"{jem['ratio']:.3f}x ({jem['spread'][0]:.2f}-{jem['spread'][1]:.2f}); "
+                         f"{rules_against['ratio']:.3f}x ({rules_against['spread'][0]:.2f}-"
+                         f"{rules_against['spread'][1]:.2f})")
+        else:
+            cells.append(f"n/a ({JEMALLOC} not installed)")
+        cells.append(" / ".join(_mib(row["peak_rss_mib"].get(m)) for m in ("plain", "plan", "rules", "profile", "jemalloc")))
         table.add_row(row["program"], f"{statistics.median(row['seconds']['plain']):.3f}", *cells)
     console.print(table)
     console.print(f"the hetmem command's own start-up: {start['added_s']:.3f} s per run "
