@@ -406,10 +406,8 @@ TEST_F(Stream, ANewCalibrationMeasuresTheCopyBandwidthAgain) {
   const char *env = std::getenv("HM_CALIBRATION");
   const std::string saved = env ? env : "";
   auto write = [](const std::string &path, const std::string &text) {
-    std::FILE *f = std::fopen(path.c_str(), "w");
-    ASSERT_NE(f, nullptr) << path;
-    std::fputs(text.c_str(), f);
-    std::fclose(f);
+    hm_test::write_file(path, std::vector<char>(text.begin(), text.end()));
+    ASSERT_EQ(hm_test::read_file(path).size(), text.size()) << path;
   };
   auto cache_lines = [&] {
     const std::vector<char> bytes = hm_test::read_file(cache);
