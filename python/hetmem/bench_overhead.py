@@ -167,7 +167,7 @@ def _mib(x: float | None) -> str:
 
 def real_programs(rounds: int, tmp: Path, say) -> dict:
     modes = ("plain", "plan", "rules", "profile", "profile-every") + (("jemalloc",) if JEMALLOC.exists() else ())
-    rss_modes = ("plain", "plan", "rules", "profile") + (("jemalloc",) if JEMALLOC.exists() else ())
+    rss_modes = tuple(m for m in modes if m != "profile-every")
     rows = []
     launcher = _peak_rss_launcher(tmp)
     for program in rp.PROGRAMS:
