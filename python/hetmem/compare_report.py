@@ -115,8 +115,8 @@ def _spread_text(row: dict) -> str:
 
 
 def _ratio(value: float | None) -> str:
-    """A ratio column: '-' where its baseline was not among the policies run (all-fast is run for the
-    footprint, but timed only when it is one of them)."""
+    """A ratio column: '-' where there is no ratio (a CPU time not measured, or a baseline not among
+    the policies run: all-fast is run for the footprint, but timed only when it is one of them)."""
     return "-" if value is None else f"{value:.3f}x"
 
 
@@ -322,11 +322,10 @@ def report_blocks(result: dict) -> list[Table | list[str]]:
         if r.get("failed"):
             note = (note + "; " if note else "") + (f"{len(r['failed'])} of {len(r['failed']) + len(r['runs'])} runs "
                                                     f"failed: {r['failed'][0]}")
-        cpu_static = r.get("cpu_vs_hetmem_static")
         rows.append([r["policy"], f"{r['seconds_per_iteration']:.4f}", f"{r['spread'][0]:.3f}-{r['spread'][1]:.3f}",
                      _ratio(r.get("vs_hetmem_static")), _ratio(r.get("vs_all_fast")),
                      "-" if r["cpu_seconds_per_iteration"] is None else f"{r['cpu_seconds_per_iteration']:.4f}",
-                     "-" if cpu_static is None else f"{cpu_static:.3f}x", size_text(r["fast_high_water"]),
+                     _ratio(r.get("cpu_vs_hetmem_static")), size_text(r["fast_high_water"]),
                      f"{r['charged_seconds_per_iteration']:.4f}s", f"{100 * r['charged_share']:.1f}%", note])
     if unit == "run":
         explained = ("the whole run: the program marks no iterations and its inferred ones are time windows; medians "
